@@ -1,0 +1,313 @@
+//! Row images (`TupleData`): validated once, then read lazily and zero-copy.
+
+use std::fmt;
+use std::iter::FusedIterator;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::reader::Reader;
+use crate::DecodeError;
+
+/// Smallest encoding of one column: a kind byte alone (`'n'` or `'u'`).
+const MIN_COLUMN_SIZE: usize = 1;
+
+/// One column of a row image.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ColumnValue {
+    /// SQL NULL (`'n'`).
+    Null,
+    /// A TOASTed value that did not change and that PostgreSQL therefore did
+    /// not send (`'u'`, only in the new tuple of an Update).
+    UnchangedToast,
+    /// The value in PostgreSQL's text output format (`'t'`).
+    Text(Bytes),
+    /// The value in the type's binary send format (`'b'`, only when the
+    /// subscription asked for `binary`).
+    Binary(Bytes),
+}
+
+/// A row image as PostgreSQL sent it (the `TupleData` of Insert, Update and
+/// Delete).
+///
+/// It is validated completely when the message is decoded, so iterating can
+/// not fail. It keeps the raw column bytes (a slice of the input) and the
+/// column count: there is no allocation per column, and every
+/// [`ColumnValue::Text`]/[`ColumnValue::Binary`] it yields is a slice of the
+/// same buffer.
+///
+/// Two tuples are equal exactly when they hold the same column values, since
+/// each list of values has only one encoding.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct TupleData {
+    /// The column entries, after the Int16 column count.
+    columns: Bytes,
+    column_count: u16,
+}
+
+impl TupleData {
+    /// Number of columns.
+    pub fn len(&self) -> usize {
+        usize::from(self.column_count)
+    }
+
+    /// True when the tuple has no columns.
+    pub fn is_empty(&self) -> bool {
+        self.column_count == 0
+    }
+
+    /// The columns in order, decoded lazily.
+    pub fn iter(&self) -> TupleIter {
+        TupleIter {
+            reader: Reader::new(self.columns.clone(), "TupleData"),
+            columns_left: self.column_count,
+        }
+    }
+
+    /// The column at `index` (0-based), found by walking the columns before it.
+    pub fn get(&self, index: usize) -> Option<ColumnValue> {
+        self.iter().nth(index)
+    }
+
+    /// Builds a tuple from values, e.g. for tests or the encoder.
+    ///
+    /// The wire format limits a tuple to `i16::MAX` (32767) columns and a
+    /// value to `i32::MAX` bytes; PostgreSQL itself never comes close (1664
+    /// columns, 1 GB values). Beyond those limits this function cannot fail or
+    /// panic, so it keeps the first 32767 values and the first `i32::MAX`
+    /// bytes of a value.
+    pub fn from_values(values: &[ColumnValue]) -> TupleData {
+        let column_count = u16::try_from(values.len())
+            .unwrap_or(u16::MAX)
+            .min(i16::MAX.unsigned_abs());
+        let mut columns = BytesMut::new();
+        for value in values.iter().take(usize::from(column_count)) {
+            match value {
+                ColumnValue::Null => columns.put_u8(b'n'),
+                ColumnValue::UnchangedToast => columns.put_u8(b'u'),
+                ColumnValue::Text(bytes) => put_counted(&mut columns, b't', bytes),
+                ColumnValue::Binary(bytes) => put_counted(&mut columns, b'b', bytes),
+            }
+        }
+        TupleData {
+            columns: columns.freeze(),
+            column_count,
+        }
+    }
+
+    /// Reads and validates a `TupleData` (Int16 count, then the columns),
+    /// leaving the reader just after it.
+    pub(crate) fn decode(reader: &mut Reader) -> Result<TupleData, DecodeError> {
+        let column_count = reader.non_negative_i16("tuple column count")?;
+        reader.check_room_for(usize::from(column_count), MIN_COLUMN_SIZE, "tuple columns")?;
+        let mut columns = reader.rest().clone();
+        let before = reader.remaining();
+        for _ in 0..column_count {
+            read_column(reader)?;
+        }
+        // The walk only ever shrinks the reader, so this never saturates.
+        let consumed = before.saturating_sub(reader.remaining());
+        columns.truncate(consumed);
+        Ok(TupleData {
+            columns,
+            column_count,
+        })
+    }
+
+    /// Writes the wire form (Int16 count, then the columns).
+    pub(crate) fn encode(&self, out: &mut BytesMut) {
+        // `column_count` never exceeds i16::MAX: `decode` rejects negative
+        // counts and `from_values` caps it.
+        out.put_i16(i16::try_from(self.column_count).unwrap_or(i16::MAX));
+        out.put_slice(&self.columns);
+    }
+}
+
+/// Writes a kind byte, an Int32 length and the value (at most `i32::MAX`
+/// bytes of it, see [`TupleData::from_values`]).
+fn put_counted(out: &mut BytesMut, kind: u8, value: &Bytes) {
+    let max_len = usize::try_from(i32::MAX).unwrap_or(usize::MAX);
+    // `get` yields None when the value is shorter than the cap: keep it whole.
+    let value: &[u8] = value.get(..max_len).unwrap_or(value.as_ref());
+    out.put_u8(kind);
+    out.put_i32(i32::try_from(value.len()).unwrap_or(i32::MAX));
+    out.put_slice(value);
+}
+
+fn read_column(reader: &mut Reader) -> Result<ColumnValue, DecodeError> {
+    let kind = reader.u8("tuple column kind")?;
+    match kind {
+        b'n' => Ok(ColumnValue::Null),
+        b'u' => Ok(ColumnValue::UnchangedToast),
+        b't' | b'b' => {
+            let len = reader.non_negative_i32("tuple column length")?;
+            let value = reader.bytes(len, "tuple column value")?;
+            Ok(if kind == b't' {
+                ColumnValue::Text(value)
+            } else {
+                ColumnValue::Binary(value)
+            })
+        }
+        other => Err(reader.invalid(
+            "tuple column kind",
+            format!(
+                "byte {other:#04x} ('{}') is none of 'n', 'u', 't', 'b'",
+                char::from(other).escape_default()
+            ),
+        )),
+    }
+}
+
+impl fmt::Debug for TupleData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl IntoIterator for &TupleData {
+    type Item = ColumnValue;
+    type IntoIter = TupleIter;
+
+    fn into_iter(self) -> TupleIter {
+        self.iter()
+    }
+}
+
+/// Iterator over the columns of a [`TupleData`], see [`TupleData::iter`].
+#[derive(Debug, Clone)]
+pub struct TupleIter {
+    reader: Reader,
+    columns_left: u16,
+}
+
+impl Iterator for TupleIter {
+    type Item = ColumnValue;
+
+    fn next(&mut self) -> Option<ColumnValue> {
+        let left = self.columns_left.checked_sub(1)?;
+        // The tuple was validated when it was built, so this read cannot fail;
+        // if it somehow did, ending the iteration is the panic-free answer.
+        match read_column(&mut self.reader) {
+            Ok(value) => {
+                self.columns_left = left;
+                Some(value)
+            }
+            Err(_) => {
+                self.columns_left = 0;
+                None
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = usize::from(self.columns_left);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for TupleIter {}
+impl FusedIterator for TupleIter {}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)] // tests may fail loudly
+mod tests {
+    use super::*;
+
+    fn decode(bytes: &'static [u8]) -> Result<TupleData, DecodeError> {
+        let mut reader = Reader::new(Bytes::from_static(bytes), "Insert");
+        let tuple = TupleData::decode(&mut reader)?;
+        reader.finish()?;
+        Ok(tuple)
+    }
+
+    #[test]
+    fn decodes_every_column_kind_lazily() {
+        let tuple = decode(b"\x00\x04nut\x00\x00\x00\x0242b\x00\x00\x00\x01\xff").unwrap();
+        assert_eq!(tuple.len(), 4);
+        assert!(!tuple.is_empty());
+        let values: Vec<_> = tuple.iter().collect();
+        assert_eq!(
+            values,
+            vec![
+                ColumnValue::Null,
+                ColumnValue::UnchangedToast,
+                ColumnValue::Text(Bytes::from_static(b"42")),
+                ColumnValue::Binary(Bytes::from_static(b"\xff")),
+            ]
+        );
+        assert_eq!(tuple.iter().len(), 4);
+        assert_eq!(
+            tuple.get(2),
+            Some(ColumnValue::Text(Bytes::from_static(b"42")))
+        );
+        assert_eq!(tuple.get(4), None);
+        assert_eq!(TupleData::from_values(&values), tuple);
+        assert_eq!(
+            format!("{tuple:?}"),
+            "[Null, UnchangedToast, Text(b\"42\"), Binary(b\"\\xff\")]"
+        );
+    }
+
+    #[test]
+    fn empty_tuple_and_empty_values() {
+        let tuple = decode(b"\x00\x00").unwrap();
+        assert!(tuple.is_empty());
+        assert_eq!(tuple.iter().next(), None);
+        let tuple = decode(b"\x00\x01t\x00\x00\x00\x00").unwrap();
+        assert_eq!(tuple.get(0), Some(ColumnValue::Text(Bytes::new())));
+    }
+
+    #[test]
+    fn rejects_bad_kinds_and_lengths() {
+        match decode(b"\x00\x01x") {
+            Err(DecodeError::Invalid { field, reason, .. }) => {
+                assert_eq!(field, "tuple column kind");
+                assert!(reason.contains("0x78 ('x')"), "{reason}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(
+            decode(b"\x00\x01t\xff\xff\xff\xff"),
+            Err(DecodeError::Invalid {
+                field: "tuple column length",
+                ..
+            })
+        ));
+        assert!(matches!(
+            decode(b"\xff\xff"),
+            Err(DecodeError::Invalid {
+                field: "tuple column count",
+                ..
+            })
+        ));
+        assert_eq!(
+            decode(b"\x00\x01t\x00\x00\x00\x05abc"),
+            Err(DecodeError::Truncated {
+                message: "Insert",
+                field: "tuple column value",
+                needed: 5,
+                remaining: 3,
+            })
+        );
+        // A count far beyond what is left fails before any walking.
+        assert_eq!(
+            decode(b"\x7f\xffnnn"),
+            Err(DecodeError::Truncated {
+                message: "Insert",
+                field: "tuple columns",
+                needed: 32767,
+                remaining: 3,
+            })
+        );
+    }
+
+    #[test]
+    fn values_are_slices_of_the_input() {
+        let input = Bytes::from_static(b"\x00\x01t\x00\x00\x00\x03abc");
+        let mut reader = Reader::new(input.clone(), "Insert");
+        let tuple = TupleData::decode(&mut reader).unwrap();
+        let Some(ColumnValue::Text(value)) = tuple.get(0) else {
+            panic!("expected text");
+        };
+        assert_eq!(value.as_ptr(), input.as_ptr().wrapping_add(7));
+    }
+}

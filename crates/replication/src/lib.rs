@@ -1,0 +1,575 @@
+//! A PostgreSQL logical replication connection on tokio and `postgres-protocol`.
+//!
+//! Connects with `replication=database` over TCP or a Unix socket, negotiates TLS per
+//! libpq's `sslmode`, authenticates (trust, cleartext, md5, SCRAM-SHA-256), runs the
+//! replication commands walpost needs (IDENTIFY_SYSTEM, CREATE_REPLICATION_SLOT,
+//! DROP_REPLICATION_SLOT, plain SQL such as SHOW) and then turns into a
+//! [`ReplicationStream`] of XLogData and keepalive messages.
+//!
+//! Invariants:
+//! - The stream never confirms anything by itself: standby status updates carry only
+//!   the positions the caller passes to [`ReplicationStream::send_status`].
+//! - [`ReplicationStream::next`] is cancel-safe: bytes read but not yet framed stay in
+//!   the buffer, so it can sit in a `select!` beside timers and ack channels.
+//! - CopyData bodies are `Bytes` slices of the socket buffer (no copy).
+//! - Hostile bytes from the server are errors, never panics (see [`frame`]).
+
+mod config;
+mod error;
+pub mod frame;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, BytesMut};
+use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use pgoutput::wire::{self, ReplicationMessage};
+use pgoutput::Lsn;
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+
+pub use config::{Config, ConfigError, Host, SslMode};
+pub use error::Error;
+pub use frame::ServerMessage;
+
+trait Transport: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Transport for T {}
+
+/// What IDENTIFY_SYSTEM reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemInfo {
+    pub system_id: String,
+    pub timeline: u32,
+    pub xlog_pos: Lsn,
+    pub dbname: Option<String>,
+}
+
+/// What to do with the snapshot a new logical slot exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotSnapshot {
+    /// Export it: valid until the next command on this connection. For an initial snapshot.
+    Export,
+    /// Do not export one.
+    Nothing,
+}
+
+/// The answer to CREATE_REPLICATION_SLOT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedSlot {
+    pub slot_name: String,
+    pub consistent_point: Lsn,
+    pub snapshot_name: Option<String>,
+    pub output_plugin: String,
+}
+
+/// Rows of a simple query, as text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryResult {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Option<String>>>,
+}
+
+impl QueryResult {
+    /// The value of `column` in the first row.
+    pub fn first(&self, column: &str) -> Option<&str> {
+        let idx = self.columns.iter().position(|c| c == column)?;
+        self.rows.first()?.get(idx)?.as_deref()
+    }
+}
+
+/// A replication-mode connection before START_REPLICATION.
+pub struct ReplicationClient {
+    io: Box<dyn Transport>,
+    buf: BytesMut,
+    out: BytesMut,
+    params: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for ReplicationClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicationClient").field("server_version", &self.params.get("server_version")).finish()
+    }
+}
+
+const READ_CHUNK: usize = 128 * 1024;
+
+impl ReplicationClient {
+    /// Opens a replication connection (`replication=database`) and authenticates.
+    /// Such a connection runs replication commands and plain SQL.
+    pub async fn connect(config: &Config) -> Result<ReplicationClient, Error> {
+        Self::connect_mode(config, true).await
+    }
+
+    /// Opens an ordinary SQL connection (simple query protocol, text results): for
+    /// slot status, snapshots and retention, where a replication connection is not
+    /// wanted (it would count against max_wal_senders).
+    pub async fn connect_sql(config: &Config) -> Result<ReplicationClient, Error> {
+        Self::connect_mode(config, false).await
+    }
+
+    async fn connect_mode(config: &Config, replication: bool) -> Result<ReplicationClient, Error> {
+        let target = config.redacted();
+        let secs = config.connect_timeout.as_secs();
+        let connect = Self::connect_inner(config, replication);
+        match tokio::time::timeout(config.connect_timeout, connect).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::ConnectTimeout { target, secs }),
+        }
+    }
+
+    async fn connect_inner(config: &Config, replication: bool) -> Result<ReplicationClient, Error> {
+        let io = open_transport(config).await?;
+        let mut client = ReplicationClient {
+            io,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            out: BytesMut::with_capacity(1024),
+            params: HashMap::new(),
+        };
+        client.startup(config, replication).await?;
+        Ok(client)
+    }
+
+    async fn startup(&mut self, config: &Config, replication: bool) -> Result<(), Error> {
+        let mut params = vec![
+            ("user", config.user.as_str()),
+            ("database", config.dbname.as_str()),
+            ("application_name", config.application_name.as_str()),
+            ("client_encoding", "UTF8"),
+        ];
+        if replication {
+            params.push(("replication", "database"));
+        }
+        frontend::startup_message(params, &mut self.out).map_err(Error::Io)?;
+        self.flush_out().await?;
+        let mut scram: Option<ScramSha256> = None;
+        loop {
+            let frame = self.read_frame().await?;
+            match frame.tag {
+                b'R' => {
+                    let (code, data) = frame::parse_auth_request(&frame.body)?;
+                    match code {
+                        0 => {}
+                        3 => {
+                            let pw = require_password(config)?;
+                            frontend::password_message(pw.as_bytes(), &mut self.out).map_err(Error::Io)?;
+                            self.flush_out().await?;
+                        }
+                        5 => {
+                            let pw = require_password(config)?;
+                            let salt: [u8; 4] = data
+                                .get(..4)
+                                .and_then(|s| s.try_into().ok())
+                                .ok_or_else(|| Error::Protocol("md5 request without salt".into()))?;
+                            let hash = postgres_protocol::authentication::md5_hash(
+                                config.user.as_bytes(),
+                                pw.as_bytes(),
+                                salt,
+                            );
+                            frontend::password_message(hash.as_bytes(), &mut self.out).map_err(Error::Io)?;
+                            self.flush_out().await?;
+                        }
+                        10 => {
+                            let pw = require_password(config)?;
+                            let offers_scram = data
+                                .split(|&b| b == 0)
+                                .any(|m| m == b"SCRAM-SHA-256");
+                            if !offers_scram {
+                                return Err(Error::Auth(
+                                    "server offers no SASL mechanism walpost supports (SCRAM-SHA-256)".into(),
+                                ));
+                            }
+                            let s = ScramSha256::new(pw.as_bytes(), ChannelBinding::unrequested());
+                            frontend::sasl_initial_response("SCRAM-SHA-256", s.message(), &mut self.out)
+                                .map_err(Error::Io)?;
+                            self.flush_out().await?;
+                            scram = Some(s);
+                        }
+                        11 => {
+                            let s = scram
+                                .as_mut()
+                                .ok_or_else(|| Error::Protocol("SASL continue before SASL start".into()))?;
+                            s.update(&data).map_err(|e| Error::Auth(format!("SCRAM: {e}")))?;
+                            frontend::sasl_response(s.message(), &mut self.out).map_err(Error::Io)?;
+                            self.flush_out().await?;
+                        }
+                        12 => {
+                            let mut s = scram
+                                .take()
+                                .ok_or_else(|| Error::Protocol("SASL final before SASL start".into()))?;
+                            s.finish(&data)
+                                .map_err(|e| Error::Auth(format!("SCRAM server signature: {e}")))?;
+                        }
+                        other => {
+                            return Err(Error::Auth(format!(
+                                "server asks for authentication method {other}, which walpost does not support (use scram-sha-256, md5, password or trust)"
+                            )))
+                        }
+                    }
+                }
+                b'S' => {
+                    let (k, v) = frame::parse_parameter_status(&frame.body)?;
+                    self.params.insert(k, v);
+                }
+                b'K' | b'N' => {}
+                b'Z' => return Ok(()),
+                b'E' => return Err(Error::Server(frame::parse_server_message(b'E', &frame.body)?)),
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "unexpected message '{}' during startup",
+                        char::from(other)
+                    )))
+                }
+            }
+        }
+    }
+
+    /// A server parameter reported at startup, e.g. `server_version`.
+    pub fn parameter(&self, name: &str) -> Option<&str> {
+        self.params.get(name).map(String::as_str)
+    }
+
+    /// The server's major version (e.g. 15), from `server_version`.
+    pub fn server_major_version(&self) -> u32 {
+        self.parameter("server_version")
+            .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Runs one statement with the simple query protocol; text results.
+    pub async fn simple_query(&mut self, sql: &str) -> Result<QueryResult, Error> {
+        frontend::query(sql, &mut self.out).map_err(Error::Io)?;
+        self.flush_out().await?;
+        let mut result = QueryResult::default();
+        let mut error = None;
+        loop {
+            let frame = self.read_frame().await?;
+            match frame.tag {
+                b'T' => result.columns = frame::parse_row_description(&frame.body)?,
+                b'D' => result.rows.push(frame::parse_data_row(&frame.body)?),
+                b'C' | b'I' | b'N' | b'S' => {}
+                b'E' => error = Some(frame::parse_server_message(b'E', &frame.body)?),
+                b'Z' => {
+                    return match error {
+                        Some(e) => Err(Error::Server(e)),
+                        None => Ok(result),
+                    }
+                }
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "unexpected message '{}' in a query result",
+                        char::from(other)
+                    )))
+                }
+            }
+        }
+    }
+
+    /// IDENTIFY_SYSTEM.
+    pub async fn identify_system(&mut self) -> Result<SystemInfo, Error> {
+        let r = self.simple_query("IDENTIFY_SYSTEM").await?;
+        let field = |name: &str| {
+            r.first(name)
+                .ok_or_else(|| Error::Protocol(format!("IDENTIFY_SYSTEM without {name}")))
+        };
+        Ok(SystemInfo {
+            system_id: field("systemid")?.to_owned(),
+            timeline: field("timeline")?
+                .parse()
+                .map_err(|_| Error::Protocol("IDENTIFY_SYSTEM timeline is not a number".into()))?,
+            xlog_pos: parse_lsn(field("xlogpos")?)?,
+            dbname: r.first("dbname").map(str::to_owned),
+        })
+    }
+
+    /// CREATE_REPLICATION_SLOT name LOGICAL plugin, in the syntax of the server's version.
+    pub async fn create_logical_slot(
+        &mut self,
+        name: &str,
+        plugin: &str,
+        snapshot: SlotSnapshot,
+        failover: bool,
+    ) -> Result<CreatedSlot, Error> {
+        let ident = quote_ident(name);
+        let sql = if self.server_major_version() >= 15 {
+            let mut opts = vec![match snapshot {
+                SlotSnapshot::Export => "SNAPSHOT 'export'",
+                SlotSnapshot::Nothing => "SNAPSHOT 'nothing'",
+            }];
+            if failover {
+                opts.push("FAILOVER true");
+            }
+            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {plugin} ({})", opts.join(", "))
+        } else {
+            if failover {
+                return Err(Error::Protocol(
+                    "failover slots need PostgreSQL 17 or later".into(),
+                ));
+            }
+            let snap = match snapshot {
+                SlotSnapshot::Export => "EXPORT_SNAPSHOT",
+                SlotSnapshot::Nothing => "NOEXPORT_SNAPSHOT",
+            };
+            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {plugin} {snap}")
+        };
+        let r = self.simple_query(&sql).await?;
+        Ok(CreatedSlot {
+            slot_name: r.first("slot_name").unwrap_or(name).to_owned(),
+            consistent_point: parse_lsn(
+                r.first("consistent_point")
+                    .ok_or_else(|| Error::Protocol("CREATE_REPLICATION_SLOT without consistent_point".into()))?,
+            )?,
+            snapshot_name: r.first("snapshot_name").map(str::to_owned),
+            output_plugin: r.first("output_plugin").unwrap_or(plugin).to_owned(),
+        })
+    }
+
+    /// DROP_REPLICATION_SLOT name (WAIT: waits while another process holds it).
+    pub async fn drop_slot(&mut self, name: &str, wait: bool) -> Result<(), Error> {
+        let sql = format!(
+            "DROP_REPLICATION_SLOT {}{}",
+            quote_ident(name),
+            if wait { " WAIT" } else { "" }
+        );
+        self.simple_query(&sql).await.map(|_| ())
+    }
+
+    /// START_REPLICATION SLOT slot LOGICAL start (options...), then stream.
+    ///
+    /// `options` are pgoutput options such as `("proto_version", "1")`,
+    /// `("publication_names", "\"walpost_outbox\"")`; values are quoted here.
+    pub async fn start_logical_replication(
+        mut self,
+        slot: &str,
+        start: Lsn,
+        options: &[(&str, &str)],
+    ) -> Result<ReplicationStream, Error> {
+        let opts = options
+            .iter()
+            .map(|(k, v)| format!("{} '{}'", quote_ident(k), v.replace('\'', "''")))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!("START_REPLICATION SLOT {} LOGICAL {} ({})", quote_ident(slot), start, opts);
+        frontend::query(&sql, &mut self.out).map_err(Error::Io)?;
+        self.flush_out().await?;
+        loop {
+            let frame = self.read_frame().await?;
+            match frame.tag {
+                b'W' => return Ok(ReplicationStream { client: self }),
+                b'N' | b'S' => {}
+                b'E' => {
+                    let e = frame::parse_server_message(b'E', &frame.body)?;
+                    // Drain to ReadyForQuery so the error is the server's whole answer.
+                    return Err(Error::Server(e));
+                }
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "unexpected message '{}' after START_REPLICATION",
+                        char::from(other)
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Sends Terminate and closes the connection.
+    pub async fn close(mut self) {
+        frontend::terminate(&mut self.out);
+        let _ = self.flush_out().await;
+        let _ = self.io.shutdown().await;
+    }
+
+    async fn flush_out(&mut self) -> Result<(), Error> {
+        let out = self.out.split();
+        self.io.write_all(&out).await?;
+        self.io.flush().await?;
+        Ok(())
+    }
+
+    /// Reads one complete frame. Cancel-safe: partial bytes stay in `self.buf`.
+    async fn read_frame(&mut self) -> Result<frame::Frame, Error> {
+        loop {
+            if let Some(f) = frame::split_frame(&mut self.buf)? {
+                return Ok(f);
+            }
+            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            let n = self.io.read_buf(&mut self.buf).await?;
+            if n == 0 {
+                return Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                )));
+            }
+        }
+    }
+}
+
+/// The CopyBoth phase of a replication connection.
+#[derive(Debug)]
+pub struct ReplicationStream {
+    client: ReplicationClient,
+}
+
+impl ReplicationStream {
+    /// The next XLogData or keepalive; `Ok(None)` when the server ended the stream
+    /// (CopyDone). Cancel-safe.
+    pub async fn next(&mut self) -> Result<Option<ReplicationMessage>, Error> {
+        loop {
+            let frame = self.client.read_frame().await?;
+            match frame.tag {
+                b'd' => return Ok(Some(wire::parse_copy_data(frame.body)?)),
+                // CopyDone, or (seen on fast shutdown) CommandComplete / ReadyForQuery
+                // straight away: the server ended the stream.
+                b'c' | b'C' | b'Z' => return Ok(None),
+                b'E' => return Err(Error::Server(frame::parse_server_message(b'E', &frame.body)?)),
+                b'N' => {
+                    let notice = frame::parse_server_message(b'N', &frame.body)?;
+                    tracing::info!(code = %notice.code, "PostgreSQL notice: {}", notice.message);
+                }
+                b'S' => {}
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "unexpected message '{}' in the replication stream",
+                        char::from(other)
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Sends a standby status update. `flush` is what the slot may discard up to.
+    pub async fn send_status(
+        &mut self,
+        write: Lsn,
+        flush: Lsn,
+        apply: Lsn,
+        reply_requested: bool,
+    ) -> Result<(), Error> {
+        let mut payload = BytesMut::with_capacity(34);
+        wire::encode_standby_status_update(write, flush, apply, now_pg_micros(), reply_requested, &mut payload);
+        let out = &mut self.client.out;
+        out.put_u8(b'd');
+        out.put_i32(i32::try_from(payload.len() + 4).unwrap_or(i32::MAX));
+        out.extend_from_slice(&payload);
+        self.client.flush_out().await
+    }
+
+    /// Ends the stream politely: CopyDone then Terminate, bounded in time.
+    pub async fn close(mut self) {
+        frontend::copy_done(&mut self.client.out);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.client.flush_out()).await;
+        self.client.close().await;
+    }
+}
+
+/// Microseconds since 2000-01-01, the clock standby status updates carry.
+fn now_pg_micros() -> i64 {
+    let unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    pgoutput::unix_micros_to_pg_epoch_micros(unix)
+}
+
+fn require_password(config: &Config) -> Result<&str, Error> {
+    config.password().ok_or_else(|| {
+        Error::Auth(format!(
+            "the server asks {} for a password and none was given (put it in the URL or PGPASSWORD)",
+            config.user
+        ))
+    })
+}
+
+fn parse_lsn(text: &str) -> Result<Lsn, Error> {
+    text.parse().map_err(|_| Error::Protocol(format!("'{text}' is not an LSN")))
+}
+
+/// Double-quotes an identifier for replication commands.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+async fn open_transport(config: &Config) -> Result<Box<dyn Transport>, Error> {
+    let target = config.redacted();
+    match &config.host {
+        Host::Unix(dir) => {
+            let path = dir.join(format!(".s.PGSQL.{}", config.port));
+            let s = UnixStream::connect(&path)
+                .await
+                .map_err(|source| Error::Connect { target, source })?;
+            Ok(Box::new(s))
+        }
+        Host::Tcp(host) => {
+            let mut tcp = TcpStream::connect((host.as_str(), config.port))
+                .await
+                .map_err(|source| Error::Connect { target, source })?;
+            let _ = tcp.set_nodelay(true);
+            if config.sslmode == SslMode::Disable {
+                return Ok(Box::new(tcp));
+            }
+            let mut req = BytesMut::new();
+            frontend::ssl_request(&mut req);
+            tcp.write_all(&req).await?;
+            let answer = tcp.read_u8().await?;
+            match answer {
+                b'S' => Ok(Box::new(tls_handshake(config, host, tcp).await?)),
+                b'N' if config.sslmode.tls_required() => Err(Error::TlsRefused(match config.sslmode {
+                    SslMode::Require => "require",
+                    SslMode::VerifyCa => "verify-ca",
+                    _ => "verify-full",
+                })),
+                b'N' => Ok(Box::new(tcp)),
+                other => Err(Error::Protocol(format!(
+                    "server answered the TLS request with byte {other:#04x}"
+                ))),
+            }
+        }
+    }
+}
+
+async fn tls_handshake(
+    config: &Config,
+    host: &str,
+    tcp: TcpStream,
+) -> Result<tokio_openssl::SslStream<TcpStream>, Error> {
+    let tls_err = |e: &dyn std::fmt::Display| Error::Tls(e.to_string());
+    let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(|e| tls_err(&e))?;
+    let verify = matches!(config.sslmode, SslMode::VerifyCa | SslMode::VerifyFull);
+    if verify {
+        if let Some(ca) = &config.sslrootcert {
+            builder.set_ca_file(ca).map_err(|e| {
+                Error::Tls(format!("cannot load sslrootcert {}: {e}", ca.display()))
+            })?;
+        }
+        builder.set_verify(SslVerifyMode::PEER);
+    } else {
+        builder.set_verify(SslVerifyMode::NONE);
+    }
+    let connector = builder.build();
+    let mut cfg = connector.configure().map_err(|e| tls_err(&e))?;
+    cfg.set_verify_hostname(config.sslmode == SslMode::VerifyFull);
+    // SNI only makes sense for names; an IP literal is still checked against the
+    // certificate's IP SANs by set_verify_hostname.
+    cfg.set_use_server_name_indication(host.parse::<std::net::IpAddr>().is_err());
+    let ssl = cfg.into_ssl(host).map_err(|e| tls_err(&e))?;
+    let mut stream = tokio_openssl::SslStream::new(ssl, tcp).map_err(|e| tls_err(&e))?;
+    Pin::new(&mut stream).connect().await.map_err(|e| {
+        let verify_detail = stream.ssl().verify_result();
+        if verify_detail == openssl::x509::X509VerifyResult::OK {
+            Error::Tls(e.to_string())
+        } else {
+            Error::Tls(format!("{e} (certificate check: {verify_detail})"))
+        }
+    })?;
+    Ok(stream)
+}
+
+/// Single-quotes a string literal for SQL sent with the simple query protocol.
+pub fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}

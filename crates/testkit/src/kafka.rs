@@ -1,0 +1,649 @@
+//! Throwaway single-node Apache Kafka (KRaft) brokers.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::util::{self, err, Watchdog};
+use crate::Result;
+
+const KAFKA_VERSION: &str = "4.1.1";
+const READY_LINE: &str = "Kafka Server started";
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Flags for the short-lived tool JVMs (format, TopicCommand): faster start-up.
+const TOOL_JVM_FLAGS: &[&str] = &[
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Xshare:auto",
+    "-Xms64m",
+    "-Xmx256m",
+    "-Djava.awt.headless=true",
+    // JVM (unified) logging: only errors, to stderr — CDS warnings would otherwise land
+    // on stdout, i.e. in tool output.
+    "-Xlog:disable",
+    "-Xlog:all=error:stderr",
+];
+
+/// Options for [`Kafka::start`].
+#[derive(Debug, Clone, Default)]
+pub struct KafkaOptions {
+    /// Extra broker properties, written after (and so overriding) the harness's own.
+    pub extra_props: Vec<(String, String)>,
+}
+
+/// A single-node Kafka 4.1.1 broker+controller (KRaft, `node.id=1`) in a temporary
+/// directory, on free 127.0.0.1 ports (PLAINTEXT). Killed and deleted on drop.
+///
+/// Layout of [`Kafka::dir`]: `server.properties`, `log4j2.properties`, `data/`
+/// (`log.dirs`, also the metadata log), `kafka.log` (broker log + JVM stdout/stderr,
+/// appended across restarts), `kafka.pid`.
+#[derive(Debug)]
+pub struct Kafka {
+    dir: PathBuf,
+    libs: PathBuf,
+    port: u16,
+    controller_port: u16,
+    child: Option<Child>,
+    watchdog: Option<Watchdog>,
+    extra_props: Vec<(String, String)>,
+    /// CDS settings of the running JVM.
+    cds: Option<Cds>,
+}
+
+impl Kafka {
+    /// Formats storage (`kafka.tools.StorageTool format`, static quorum
+    /// `controller.quorum.voters=1@127.0.0.1:CPORT`) and starts the broker; returns once
+    /// the log says "Kafka Server started" and the port accepts connections.
+    ///
+    /// Broker settings: `auto.create.topics.enable=true`, `num.partitions=3`,
+    /// `default.replication.factor=1`, all internal topics (offsets, transaction state,
+    /// share-group state) with replication factor 1 / min ISR 1, `min.insync.replicas=1`,
+    /// `group.initial.rebalance.delay.ms=0`; additionally, for speed:
+    /// `offsets.topic.num.partitions=5` and `transaction.state.log.num.partitions=5`
+    /// (faster first consumer group / transactional producer),
+    /// `broker.session.timeout.ms=4000` + `broker.heartbeat.interval.ms=1000` (a restart
+    /// after [`Kafka::kill`] otherwise waits ~9 s for the old registration to expire),
+    /// `num.network.threads=2`, `num.io.threads=4`; then `opts.extra_props`.
+    /// JVM: `-Xms256m -Xmx512m`, G1, with an AppCDS archive when available.
+    ///
+    /// Typical time: ~3-5 s on an idle 2-core machine (format ~1.3 s + broker ~2.5 s).
+    pub fn start(opts: KafkaOptions) -> Result<Kafka> {
+        let t0 = Instant::now();
+        let libs = kafka_libs()?;
+        java_version()?;
+        let dir = util::make_temp_dir("kafka")?;
+        let mut kafka = Kafka {
+            dir,
+            libs,
+            port: 0,
+            controller_port: 0,
+            child: None,
+            watchdog: None,
+            extra_props: opts.extra_props,
+            cds: None,
+        };
+        // Watchdog: kills the JVM whose pid is in kafka.pid if this process dies.
+        kafka.watchdog = Some(Watchdog::spawn(
+            &kafka.pid_path(),
+            &kafka.dir.join("server.properties").to_string_lossy(),
+            "KILL",
+            &kafka.dir,
+        )?);
+        fs::write(kafka.dir.join("log4j2.properties"), log4j_config("INFO", "SYSTEM_OUT"))?;
+        fs::write(kafka.dir.join("log4j2-tools.properties"), log4j_config("WARN", "SYSTEM_ERR"))?;
+
+        let mut last_err = None;
+        for _attempt in 0..4 {
+            kafka.port = util::free_port();
+            kafka.controller_port = util::free_port();
+            kafka.write_properties()?;
+            let data = kafka.data_dir();
+            if data.exists() {
+                fs::remove_dir_all(&data)?;
+            }
+            let tf = Instant::now();
+            kafka.format_storage()?;
+            let format_ms = tf.elapsed().as_millis();
+            let log_before = util::file_len(&kafka.log_path());
+            match kafka.spawn_and_wait() {
+                Ok(()) => {
+                    eprintln!(
+                        "testkit: Kafka {KAFKA_VERSION} on {} ready in {} ms (format {} ms) — {}",
+                        kafka.bootstrap(),
+                        t0.elapsed().as_millis(),
+                        format_ms,
+                        kafka.dir.display()
+                    );
+                    return Ok(kafka);
+                }
+                Err(e) => {
+                    if is_bind_error(&util::read_from(&kafka.log_path(), log_before)) {
+                        last_err = Some(e);
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Err(last_err.unwrap_or_else(|| err("Kafka: no free ports")))
+    }
+
+    /// `127.0.0.1:PORT` — the PLAINTEXT listener.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Broker (PLAINTEXT) port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// KRaft controller port.
+    pub fn controller_port(&self) -> u16 {
+        self.controller_port
+    }
+
+    /// Temporary root directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `log.dirs` (topic data and metadata log).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Broker log (log4j output plus JVM stdout/stderr), appended across restarts.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("kafka.log")
+    }
+
+    /// Last `n` lines of the broker log.
+    pub fn log_tail(&self, n: usize) -> String {
+        util::tail_file(&self.log_path(), n)
+    }
+
+    /// Directory of the Kafka jars used.
+    pub fn libs_dir(&self) -> &Path {
+        &self.libs
+    }
+
+    /// Whether the broker JVM is running (started and not yet exited).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Graceful stop: SIGTERM (controlled shutdown), wait for the JVM to exit (up to
+    /// 30 s, then SIGKILL). No-op if not running.
+    pub fn stop(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        if matches!(child.try_wait(), Ok(None)) {
+            util::signal(child.id(), "TERM");
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                eprintln!("testkit: Kafka did not stop within {STOP_TIMEOUT:?}; killing it");
+                let _ = child.kill();
+            }
+        }
+        let status = child.wait()?;
+        let _ = fs::remove_file(self.pid_path());
+        if let Some(cds) = self.cds.take() {
+            // The JVM exits with 143 on SIGTERM after a clean shutdown.
+            if status.success() || status.code() == Some(143) {
+                cds.commit();
+            } else {
+                cds.discard();
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGKILL the broker JVM and reap it. No-op if not running.
+    pub fn kill(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        let _ = child.kill();
+        child.wait()?;
+        let _ = fs::remove_file(self.pid_path());
+        if let Some(cds) = self.cds.take() {
+            cds.discard();
+        }
+        Ok(())
+    }
+
+    /// Starts the stopped/killed broker again: same ports, same data; waits until ready.
+    /// Err if it is still running.
+    pub fn start_again(&mut self) -> Result<()> {
+        if self.is_running() {
+            return Err(err("Kafka::start_again: broker is still running"));
+        }
+        // It may have exited on its own (crash): reap it.
+        if let Some(mut old) = self.child.take() {
+            let _ = old.wait();
+        }
+        if let Some(cds) = self.cds.take() {
+            cds.discard();
+        }
+        let t0 = Instant::now();
+        let mut last_err = None;
+        // The old sockets are gone by now, but allow for a slow port release.
+        for _ in 0..3 {
+            let log_before = util::file_len(&self.log_path());
+            match self.spawn_and_wait() {
+                Ok(()) => {
+                    eprintln!("testkit: Kafka on {} restarted in {} ms", self.bootstrap(), t0.elapsed().as_millis());
+                    return Ok(());
+                }
+                Err(e) if is_bind_error(&util::read_from(&self.log_path(), log_before)) => {
+                    last_err = Some(e);
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| err("Kafka: ports in use")))
+    }
+
+    /// Creates a topic (replication factor 1) with `org.apache.kafka.tools.TopicCommand`.
+    /// Takes ~1.5 s (a JVM start). Err if it already exists.
+    pub fn create_topic(&self, name: &str, partitions: u32) -> Result<()> {
+        let out = self.run_tool(
+            "org.apache.kafka.tools.TopicCommand",
+            &[
+                "--bootstrap-server",
+                &self.bootstrap(),
+                "--create",
+                "--topic",
+                name,
+                "--partitions",
+                &partitions.to_string(),
+                "--replication-factor",
+                "1",
+            ],
+        )?;
+        if out.contains("Created topic") {
+            Ok(())
+        } else {
+            Err(err(format!("create_topic {name}: unexpected output: {out}")))
+        }
+    }
+
+    /// Runs a Kafka command-line tool class (e.g. `org.apache.kafka.tools.TopicCommand`,
+    /// `org.apache.kafka.tools.consumer.ConsoleConsumer`,
+    /// `org.apache.kafka.tools.GetOffsetShell`) from the broker's class path. Returns
+    /// stdout; Err (with stdout and stderr) on a non-zero exit status or when the output
+    /// contains "Error while executing". Tools get `--bootstrap-server` only if you pass
+    /// it (see [`Kafka::bootstrap`]).
+    pub fn run_tool(&self, main_class: &str, args: &[&str]) -> Result<String> {
+        let out = self.run_tool_raw(main_class, args, main_class)?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stdout.contains("Error while executing") || stderr.contains("Error while executing") {
+            return Err(err(format!("{main_class} failed:\n{stdout}\n{stderr}")));
+        }
+        Ok(stdout)
+    }
+
+    /// Runs a tool JVM (fast-start flags, WARN logging to stderr, CDS archive "tools").
+    fn run_tool_raw(&self, main_class: &str, args: &[&str], what: &str) -> Result<std::process::Output> {
+        let cds = Cds::new(&self.libs, "tools");
+        let mut cmd = Command::new(java());
+        cmd.args(TOOL_JVM_FLAGS);
+        if let Some(cds) = &cds {
+            cmd.arg(cds.jvm_arg());
+        }
+        cmd
+            .arg(format!("-Dlog4j2.configurationFile={}", self.dir.join("log4j2-tools.properties").display()))
+            .arg("-cp")
+            .arg(classpath(&self.libs))
+            .arg(main_class)
+            .args(args)
+            .current_dir(&self.dir);
+        let out = util::run(&mut cmd, what);
+        if let Some(cds) = &cds {
+            if out.is_ok() {
+                cds.commit();
+            } else {
+                cds.discard();
+            }
+        }
+        out
+    }
+
+    fn format_storage(&self) -> Result<()> {
+        let props = self.dir.join("server.properties");
+        let id = random_cluster_id();
+        let args = ["format", "--ignore-formatted", "-t", &id, "-c", &*props.to_string_lossy()];
+        self.run_tool_raw("kafka.tools.StorageTool", &args, "kafka-storage format")?;
+        Ok(())
+    }
+
+    fn write_properties(&self) -> Result<()> {
+        let (p, c) = (self.port, self.controller_port);
+        let data = self.data_dir();
+        let mut props: Vec<(String, String)> = vec![
+            ("process.roles".into(), "broker,controller".into()),
+            ("node.id".into(), "1".into()),
+            ("controller.quorum.voters".into(), format!("1@127.0.0.1:{c}")),
+            ("listeners".into(), format!("PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}")),
+            ("advertised.listeners".into(), format!("PLAINTEXT://127.0.0.1:{p}")),
+            ("controller.listener.names".into(), "CONTROLLER".into()),
+            ("inter.broker.listener.name".into(), "PLAINTEXT".into()),
+            ("listener.security.protocol.map".into(), "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into()),
+            ("log.dirs".into(), data.to_string_lossy().into_owned()),
+            ("auto.create.topics.enable".into(), "true".into()),
+            ("num.partitions".into(), "3".into()),
+            ("default.replication.factor".into(), "1".into()),
+            ("offsets.topic.replication.factor".into(), "1".into()),
+            ("offsets.topic.num.partitions".into(), "5".into()),
+            ("transaction.state.log.replication.factor".into(), "1".into()),
+            ("transaction.state.log.min.isr".into(), "1".into()),
+            ("transaction.state.log.num.partitions".into(), "5".into()),
+            ("share.coordinator.state.topic.replication.factor".into(), "1".into()),
+            ("share.coordinator.state.topic.min.isr".into(), "1".into()),
+            ("min.insync.replicas".into(), "1".into()),
+            ("group.initial.rebalance.delay.ms".into(), "0".into()),
+            // After a kill -9 the restarted controller waits for the old broker
+            // registration's session to expire (default 9 s) before the broker can
+            // register again.
+            ("broker.session.timeout.ms".into(), "4000".into()),
+            ("broker.heartbeat.interval.ms".into(), "1000".into()),
+            ("num.network.threads".into(), "2".into()),
+            ("num.io.threads".into(), "4".into()),
+        ];
+        props.extend(self.extra_props.iter().cloned());
+        let mut text = String::from("# written by testkit\n");
+        for (k, v) in &props {
+            let _ = writeln!(text, "{k}={}", escape_prop(v));
+        }
+        fs::write(self.dir.join("server.properties"), text)?;
+        Ok(())
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<()> {
+        let log_path = self.log_path();
+        let log_before = util::file_len(&log_path);
+        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let log2 = log.try_clone()?;
+        let mut cmd = Command::new(java());
+        cmd.args(["-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError"])
+            .args(["-Xshare:auto", "-Xlog:disable", "-Xlog:all=error:stderr"]);
+        self.cds = Cds::new(&self.libs, "broker");
+        if let Some(cds) = &self.cds {
+            cmd.arg(cds.jvm_arg());
+        }
+        cmd.arg("-Djava.awt.headless=true")
+            .arg(format!("-Dlog4j2.configurationFile={}", self.dir.join("log4j2.properties").display()))
+            .arg("-cp")
+            .arg(classpath(&self.libs))
+            .arg("kafka.Kafka")
+            .arg(self.dir.join("server.properties"))
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        let child = cmd.spawn().map_err(|e| err(format!("cannot start java: {e}")))?;
+        fs::write(self.pid_path(), format!("{}\n", child.id()))?;
+        self.child = Some(child);
+
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let mut scanned = log_before;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    let _ = fs::remove_file(self.pid_path());
+                    return Err(err(format!(
+                        "Kafka exited during start-up ({status}); log tail:\n{}",
+                        self.log_tail(40)
+                    )));
+                }
+            }
+            let new = util::read_from(&log_path, scanned);
+            if new.contains(READY_LINE) {
+                // Only whole lines are scanned next time; the ready line may be split.
+                if TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
+                    return Ok(());
+                }
+            } else if let Some(pos) = new.rfind('\n') {
+                scanned += pos as u64;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.kill();
+                return Err(err(format!(
+                    "Kafka not ready within {READY_TIMEOUT:?}; log tail:\n{}",
+                    self.log_tail(40)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn pid_path(&self) -> PathBuf {
+        self.dir.join("kafka.pid")
+    }
+}
+
+impl Drop for Kafka {
+    fn drop(&mut self) {
+        drop(self.watchdog.take());
+        let _ = self.kill();
+        util::remove_dir(&self.dir);
+    }
+}
+
+fn is_bind_error(log: &str) -> bool {
+    log.contains("BindException") || log.contains("Address already in use")
+}
+
+fn escape_prop(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+fn log4j_config(level: &str, target: &str) -> String {
+    format!(
+        "status = error\n\
+         appender.out.type = Console\n\
+         appender.out.name = OUT\n\
+         appender.out.target = {target}\n\
+         appender.out.layout.type = PatternLayout\n\
+         appender.out.layout.pattern = [%d] %p %m (%c)%n\n\
+         rootLogger.level = {level}\n\
+         rootLogger.appenderRef.out.ref = OUT\n\
+         logger.request.name = kafka.request.logger\n\
+         logger.request.level = WARN\n"
+    )
+}
+
+fn classpath(libs: &Path) -> String {
+    format!("{}/*", libs.display())
+}
+
+fn java() -> PathBuf {
+    if let Some(home) = std::env::var_os("JAVA_HOME") {
+        let p = Path::new(&home).join("bin/java");
+        if p.is_file() {
+            return p;
+        }
+    }
+    PathBuf::from("java")
+}
+
+/// `java -version` output (checked once per process).
+fn java_version() -> Result<String> {
+    static VERSION: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    VERSION
+        .get_or_init(|| match Command::new(java()).arg("-version").stdin(Stdio::null()).output() {
+            Ok(o) if o.status.success() => {
+                Ok(format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+            }
+            _ => Err("java not found (install Java 17+ or set JAVA_HOME)".to_string()),
+        })
+        .clone()
+        .map_err(err)
+}
+
+/// AppCDS (class-data sharing) archives cut JVM start-up roughly in half (broker ~5 s ->
+/// ~2.7 s). They live next to the jars, in `<libs>/../cds/`, one per role and JDK. If an
+/// archive is missing, the JVM is started with `-XX:ArchiveClassesAtExit=<tmp>` and the
+/// file is renamed into place after a clean exit (a graceful [`Kafka::stop`] for the
+/// broker, any successful run for the tools). A stale or foreign archive only makes the
+/// JVM print a warning and start without it. Delete the `cds` directory to reset.
+#[derive(Debug, Clone)]
+struct Cds {
+    archive: PathBuf,
+    tmp: Option<PathBuf>,
+}
+
+impl Cds {
+    fn new(libs: &Path, role: &str) -> Option<Cds> {
+        if std::env::var_os("WALPOST_KAFKA_NO_CDS").is_some() {
+            return None;
+        }
+        let version = java_version().ok()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&version, &mut h);
+        std::hash::Hash::hash(&java(), &mut h);
+        let tag = std::hash::Hasher::finish(&h);
+        let dir = libs.parent()?.join("cds");
+        let archive = dir.join(format!("{role}-{tag:016x}.jsa"));
+        if archive.is_file() {
+            return Some(Cds { archive, tmp: None });
+        }
+        fs::create_dir_all(&dir).ok()?;
+        remove_stale_tmp_archives(&dir);
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let tmp = dir.join(format!(
+            ".{role}-{tag:016x}.{}.{}.{}.tmp",
+            std::process::id(),
+            SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        Some(Cds { archive, tmp: Some(tmp) })
+    }
+
+    fn jvm_arg(&self) -> String {
+        match &self.tmp {
+            Some(tmp) => format!("-XX:ArchiveClassesAtExit={}", tmp.display()),
+            None => format!("-XX:SharedArchiveFile={}", self.archive.display()),
+        }
+    }
+
+    /// After a clean JVM exit: move the freshly dumped archive into place.
+    fn commit(&self) {
+        if let Some(tmp) = &self.tmp {
+            if tmp.is_file() && !self.archive.exists() {
+                let _ = fs::rename(tmp, &self.archive);
+            }
+            let _ = fs::remove_file(tmp);
+        }
+    }
+
+    fn discard(&self) {
+        if let Some(tmp) = &self.tmp {
+            let _ = fs::remove_file(tmp);
+        }
+    }
+}
+
+/// 16 pseudo-random bytes, URL-safe base64 without padding (Kafka's Uuid format).
+fn random_cluster_id() -> String {
+    let mut bytes = [0u8; 16];
+    let filled = fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok();
+    if !filled {
+        let n = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(1) ^ u128::from(std::process::id());
+        bytes = n.to_le_bytes();
+    }
+    // Kafka rejects the all-zero and "metadata topic" UUIDs; make sure it is non-zero.
+    bytes[0] |= 1;
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for b in bytes {
+        acc = (acc << 8) | u32::from(b);
+        bits += 8;
+        while bits >= 6 {
+            bits -= 6;
+            out.push(ALPHABET[((acc >> bits) & 63) as usize] as char);
+        }
+    }
+    if bits > 0 {
+        out.push(ALPHABET[((acc << (6 - bits)) & 63) as usize] as char);
+    }
+    out
+}
+
+/// Removes half-written archives (JVM killed while dumping) older than 10 minutes.
+fn remove_stale_tmp_archives(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.ends_with(".tmp") {
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > Duration::from_secs(600));
+            if old {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// The Kafka jar directory; runs scripts/fetch-kafka.sh if it is not complete yet.
+fn kafka_libs() -> Result<PathBuf> {
+    static FETCH: Mutex<()> = Mutex::new(());
+    static LIBS: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(l) = LIBS.get() {
+        return Ok(l.clone());
+    }
+    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+    let libs = match std::env::var_os("WALPOST_KAFKA_LIBS") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => {
+            let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+            home.join(format!(".cache/walpost/kafka-{KAFKA_VERSION}/libs"))
+        }
+    };
+    if !libs.join(".walpost-complete").is_file() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-kafka.sh");
+        eprintln!("testkit: Kafka jars missing in {}; running {}", libs.display(), script.display());
+        let mut cmd = Command::new("bash");
+        cmd.arg(&script).env("WALPOST_KAFKA_LIBS", &libs);
+        util::run(&mut cmd, "scripts/fetch-kafka.sh")?;
+        if !libs.join(".walpost-complete").is_file() {
+            return Err(err(format!("{} did not fill {}", script.display(), libs.display())));
+        }
+    }
+    let _ = LIBS.set(libs.clone());
+    Ok(libs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::random_cluster_id;
+
+    #[test]
+    fn cluster_id_is_22_url_safe_chars() {
+        let id = random_cluster_id();
+        assert_eq!(id.len(), 22, "{id}");
+        assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{id}");
+    }
+}

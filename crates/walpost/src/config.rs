@@ -1,0 +1,353 @@
+//! Configuration: a TOML file, `WALPOST_*` environment variables and flags, merged
+//! once into a validated [`Settings`].
+//!
+//! Precedence: flag > environment variable > file > default. The file is parsed into
+//! [`FileConfig`] with `deny_unknown_fields`, so a misspelt key is an error naming it,
+//! never a silently ignored setting.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use router::RouterConfig;
+use serde::Deserialize;
+
+use crate::cli::RunArgs;
+
+/// The TOML file as written by the user.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub postgres: Option<String>,
+    pub table: Option<String>,
+    pub slot: Option<String>,
+    pub publication: Option<String>,
+    pub metrics_addr: Option<String>,
+    #[serde(default)]
+    pub kafka: KafkaFile,
+    #[serde(default)]
+    pub router: RouterFile,
+    #[serde(default)]
+    pub pipeline: PipelineFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaFile {
+    pub brokers: Option<String>,
+    /// Any librdkafka property, passed through (some are refused: see [`crate::sink`]).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Router options under Debezium's names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterFile {
+    #[serde(rename = "route.by.field")]
+    pub route_by_field: Option<String>,
+    #[serde(rename = "route.topic.replacement")]
+    pub topic_replacement: Option<String>,
+    #[serde(rename = "table.field.event.key")]
+    pub key_field: Option<String>,
+    #[serde(rename = "table.field.event.payload")]
+    pub payload_field: Option<String>,
+    #[serde(rename = "table.field.event.id")]
+    pub id_field: Option<String>,
+    /// Column copied into the `eventType` header; "" for none.
+    #[serde(rename = "table.field.event.type")]
+    pub event_type_field: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    /// Stop reading WAL while this many payload bytes are unacknowledged.
+    pub max_in_flight_bytes: Option<u64>,
+    /// Stop reading WAL while this many records are unacknowledged.
+    pub max_in_flight_records: Option<u64>,
+    /// Seconds between standby status updates when nothing else prompts one.
+    pub status_interval_secs: Option<u64>,
+    /// Seconds to wait for Kafka acknowledgements at shutdown.
+    pub shutdown_timeout_secs: Option<u64>,
+    /// Longest wait between reconnect attempts, in seconds.
+    pub max_backoff_secs: Option<u64>,
+}
+
+/// A schema-qualified table name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    pub schema: String,
+    pub name: String,
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.schema, self.name)
+    }
+}
+
+impl TableName {
+    pub fn parse(text: &str) -> Result<TableName, ConfigError> {
+        let (schema, name) = text.split_once('.').unwrap_or(("public", text));
+        let ok = |s: &str| !s.is_empty() && !s.contains('.') && !s.contains('"');
+        if !ok(schema) || !ok(name) {
+            return Err(ConfigError::Invalid {
+                key: "table",
+                value: text.into(),
+                expected: "schema.name, e.g. events.outbox",
+            });
+        }
+        Ok(TableName { schema: schema.into(), name: name.into() })
+    }
+
+    /// `"schema"."name"` for SQL.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", replication::quote_ident(&self.schema), replication::quote_ident(&self.name))
+    }
+}
+
+/// Resolved, validated settings for `walpost run`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub postgres: replication::Config,
+    pub kafka_brokers: String,
+    pub kafka_properties: BTreeMap<String, String>,
+    pub table: TableName,
+    pub slot: String,
+    pub publication: String,
+    pub router: RouterConfig,
+    pub metrics_addr: Option<SocketAddr>,
+    pub max_in_flight_bytes: u64,
+    pub max_in_flight_records: u64,
+    pub status_interval: Duration,
+    pub shutdown_timeout: Duration,
+    pub max_backoff: Duration,
+}
+
+/// Configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config file {path} is not valid: {message}")]
+    Parse { path: String, message: String },
+    #[error("{key} is required: pass --{flag}, set WALPOST_{env}, or put {key} in the config file")]
+    Missing { key: &'static str, flag: &'static str, env: &'static str },
+    #[error("{key} = '{value}' is not valid: expected {expected}")]
+    Invalid { key: &'static str, value: String, expected: &'static str },
+    #[error(transparent)]
+    Postgres(#[from] replication::ConfigError),
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+    }
+}
+
+impl Settings {
+    /// Merges flags/env (already merged by clap) over the file over defaults.
+    pub fn resolve(args: &RunArgs, file: FileConfig) -> Result<Settings, ConfigError> {
+        let pick = |flag: &Option<String>, file: Option<String>| flag.clone().or(file);
+        let postgres = pick(&args.postgres, file.postgres).ok_or(ConfigError::Missing {
+            key: "postgres",
+            flag: "postgres",
+            env: "POSTGRES",
+        })?;
+        let kafka_brokers = pick(&args.kafka_brokers, file.kafka.brokers).ok_or(ConfigError::Missing {
+            key: "kafka.brokers",
+            flag: "kafka-brokers",
+            env: "KAFKA_BROKERS",
+        })?;
+        let table = TableName::parse(&pick(&args.table, file.table).unwrap_or_else(|| "events.outbox".into()))?;
+        let slot = pick(&args.slot, file.slot).unwrap_or_else(|| "walpost".into());
+        validate_slot_name(&slot)?;
+        let publication = pick(&args.publication, file.publication).unwrap_or_else(|| "walpost_outbox".into());
+        if publication.is_empty() || publication.len() > 63 {
+            return Err(ConfigError::Invalid {
+                key: "publication",
+                value: publication,
+                expected: "a name of 1 to 63 characters",
+            });
+        }
+        let defaults = RouterConfig::default();
+        let r = file.router;
+        let event_type_field = pick(&args.event_type_field, r.event_type_field)
+            .map(|f| if f.is_empty() { None } else { Some(f) })
+            .unwrap_or(defaults.event_type_field);
+        let router = RouterConfig {
+            route_by_field: pick(&args.route_by_field, r.route_by_field).unwrap_or(defaults.route_by_field),
+            topic_pattern: pick(&args.topic, r.topic_replacement).unwrap_or(defaults.topic_pattern),
+            key_field: pick(&args.key_field, r.key_field).unwrap_or(defaults.key_field),
+            payload_field: pick(&args.payload_field, r.payload_field).unwrap_or(defaults.payload_field),
+            id_field: pick(&args.id_field, r.id_field).unwrap_or(defaults.id_field),
+            event_type_field,
+        };
+        if router.topic_pattern.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "route.topic.replacement",
+                value: String::new(),
+                expected: "a topic pattern such as outbox.event.${routedByValue}",
+            });
+        }
+        let metrics_addr = match pick(&args.metrics_addr, file.metrics_addr) {
+            None => None,
+            Some(a) if a.is_empty() => None,
+            Some(a) => Some(a.parse().map_err(|_| ConfigError::Invalid {
+                key: "metrics_addr",
+                value: a,
+                expected: "host:port with an IP address, e.g. 0.0.0.0:9187",
+            })?),
+        };
+        let mut kafka_properties = file.kafka.properties;
+        for kv in &args.kafka_property {
+            let (k, v) = kv.split_once('=').ok_or_else(|| ConfigError::Invalid {
+                key: "kafka-property",
+                value: kv.clone(),
+                expected: "KEY=VALUE, e.g. compression.type=zstd",
+            })?;
+            kafka_properties.insert(k.trim().to_owned(), v.trim().to_owned());
+        }
+        let p = file.pipeline;
+        let positive = |key: &'static str, v: Option<u64>, default: u64| -> Result<u64, ConfigError> {
+            match v {
+                Some(0) => Err(ConfigError::Invalid { key, value: "0".into(), expected: "a positive number" }),
+                Some(n) => Ok(n),
+                None => Ok(default),
+            }
+        };
+        Ok(Settings {
+            postgres: replication::Config::from_url(&postgres)?,
+            kafka_brokers,
+            kafka_properties,
+            table,
+            slot,
+            publication,
+            router,
+            metrics_addr,
+            max_in_flight_bytes: positive("pipeline.max_in_flight_bytes", p.max_in_flight_bytes, 32 << 20)?,
+            max_in_flight_records: positive("pipeline.max_in_flight_records", p.max_in_flight_records, 50_000)?,
+            status_interval: Duration::from_secs(positive(
+                "pipeline.status_interval_secs",
+                p.status_interval_secs,
+                10,
+            )?),
+            shutdown_timeout: Duration::from_secs(positive(
+                "pipeline.shutdown_timeout_secs",
+                p.shutdown_timeout_secs,
+                30,
+            )?),
+            max_backoff: Duration::from_secs(positive("pipeline.max_backoff_secs", p.max_backoff_secs, 30)?),
+        })
+    }
+}
+
+/// PostgreSQL's rule for slot names: lower-case letters, digits and underscores, at most 63.
+fn validate_slot_name(slot: &str) -> Result<(), ConfigError> {
+    let ok = !slot.is_empty()
+        && slot.len() <= 63
+        && slot.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            key: "slot",
+            value: slot.into(),
+            expected: "1 to 63 lower-case letters, digits or underscores",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["walpost", "run"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Run(args) => args,
+        }
+    }
+
+    fn file(text: &str) -> FileConfig {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn flag_beats_file_beats_default() {
+        let f = file(
+            r#"
+            postgres = "postgres://u:p@h/db"
+            slot = "from_file"
+            [kafka]
+            brokers = "k:9092"
+            [kafka.properties]
+            "compression.type" = "zstd"
+            [router]
+            "route.by.field" = "kind"
+            "#,
+        );
+        let s = Settings::resolve(&args(&["--slot", "from_flag", "--kafka-property", "linger.ms=20"]), f).unwrap();
+        assert_eq!(s.slot, "from_flag");
+        assert_eq!(s.kafka_brokers, "k:9092");
+        assert_eq!(s.router.route_by_field, "kind");
+        assert_eq!(s.router.key_field, "aggregate_id");
+        assert_eq!(s.table, TableName { schema: "events".into(), name: "outbox".into() });
+        assert_eq!(s.publication, "walpost_outbox");
+        assert_eq!(s.kafka_properties["compression.type"], "zstd");
+        assert_eq!(s.kafka_properties["linger.ms"], "20");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_them() {
+        let err = toml::from_str::<FileConfig>("postgress = 'x'").unwrap_err().to_string();
+        assert!(err.contains("postgress"), "{err}");
+        let err = toml::from_str::<FileConfig>("[router]\n\"route.by.feild\" = 'x'").unwrap_err().to_string();
+        assert!(err.contains("route.by.feild"), "{err}");
+    }
+
+    #[test]
+    fn missing_required_settings_say_how_to_set_them() {
+        let err = Settings::resolve(&args(&[]), FileConfig::default()).unwrap_err().to_string();
+        assert!(err.contains("--postgres") && err.contains("WALPOST_POSTGRES"), "{err}");
+        let err = Settings::resolve(&args(&["--postgres", "postgres://u@h/d"]), FileConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--kafka-brokers"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let base = ["--postgres", "postgres://u@h/d", "--kafka-brokers", "k:1"];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            Settings::resolve(&args(&v), FileConfig::default()).unwrap_err().to_string()
+        };
+        assert!(with(&["--slot", "Bad-Slot"]).contains("slot"));
+        assert!(with(&["--table", "a.b.c"]).contains("table"));
+        assert!(with(&["--metrics-addr", "localhost"]).contains("metrics_addr"));
+        assert!(with(&["--kafka-property", "novalue"]).contains("KEY=VALUE"));
+    }
+
+    #[test]
+    fn empty_event_type_field_disables_the_header() {
+        let s = Settings::resolve(
+            &args(&["--postgres", "postgres://u@h/d", "--kafka-brokers", "k:1", "--event-type-field", ""]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(s.router.event_type_field, None);
+    }
+}

@@ -1,0 +1,86 @@
+//! The `walpost` binary: flags, logging, signals, and one call into the pipeline.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use walpost::cli::{Cli, Command, LogFormat};
+use walpost::config::{FileConfig, Settings};
+use walpost::metrics::{self, Metrics};
+use walpost::pipeline;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let file = match &cli.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    match cli.command {
+        Command::Run(args) => {
+            let settings = Settings::resolve(&args, file)?;
+            let metrics = Arc::new(Metrics::default());
+            if let Some(addr) = settings.metrics_addr {
+                metrics::serve(addr, metrics.clone())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+            }
+            tracing::info!(
+                version = walpost::VERSION,
+                postgres = %settings.postgres.redacted(),
+                kafka = %settings.kafka_brokers,
+                table = %settings.table,
+                slot = %settings.slot,
+                "walpost starting"
+            );
+            let shutdown = shutdown_signal()?;
+            pipeline::run(&settings, metrics, shutdown).await?;
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// A watch channel that flips on the first SIGINT or SIGTERM.
+fn shutdown_signal() -> anyhow::Result<tokio::sync::watch::Receiver<bool>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!("{name} received: stopping reading, flushing Kafka, confirming");
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WALPOST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

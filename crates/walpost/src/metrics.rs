@@ -1,0 +1,187 @@
+//! Every metric walpost exports, in one place, and the HTTP endpoint that serves them.
+//!
+//! Names follow Prometheus conventions: `walpost_` prefix, unit suffixes
+//! (`_total`, `_bytes`, `_seconds`). Labels are low-cardinality and never carry payload
+//! contents: `topic` (bounded by the routing configuration) and error `class`.
+//!
+//! Endpoints: `/metrics` (text format 0.0.4), `/healthz` (the process is alive),
+//! `/readyz` (streaming from the slot right now).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// (name, type, help) of every exported metric, in output order. The README's metrics
+/// table and the e2e scrape test are checked against this list.
+pub const METRICS: &[(&str, &str, &str)] = &[
+    ("walpost_events_published_total", "counter", "Records acknowledged by Kafka, by topic."),
+    ("walpost_published_bytes_total", "counter", "Payload bytes acknowledged by Kafka."),
+    ("walpost_transactions_total", "counter", "Committed transactions read from the slot."),
+    ("walpost_received_lsn", "gauge", "Last WAL position received from the server."),
+    ("walpost_confirmed_lsn", "gauge", "Last WAL position confirmed (flushed) to the slot."),
+    ("walpost_kafka_in_flight_records", "gauge", "Records handed to the producer and not yet acknowledged."),
+    ("walpost_produce_errors_total", "counter", "Failed deliveries by class (retryable, rejected)."),
+    ("walpost_reconnects_total", "counter", "Pipeline restarts after a transient error."),
+    ("walpost_streaming", "gauge", "1 while streaming from the replication slot."),
+];
+
+/// Shared counters and gauges; cheap to update from any thread.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    events_by_topic: Mutex<BTreeMap<String, u64>>,
+    published_bytes: AtomicU64,
+    transactions: AtomicU64,
+    received_lsn: AtomicU64,
+    confirmed_lsn: AtomicU64,
+    in_flight: AtomicU64,
+    errors_retryable: AtomicU64,
+    errors_rejected: AtomicU64,
+    reconnects: AtomicU64,
+    streaming: AtomicBool,
+}
+
+impl Metrics {
+    pub fn record_published(&self, topic: &str, bytes: u64) {
+        if let Ok(mut map) = self.events_by_topic.lock() {
+            match map.get_mut(topic) {
+                Some(n) => *n += 1,
+                None => {
+                    map.insert(topic.to_owned(), 1);
+                }
+            }
+        }
+        self.published_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn produce_error(&self, class: &str) {
+        let counter = if class == "rejected" { &self.errors_rejected } else { &self.errors_retryable };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn transaction(&self) {
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn set_received_lsn(&self, lsn: u64) {
+        self.received_lsn.store(lsn, Ordering::Relaxed);
+    }
+
+    pub fn set_confirmed_lsn(&self, lsn: u64) {
+        self.confirmed_lsn.store(lsn, Ordering::Relaxed);
+    }
+
+    pub fn set_in_flight(&self, n: u64) {
+        self.in_flight.store(n, Ordering::Relaxed);
+    }
+
+    pub fn reconnect(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn set_streaming(&self, on: bool) {
+        self.streaming.store(on, Ordering::Relaxed);
+    }
+
+    pub fn is_streaming(&self) -> bool {
+        self.streaming.load(Ordering::Relaxed)
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(2048);
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (name, kind, help) in METRICS {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            match *name {
+                "walpost_events_published_total" => {
+                    if let Ok(map) = self.events_by_topic.lock() {
+                        for (topic, n) in map.iter() {
+                            let _ = writeln!(out, "{name}{{topic=\"{}\"}} {n}", escape_label(topic));
+                        }
+                    }
+                }
+                "walpost_produce_errors_total" => {
+                    let _ = writeln!(out, "{name}{{class=\"retryable\"}} {}", load(&self.errors_retryable));
+                    let _ = writeln!(out, "{name}{{class=\"rejected\"}} {}", load(&self.errors_rejected));
+                }
+                "walpost_published_bytes_total" => sample(&mut out, name, load(&self.published_bytes)),
+                "walpost_transactions_total" => sample(&mut out, name, load(&self.transactions)),
+                "walpost_received_lsn" => sample(&mut out, name, load(&self.received_lsn)),
+                "walpost_confirmed_lsn" => sample(&mut out, name, load(&self.confirmed_lsn)),
+                "walpost_kafka_in_flight_records" => sample(&mut out, name, load(&self.in_flight)),
+                "walpost_reconnects_total" => sample(&mut out, name, load(&self.reconnects)),
+                "walpost_streaming" => sample(&mut out, name, u64::from(self.is_streaming())),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+fn sample(out: &mut String, name: &str, value: u64) {
+    let _ = writeln!(out, "{name} {value}");
+}
+
+fn escape_label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// Serves /metrics, /healthz and /readyz until the process exits.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else { continue };
+            let metrics = metrics.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 2048];
+                let n = match tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut buf)).await {
+                    Ok(Ok(n)) => n,
+                    _ => return,
+                };
+                let request = String::from_utf8_lossy(buf.get(..n).unwrap_or_default());
+                let path = request.split_whitespace().nth(1).unwrap_or("/");
+                let (status, body) = match path {
+                    "/metrics" => ("200 OK", metrics.render()),
+                    "/healthz" => ("200 OK", "ok\n".to_owned()),
+                    "/readyz" if metrics.is_streaming() => ("200 OK", "ready\n".to_owned()),
+                    "/readyz" => ("503 Service Unavailable", "not streaming\n".to_owned()),
+                    _ => ("404 Not Found", "not found\n".to_owned()),
+                };
+                let response = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(response.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_metric_with_help_and_type() {
+        let m = Metrics::default();
+        m.record_published("outbox.event.order", 10);
+        m.record_published("outbox.event.order", 5);
+        m.produce_error("rejected");
+        let text = m.render();
+        for (name, kind, _) in METRICS {
+            assert!(text.contains(&format!("# TYPE {name} {kind}")), "{name}");
+        }
+        assert!(text.contains("walpost_events_published_total{topic=\"outbox.event.order\"} 2"));
+        assert!(text.contains("walpost_published_bytes_total 15"));
+        assert!(text.contains("walpost_produce_errors_total{class=\"rejected\"} 1"));
+    }
+}

@@ -1,0 +1,446 @@
+//! The streaming loop: slot -> decoder -> router -> Kafka -> checkpoint -> slot.
+//!
+//! One *session* is one replication connection plus one producer. A transient error
+//! ends the session; [`run`] waits (capped exponential backoff) and starts a new one
+//! from the slot's confirmed position, so everything not yet confirmed is sent again
+//! (at-least-once, never a gap). A definite error ends [`run`].
+//!
+//! Invariants:
+//! - The flush LSN sent to the server comes only from [`Checkpoint::flush_lsn`].
+//! - WAL is read only while in-flight records and bytes are under their limits, so
+//!   memory is bounded whatever the backlog; status updates keep flowing meanwhile.
+//! - Only INSERTs into the configured table become records; a row that cannot be
+//!   routed stops the pipeline instead of being skipped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgoutput::wire::{PrimaryKeepalive, ReplicationMessage, XLogData};
+use pgoutput::{Decoder, LogicalMessage, Lsn, Relation};
+use rdkafka::ClientConfig;
+use replication::{quote_ident, ReplicationClient, ReplicationStream, SlotSnapshot};
+use router::{ResolvedRelation, Router};
+use tokio::sync::{mpsc, watch};
+
+use crate::checkpoint::{Checkpoint, TxnSeq};
+use crate::config::Settings;
+use crate::error::PipelineError;
+use crate::metrics::Metrics;
+use crate::setup;
+use crate::sink::{self, Delivery, KafkaSink, SendError};
+
+/// Crash seams for tests: `WALPOST_FAILPOINT=<name>` aborts the process there.
+pub mod failpoint {
+    use std::sync::OnceLock;
+
+    /// After Kafka acknowledged records that advance the flush LSN, before it is sent.
+    pub const AFTER_ACK_BEFORE_CONFIRM: &str = "after-ack-before-confirm";
+
+    pub fn hit(name: &str) {
+        static ACTIVE: OnceLock<Option<String>> = OnceLock::new();
+        let active = ACTIVE.get_or_init(|| std::env::var("WALPOST_FAILPOINT").ok());
+        if active.as_deref() == Some(name) {
+            eprintln!("walpost: failpoint {name} reached, aborting");
+            std::process::abort();
+        }
+    }
+}
+
+/// How a session ended without error.
+enum SessionEnd {
+    Shutdown,
+}
+
+/// Streams until shutdown (Ok) or a definite error.
+pub async fn run(
+    settings: &Settings,
+    metrics: Arc<Metrics>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), PipelineError> {
+    let producer_config =
+        sink::producer_config(&settings.kafka_brokers, &settings.kafka_properties).map_err(PipelineError::definite)?;
+    let mut backoff = Backoff::new(settings.max_backoff);
+    loop {
+        let started = Instant::now();
+        let result = session(settings, &producer_config, &metrics, &mut shutdown).await;
+        metrics.set_streaming(false);
+        match result {
+            Ok(SessionEnd::Shutdown) => return Ok(()),
+            Err(PipelineError::Definite(message)) => return Err(PipelineError::Definite(message)),
+            Err(PipelineError::Transient(message)) => {
+                if started.elapsed() > Duration::from_secs(30) {
+                    backoff.reset();
+                }
+                let wait = backoff.next_delay();
+                tracing::warn!(retry_in_ms = wait.as_millis() as u64, "{message}; reconnecting");
+                metrics.reconnect();
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.changed() => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Capped exponential backoff: 250 ms, 500 ms, 1 s, ... up to `max`.
+#[derive(Debug)]
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(250);
+
+    fn new(max: Duration) -> Backoff {
+        Backoff { next: Self::FIRST, max }
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let d = self.next.min(self.max);
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+/// Connects, checks, starts streaming and runs the loop until something ends it.
+async fn session(
+    s: &Settings,
+    producer_config: &ClientConfig,
+    metrics: &Arc<Metrics>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<SessionEnd, PipelineError> {
+    let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+    setup::preflight(&mut sql, s).await?;
+    let slot = setup::slot_row(&mut sql, &s.slot).await?;
+    sql.close().await;
+
+    let mut repl = ReplicationClient::connect(&s.postgres).await?;
+    let start = match slot {
+        Some(row) => {
+            setup::check_slot(&row, s)?;
+            row.confirmed_flush.unwrap_or(Lsn::ZERO)
+        }
+        None => {
+            let created = repl.create_logical_slot(&s.slot, "pgoutput", SlotSnapshot::Nothing, false).await?;
+            tracing::info!(slot = %s.slot, consistent_point = %created.consistent_point, "created replication slot");
+            created.consistent_point
+        }
+    };
+
+    let (sink, reports) = KafkaSink::new(producer_config, metrics.clone()).map_err(PipelineError::definite)?;
+    let publications = quote_ident(&s.publication);
+    let stream = repl
+        .start_logical_replication(&s.slot, start, &[("proto_version", "1"), ("publication_names", &publications)])
+        .await?;
+    tracing::info!(slot = %s.slot, from = %start, "streaming");
+    metrics.set_streaming(true);
+    metrics.set_confirmed_lsn(start.0);
+
+    let mut session = Session {
+        s,
+        metrics: metrics.clone(),
+        sink,
+        reports,
+        stream,
+        decoder: Decoder::new(),
+        router: Router::new(s.router.clone()),
+        relations: HashMap::new(),
+        checkpoint: Checkpoint::new(start),
+        current: None,
+        received: start,
+        sent_flush: start,
+        last_status: Instant::now(),
+        in_flight_bytes: 0,
+        acked_since_status: false,
+    };
+    let result = session.stream_loop(shutdown).await;
+    match &result {
+        Ok(SessionEnd::Shutdown) => session.finish("shutdown").await,
+        Err(PipelineError::Definite(_)) => session.finish("halting").await,
+        // The connection may be gone; what was acked but not confirmed is sent again.
+        Err(PipelineError::Transient(_)) => {}
+    }
+    result
+}
+
+/// The fatal error for a record Kafka will never take; quoted in runbooks/poison-record.md.
+fn rejected(r: &sink::Rejection, confirmed: Lsn) -> PipelineError {
+    PipelineError::definite(format!(
+        "Kafka rejected event id={} for topic {} permanently ({}: {}); WAL is confirmed only up to {confirmed}, so the event is not lost: {}, then restart walpost",
+        r.event_id, r.topic, r.code, r.error, r.fix
+    ))
+}
+
+/// What the pipeline knows about a relation from its last Relation message.
+enum RelationEntry {
+    Outbox(ResolvedRelation),
+    /// The outbox table, but its columns no longer match the configuration.
+    Unroutable(router::RouteError),
+    /// Another table in the publication: its inserts are not outbox events.
+    Other,
+}
+
+/// The transaction being read.
+struct OpenTxn {
+    seq: TxnSeq,
+    commit_time_ms: i64,
+    final_lsn: Lsn,
+}
+
+struct Session<'a> {
+    s: &'a Settings,
+    metrics: Arc<Metrics>,
+    sink: KafkaSink,
+    reports: mpsc::UnboundedReceiver<Delivery>,
+    stream: ReplicationStream,
+    decoder: Decoder,
+    router: Router,
+    relations: HashMap<u32, RelationEntry>,
+    checkpoint: Checkpoint,
+    current: Option<OpenTxn>,
+    received: Lsn,
+    sent_flush: Lsn,
+    last_status: Instant,
+    in_flight_bytes: u64,
+    /// Kafka acknowledged records since the last status update (for the failpoint).
+    acked_since_status: bool,
+}
+
+/// Do not send status updates more often than this just because the flush LSN moved.
+const MIN_STATUS_GAP: Duration = Duration::from_millis(200);
+
+impl Session<'_> {
+    async fn stream_loop(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<SessionEnd, PipelineError> {
+        let mut tick = tokio::time::interval(MIN_STATUS_GAP);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let can_read = self.checkpoint.in_flight_records() < self.s.max_in_flight_records
+                && self.in_flight_bytes < self.s.max_in_flight_bytes;
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => return Ok(SessionEnd::Shutdown),
+                Some(report) = self.reports.recv() => self.on_delivery(report)?,
+                _ = tick.tick() => self.maybe_send_status(false).await?,
+                message = self.stream.next(), if can_read => match message? {
+                    Some(ReplicationMessage::XLogData(x)) => self.on_xlog(x).await?,
+                    Some(ReplicationMessage::PrimaryKeepalive(k)) => self.on_keepalive(k).await?,
+                    None => return Err(PipelineError::transient("PostgreSQL ended the replication stream")),
+                },
+            }
+        }
+    }
+
+    fn on_delivery(&mut self, report: Delivery) -> Result<(), PipelineError> {
+        self.in_flight_bytes = self.in_flight_bytes.saturating_sub(report.bytes());
+        match report {
+            Delivery::Delivered { txn, .. } => {
+                self.checkpoint.delivered(txn).map_err(PipelineError::definite)?;
+                self.acked_since_status = true;
+                self.metrics.set_in_flight(self.checkpoint.in_flight_records());
+                Ok(())
+            }
+            Delivery::Retryable { error, .. } => Err(PipelineError::transient(format!(
+                "Kafka did not acknowledge a record ({error}); restarting from the last confirmed position {}",
+                self.checkpoint.flush_lsn()
+            ))),
+            Delivery::Rejected { rejection, .. } => Err(rejected(&rejection, self.checkpoint.flush_lsn())),
+        }
+    }
+
+    async fn on_keepalive(&mut self, k: PrimaryKeepalive) -> Result<(), PipelineError> {
+        self.received = self.received.max(k.wal_end);
+        self.metrics.set_received_lsn(self.received.0);
+        if self.current.is_none() {
+            self.checkpoint.idle_position(k.wal_end);
+        }
+        if k.reply_requested {
+            self.send_status(k.reply_requested).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_xlog(&mut self, x: XLogData) -> Result<(), PipelineError> {
+        self.received = self.received.max(x.wal_start);
+        self.metrics.set_received_lsn(self.received.0);
+        let message = self.decoder.decode(x.data).map_err(|e| {
+            PipelineError::definite(format!(
+                "malformed pgoutput message at LSN {}: {e}; nothing past {} was confirmed. This is a walpost or server bug: report it with the server version",
+                x.wal_start,
+                self.checkpoint.flush_lsn()
+            ))
+        })?;
+        match message {
+            LogicalMessage::Begin(b) => {
+                if self.current.is_some() {
+                    return Err(PipelineError::definite("pgoutput protocol: Begin inside an open transaction"));
+                }
+                let unix_micros = pgoutput::pg_epoch_micros_to_unix_micros(b.commit_time);
+                self.current = Some(OpenTxn {
+                    seq: self.checkpoint.begin(),
+                    commit_time_ms: unix_micros.div_euclid(1000),
+                    final_lsn: b.final_lsn,
+                });
+            }
+            LogicalMessage::Commit(c) => {
+                let txn = self
+                    .current
+                    .take()
+                    .ok_or_else(|| PipelineError::definite("pgoutput protocol: Commit without Begin"))?;
+                self.checkpoint.commit(txn.seq, c.end_lsn).map_err(PipelineError::definite)?;
+                self.metrics.transaction();
+            }
+            LogicalMessage::Relation(r) => self.on_relation(&r),
+            LogicalMessage::Insert(insert) => {
+                let txn = self
+                    .current
+                    .as_ref()
+                    .ok_or_else(|| PipelineError::definite("pgoutput protocol: Insert outside a transaction"))?;
+                let (seq, ts, final_lsn) = (txn.seq, txn.commit_time_ms, txn.final_lsn);
+                let record = match self.relations.get(&insert.relation_oid) {
+                    Some(RelationEntry::Outbox(rel)) => self.router.route(rel, &insert.tuple).map_err(|e| {
+                        PipelineError::definite(format!(
+                            "cannot route a row of the transaction committing at {final_lsn}: {e}; nothing past {} was confirmed",
+                            self.checkpoint.flush_lsn()
+                        ))
+                    })?,
+                    Some(RelationEntry::Unroutable(e)) => {
+                        return Err(PipelineError::definite(format!(
+                            "{e}; nothing past {} was confirmed",
+                            self.checkpoint.flush_lsn()
+                        )))
+                    }
+                    Some(RelationEntry::Other) => return Ok(()),
+                    None => {
+                        return Err(PipelineError::definite(format!(
+                            "pgoutput protocol: Insert for relation {} before its Relation message",
+                            insert.relation_oid
+                        )))
+                    }
+                };
+                match self.sink.send(seq, &record, Some(ts)).await {
+                    Ok(()) => {}
+                    Err(SendError::Retryable(e)) => {
+                        return Err(PipelineError::transient(format!("cannot hand a record to Kafka: {e}")))
+                    }
+                    Err(SendError::Rejected(r)) => return Err(rejected(&r, self.checkpoint.flush_lsn())),
+                }
+                self.checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
+                self.in_flight_bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
+                self.metrics.set_in_flight(self.checkpoint.in_flight_records());
+            }
+            // The publication sends inserts only; anything else on a table walpost did
+            // not set up is not an outbox event.
+            LogicalMessage::Update(_)
+            | LogicalMessage::Delete(_)
+            | LogicalMessage::Truncate(_)
+            | LogicalMessage::Origin(_)
+            | LogicalMessage::Type(_)
+            | LogicalMessage::Message(_) => {}
+            LogicalMessage::StreamStart(_)
+            | LogicalMessage::StreamStop
+            | LogicalMessage::StreamCommit(_)
+            | LogicalMessage::StreamAbort(_)
+            | LogicalMessage::BeginPrepare(_)
+            | LogicalMessage::Prepare(_)
+            | LogicalMessage::CommitPrepared(_)
+            | LogicalMessage::RollbackPrepared(_)
+            | LogicalMessage::StreamPrepare(_) => {
+                return Err(PipelineError::definite(
+                    "pgoutput sent a streamed or two-phase transaction message, which walpost does not request (proto_version 1): report this with the server version",
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn on_relation(&mut self, r: &Relation) {
+        let is_outbox = r.namespace.as_ref() == self.s.table.schema.as_bytes()
+            && r.name.as_ref() == self.s.table.name.as_bytes();
+        let entry = if !is_outbox {
+            RelationEntry::Other
+        } else {
+            match self.router.resolve(r) {
+                Ok(resolved) => RelationEntry::Outbox(resolved),
+                Err(e) => {
+                    tracing::warn!(table = %self.s.table, "outbox table changed: {e}");
+                    RelationEntry::Unroutable(e)
+                }
+            }
+        };
+        self.relations.insert(r.oid, entry);
+    }
+
+    /// Sends a status update if the flush position moved or the interval elapsed.
+    async fn maybe_send_status(&mut self, force: bool) -> Result<(), PipelineError> {
+        let moved = self.checkpoint.flush_lsn() != self.sent_flush;
+        if force || moved || self.last_status.elapsed() >= self.s.status_interval {
+            self.send_status(false).await?;
+        }
+        Ok(())
+    }
+
+    async fn send_status(&mut self, reply: bool) -> Result<(), PipelineError> {
+        let flush = self.checkpoint.flush_lsn();
+        if flush != self.sent_flush && self.acked_since_status {
+            failpoint::hit(failpoint::AFTER_ACK_BEFORE_CONFIRM);
+        }
+        let write = self.received.max(flush);
+        self.stream.send_status(write, flush, flush, reply).await?;
+        self.sent_flush = flush;
+        self.acked_since_status = false;
+        self.last_status = Instant::now();
+        self.metrics.set_confirmed_lsn(flush.0);
+        Ok(())
+    }
+
+    /// Stops reading, waits (bounded) for outstanding acknowledgements, confirms what
+    /// was delivered and closes the stream.
+    async fn finish(mut self, why: &str) {
+        let deadline = tokio::time::Instant::now() + self.s.shutdown_timeout;
+        while self.checkpoint.in_flight_records() > 0 {
+            match tokio::time::timeout_at(deadline, self.reports.recv()).await {
+                Ok(Some(Delivery::Delivered { txn, bytes })) => {
+                    self.in_flight_bytes = self.in_flight_bytes.saturating_sub(bytes);
+                    if self.checkpoint.delivered(txn).is_err() {
+                        break;
+                    }
+                }
+                // A failed record blocks everything after it: nothing more to confirm.
+                Ok(Some(_)) | Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        unacknowledged = self.checkpoint.in_flight_records(),
+                        "Kafka did not acknowledge everything within the shutdown timeout; those events will be sent again on restart"
+                    );
+                    break;
+                }
+            }
+        }
+        match self.send_status(false).await {
+            Ok(()) => tracing::info!(confirmed = %self.checkpoint.flush_lsn(), "{why}: confirmed position sent"),
+            Err(e) => tracing::warn!("{why}: could not send the final position: {e}"),
+        }
+        self.stream.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(2));
+        let delays: Vec<_> = (0..6).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(delays, vec![250, 500, 1000, 2000, 2000, 2000]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(250));
+    }
+}

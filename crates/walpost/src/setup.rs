@@ -1,0 +1,215 @@
+//! Preflight checks and idempotent setup on an ordinary SQL connection: wal_level,
+//! the role's privileges, the outbox table and its mapped columns, the publication and
+//! the slot's state. Each failure is a [`PipelineError::Definite`] whose text names
+//! the problem and the command that fixes it.
+
+use bytes::Bytes;
+use pgoutput::{Column, Lsn, Relation};
+use replication::{quote_ident, quote_literal, ReplicationClient};
+use router::Router;
+
+use crate::config::Settings;
+use crate::error::PipelineError;
+
+/// The runbook a lost slot points to.
+pub const SLOT_LOST_RUNBOOK: &str = "runbooks/slot-lost.md";
+
+/// What pg_replication_slots says about our slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotRow {
+    pub plugin: Option<String>,
+    pub slot_type: String,
+    pub database: Option<String>,
+    pub active_pid: Option<i32>,
+    pub wal_status: Option<String>,
+    pub confirmed_flush: Option<Lsn>,
+}
+
+async fn query(sql: &mut ReplicationClient, text: &str) -> Result<replication::QueryResult, PipelineError> {
+    Ok(sql.simple_query(text).await?)
+}
+
+/// Checks everything that does not depend on the slot; creates the publication if missing.
+pub async fn preflight(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    check_wal_level(sql).await?;
+    check_role(sql).await?;
+    check_table(sql, s).await?;
+    ensure_publication(sql, s).await
+}
+
+pub async fn check_wal_level(sql: &mut ReplicationClient) -> Result<(), PipelineError> {
+    let r = query(sql, "SHOW wal_level").await?;
+    let level = r.first("wal_level").unwrap_or("unknown");
+    if level != "logical" {
+        return Err(PipelineError::definite(format!(
+            "wal_level is '{level}' but walpost needs 'logical': run ALTER SYSTEM SET wal_level = logical (or set wal_level = logical in postgresql.conf) and restart PostgreSQL; a reload is not enough"
+        )));
+    }
+    Ok(())
+}
+
+pub async fn check_role(sql: &mut ReplicationClient) -> Result<(), PipelineError> {
+    let r = query(
+        sql,
+        "SELECT current_user AS name, rolsuper::text AS super, rolreplication::text AS repl FROM pg_roles WHERE rolname = current_user",
+    )
+    .await?;
+    let name = r.first("name").unwrap_or("?").to_owned();
+    if r.first("super") != Some("true") && r.first("repl") != Some("true") {
+        return Err(PipelineError::definite(format!(
+            "role \"{name}\" lacks the REPLICATION attribute: run ALTER ROLE {} WITH REPLICATION as a superuser",
+            quote_ident(&name)
+        )));
+    }
+    Ok(())
+}
+
+/// The table exists and holds every mapped column (checked with the router's own
+/// column lookup, so the error is the one a Relation message would give).
+pub async fn check_table(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    let r = query(
+        sql,
+        &format!(
+            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = {} AND c.relname = {} AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            quote_literal(&s.table.schema),
+            quote_literal(&s.table.name)
+        ),
+    )
+    .await?;
+    if r.rows.is_empty() {
+        return Err(PipelineError::definite(format!(
+            "table {} does not exist in database {}: apply migrations/0001_events_outbox.sql or pass --table schema.name",
+            s.table, s.postgres.dbname
+        )));
+    }
+    let relation = Relation {
+        xid: None,
+        oid: 0,
+        namespace: Bytes::from(s.table.schema.clone()),
+        name: Bytes::from(s.table.name.clone()),
+        replica_identity: b'd',
+        columns: r
+            .rows
+            .iter()
+            .filter_map(|row| row.first().cloned().flatten())
+            .map(|name| Column { flags: 0, name: Bytes::from(name), type_oid: 0, type_modifier: -1 })
+            .collect(),
+    };
+    Router::new(s.router.clone()).resolve(&relation).map_err(PipelineError::definite)?;
+    Ok(())
+}
+
+/// Creates the publication when missing; checks an existing one publishes our inserts.
+pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    let pubname = quote_literal(&s.publication);
+    let r = query(
+        sql,
+        &format!("SELECT pubinsert::text AS ins, puballtables::text AS alltables, pubviaroot::text AS viaroot FROM pg_publication WHERE pubname = {pubname}"),
+    )
+    .await?;
+    if r.rows.is_empty() {
+        let create = format!(
+            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert', publish_via_partition_root = true)",
+            quote_ident(&s.publication),
+            s.table.quoted()
+        );
+        sql.simple_query(&create).await.map_err(|e| {
+            PipelineError::definite(format!(
+                "cannot create publication \"{}\": {e}; create it as the table owner or a superuser with: {create}",
+                s.publication
+            ))
+        })?;
+        tracing::info!(publication = %s.publication, table = %s.table, "created publication");
+        return Ok(());
+    }
+    if r.first("ins") != Some("true") {
+        return Err(PipelineError::definite(format!(
+            "publication \"{}\" does not publish inserts: run ALTER PUBLICATION {} SET (publish = 'insert')",
+            s.publication,
+            quote_ident(&s.publication)
+        )));
+    }
+    let covered = query(
+        sql,
+        &format!(
+            "SELECT count(*) AS n FROM pg_publication_tables WHERE pubname = {pubname} AND schemaname = {} AND tablename = {}",
+            quote_literal(&s.table.schema),
+            quote_literal(&s.table.name)
+        ),
+    )
+    .await?;
+    if covered.first("n") == Some("0") {
+        return Err(PipelineError::definite(format!(
+            "publication \"{}\" exists but does not include {}: run ALTER PUBLICATION {} ADD TABLE {}, or choose another --publication",
+            s.publication,
+            s.table,
+            quote_ident(&s.publication),
+            s.table.quoted()
+        )));
+    }
+    if r.first("alltables") == Some("true") {
+        tracing::warn!(publication = %s.publication, "publication is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published", s.table);
+    }
+    Ok(())
+}
+
+/// Our slot's row in pg_replication_slots, if it exists.
+pub async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<Option<SlotRow>, PipelineError> {
+    let r = query(
+        sql,
+        &format!(
+            "SELECT plugin, slot_type, database, active_pid::text AS pid, wal_status, confirmed_flush_lsn::text AS confirmed \
+             FROM pg_replication_slots WHERE slot_name = {}",
+            quote_literal(slot)
+        ),
+    )
+    .await?;
+    if r.rows.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(SlotRow {
+        plugin: r.first("plugin").map(str::to_owned),
+        slot_type: r.first("slot_type").unwrap_or("logical").to_owned(),
+        database: r.first("database").map(str::to_owned),
+        active_pid: r.first("pid").and_then(|p| p.parse().ok()),
+        wal_status: r.first("wal_status").map(str::to_owned),
+        confirmed_flush: r.first("confirmed").and_then(|l| l.parse().ok()),
+    }))
+}
+
+/// Checks an existing slot can be used by this instance now.
+pub fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineError> {
+    let slot = &s.slot;
+    if row.slot_type != "logical" || row.plugin.as_deref() != Some("pgoutput") {
+        return Err(PipelineError::definite(format!(
+            "replication slot \"{slot}\" exists but is a {} slot with plugin {}; walpost needs a logical pgoutput slot: drop it with SELECT pg_drop_replication_slot('{slot}') if nothing else uses it, or choose another --slot",
+            row.slot_type,
+            row.plugin.as_deref().unwrap_or("none")
+        )));
+    }
+    if row.database.as_deref() != Some(s.postgres.dbname.as_str()) {
+        return Err(PipelineError::definite(format!(
+            "replication slot \"{slot}\" belongs to database {}, not {}: connect to that database or choose another --slot",
+            row.database.as_deref().unwrap_or("?"),
+            s.postgres.dbname
+        )));
+    }
+    if row.wal_status.as_deref() == Some("lost") {
+        return Err(PipelineError::definite(slot_lost_message(slot)));
+    }
+    if let Some(pid) = row.active_pid {
+        return Err(PipelineError::transient(format!(
+            "replication slot \"{slot}\" is in use by server process {pid} (another walpost instance?); waiting for it to be released"
+        )));
+    }
+    Ok(())
+}
+
+/// The fatal error for an invalidated slot; quoted verbatim in the runbook.
+pub fn slot_lost_message(slot: &str) -> String {
+    format!(
+        "replication slot \"{slot}\" was invalidated (wal_status = lost): PostgreSQL removed WAL it still needed, so events committed since its confirmed position may never reach Kafka; follow {SLOT_LOST_RUNBOOK}"
+    )
+}

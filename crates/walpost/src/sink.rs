@@ -1,0 +1,361 @@
+//! The Kafka sink: produces routed records and reports each one's fate.
+//!
+//! Every record carries its transaction's [`TxnSeq`] as the delivery opaque; the
+//! delivery callback turns librdkafka's report into a [`Delivery`]:
+//! - `Delivered`: acknowledged with acks=all; the checkpoint may count it;
+//! - `Retryable`: Kafka may take it later (timeout, broker gone, fatal idempotence
+//!   state); the pipeline restarts from the last confirmed LSN with a new producer;
+//! - `Rejected`: Kafka will never take it (too large, invalid topic, not authorised);
+//!   the pipeline halts naming the event id and LSN.
+//!
+//! Ordering: acks=all + enable.idempotence=true keep per-partition order across
+//! retries; `murmur2_random` puts a key in the same partition as Java clients and
+//! Debezium. Settings that would break ordering or durability are refused.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientConfig, ClientContext};
+use router::Record;
+use tokio::sync::mpsc;
+
+use crate::checkpoint::TxnSeq;
+use crate::metrics::Metrics;
+
+/// What happened to one produced record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    Delivered { txn: TxnSeq, bytes: u64 },
+    Retryable { txn: TxnSeq, bytes: u64, error: String },
+    Rejected { txn: TxnSeq, bytes: u64, rejection: Rejection },
+}
+
+impl Delivery {
+    pub fn txn(&self) -> TxnSeq {
+        match self {
+            Delivery::Delivered { txn, .. } | Delivery::Retryable { txn, .. } | Delivery::Rejected { txn, .. } => *txn,
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Delivery::Delivered { bytes, .. } | Delivery::Retryable { bytes, .. } | Delivery::Rejected { bytes, .. } => {
+                *bytes
+            }
+        }
+    }
+}
+
+/// A record Kafka will never accept, with what an operator needs to act.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub event_id: String,
+    pub topic: String,
+    pub code: String,
+    pub error: String,
+    pub fix: &'static str,
+}
+
+/// The sink cannot be set up as configured.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("kafka property {key}={value} is refused: {reason}")]
+    RefusedProperty { key: String, value: String, reason: &'static str },
+    #[error("cannot create the Kafka producer: {0}")]
+    Create(KafkaError),
+}
+
+/// Properties walpost sets unless the user overrides them (and may not override where
+/// [`refuse_property`] says so).
+const DEFAULTS: &[(&str, &str)] = &[
+    ("acks", "all"),
+    ("enable.idempotence", "true"),
+    ("partitioner", "murmur2_random"),
+    ("compression.type", "lz4"),
+    ("linger.ms", "5"),
+    ("client.id", "walpost"),
+];
+
+/// Refuses settings that would break per-aggregate order, durability, or the one
+/// delivery report per record the checkpoint depends on.
+pub fn refuse_property(key: &str, value: &str) -> Option<&'static str> {
+    let v = value.trim().to_ascii_lowercase();
+    match key {
+        "enable.idempotence" if v != "true" => {
+            Some("without idempotence a retried batch can land after a later one and reorder an aggregate's events")
+        }
+        "acks" | "request.required.acks" if v != "all" && v != "-1" => {
+            Some("walpost confirms WAL only after acks=all; fewer acks can lose acknowledged events")
+        }
+        "max.in.flight.requests.per.connection" | "max.in.flight" if v.parse::<u32>().map_or(true, |n| n > 5) => {
+            Some("more than 5 in-flight requests breaks idempotent ordering")
+        }
+        "transactional.id" => Some("Kafka transactions are not used by walpost"),
+        "delivery.report.only.error" if v == "true" => {
+            Some("walpost needs a delivery report for every record to confirm WAL positions")
+        }
+        "bootstrap.servers" | "metadata.broker.list" => Some("set the brokers with --kafka-brokers or [kafka] brokers"),
+        "dr_cb" | "dr_msg_cb" | "opaque" => Some("set internally by walpost"),
+        _ => None,
+    }
+}
+
+/// Builds the producer configuration: defaults, then user properties (checked).
+pub fn producer_config(brokers: &str, properties: &BTreeMap<String, String>) -> Result<ClientConfig, SinkError> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", brokers);
+    for (k, v) in DEFAULTS {
+        cfg.set(*k, *v);
+    }
+    for (k, v) in properties {
+        if let Some(reason) = refuse_property(k, v) {
+            return Err(SinkError::RefusedProperty { key: k.clone(), value: v.clone(), reason });
+        }
+        cfg.set(k, v);
+    }
+    if cfg.get("partitioner") != Some("murmur2_random") {
+        tracing::warn!(
+            partitioner = cfg.get("partitioner").unwrap_or_default(),
+            "partitioner is not murmur2_random: keys will not map to the same partitions as Java clients and Debezium"
+        );
+    }
+    cfg.set_log_level(RDKafkaLogLevel::Warning);
+    Ok(cfg)
+}
+
+/// Sorts a Kafka error into "try again later" and "never".
+pub fn classify(error: &KafkaError) -> Option<(&'static str, &'static str)> {
+    use RDKafkaErrorCode as C;
+    let code = error.rdkafka_error_code()?;
+    let fix = match code {
+        C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge => {
+            "raise the topic's max.message.bytes and the producer's message.max.bytes, or make the payload smaller"
+        }
+        C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed => {
+            "grant the producer principal WRITE (and DESCRIBE) on the topic"
+        }
+        C::InvalidTopic => "fix route.topic.replacement or the route column value so the topic name is valid",
+        C::UnknownTopic | C::UnknownTopicOrPartition => {
+            "create the topic, or enable auto.create.topics.enable on the brokers"
+        }
+        C::InvalidRecord | C::InvalidMessage => "the broker refused the record's format; check broker logs",
+        C::PolicyViolation => "the broker's create-topic or record policy refused it; check broker logs",
+        _ => return None,
+    };
+    Some((code_name(code), fix))
+}
+
+fn code_name(code: RDKafkaErrorCode) -> &'static str {
+    use RDKafkaErrorCode as C;
+    match code {
+        C::MessageSizeTooLarge => "message_size_too_large",
+        C::InvalidMessageSize => "invalid_message_size",
+        C::MessageBatchTooLarge => "message_batch_too_large",
+        C::TopicAuthorizationFailed => "topic_authorization_failed",
+        C::ClusterAuthorizationFailed => "cluster_authorization_failed",
+        C::InvalidTopic => "invalid_topic",
+        C::UnknownTopic | C::UnknownTopicOrPartition => "unknown_topic",
+        C::InvalidRecord | C::InvalidMessage => "invalid_record",
+        C::PolicyViolation => "policy_violation",
+        _ => "other",
+    }
+}
+
+/// librdkafka callbacks: delivery reports to the pipeline, logs to tracing.
+#[derive(Debug)]
+pub struct SinkContext {
+    reports: mpsc::UnboundedSender<Delivery>,
+    metrics: Arc<Metrics>,
+}
+
+impl ClientContext for SinkContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+                tracing::error!(facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Warning => tracing::warn!(facility = fac, "librdkafka: {log_message}"),
+            _ => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(error = %error, "Kafka client error: {reason}");
+    }
+}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let txn = TxnSeq(opaque as u64);
+        let report = match result {
+            Ok(msg) => {
+                let bytes = msg.payload_len() as u64;
+                self.metrics.record_published(msg.topic(), bytes);
+                Delivery::Delivered { txn, bytes }
+            }
+            Err((error, msg)) => {
+                let bytes = msg.payload_len() as u64;
+                match classify(error) {
+                    Some((code, fix)) => {
+                        self.metrics.produce_error("rejected");
+                        let event_id = msg
+                            .headers()
+                            .and_then(|h| h.iter().find(|h| h.key == router::HEADER_ID).and_then(|h| h.value))
+                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                            .unwrap_or_default();
+                        Delivery::Rejected {
+                            txn,
+                            bytes,
+                            rejection: Rejection {
+                                event_id,
+                                topic: msg.topic().to_owned(),
+                                code: code.to_owned(),
+                                error: error.to_string(),
+                                fix,
+                            },
+                        }
+                    }
+                    None => {
+                        self.metrics.produce_error("retryable");
+                        Delivery::Retryable { txn, bytes, error: error.to_string() }
+                    }
+                }
+            }
+        };
+        // The receiver is gone only when the pipeline has stopped; nothing to confirm then.
+        let _ = self.reports.send(report);
+    }
+}
+
+/// A producer plus the stream of its delivery reports.
+pub struct KafkaSink {
+    producer: ThreadedProducer<SinkContext>,
+}
+
+impl std::fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSink").field("in_flight", &self.producer.in_flight_count()).finish()
+    }
+}
+
+impl KafkaSink {
+    pub fn new(
+        config: &ClientConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<(KafkaSink, mpsc::UnboundedReceiver<Delivery>), SinkError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let producer = config
+            .create_with_context(SinkContext { reports: tx, metrics })
+            .map_err(SinkError::Create)?;
+        Ok((KafkaSink { producer }, rx))
+    }
+
+    /// Hands one record to librdkafka. `Err` carries a rejection found before sending
+    /// (e.g. larger than message.max.bytes); queue-full waits here.
+    pub async fn send(&self, txn: TxnSeq, record: &Record, timestamp_ms: Option<i64>) -> Result<(), SendError> {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (name, value) in &record.headers {
+            headers = headers.insert(Header { key: name, value: Some(value.as_ref()) });
+        }
+        let opaque = usize::try_from(txn.0).unwrap_or(usize::MAX);
+        let mut base = BaseRecord::with_opaque_to(&record.topic, opaque).key(record.key.as_ref()).headers(headers);
+        if let Some(value) = &record.value {
+            base = base.payload(value.as_ref());
+        }
+        if let Some(ts) = timestamp_ms {
+            base = base.timestamp(ts);
+        }
+        loop {
+            match self.producer.send(base) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    base = back;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((error, _)) => {
+                    return Err(match classify(&error) {
+                        Some((code, fix)) => SendError::Rejected(Rejection {
+                            event_id: String::from_utf8_lossy(&record.event_id).into_owned(),
+                            topic: record.topic.to_string(),
+                            code: code.to_owned(),
+                            error: error.to_string(),
+                            fix,
+                        }),
+                        None => SendError::Retryable(error.to_string()),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Waits (bounded) for every queued record to be delivered or failed.
+    pub fn flush(&self, timeout: Duration) -> Result<(), String> {
+        self.producer.flush(timeout).map_err(|e| e.to_string())
+    }
+
+    pub fn in_flight(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+}
+
+/// Failure to hand a record to the producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendError {
+    Rejected(Rejection),
+    Retryable(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordering_breaking_properties_are_refused() {
+        for (k, v) in [
+            ("enable.idempotence", "false"),
+            ("acks", "1"),
+            ("request.required.acks", "0"),
+            ("max.in.flight.requests.per.connection", "10"),
+            ("transactional.id", "x"),
+            ("bootstrap.servers", "h:1"),
+        ] {
+            let mut props = BTreeMap::new();
+            props.insert(k.to_owned(), v.to_owned());
+            let err = producer_config("h:9092", &props).unwrap_err().to_string();
+            assert!(err.contains(k), "{err}");
+        }
+        for (k, v) in [("acks", "all"), ("acks", "-1"), ("max.in.flight", "5"), ("compression.type", "zstd")] {
+            let mut props = BTreeMap::new();
+            props.insert(k.to_owned(), v.to_owned());
+            assert!(producer_config("h:9092", &props).is_ok(), "{k}={v}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_durable_and_java_compatible() {
+        let cfg = producer_config("h:9092", &BTreeMap::new()).unwrap();
+        assert_eq!(cfg.get("acks"), Some("all"));
+        assert_eq!(cfg.get("enable.idempotence"), Some("true"));
+        assert_eq!(cfg.get("partitioner"), Some("murmur2_random"));
+        assert_eq!(cfg.get("compression.type"), Some("lz4"));
+    }
+
+    #[test]
+    fn permanent_and_transient_errors_are_told_apart() {
+        let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert_eq!(classify(&too_large).map(|c| c.0), Some("message_size_too_large"));
+        let timed_out = KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
+        assert_eq!(classify(&timed_out), None);
+        let transport = KafkaError::MessageProduction(RDKafkaErrorCode::BrokerTransportFailure);
+        assert_eq!(classify(&transport), None);
+        let denied = KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed);
+        assert!(classify(&denied).unwrap().1.contains("WRITE"));
+    }
+}

@@ -1,0 +1,9 @@
+//! End-to-end suite: the walpost binary against a real PostgreSQL (wal_level=logical)
+//! and a real Apache Kafka broker, both started by `testkit`.
+//!
+//! Each test gets its own database, slot, publication and topic prefix on a shared
+//! cluster and broker; tests that stop a server start their own.
+
+mod core;
+mod errors;
+mod support;

@@ -1,0 +1,461 @@
+//! Shared pieces of the end-to-end suite: a database per test, the walpost process,
+//! a Kafka reader built on a real client (rdkafka), and the checks every test makes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use testkit::{Kafka, Postgres};
+
+pub const MIGRATION_0001: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0001_events_outbox.sql");
+
+/// One test's world: its own database (with the outbox migration applied), slot,
+/// publication and topic prefix on the shared PostgreSQL and Kafka.
+pub struct World {
+    pub pg: &'static Postgres,
+    pub kafka_bootstrap: String,
+    pub db: String,
+    pub url: String,
+    pub slot: String,
+    pub topic_prefix: String,
+}
+
+impl World {
+    pub fn new(name: &str) -> World {
+        Self::on(testkit::shared_postgres(), &testkit::shared_kafka().bootstrap(), name)
+    }
+
+    pub fn on(pg: &'static Postgres, kafka_bootstrap: &str, name: &str) -> World {
+        let db = testkit::unique_name(name);
+        let url = pg.create_database(&db).expect("create database");
+        pg.psql_db(&db, &std::fs::read_to_string(MIGRATION_0001).expect("read migration"))
+            .expect("apply migration 0001");
+        World {
+            pg,
+            kafka_bootstrap: kafka_bootstrap.to_owned(),
+            slot: db.replace('-', "_"),
+            topic_prefix: format!("{db}."),
+            url,
+            db,
+        }
+    }
+
+    pub fn sql(&self, sql: &str) -> String {
+        self.pg.psql_db(&self.db, sql).unwrap_or_else(|e| panic!("SQL failed: {e}\n{sql}"))
+    }
+
+    pub fn try_sql(&self, sql: &str) -> Result<String, String> {
+        self.pg.psql_db(&self.db, sql).map_err(|e| e.to_string())
+    }
+
+    /// The walpost arguments for this world; topics are `<prefix><aggregate_type>`.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "run".into(),
+            "--postgres".into(),
+            self.url.clone(),
+            "--kafka-brokers".into(),
+            self.kafka_bootstrap.clone(),
+            "--slot".into(),
+            self.slot.clone(),
+            "--publication".into(),
+            format!("{}_pub", self.slot),
+            "--topic".into(),
+            format!("{}${{routedByValue}}", self.topic_prefix),
+            "--kafka-property".into(),
+            "topic.metadata.refresh.interval.ms=1000".into(),
+        ]
+    }
+
+    pub fn start_walpost(&self) -> Walpost {
+        Walpost::start(&self.args(), &[])
+    }
+
+    pub fn topic(&self, aggregate_type: &str) -> String {
+        format!("{}{}", self.topic_prefix, aggregate_type)
+    }
+
+    pub fn confirmed_flush_lsn(&self) -> Option<u64> {
+        let text = self.sql(&format!(
+            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '{}'",
+            self.slot
+        ));
+        parse_lsn(&text)
+    }
+
+    pub fn wait_for_slot(&self, timeout: Duration) -> bool {
+        testkit::wait_until(timeout, || self.confirmed_flush_lsn().is_some())
+    }
+
+    /// Every committed outbox row: id -> (aggregate_type, aggregate_id, event_type, payload text).
+    pub fn committed_rows(&self) -> BTreeMap<i64, Row> {
+        let out = self.sql(
+            "SELECT id, aggregate_type, aggregate_id, event_type, payload::text FROM events.outbox ORDER BY id",
+        );
+        out.lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let mut f = l.splitn(5, '|');
+                let id: i64 = f.next().unwrap().parse().unwrap();
+                let row = Row {
+                    aggregate_type: f.next().unwrap().to_owned(),
+                    aggregate_id: f.next().unwrap().to_owned(),
+                    event_type: f.next().unwrap().to_owned(),
+                    payload: f.next().unwrap().to_owned(),
+                };
+                (id, row)
+            })
+            .collect()
+    }
+
+    pub fn drop_slot(&self) {
+        let _ = self.try_sql(&format!(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{}' AND NOT active",
+            self.slot
+        ));
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        // A leftover slot pins WAL for every other test sharing the cluster.
+        self.drop_slot();
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    pub payload: String,
+}
+
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (hi, lo) = text.trim().split_once('/')?;
+    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
+}
+
+/// Inserts `txns` transactions of `size` rows; aggregate ids cycle through `aggregates`
+/// UUIDs; each row's event_type is `b<batch>` so tests can find its transaction.
+pub fn insert_batches(w: &World, first_batch: u32, txns: u32, size: u32, aggregates: u32, types: &[&str]) {
+    let types_sql = types.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(",");
+    // One DO block, a COMMIT per transaction (procedural COMMIT, PostgreSQL 11+), and
+    // after each commit the WAL insert position, an upper bound of the commit's end LSN.
+    w.sql(&format!(
+        "CREATE TABLE IF NOT EXISTS public.txlog (batch int PRIMARY KEY, lsn_after pg_lsn);
+         DO $$
+         DECLARE b int; types text[] := ARRAY[{types_sql}];
+         BEGIN
+           FOR b IN {first_batch}..{last} LOOP
+             INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+             SELECT types[1 + (g % array_length(types, 1))],
+                    ('00000000-0000-4000-8000-' || lpad(((b * {size} + g) % {aggregates})::text, 12, '0'))::uuid,
+                    'b' || b,
+                    jsonb_build_object('batch', b, 'n', g, 'note', repeat('x', 40))
+             FROM generate_series(1, {size}) AS g;
+             COMMIT;
+             INSERT INTO public.txlog VALUES (b, pg_current_wal_insert_lsn());
+             COMMIT;
+           END LOOP;
+         END $$;",
+        last = first_batch + txns - 1,
+    ));
+}
+
+/// The walpost binary under test, with its stderr in a file.
+pub struct Walpost {
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Walpost {
+    pub fn start(args: &[String], env: &[(&str, &str)]) -> Walpost {
+        let log = std::env::temp_dir().join(format!("{}.log", testkit::unique_name("walpost")));
+        let file = File::create(&log).expect("create log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_walpost"));
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(file);
+        cmd.env("WALPOST_LOG", "info,walpost=debug");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn walpost");
+        Walpost { child: Some(child), log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill").args([sig, &self.pid().to_string()]).status();
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.signal("-TERM");
+        self.wait_exit(timeout)
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Walpost {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("---- walpost log {} ----\n{}", self.log.display(), self.log_text());
+        }
+    }
+}
+
+/// One record as a Kafka consumer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub timestamp: Option<i64>,
+}
+
+impl Consumed {
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice())
+    }
+
+    pub fn event_id(&self) -> i64 {
+        std::str::from_utf8(self.header("id").expect("id header")).unwrap().parse().unwrap()
+    }
+}
+
+fn consumer(bootstrap: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", testkit::unique_name("e2e-reader"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .expect("create consumer")
+}
+
+/// Topics whose names start with `prefix`, as the broker knows them now.
+pub fn topics_with_prefix(bootstrap: &str, prefix: &str) -> Vec<String> {
+    let c = consumer(bootstrap);
+    let md = c.fetch_metadata(None, Duration::from_secs(10)).expect("metadata");
+    let mut names: Vec<String> =
+        md.topics().iter().map(|t| t.name().to_owned()).filter(|n| n.starts_with(prefix)).collect();
+    names.sort();
+    names
+}
+
+/// Sum of high watermarks of every partition of the topics with `prefix`.
+pub fn high_watermarks(bootstrap: &str, prefix: &str) -> HashMap<(String, i32), i64> {
+    let c = consumer(bootstrap);
+    let md = c.fetch_metadata(None, Duration::from_secs(10)).expect("metadata");
+    let mut out = HashMap::new();
+    for t in md.topics().iter().filter(|t| t.name().starts_with(prefix)) {
+        for p in t.partitions() {
+            if let Ok((_, high)) = c.fetch_watermarks(t.name(), p.id(), Duration::from_secs(10)) {
+                out.insert((t.name().to_owned(), p.id()), high);
+            }
+        }
+    }
+    out
+}
+
+/// Waits until the topics with `prefix` hold at least `expected` records, then reads
+/// them all. Panics with what arrived if the count is not reached in time.
+pub fn consume_at_least(bootstrap: &str, prefix: &str, expected: usize, timeout: Duration) -> Vec<Consumed> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let total: i64 = high_watermarks(bootstrap, prefix).values().sum();
+        if total as usize >= expected || Instant::now() > deadline {
+            let records = read_all(bootstrap, prefix);
+            assert!(
+                records.len() >= expected,
+                "expected at least {expected} records under {prefix}, found {}",
+                records.len()
+            );
+            return records;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Reads every record currently in the topics with `prefix`, from offset 0 to the high watermark.
+pub fn read_all(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
+    let highs = high_watermarks(bootstrap, prefix);
+    let c = consumer(bootstrap);
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining: HashMap<(String, i32), i64> = HashMap::new();
+    for ((topic, partition), high) in &highs {
+        if *high > 0 {
+            tpl.add_partition_offset(topic, *partition, Offset::Beginning).unwrap();
+            remaining.insert((topic.clone(), *partition), *high);
+        }
+    }
+    if remaining.is_empty() {
+        return Vec::new();
+    }
+    c.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !remaining.is_empty() {
+        assert!(Instant::now() < deadline, "timed out reading {prefix}: still waiting for {remaining:?}");
+        let Some(result) = c.poll(Duration::from_millis(500)) else { continue };
+        let m = result.expect("consume");
+        let key = (m.topic().to_owned(), m.partition());
+        out.push(Consumed {
+            topic: m.topic().to_owned(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers: m
+                .headers()
+                .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
+                .unwrap_or_default(),
+            timestamp: m.timestamp().to_millis(),
+        });
+        if let Some(high) = remaining.get(&key) {
+            if m.offset() + 1 >= *high {
+                remaining.remove(&key);
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
+    out
+}
+
+/// The delivery figures the chaos and crash tests report and bound.
+#[derive(Debug, Default)]
+pub struct Audit {
+    pub lost: Vec<i64>,
+    pub phantoms: Vec<i64>,
+    pub duplicates: usize,
+    pub reordered: Vec<String>,
+    pub wrong_content: Vec<i64>,
+}
+
+/// Compares what Kafka holds with the committed rows: every committed row exactly
+/// where the router says (topic, key, value bytes, headers), per-key order by id, and
+/// nothing that was never committed.
+pub fn audit(w: &World, records: &[Consumed]) -> Audit {
+    let rows = w.committed_rows();
+    let mut a = Audit::default();
+    let mut seen = HashSet::new();
+    // Per key: ids in partition-offset order, first copies only.
+    let mut per_key: HashMap<(String, Vec<u8>), Vec<i64>> = HashMap::new();
+    let mut partition_of_key: HashMap<(String, Vec<u8>), i32> = HashMap::new();
+    for r in records {
+        let id = r.event_id();
+        let Some(row) = rows.get(&id) else {
+            a.phantoms.push(id);
+            continue;
+        };
+        let content_ok = r.topic == w.topic(&row.aggregate_type)
+            && r.key.as_deref() == Some(row.aggregate_id.as_bytes())
+            && r.value.as_deref() == Some(row.payload.as_bytes())
+            && r.header("eventType") == Some(row.event_type.as_bytes());
+        if !content_ok {
+            a.wrong_content.push(id);
+        }
+        let key = (r.topic.clone(), r.key.clone().unwrap_or_default());
+        let p = *partition_of_key.entry(key.clone()).or_insert(r.partition);
+        if p != r.partition {
+            a.reordered.push(format!("key {:?} in partitions {p} and {}", key.1, r.partition));
+        }
+        if !seen.insert(id) {
+            a.duplicates += 1;
+            continue;
+        }
+        per_key.entry(key).or_default().push(id);
+    }
+    for (key, ids) in &per_key {
+        if ids.windows(2).any(|w| w[0] >= w[1]) {
+            a.reordered.push(format!("key {:?}: ids out of commit order", String::from_utf8_lossy(&key.1)));
+        }
+    }
+    a.lost = rows.keys().filter(|id| !seen.contains(id)).copied().collect();
+    a
+}
+
+/// Kafka's murmur2 (the Java client's default partitioner) and librdkafka's
+/// murmur2_random: partition = (murmur2(key) & 0x7fffffff) % partitions.
+pub fn java_partition(key: &[u8], partitions: i32) -> i32 {
+    let seed: u32 = 0x9747_b28c;
+    let m: u32 = 0x5bd1_e995;
+    let r = 24;
+    let len = key.len() as u32;
+    let mut h: u32 = seed ^ len;
+    let chunks = key.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(m);
+        k ^= k >> r;
+        k = k.wrapping_mul(m);
+        h = h.wrapping_mul(m);
+        h ^= k;
+    }
+    match tail.len() {
+        3 => {
+            h ^= u32::from(tail[2]) << 16;
+            h ^= u32::from(tail[1]) << 8;
+            h ^= u32::from(tail[0]);
+            h = h.wrapping_mul(m);
+        }
+        2 => {
+            h ^= u32::from(tail[1]) << 8;
+            h ^= u32::from(tail[0]);
+            h = h.wrapping_mul(m);
+        }
+        1 => {
+            h ^= u32::from(tail[0]);
+            h = h.wrapping_mul(m);
+        }
+        _ => {}
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(m);
+    h ^= h >> 15;
+    ((h & 0x7fff_ffff) % partitions as u32) as i32
+}
+
+/// Starts a dedicated Kafka for tests that stop it.
+pub fn own_kafka() -> Kafka {
+    Kafka::start(testkit::KafkaOptions::default()).expect("start kafka")
+}
