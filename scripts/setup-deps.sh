@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the walpost build and its integration tests need on Debian 12:
 #   * PostgreSQL 15 server + client (initdb, pg_ctl, postgres, psql, pg_recvlogical)
-#   * cmake, pkg-config, libssl-dev, zlib1g-dev, build-essential (the rdkafka
+#   * cmake, pkg-config, libssl-dev, zlib1g-dev, libcurl4-openssl-dev, build-essential (the rdkafka
 #     crate builds its bundled librdkafka with these)
 #   * openssl (CLI; the test harness uses it to make TLS certificates)
 #   * an ordinary OS user to run test clusters (initdb refuses to run as root):
@@ -27,7 +27,7 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 
-packages=(postgresql-15 postgresql-client-15 cmake pkg-config libssl-dev zlib1g-dev build-essential openssl)
+packages=(postgresql-15 postgresql-client-15 cmake pkg-config libssl-dev zlib1g-dev libcurl4-openssl-dev build-essential openssl)
 missing=()
 for p in "${packages[@]}"; do
     if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

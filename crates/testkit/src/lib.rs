@@ -43,8 +43,29 @@
 //! | `WALPOST_PG_OS_USER` | when the tests run as **root**: the ordinary OS user that owns and runs the clusters (`initdb` refuses root). Default: `postgres` if it exists, else `walpost-pg` (created with `useradd` if missing). Ignored when not root: the cluster then runs as the current user. |
 //! | `WALPOST_KAFKA_LIBS` | directory with the Kafka class path (the jars). Default `$HOME/.cache/walpost/kafka-4.1.1/libs`. Considered complete when it holds the marker file `.walpost-complete`. |
 //! | `WALPOST_KEEP_TEST_DIRS` | if set (to anything), temporary server directories (data, config, logs) are kept instead of deleted, and their paths are printed to stderr. |
+//! | `WALPOST_KAFKA_NO_CDS` | if set, do not use/create AppCDS archives (`<libs>/../cds/*.jsa`, which halve JVM start-up). |
 //! | `JAVA_HOME` | if set, `$JAVA_HOME/bin/java` is used, else `java` from `PATH`. |
 //! | `TMPDIR` | where the temporary server directories are created (default `/tmp`). When running as root it must be traversable by the cluster's OS user. |
+//!
+//! # Things to know
+//!
+//! * PostgreSQL: `initdb --locale=C -E UTF8`; `timezone = 'UTC'`; `fsync = off`,
+//!   `full_page_writes = off` (a crash of the *machine* loses data, a crash of the
+//!   server does not), `synchronous_commit = on`, `wal_sender_timeout = 60s`,
+//!   `log_replication_commands = on`. [`Postgres::psql`] connects as `walpost` over the
+//!   Unix socket (trust), so objects it creates are owned by `walpost`. TCP logins use
+//!   SCRAM (`pg_hba`: `host all|replication all 127.0.0.1/32 scram-sha-256`). When the
+//!   tests run as root the server runs as another OS user: files you want the *server*
+//!   to read (e.g. for `COPY FROM`) must be readable by it.
+//! * Replication slot names are cluster-wide; with [`shared_postgres`] make them unique
+//!   ([`unique_name`]) and drop them when done (inactive slots pin WAL).
+//! * Kafka: ready ~3-5 s after [`Kafka::start`] on an idle 2-core machine; a restart
+//!   after [`Kafka::kill`] takes ~4 s longer than after [`Kafka::stop`] (the controller
+//!   waits for the dead broker's session to expire). [`Kafka::create_topic`] and
+//!   [`Kafka::run_tool`] start a JVM (~1-1.5 s each); auto-created topics get 3
+//!   partitions. Only a PLAINTEXT listener (no TLS/SASL).
+//! * Servers print one line to stderr when ready (port, timing, directory); on failure
+//!   the error includes the tail of the server log.
 //!
 //! # Cleanup / orphans
 //!
@@ -111,7 +132,8 @@ pub fn shared_postgres() -> &'static Postgres {
 /// If the broker cannot be started (every caller gets the same message).
 pub fn shared_kafka() -> &'static Kafka {
     static KAFKA: OnceLock<std::result::Result<Kafka, String>> = OnceLock::new();
-    let started = KAFKA.get_or_init(|| Kafka::start(KafkaOptions::default()).map_err(|e| e.to_string()));
+    let started =
+        KAFKA.get_or_init(|| Kafka::start(KafkaOptions::default()).map_err(|e| e.to_string()));
     match started {
         Ok(k) => k,
         Err(e) => panic!("testkit: shared Kafka failed to start: {e}"),

@@ -84,7 +84,11 @@ impl Postgres {
     pub fn start(opts: PgOptions) -> Result<Postgres> {
         let t0 = Instant::now();
         let bin_dir = find_bin_dir()?;
-        let os_user = if util::is_root() { Some(os_user_for_root()?) } else { None };
+        let os_user = if util::is_root() {
+            Some(os_user_for_root()?)
+        } else {
+            None
+        };
         let dir = util::make_temp_dir("pg")?;
         let mut pg = Postgres {
             data_dir: dir.join("data"),
@@ -93,7 +97,10 @@ impl Postgres {
             os_user,
             port: 0,
             major: 0,
-            password: opts.superuser_password.clone().unwrap_or_else(|| DEFAULT_PASSWORD.to_string()),
+            password: opts
+                .superuser_password
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PASSWORD.to_string()),
             tls_dir: None,
             watchdog: Mutex::new(None),
         };
@@ -114,9 +121,18 @@ impl Postgres {
     }
 
     fn init(&mut self, opts: &PgOptions) -> Result<()> {
+        // First of all: make sure the server and directory go away with this process.
+        let wd = Watchdog::spawn(
+            &self.data_dir.join("postmaster.pid"),
+            &self.data_dir.to_string_lossy(),
+            "QUIT",
+            &self.dir,
+        )?;
+        *self.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(wd);
         let owner = match &self.os_user {
             Some(u) => {
-                let (uid, gid) = util::user_ids(u).ok_or_else(|| err(format!("OS user {u} vanished")))?;
+                let (uid, gid) =
+                    util::user_ids(u).ok_or_else(|| err(format!("OS user {u} vanished")))?;
                 std::os::unix::fs::chown(&self.dir, Some(uid), Some(gid))
                     .map_err(|e| err(format!("chown {} to {u}: {e}", self.dir.display())))?;
                 Some((uid, gid))
@@ -128,7 +144,12 @@ impl Postgres {
         initdb
             .arg("-D")
             .arg(&self.data_dir)
-            .args(["--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"])
+            .args([
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ])
             .args(["--auth-local=trust", "--auth-host=scram-sha-256"]);
         util::run(&mut initdb, "initdb")?;
         self.major = fs::read_to_string(self.data_dir.join("PG_VERSION"))?
@@ -193,13 +214,6 @@ impl Postgres {
         }
         append(&self.data_dir.join("postgresql.conf"), &text)?;
 
-        let wd = Watchdog::spawn(
-            &self.data_dir.join("postmaster.pid"),
-            &self.data_dir.to_string_lossy(),
-            "QUIT",
-            &self.dir,
-        )?;
-        *self.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(wd);
         Ok(())
     }
 
@@ -207,13 +221,18 @@ impl Postgres {
         let mut last_err = None;
         for _ in 0..5 {
             self.port = util::free_port();
-            append(&self.data_dir.join("postgresql.conf"), &format!("port = {}\n", self.port))?;
+            append(
+                &self.data_dir.join("postgresql.conf"),
+                &format!("port = {}\n", self.port),
+            )?;
             let log_before = util::file_len(&self.log_path());
             match self.start_again() {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let log = util::read_from(&self.log_path(), log_before);
-                    if log.contains("could not bind") || log.contains("could not create any TCP/IP sockets") {
+                    if log.contains("could not bind")
+                        || log.contains("could not create any TCP/IP sockets")
+                    {
                         last_err = Some(e);
                         continue;
                     }
@@ -256,7 +275,13 @@ impl Postgres {
 
     /// `postgres://USER:PASSWORD@127.0.0.1:PORT/DB` (components percent-encoded).
     pub fn url_for(&self, user: &str, password: &str, db: &str) -> String {
-        format!("postgres://{}:{}@127.0.0.1:{}/{}", pct(user), pct(password), self.port, pct(db))
+        format!(
+            "postgres://{}:{}@127.0.0.1:{}/{}",
+            pct(user),
+            pct(password),
+            self.port,
+            pct(db)
+        )
     }
 
     /// Password of the `walpost` superuser role.
@@ -351,7 +376,9 @@ impl Postgres {
             }
             PsqlInput::Sql(sql) => {
                 cmd.args(["-f", "-"]).stdin(Stdio::piped());
-                let mut child = cmd.spawn().map_err(|e| err(format!("cannot run psql: {e}")))?;
+                let mut child = cmd
+                    .spawn()
+                    .map_err(|e| err(format!("cannot run psql: {e}")))?;
                 let mut stdin = child.stdin.take().ok_or_else(|| err("psql stdin"))?;
                 let sql = sql.to_owned();
                 let writer = std::thread::spawn(move || {
@@ -376,14 +403,19 @@ impl Postgres {
 
     /// Creates database `name` (owner `walpost`) and returns its URL for `walpost`.
     pub fn create_database(&self, name: &str) -> Result<String> {
-        self.psql(&format!("CREATE DATABASE {} OWNER {ROLE}", quote_ident(name)))?;
+        self.psql(&format!(
+            "CREATE DATABASE {} OWNER {ROLE}",
+            quote_ident(name)
+        ))?;
         Ok(self.url_for(ROLE, &self.password, name))
     }
 
     /// `pg_ctl stop -m MODE`, waiting for the shutdown to finish (up to 60 s).
     pub fn stop(&self, mode: StopMode) -> Result<()> {
         let mut cmd = self.pg_command("pg_ctl");
-        cmd.arg("-D").arg(&self.data_dir).args(["-m", mode.arg(), "-w", "-t", "60", "stop"]);
+        cmd.arg("-D")
+            .arg(&self.data_dir)
+            .args(["-m", mode.arg(), "-w", "-t", "60", "stop"]);
         util::run(&mut cmd, "pg_ctl stop")?;
         Ok(())
     }
@@ -397,7 +429,8 @@ impl Postgres {
             .arg("-l")
             .arg(self.log_path())
             .args(["-w", "-t", "120", "start"]);
-        util::run(&mut cmd, "pg_ctl start").map_err(|e| err(format!("{e}\n--- server log ---\n{}", self.log_tail(30))))?;
+        util::run(&mut cmd, "pg_ctl start")
+            .map_err(|e| err(format!("{e}\n--- server log ---\n{}", self.log_tail(30))))?;
         Ok(())
     }
 
@@ -435,7 +468,9 @@ impl Postgres {
             }
             None => Command::new(exe),
         };
-        cmd.current_dir(&self.dir).env("LC_ALL", "C").env_remove("PGOPTIONS");
+        cmd.current_dir(&self.dir)
+            .env("LC_ALL", "C")
+            .env_remove("PGOPTIONS");
         cmd
     }
 }
@@ -443,10 +478,17 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         // Disarm the watchdog first so it does not race us.
-        drop(self.watchdog.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(
+            self.watchdog
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         if self.data_dir.join("postmaster.pid").exists() {
             let mut cmd = self.pg_command("pg_ctl");
-            cmd.arg("-D").arg(&self.data_dir).args(["-m", "immediate", "-w", "-t", "30", "stop"]);
+            cmd.arg("-D")
+                .arg(&self.data_dir)
+                .args(["-m", "immediate", "-w", "-t", "30", "stop"]);
             let _ = util::run(&mut cmd, "pg_ctl stop");
         }
         util::remove_dir(&self.dir);
@@ -556,9 +598,15 @@ fn os_user_for_root() -> Result<String> {
             return Ok(wanted);
         }
         let mut cmd = Command::new("useradd");
-        cmd.args(["--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent"])
-            .args(["--shell", "/usr/sbin/nologin"])
-            .arg(&wanted);
+        cmd.args([
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+        ])
+        .args(["--shell", "/usr/sbin/nologin"])
+        .arg(&wanted);
         let res = util::run(&mut cmd, "useradd");
         // Another test process may have created it concurrently.
         if util::user_ids(&wanted).is_some() {
@@ -583,10 +631,29 @@ fn make_tls_files(dir: &Path) -> Result<()> {
         cmd.args(args).current_dir(dir);
         util::run(&mut cmd, what).map(|_| ())
     };
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
     openssl(
-        &[&["req", "-x509"], &ec[..], &["-days", "3650", "-subj", "/CN=walpost-test-ca", "-keyout", "ca.key", "-out", "ca.crt"]]
-            .concat(),
+        &[
+            &["req", "-x509"],
+            &ec[..],
+            &[
+                "-days",
+                "3650",
+                "-subj",
+                "/CN=walpost-test-ca",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+            ],
+        ]
+        .concat(),
         "openssl (CA)",
     )?;
     fs::write(
@@ -603,9 +670,33 @@ fn make_tls_files(dir: &Path) -> Result<()> {
         let csr = format!("{name}.csr");
         let crt = format!("{name}.crt");
         let ext = format!("{name}.ext");
-        openssl(&[&["req"], &ec[..], &["-subj", &subj, "-keyout", &key, "-out", &csr]].concat(), "openssl (csr)")?;
         openssl(
-            &["x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "3650", "-out", &crt, "-extfile", &ext],
+            &[
+                &["req"],
+                &ec[..],
+                &["-subj", &subj, "-keyout", &key, "-out", &csr],
+            ]
+            .concat(),
+            "openssl (csr)",
+        )?;
+        openssl(
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "3650",
+                "-out",
+                &crt,
+                "-extfile",
+                &ext,
+            ],
             "openssl (sign)",
         )?;
     }

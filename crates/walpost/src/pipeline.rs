@@ -122,6 +122,8 @@ async fn session(
     sql.close().await;
 
     let mut repl = ReplicationClient::connect(&s.postgres).await?;
+    let system = repl.identify_system().await?;
+    tracing::debug!(system_id = %system.system_id, timeline = system.timeline, wal = %system.xlog_pos, "connected for replication");
     let start = match slot {
         Some(row) => {
             setup::check_slot(&row, s)?;
@@ -171,9 +173,9 @@ async fn session(
 }
 
 /// The fatal error for a record Kafka will never take; quoted in runbooks/poison-record.md.
-fn rejected(r: &sink::Rejection, confirmed: Lsn) -> PipelineError {
+fn rejected(r: &sink::Rejection) -> PipelineError {
     PipelineError::definite(format!(
-        "Kafka rejected event id={} for topic {} permanently ({}: {}); WAL is confirmed only up to {confirmed}, so the event is not lost: {}, then restart walpost",
+        "Kafka rejected event id={} for topic {} permanently ({}: {}); nothing from its transaction on is confirmed, so the event is not lost: {}, then restart walpost (see runbooks/poison-record.md)",
         r.event_id, r.topic, r.code, r.error, r.fix
     ))
 }
@@ -250,7 +252,7 @@ impl Session<'_> {
                 "Kafka did not acknowledge a record ({error}); restarting from the last confirmed position {}",
                 self.checkpoint.flush_lsn()
             ))),
-            Delivery::Rejected { rejection, .. } => Err(rejected(&rejection, self.checkpoint.flush_lsn())),
+            Delivery::Rejected { rejection, .. } => Err(rejected(&rejection)),
         }
     }
 
@@ -329,7 +331,7 @@ impl Session<'_> {
                     Err(SendError::Retryable(e)) => {
                         return Err(PipelineError::transient(format!("cannot hand a record to Kafka: {e}")))
                     }
-                    Err(SendError::Rejected(r)) => return Err(rejected(&r, self.checkpoint.flush_lsn())),
+                    Err(SendError::Rejected(r)) => return Err(rejected(&r)),
                 }
                 self.checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
                 self.in_flight_bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);

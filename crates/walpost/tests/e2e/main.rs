@@ -6,4 +6,5 @@
 
 mod core;
 mod errors;
+mod security;
 mod support;

@@ -1,0 +1,80 @@
+//! Transport and authentication: TLS with certificate checks, SCRAM, md5, Unix sockets.
+
+use std::time::Duration;
+
+use testkit::{PgOptions, Postgres};
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+fn args_with_url(w: &World, url: &str) -> Vec<String> {
+    let mut args = w.args();
+    let i = args.iter().position(|a| a == "--postgres").unwrap();
+    args[i + 1] = url.to_owned();
+    args
+}
+
+/// One stream run: start, insert a batch of 10, wait for it, stop cleanly. Returns
+/// whether walpost's replication connection used TLS.
+fn stream_once(w: &World, url: &str, first_batch: u32, expected_total: usize) -> bool {
+    let mut p = Walpost::start(&args_with_url(w, url), &[]);
+    insert_batches(w, first_batch, 1, 10, 5, &["order"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, expected_total, WAIT);
+    let tls = w.sql(
+        "SELECT bool_or(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+         WHERE a.application_name = 'walpost' AND a.backend_type = 'walsender'",
+    ) == "t";
+    let status = p.terminate(Duration::from_secs(30)).expect("stops on SIGTERM");
+    assert!(status.success(), "{}", p.log_text());
+    assert!(!p.log_text().contains("pw-md5") && !p.log_text().contains(":walpost@"), "password in log");
+    tls
+}
+
+#[test]
+fn tls_verify_full_md5_and_unix_socket_all_stream() {
+    let pg: &'static Postgres = Box::leak(Box::new(
+        Postgres::start(PgOptions {
+            tls: true,
+            extra_hba: vec![
+                "host all md5user 127.0.0.1/32 md5".into(),
+                "host replication md5user 127.0.0.1/32 md5".into(),
+            ],
+            ..PgOptions::default()
+        })
+        .expect("start postgres with TLS"),
+    ));
+    let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "tls");
+    let tls = pg.tls_dir().unwrap().to_owned();
+    let ca = tls.join("ca.crt").display().to_string();
+
+    // TLS, certificate chain and host name checked; SCRAM-SHA-256 inside.
+    let verify_full = format!("{}?sslmode=verify-full&sslrootcert={ca}", pg.url_for("walpost", "walpost", &w.db));
+    assert!(stream_once(&w, &verify_full, 0, 10), "verify-full must stream over TLS");
+
+    // md5 authentication (a role whose password is stored as md5).
+    w.sql(&format!(
+        "SET password_encryption = 'md5'; CREATE ROLE md5user LOGIN REPLICATION PASSWORD 'pw-md5';
+         GRANT USAGE ON SCHEMA events TO md5user; GRANT SELECT ON events.outbox TO md5user;"
+    ));
+    let md5 = format!("{}?sslmode=disable", pg.url_for("md5user", "pw-md5", &w.db));
+    assert!(!stream_once(&w, &md5, 1, 20), "sslmode=disable must not use TLS");
+
+    // Unix socket (trust for local connections in the harness's pg_hba.conf).
+    let socket = format!("postgres://walpost@/{}?host={}&port={}", w.db, pg.socket_dir().display(), pg.port());
+    assert!(!stream_once(&w, &socket, 2, 30));
+
+    // A certificate that does not chain to the given root: refused, nothing streamed.
+    let wrong_ca = tls.join("client.crt").display().to_string();
+    let url = format!("{}?sslmode=verify-full&sslrootcert={wrong_ca}", pg.url_for("walpost", "walpost", &w.db));
+    let mut p = Walpost::start(&args_with_url(&w, &url), &[]);
+    let status = p.wait_exit(Duration::from_secs(60)).expect("walpost must stop on a bad certificate");
+    assert!(!status.success());
+    assert!(p.log_text().contains("TLS to PostgreSQL failed"), "{}", p.log_text());
+    assert!(p.log_text().contains("certificate"), "{}", p.log_text());
+
+    let records = read_all(&w.kafka_bootstrap, &w.topic_prefix);
+    let a = audit(&w, &records);
+    assert!(a.lost.is_empty() && a.phantoms.is_empty() && a.reordered.is_empty() && a.duplicates == 0, "{a:?}");
+    assert_eq!(records.len(), 30);
+}
