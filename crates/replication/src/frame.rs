@@ -104,10 +104,10 @@ pub fn parse_server_message(tag: u8, body: &[u8]) -> Result<ServerMessage, Frame
     }
 }
 
-/// Parses a DataRow ('D') body into text values (simple query results are text).
-pub fn parse_data_row(body: &[u8]) -> Result<Vec<Option<String>>, FrameError> {
+/// Parses a DataRow ('D') body; values are `Bytes` slices of the frame (no copy).
+pub fn parse_data_row(body: &Bytes) -> Result<Vec<Option<Bytes>>, FrameError> {
     const TAG: u8 = b'D';
-    let mut cur = body;
+    let mut cur: &[u8] = body;
     let count = take_i16(&mut cur).ok_or(FrameError::Malformed { tag: TAG, what: "no column count" })?;
     let count = usize::try_from(count).map_err(|_| FrameError::Malformed { tag: TAG, what: "negative column count" })?;
     // Each column needs at least its 4-byte length: cap the allocation by what is there.
@@ -122,8 +122,11 @@ pub fn parse_data_row(body: &[u8]) -> Result<Vec<Option<String>>, FrameError> {
             continue;
         }
         let len = usize::try_from(len).unwrap_or(usize::MAX);
-        let value = cur.get(..len).ok_or(FrameError::Malformed { tag: TAG, what: "truncated column value" })?;
-        row.push(Some(String::from_utf8_lossy(value).into_owned()));
+        if cur.len() < len {
+            return Err(FrameError::Malformed { tag: TAG, what: "truncated column value" });
+        }
+        let start = body.len() - cur.len();
+        row.push(Some(body.slice(start..start + len)));
         cur = cur.get(len..).unwrap_or_default();
     }
     Ok(row)
@@ -240,12 +243,12 @@ mod tests {
         body.extend_from_slice(&2_i32.to_be_bytes());
         body.extend_from_slice(b"ab");
         body.extend_from_slice(&(-1_i32).to_be_bytes());
-        assert_eq!(parse_data_row(&body).unwrap(), vec![Some("ab".into()), None]);
-        assert!(parse_data_row(&[0x7f, 0xff, 0, 0]).is_err());
-        assert!(parse_data_row(&[0xff, 0xff]).is_err());
+        assert_eq!(parse_data_row(&Bytes::from(body)).unwrap(), vec![Some(Bytes::from_static(b"ab")), None]);
+        assert!(parse_data_row(&Bytes::from_static(&[0x7f, 0xff, 0, 0])).is_err());
+        assert!(parse_data_row(&Bytes::from_static(&[0xff, 0xff])).is_err());
         let mut long = vec![0, 1];
         long.extend_from_slice(&100_i32.to_be_bytes());
-        assert!(parse_data_row(&long).is_err());
+        assert!(parse_data_row(&Bytes::from(long)).is_err());
     }
 
     #[test]

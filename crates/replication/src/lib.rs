@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
 use pgoutput::wire::{self, ReplicationMessage};
 use pgoutput::Lsn;
@@ -65,18 +65,24 @@ pub struct CreatedSlot {
     pub output_plugin: String,
 }
 
-/// Rows of a simple query, as text.
+/// Rows of a simple query: text-format values as `Bytes` slices of the wire frames.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueryResult {
     pub columns: Vec<String>,
-    pub rows: Vec<Vec<Option<String>>>,
+    pub rows: Vec<Vec<Option<Bytes>>>,
 }
 
 impl QueryResult {
-    /// The value of `column` in the first row.
+    /// The value of `column` in the first row, if present and UTF-8.
     pub fn first(&self, column: &str) -> Option<&str> {
         let idx = self.columns.iter().position(|c| c == column)?;
-        self.rows.first()?.get(idx)?.as_deref()
+        self.text(0, idx)
+    }
+
+    /// The value at (`row`, `col`) as text, if present and UTF-8.
+    pub fn text(&self, row: usize, col: usize) -> Option<&str> {
+        let value = self.rows.get(row)?.get(col)?.as_ref()?;
+        std::str::from_utf8(value).ok()
     }
 }
 

@@ -97,6 +97,15 @@ pub struct RunArgs {
     #[arg(long, env = "WALPOST_METRICS_ADDR", value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
 
+    /// When to publish rows that already exist: never, initial (once, when the slot is
+    /// created), initial_only (then exit 0), when_needed (slot missing or lost) [default: never].
+    #[arg(long, env = "WALPOST_SNAPSHOT", value_enum, value_name = "MODE")]
+    pub snapshot: Option<crate::snapshot::SnapshotMode>,
+
+    /// SQL condition limiting the snapshot, e.g. "published_at IS NULL".
+    #[arg(long, env = "WALPOST_SNAPSHOT_FILTER", value_name = "SQL")]
+    pub snapshot_filter: Option<String>,
+
     /// A librdkafka property, KEY=VALUE; repeatable; overrides [kafka.properties].
     #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
     pub kafka_property: Vec<String>,

@@ -25,6 +25,8 @@ pub struct FileConfig {
     pub slot: Option<String>,
     pub publication: Option<String>,
     pub metrics_addr: Option<String>,
+    pub snapshot: Option<crate::snapshot::SnapshotMode>,
+    pub snapshot_filter: Option<String>,
     #[serde(default)]
     pub kafka: KafkaFile,
     #[serde(default)]
@@ -120,6 +122,8 @@ pub struct Settings {
     pub publication: String,
     pub router: RouterConfig,
     pub metrics_addr: Option<SocketAddr>,
+    pub snapshot: crate::snapshot::SnapshotMode,
+    pub snapshot_filter: Option<String>,
     pub max_in_flight_bytes: u64,
     pub max_in_flight_records: u64,
     pub status_interval: Duration,
@@ -216,6 +220,15 @@ impl Settings {
             })?;
             kafka_properties.insert(k.trim().to_owned(), v.trim().to_owned());
         }
+        let snapshot = args.snapshot.or(file.snapshot).unwrap_or(crate::snapshot::SnapshotMode::Never);
+        let snapshot_filter = pick(&args.snapshot_filter, file.snapshot_filter).filter(|f| !f.trim().is_empty());
+        if snapshot_filter.is_some() && snapshot == crate::snapshot::SnapshotMode::Never {
+            return Err(ConfigError::Invalid {
+                key: "snapshot_filter",
+                value: snapshot_filter.unwrap_or_default(),
+                expected: "no filter unless --snapshot is initial, initial_only or when_needed",
+            });
+        }
         let p = file.pipeline;
         let positive = |key: &'static str, v: Option<u64>, default: u64| -> Result<u64, ConfigError> {
             match v {
@@ -233,6 +246,8 @@ impl Settings {
             publication,
             router,
             metrics_addr,
+            snapshot,
+            snapshot_filter,
             max_in_flight_bytes: positive("pipeline.max_in_flight_bytes", p.max_in_flight_bytes, 32 << 20)?,
             max_in_flight_records: positive("pipeline.max_in_flight_records", p.max_in_flight_records, 50_000)?,
             status_interval: Duration::from_secs(positive(

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod setup;
 pub mod sink;
+pub mod snapshot;
 
 /// Version and the git commit it was built from.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WALPOST_GIT_COMMIT"), ")");

@@ -28,6 +28,9 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("walpost_produce_errors_total", "counter", "Failed deliveries by class (retryable, rejected)."),
     ("walpost_reconnects_total", "counter", "Pipeline restarts after a transient error."),
     ("walpost_streaming", "gauge", "1 while streaming from the replication slot."),
+    ("walpost_snapshot_rows_total", "counter", "Snapshot rows acknowledged by Kafka."),
+    ("walpost_snapshot_rows_estimate", "gauge", "Planner estimate of the rows the running snapshot reads."),
+    ("walpost_snapshot_running", "gauge", "1 while a snapshot runs."),
 ];
 
 /// Shared counters and gauges; cheap to update from any thread.
@@ -43,6 +46,9 @@ pub struct Metrics {
     errors_rejected: AtomicU64,
     reconnects: AtomicU64,
     streaming: AtomicBool,
+    snapshot_rows: AtomicU64,
+    snapshot_estimate: AtomicU64,
+    snapshot_running: AtomicBool,
 }
 
 impl Metrics {
@@ -87,6 +93,19 @@ impl Metrics {
         self.streaming.store(on, Ordering::Relaxed);
     }
 
+    pub fn snapshot_started(&self, estimate: u64) {
+        self.snapshot_estimate.store(estimate, Ordering::Relaxed);
+        self.snapshot_running.store(true, Ordering::Relaxed);
+    }
+
+    pub fn snapshot_row(&self) {
+        self.snapshot_rows.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot_finished(&self) {
+        self.snapshot_running.store(false, Ordering::Relaxed);
+    }
+
     pub fn is_streaming(&self) -> bool {
         self.streaming.load(Ordering::Relaxed)
     }
@@ -116,6 +135,11 @@ impl Metrics {
                 "walpost_kafka_in_flight_records" => sample(&mut out, name, load(&self.in_flight)),
                 "walpost_reconnects_total" => sample(&mut out, name, load(&self.reconnects)),
                 "walpost_streaming" => sample(&mut out, name, u64::from(self.is_streaming())),
+                "walpost_snapshot_rows_total" => sample(&mut out, name, load(&self.snapshot_rows)),
+                "walpost_snapshot_rows_estimate" => sample(&mut out, name, load(&self.snapshot_estimate)),
+                "walpost_snapshot_running" => {
+                    sample(&mut out, name, u64::from(self.snapshot_running.load(Ordering::Relaxed)))
+                }
                 _ => {}
             }
         }

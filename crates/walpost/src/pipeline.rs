@@ -29,6 +29,7 @@ use crate::error::PipelineError;
 use crate::metrics::Metrics;
 use crate::setup;
 use crate::sink::{self, Delivery, KafkaSink, SendError};
+use crate::snapshot::{self, SnapshotMode};
 
 /// Crash seams for tests: `WALPOST_FAILPOINT=<name>` aborts the process there.
 pub mod failpoint {
@@ -118,8 +119,37 @@ async fn session(
 ) -> Result<SessionEnd, PipelineError> {
     let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
     setup::preflight(&mut sql, s).await?;
-    let slot = setup::slot_row(&mut sql, &s.slot).await?;
-    sql.close().await;
+    if s.snapshot != SnapshotMode::Never {
+        snapshot::validate_filter(&mut sql, s).await?;
+    }
+    let (sink, mut reports) = KafkaSink::new(producer_config, metrics.clone()).map_err(PipelineError::definite)?;
+    if s.snapshot == SnapshotMode::InitialOnly {
+        // A backfill: read in a fresh snapshot, no slot (it would only pin WAL).
+        let rows = snapshot::run(&mut sql, s, None, &sink, &mut reports, metrics).await?;
+        tracing::info!(rows, "--snapshot initial_only: every row is acknowledged by Kafka; exiting");
+        sql.close().await;
+        return Ok(SessionEnd::Shutdown);
+    }
+    let mut slot = setup::slot_row(&mut sql, &s.slot).await?;
+    let snapshots = matches!(s.snapshot, SnapshotMode::Initial | SnapshotMode::WhenNeeded);
+    if snapshots && snapshot::unfinished(&mut sql, s).await? {
+        if let Some(row) = &slot {
+            if let Some(pid) = row.active_pid {
+                return Err(PipelineError::transient(format!(
+                    "replication slot \"{}\" is in use by server process {pid}; waiting to restart the unfinished snapshot",
+                    s.slot
+                )));
+            }
+            tracing::warn!(slot = %s.slot, "an earlier snapshot did not finish: dropping the slot and starting the snapshot over on a new one");
+            setup::drop_slot(&mut sql, &s.slot).await?;
+        }
+        slot = None;
+    }
+    if s.snapshot == SnapshotMode::WhenNeeded && slot.as_ref().is_some_and(|r| r.wal_status.as_deref() == Some("lost")) {
+        tracing::warn!(slot = %s.slot, "the slot was invalidated (wal_status = lost): --snapshot when_needed drops it and takes a new snapshot");
+        setup::drop_slot(&mut sql, &s.slot).await?;
+        slot = None;
+    }
 
     let mut repl = ReplicationClient::connect(&s.postgres).await?;
     let system = repl.identify_system().await?;
@@ -127,16 +157,28 @@ async fn session(
     let start = match slot {
         Some(row) => {
             setup::check_slot(&row, s)?;
+            if s.snapshot == SnapshotMode::Initial {
+                tracing::info!(slot = %s.slot, "replication slot already exists: no snapshot will be taken (--snapshot initial snapshots only when it creates the slot; drop the slot to take a new one)");
+            }
             row.confirmed_flush.unwrap_or(Lsn::ZERO)
         }
         None => {
-            let created = repl.create_logical_slot(&s.slot, "pgoutput", SlotSnapshot::Nothing, false).await?;
+            if snapshots {
+                snapshot::mark_started(&mut sql, s).await?;
+            }
+            let export = if snapshots { SlotSnapshot::Export } else { SlotSnapshot::Nothing };
+            let created = repl.create_logical_slot(&s.slot, "pgoutput", export, false).await?;
             tracing::info!(slot = %s.slot, consistent_point = %created.consistent_point, "created replication slot");
+            if snapshots {
+                let rows =
+                    snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), &sink, &mut reports, metrics).await?;
+                snapshot::mark_finished(&mut sql, s, rows).await?;
+            }
             created.consistent_point
         }
     };
+    sql.close().await;
 
-    let (sink, reports) = KafkaSink::new(producer_config, metrics.clone()).map_err(PipelineError::definite)?;
     let publications = quote_ident(&s.publication);
     let stream = repl
         .start_logical_replication(&s.slot, start, &[("proto_version", "1"), ("publication_names", &publications)])

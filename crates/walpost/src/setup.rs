@@ -179,6 +179,13 @@ pub async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<Option<
     }))
 }
 
+/// Drops an inactive slot.
+pub async fn drop_slot(sql: &mut ReplicationClient, slot: &str) -> Result<(), PipelineError> {
+    query(sql, &format!("SELECT pg_drop_replication_slot({})", quote_literal(slot))).await?;
+    tracing::info!(slot, "dropped replication slot");
+    Ok(())
+}
+
 /// Checks an existing slot can be used by this instance now.
 pub fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineError> {
     let slot = &s.slot;

@@ -7,4 +7,5 @@
 mod core;
 mod errors;
 mod security;
+mod snapshot;
 mod support;
