@@ -24,6 +24,8 @@ struct PendingTxn {
     /// `None` until the Commit message arrives.
     end_lsn: Option<Lsn>,
     outstanding: u64,
+    /// Commit time (ms since the Unix epoch), for the streaming-lag figure.
+    commit_time_ms: i64,
 }
 
 /// Errors that mean the caller broke the protocol with the checkpoint: a bug, reported
@@ -59,6 +61,12 @@ impl Checkpoint {
         self.flushed
     }
 
+    /// Commit time of the oldest transaction not yet confirmable: the streaming lag is
+    /// measured from it.
+    pub fn oldest_pending_commit_ms(&self) -> Option<i64> {
+        self.pending.front().map(|t| t.commit_time_ms)
+    }
+
     /// Records sent to Kafka and not yet acknowledged.
     pub fn in_flight_records(&self) -> u64 {
         self.in_flight_records
@@ -74,9 +82,9 @@ impl Checkpoint {
         self.pending.len()
     }
 
-    /// A Begin message: opens the next transaction.
-    pub fn begin(&mut self) -> TxnSeq {
-        self.pending.push_back(PendingTxn { end_lsn: None, outstanding: 0 });
+    /// A Begin message: opens the next transaction (committed at `commit_time_ms`).
+    pub fn begin(&mut self, commit_time_ms: i64) -> TxnSeq {
+        self.pending.push_back(PendingTxn { end_lsn: None, outstanding: 0, commit_time_ms });
         TxnSeq(self.front_seq + self.pending.len() as u64 - 1)
     }
 
@@ -154,11 +162,11 @@ mod tests {
     #[test]
     fn out_of_order_acks_confirm_only_the_contiguous_prefix() {
         let mut c = Checkpoint::new(Lsn(100));
-        let t1 = c.begin();
+        let t1 = c.begin(0);
         c.record_sent(t1).unwrap();
         c.record_sent(t1).unwrap();
         c.commit(t1, Lsn(200)).unwrap();
-        let t2 = c.begin();
+        let t2 = c.begin(0);
         c.record_sent(t2).unwrap();
         c.commit(t2, Lsn(300)).unwrap();
 
@@ -175,7 +183,7 @@ mod tests {
     #[test]
     fn an_open_transaction_holds_back_later_ones() {
         let mut c = Checkpoint::new(Lsn(0));
-        let t1 = c.begin();
+        let t1 = c.begin(0);
         c.record_sent(t1).unwrap();
         c.delivered(t1).unwrap();
         // Delivered but not committed yet (Commit message still to come).
@@ -187,7 +195,7 @@ mod tests {
     #[test]
     fn empty_transactions_confirm_at_commit() {
         let mut c = Checkpoint::new(Lsn(10));
-        let t = c.begin();
+        let t = c.begin(0);
         c.commit(t, Lsn(20)).unwrap();
         assert_eq!(c.flush_lsn(), Lsn(20));
     }
@@ -195,7 +203,7 @@ mod tests {
     #[test]
     fn keepalive_position_only_when_idle() {
         let mut c = Checkpoint::new(Lsn(10));
-        let t = c.begin();
+        let t = c.begin(0);
         c.record_sent(t).unwrap();
         c.idle_position(Lsn(500));
         assert_eq!(c.flush_lsn(), Lsn(10), "a record is in flight");
@@ -214,12 +222,12 @@ mod tests {
     fn protocol_misuse_is_reported() {
         let mut c = Checkpoint::new(Lsn(0));
         assert_eq!(c.delivered(TxnSeq(3)), Err(CheckpointError::UnknownTxn(TxnSeq(3))));
-        let t = c.begin();
+        let t = c.begin(0);
         assert_eq!(c.delivered(t), Err(CheckpointError::TooManyDeliveries(t)));
         c.commit(t, Lsn(5)).unwrap();
         // t is confirmed and gone: a late ack for it is unknown, not silently applied.
         assert_eq!(c.delivered(t), Err(CheckpointError::UnknownTxn(t)));
-        let t2 = c.begin();
+        let t2 = c.begin(0);
         c.record_sent(t2).unwrap();
         c.commit(t2, Lsn(6)).unwrap();
         assert_eq!(c.commit(t2, Lsn(7)), Err(CheckpointError::DoubleCommit(t2)));
@@ -238,7 +246,7 @@ mod tests {
             let mut unacked: Vec<(TxnSeq, u64)> = Vec::new(); // (txn, end lsn) per record
             let mut txns = Vec::new();
             for (i, &n) in sizes.iter().enumerate() {
-                let t = c.begin();
+                let t = c.begin(0);
                 let end = (i as u64 + 1) * 100;
                 for _ in 0..n { c.record_sent(t).unwrap(); unacked.push((t, end)); }
                 c.commit(t, Lsn(end)).unwrap();

@@ -42,6 +42,42 @@ pub enum Command {
     /// publishes every committed INSERT into the outbox table, in commit order, and
     /// confirms the slot's position only after Kafka acknowledged everything before it.
     Run(RunArgs),
+
+    /// Preflight against a live server and broker: one line per check, exit 1 on any
+    /// failure, each failure with its fix.
+    Check(RunArgs),
+
+    /// Inspect or manage the replication slot.
+    Slot {
+        #[command(subcommand)]
+        action: SlotAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SlotAction {
+    /// Retained and unconfirmed WAL, wal_status, lag and alarm level of the slot.
+    Status {
+        #[command(flatten)]
+        args: RunArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create the slot (and the publication) without streaming.
+    Create {
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Drop the slot: PostgreSQL stops retaining WAL for it; events not yet confirmed
+    /// will not be streamed (see runbooks/slot-lost.md to republish them).
+    Drop {
+        #[command(flatten)]
+        args: RunArgs,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -105,6 +141,16 @@ pub struct RunArgs {
     /// SQL condition limiting the snapshot, e.g. "published_at IS NULL".
     #[arg(long, env = "WALPOST_SNAPSHOT_FILTER", value_name = "SQL")]
     pub snapshot_filter: Option<String>,
+
+    /// Every SECS seconds, emit an empty transactional logical message so a quiet
+    /// database on a busy server still lets the slot advance [default: off].
+    #[arg(long, env = "WALPOST_HEARTBEAT_INTERVAL", value_name = "SECS")]
+    pub heartbeat_interval: Option<u64>,
+
+    /// Create the slot with failover enabled (PostgreSQL 17+: synchronized to standbys
+    /// listed in synchronized_standby_slots).
+    #[arg(long, env = "WALPOST_SLOT_FAILOVER")]
+    pub slot_failover: bool,
 
     /// A librdkafka property, KEY=VALUE; repeatable; overrides [kafka.properties].
     #[arg(long = "kafka-property", value_name = "KEY=VALUE")]

@@ -33,6 +33,28 @@ pub struct FileConfig {
     pub router: RouterFile,
     #[serde(default)]
     pub pipeline: PipelineFile,
+    #[serde(default)]
+    pub monitor: MonitorFile,
+    pub heartbeat_interval_secs: Option<u64>,
+    pub slot_failover: Option<bool>,
+}
+
+/// Slot monitor and alarm thresholds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorFile {
+    /// Seconds between polls of pg_replication_slots.
+    pub interval_secs: Option<u64>,
+    /// Retained WAL bytes that raise a warning / a critical alarm.
+    pub warning_bytes: Option<u64>,
+    pub critical_bytes: Option<u64>,
+    /// Streaming lag (seconds) that raises a warning / a critical alarm.
+    pub warning_lag_secs: Option<f64>,
+    pub critical_lag_secs: Option<f64>,
+    /// An open transaction older than this raises a warning.
+    pub long_transaction_secs: Option<f64>,
+    /// Seconds between reminders while an alarm stays raised.
+    pub reminder_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -129,6 +151,11 @@ pub struct Settings {
     pub status_interval: Duration,
     pub shutdown_timeout: Duration,
     pub max_backoff: Duration,
+    pub monitor_interval: Duration,
+    pub thresholds: crate::monitor::Thresholds,
+    pub alarm_reminder: Duration,
+    pub heartbeat_interval: Option<Duration>,
+    pub slot_failover: bool,
 }
 
 /// Configuration that cannot be used.
@@ -160,17 +187,28 @@ impl FileConfig {
 impl Settings {
     /// Merges flags/env (already merged by clap) over the file over defaults.
     pub fn resolve(args: &RunArgs, file: FileConfig) -> Result<Settings, ConfigError> {
+        Self::resolve_with(args, file, true)
+    }
+
+    /// As [`Settings::resolve`], for commands that do not talk to Kafka.
+    pub fn resolve_without_kafka(args: &RunArgs, file: FileConfig) -> Result<Settings, ConfigError> {
+        Self::resolve_with(args, file, false)
+    }
+
+    fn resolve_with(args: &RunArgs, file: FileConfig, need_kafka: bool) -> Result<Settings, ConfigError> {
         let pick = |flag: &Option<String>, file: Option<String>| flag.clone().or(file);
         let postgres = pick(&args.postgres, file.postgres).ok_or(ConfigError::Missing {
             key: "postgres",
             flag: "postgres",
             env: "POSTGRES",
         })?;
-        let kafka_brokers = pick(&args.kafka_brokers, file.kafka.brokers).ok_or(ConfigError::Missing {
-            key: "kafka.brokers",
-            flag: "kafka-brokers",
-            env: "KAFKA_BROKERS",
-        })?;
+        let kafka_brokers = match pick(&args.kafka_brokers, file.kafka.brokers) {
+            Some(b) => b,
+            None if !need_kafka => String::new(),
+            None => {
+                return Err(ConfigError::Missing { key: "kafka.brokers", flag: "kafka-brokers", env: "KAFKA_BROKERS" })
+            }
+        };
         let table = TableName::parse(&pick(&args.table, file.table).unwrap_or_else(|| "events.outbox".into()))?;
         let slot = pick(&args.slot, file.slot).unwrap_or_else(|| "walpost".into());
         validate_slot_name(&slot)?;
@@ -229,6 +267,29 @@ impl Settings {
                 expected: "no filter unless --snapshot is initial, initial_only or when_needed",
             });
         }
+        let m = file.monitor;
+        let defaults = crate::monitor::Thresholds::default();
+        let thresholds = crate::monitor::Thresholds {
+            warning_bytes: m.warning_bytes.unwrap_or(defaults.warning_bytes),
+            critical_bytes: m.critical_bytes.unwrap_or(defaults.critical_bytes),
+            warning_lag_secs: m.warning_lag_secs.unwrap_or(defaults.warning_lag_secs),
+            critical_lag_secs: m.critical_lag_secs.unwrap_or(defaults.critical_lag_secs),
+            long_transaction_secs: m.long_transaction_secs.unwrap_or(defaults.long_transaction_secs),
+        };
+        if thresholds.warning_bytes > thresholds.critical_bytes || thresholds.warning_lag_secs > thresholds.critical_lag_secs {
+            return Err(ConfigError::Invalid {
+                key: "monitor",
+                value: format!("{thresholds:?}"),
+                expected: "warning thresholds at or below the critical ones",
+            });
+        }
+        let heartbeat_interval = match args.heartbeat_interval.or(file.heartbeat_interval_secs) {
+            Some(0) => {
+                return Err(ConfigError::Invalid { key: "heartbeat_interval", value: "0".into(), expected: "a positive number of seconds" })
+            }
+            other => other.map(Duration::from_secs),
+        };
+        let slot_failover = args.slot_failover || file.slot_failover.unwrap_or(false);
         let p = file.pipeline;
         let positive = |key: &'static str, v: Option<u64>, default: u64| -> Result<u64, ConfigError> {
             match v {
@@ -261,6 +322,11 @@ impl Settings {
                 30,
             )?),
             max_backoff: Duration::from_secs(positive("pipeline.max_backoff_secs", p.max_backoff_secs, 30)?),
+            monitor_interval: Duration::from_secs(positive("monitor.interval_secs", m.interval_secs, 10)?),
+            thresholds,
+            alarm_reminder: Duration::from_secs(positive("monitor.reminder_secs", m.reminder_secs, 300)?),
+            heartbeat_interval,
+            slot_failover,
         })
     }
 }
@@ -292,6 +358,7 @@ mod tests {
         argv.extend_from_slice(extra);
         match Cli::try_parse_from(argv).unwrap().command {
             Command::Run(args) => args,
+            other => panic!("{other:?}"),
         }
     }
 

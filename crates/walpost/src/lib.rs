@@ -10,6 +10,8 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod monitor;
+pub mod ops;
 pub mod pipeline;
 pub mod setup;
 pub mod sink;

@@ -4,10 +4,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use walpost::cli::{Cli, Command, LogFormat};
+use walpost::cli::{Cli, Command, LogFormat, SlotAction};
 use walpost::config::{FileConfig, Settings};
+use walpost::error::PipelineError;
 use walpost::metrics::{self, Metrics};
-use walpost::pipeline;
+use walpost::{monitor, ops, pipeline};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -51,10 +52,35 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 "walpost starting"
             );
             let shutdown = shutdown_signal()?;
-            pipeline::run(&settings, metrics, shutdown).await?;
+            let (fatal_tx, mut fatal) = tokio::sync::watch::channel(None);
+            tokio::spawn(monitor::run(settings.clone(), metrics.clone(), fatal_tx));
+            if let Some(every) = settings.heartbeat_interval {
+                tokio::spawn(monitor::heartbeat(settings.clone(), every));
+            }
+            tokio::select! {
+                result = pipeline::run(&settings, metrics, shutdown) => result?,
+                // The slot was invalidated: nothing more can be streamed from it.
+                Ok(()) = fatal.changed() => {
+                    let message = fatal.borrow().clone().unwrap_or_default();
+                    return Err(PipelineError::Definite(message).into());
+                }
+            }
             tracing::info!("stopped");
             Ok(())
         }
+        Command::Check(args) => {
+            let settings = Settings::resolve(&args, file)?;
+            let checks = ops::check(&settings).await;
+            if ops::any_failed(&checks) {
+                anyhow::bail!("walpost check: some checks failed (see FAIL lines above)");
+            }
+            Ok(())
+        }
+        Command::Slot { action } => match action {
+            SlotAction::Status { args, json } => ops::slot_status(&Settings::resolve_without_kafka(&args, file)?, json).await,
+            SlotAction::Create { args } => ops::slot_create(&Settings::resolve_without_kafka(&args, file)?).await,
+            SlotAction::Drop { args, yes } => ops::slot_drop(&Settings::resolve_without_kafka(&args, file)?, yes).await,
+        },
     }
 }
 

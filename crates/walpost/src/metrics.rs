@@ -28,6 +28,15 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("walpost_produce_errors_total", "counter", "Failed deliveries by class (retryable, rejected)."),
     ("walpost_reconnects_total", "counter", "Pipeline restarts after a transient error."),
     ("walpost_streaming", "gauge", "1 while streaming from the replication slot."),
+    ("walpost_end_to_end_latency_seconds", "histogram", "Commit timestamp to Kafka acknowledgement."),
+    ("walpost_lag_seconds", "gauge", "Age of the oldest transaction read but not yet confirmed (0 when caught up)."),
+    ("walpost_slot_retained_bytes", "gauge", "WAL the slot keeps: current WAL position minus restart_lsn."),
+    ("walpost_slot_unconfirmed_bytes", "gauge", "Current WAL position minus the slot's confirmed_flush_lsn."),
+    ("walpost_slot_safe_wal_size_bytes", "gauge", "Bytes that can be written before the slot is in danger (-1: unlimited)."),
+    ("walpost_slot_active", "gauge", "1 when some process is streaming from the slot."),
+    ("walpost_slot_wal_status", "gauge", "1 for the slot's current wal_status (reserved, extended, unreserved, lost)."),
+    ("walpost_slot_alarm", "gauge", "1 for each alarm level currently raised (warning, critical)."),
+    ("walpost_oldest_transaction_age_seconds", "gauge", "Age of the oldest open transaction on the server."),
     ("walpost_snapshot_rows_total", "counter", "Snapshot rows acknowledged by Kafka."),
     ("walpost_snapshot_rows_estimate", "gauge", "Planner estimate of the rows the running snapshot reads."),
     ("walpost_snapshot_running", "gauge", "1 while a snapshot runs."),
@@ -49,6 +58,46 @@ pub struct Metrics {
     snapshot_rows: AtomicU64,
     snapshot_estimate: AtomicU64,
     snapshot_running: AtomicBool,
+    latency: Histogram,
+    lag_ms: AtomicU64,
+    slot: Mutex<Option<crate::monitor::SlotStatus>>,
+    alarm: AtomicU64,
+}
+
+/// Upper bounds (seconds) of the latency histogram buckets.
+const LATENCY_BUCKETS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
+
+/// A fixed-bucket histogram of atomics (cumulative counts are computed when rendered).
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    overflow: AtomicU64,
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, seconds: f64) {
+        let seconds = seconds.max(0.0);
+        match LATENCY_BUCKETS.iter().position(|&b| seconds <= b) {
+            Some(i) => self.buckets[i].fetch_add(1, Ordering::Relaxed),
+            None => self.overflow.fetch_add(1, Ordering::Relaxed),
+        };
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str) {
+        let mut cumulative = 0;
+        for (bound, n) in LATENCY_BUCKETS.iter().zip(&self.buckets) {
+            cumulative += n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += self.overflow.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum {}", self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {}", self.count.load(Ordering::Relaxed));
+    }
 }
 
 impl Metrics {
@@ -93,6 +142,36 @@ impl Metrics {
         self.streaming.store(on, Ordering::Relaxed);
     }
 
+    /// One record acknowledged `seconds` after its transaction committed.
+    pub fn observe_latency(&self, seconds: f64) {
+        self.latency.observe(seconds);
+    }
+
+    /// Streaming lag from the commit time of the oldest unconfirmed transaction.
+    pub fn set_lag_from(&self, oldest_commit_ms: Option<i64>) {
+        let lag = oldest_commit_ms.map_or(0, |t| (now_ms() - t).max(0).unsigned_abs());
+        self.lag_ms.store(lag, Ordering::Relaxed);
+    }
+
+    pub fn lag_seconds(&self) -> f64 {
+        self.lag_ms.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+
+    pub fn set_slot(&self, status: &crate::monitor::SlotStatus) {
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = Some(status.clone());
+        }
+    }
+
+    pub fn set_alarm(&self, level: crate::monitor::AlarmLevel) {
+        self.alarm.store(level as u64, Ordering::Relaxed);
+    }
+
+    /// Streaming and no critical slot alarm.
+    pub fn is_ready(&self) -> bool {
+        self.is_streaming() && self.alarm.load(Ordering::Relaxed) < crate::monitor::AlarmLevel::Critical as u64
+    }
+
     pub fn snapshot_started(&self, estimate: u64) {
         self.snapshot_estimate.store(estimate, Ordering::Relaxed);
         self.snapshot_running.store(true, Ordering::Relaxed);
@@ -135,6 +214,21 @@ impl Metrics {
                 "walpost_kafka_in_flight_records" => sample(&mut out, name, load(&self.in_flight)),
                 "walpost_reconnects_total" => sample(&mut out, name, load(&self.reconnects)),
                 "walpost_streaming" => sample(&mut out, name, u64::from(self.is_streaming())),
+                "walpost_end_to_end_latency_seconds" => self.latency.render(&mut out, name),
+                "walpost_lag_seconds" => {
+                    let _ = writeln!(out, "{name} {}", self.lag_seconds());
+                }
+                "walpost_slot_alarm" => {
+                    let level = self.alarm.load(Ordering::Relaxed);
+                    let _ = writeln!(out, "{name}{{level=\"warning\"}} {}", u64::from(level == 1));
+                    let _ = writeln!(out, "{name}{{level=\"critical\"}} {}", u64::from(level == 2));
+                }
+                "walpost_slot_retained_bytes"
+                | "walpost_slot_unconfirmed_bytes"
+                | "walpost_slot_safe_wal_size_bytes"
+                | "walpost_slot_active"
+                | "walpost_slot_wal_status"
+                | "walpost_oldest_transaction_age_seconds" => self.render_slot(&mut out, name),
                 "walpost_snapshot_rows_total" => sample(&mut out, name, load(&self.snapshot_rows)),
                 "walpost_snapshot_rows_estimate" => sample(&mut out, name, load(&self.snapshot_estimate)),
                 "walpost_snapshot_running" => {
@@ -145,6 +239,39 @@ impl Metrics {
         }
         out
     }
+}
+
+impl Metrics {
+    fn render_slot(&self, out: &mut String, name: &str) {
+        let Ok(slot) = self.slot.lock() else { return };
+        let Some(st) = slot.as_ref().filter(|st| st.exists) else { return };
+        match name {
+            "walpost_slot_retained_bytes" => sample(out, name, st.retained_bytes),
+            "walpost_slot_unconfirmed_bytes" => sample(out, name, st.unconfirmed_bytes),
+            "walpost_slot_safe_wal_size_bytes" => {
+                let _ = writeln!(out, "{name} {}", st.safe_wal_size_bytes.unwrap_or(-1));
+            }
+            "walpost_slot_active" => sample(out, name, u64::from(st.active)),
+            "walpost_slot_wal_status" => {
+                for status in ["reserved", "extended", "unreserved", "lost"] {
+                    let on = st.wal_status.as_deref() == Some(status);
+                    let _ = writeln!(out, "{name}{{status=\"{status}\"}} {}", u64::from(on));
+                }
+            }
+            "walpost_oldest_transaction_age_seconds" => {
+                let _ = writeln!(out, "{name} {}", st.oldest_transaction_age_secs);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 fn sample(out: &mut String, name: &str, value: u64) {
@@ -174,7 +301,10 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<(
                 let (status, body) = match path {
                     "/metrics" => ("200 OK", metrics.render()),
                     "/healthz" => ("200 OK", "ok\n".to_owned()),
-                    "/readyz" if metrics.is_streaming() => ("200 OK", "ready\n".to_owned()),
+                    "/readyz" if metrics.is_ready() => ("200 OK", "ready\n".to_owned()),
+                    "/readyz" if metrics.is_streaming() => {
+                        ("503 Service Unavailable", "slot alarm critical\n".to_owned())
+                    }
                     "/readyz" => ("503 Service Unavailable", "not streaming\n".to_owned()),
                     _ => ("404 Not Found", "not found\n".to_owned()),
                 };

@@ -167,7 +167,7 @@ async fn session(
                 snapshot::mark_started(&mut sql, s).await?;
             }
             let export = if snapshots { SlotSnapshot::Export } else { SlotSnapshot::Nothing };
-            let created = repl.create_logical_slot(&s.slot, "pgoutput", export, false).await?;
+            let created = repl.create_logical_slot(&s.slot, "pgoutput", export, s.slot_failover).await?;
             tracing::info!(slot = %s.slot, consistent_point = %created.consistent_point, "created replication slot");
             if snapshots {
                 let rows =
@@ -271,7 +271,10 @@ impl Session<'_> {
                 biased;
                 _ = shutdown.changed() => return Ok(SessionEnd::Shutdown),
                 Some(report) = self.reports.recv() => self.on_delivery(report)?,
-                _ = tick.tick() => self.maybe_send_status(false).await?,
+                _ = tick.tick() => {
+                    self.metrics.set_lag_from(self.checkpoint.oldest_pending_commit_ms());
+                    self.maybe_send_status(false).await?
+                }
                 message = self.stream.next(), if can_read => match message? {
                     Some(ReplicationMessage::XLogData(x)) => self.on_xlog(x).await?,
                     Some(ReplicationMessage::PrimaryKeepalive(k)) => self.on_keepalive(k).await?,
@@ -326,9 +329,10 @@ impl Session<'_> {
                     return Err(PipelineError::definite("pgoutput protocol: Begin inside an open transaction"));
                 }
                 let unix_micros = pgoutput::pg_epoch_micros_to_unix_micros(b.commit_time);
+                let commit_time_ms = unix_micros.div_euclid(1000);
                 self.current = Some(OpenTxn {
-                    seq: self.checkpoint.begin(),
-                    commit_time_ms: unix_micros.div_euclid(1000),
+                    seq: self.checkpoint.begin(commit_time_ms),
+                    commit_time_ms,
                     final_lsn: b.final_lsn,
                 });
             }

@@ -101,28 +101,23 @@ pub async fn check_table(sql: &mut ReplicationClient, s: &Settings) -> Result<()
     Ok(())
 }
 
-/// Creates the publication when missing; checks an existing one publishes our inserts.
-pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+/// Whether the publication exists (and, if it does, publishes our inserts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publication {
+    Missing,
+    Ready,
+}
+
+/// Checks an existing publication publishes inserts of the table; read-only.
+pub async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Result<Publication, PipelineError> {
     let pubname = quote_literal(&s.publication);
     let r = query(
         sql,
-        &format!("SELECT pubinsert::text AS ins, puballtables::text AS alltables, pubviaroot::text AS viaroot FROM pg_publication WHERE pubname = {pubname}"),
+        &format!("SELECT pubinsert::text AS ins, puballtables::text AS alltables FROM pg_publication WHERE pubname = {pubname}"),
     )
     .await?;
     if r.rows.is_empty() {
-        let create = format!(
-            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert', publish_via_partition_root = true)",
-            quote_ident(&s.publication),
-            s.table.quoted()
-        );
-        sql.simple_query(&create).await.map_err(|e| {
-            PipelineError::definite(format!(
-                "cannot create publication \"{}\": {e}; create it as the table owner or a superuser with: {create}",
-                s.publication
-            ))
-        })?;
-        tracing::info!(publication = %s.publication, table = %s.table, "created publication");
-        return Ok(());
+        return Ok(Publication::Missing);
     }
     if r.first("ins") != Some("true") {
         return Err(PipelineError::definite(format!(
@@ -152,6 +147,26 @@ pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Re
     if r.first("alltables") == Some("true") {
         tracing::warn!(publication = %s.publication, "publication is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published", s.table);
     }
+    Ok(Publication::Ready)
+}
+
+/// Creates the publication when missing; checks an existing one publishes our inserts.
+pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    if publication_state(sql, s).await? == Publication::Ready {
+        return Ok(());
+    }
+    let create = format!(
+        "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert', publish_via_partition_root = true)",
+        quote_ident(&s.publication),
+        s.table.quoted()
+    );
+    sql.simple_query(&create).await.map_err(|e| {
+        PipelineError::definite(format!(
+            "cannot create publication \"{}\": {e}; create it as the table owner or a superuser with: {create}",
+            s.publication
+        ))
+    })?;
+    tracing::info!(publication = %s.publication, table = %s.table, "created publication");
     Ok(())
 }
 

@@ -198,6 +198,9 @@ impl ProducerContext for SinkContext {
             Ok(msg) => {
                 let bytes = msg.payload_len() as u64;
                 self.metrics.record_published(msg.topic(), bytes);
+                if let Some(ts) = msg.timestamp().to_millis() {
+                    self.metrics.observe_latency((crate::metrics::now_ms() - ts) as f64 / 1000.0);
+                }
                 Delivery::Delivered { txn, bytes }
             }
             Err((error, msg)) => {
