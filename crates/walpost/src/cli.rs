@@ -52,6 +52,33 @@ pub enum Command {
         #[command(subcommand)]
         action: SlotAction,
     },
+
+    /// One retention pass on the partitioned outbox: create partitions ahead, seal and
+    /// drop old ones. One line per partition with the action and its reason.
+    ///
+    /// A partition is dropped only once its whole range is older than the retention
+    /// period and the slot has confirmed every row in it (see README, Retention).
+    /// `walpost run` runs the same pass every [retention] interval_secs.
+    Retention(RetentionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RetentionArgs {
+    /// Connection, table and slot as for `run` (Kafka settings are not used).
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Print what the pass would do; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Retention period in days, over [retention] keep_days [default: 7].
+    #[arg(long, value_name = "DAYS")]
+    pub keep_days: Option<u32>,
+
+    /// Days of partitions kept created ahead, over [retention] days_ahead [default: 3].
+    #[arg(long, value_name = "DAYS")]
+    pub days_ahead: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]

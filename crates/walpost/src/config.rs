@@ -35,6 +35,9 @@ pub struct FileConfig {
     pub pipeline: PipelineFile,
     #[serde(default)]
     pub monitor: MonitorFile,
+    /// Partition retention (see [`crate::retention`]).
+    #[serde(default)]
+    pub retention: crate::retention::RetentionFile,
     pub heartbeat_interval_secs: Option<u64>,
     pub slot_failover: Option<bool>,
 }
@@ -156,6 +159,7 @@ pub struct Settings {
     pub alarm_reminder: Duration,
     pub heartbeat_interval: Option<Duration>,
     pub slot_failover: bool,
+    pub retention: crate::retention::RetentionConfig,
 }
 
 /// Configuration that cannot be used.
@@ -327,6 +331,7 @@ impl Settings {
             alarm_reminder: Duration::from_secs(positive("monitor.reminder_secs", m.reminder_secs, 300)?),
             heartbeat_interval,
             slot_failover,
+            retention: crate::retention::RetentionConfig::resolve(&file.retention, None, None)?,
         })
     }
 }

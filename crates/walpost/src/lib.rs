@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod ops;
 pub mod pipeline;
+pub mod retention;
 pub mod setup;
 pub mod sink;
 pub mod snapshot;

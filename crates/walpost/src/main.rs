@@ -54,6 +54,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             let shutdown = shutdown_signal()?;
             let (fatal_tx, mut fatal) = tokio::sync::watch::channel(None);
             tokio::spawn(monitor::run(settings.clone(), metrics.clone(), fatal_tx));
+            tokio::spawn(walpost::retention::task(settings.clone(), metrics.clone(), shutdown.clone()));
             if let Some(every) = settings.heartbeat_interval {
                 tokio::spawn(monitor::heartbeat(settings.clone(), every));
             }
@@ -81,6 +82,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             SlotAction::Create { args } => ops::slot_create(&Settings::resolve_without_kafka(&args, file)?).await,
             SlotAction::Drop { args, yes } => ops::slot_drop(&Settings::resolve_without_kafka(&args, file)?, yes).await,
         },
+        Command::Retention(args) => Ok(walpost::retention::command(&args, file).await?),
     }
 }
 

@@ -40,6 +40,12 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("walpost_snapshot_rows_total", "counter", "Snapshot rows acknowledged by Kafka."),
     ("walpost_snapshot_rows_estimate", "gauge", "Planner estimate of the rows the running snapshot reads."),
     ("walpost_snapshot_running", "gauge", "1 while a snapshot runs."),
+    ("walpost_retention_partitions_created_total", "counter", "Outbox partitions created ahead by retention."),
+    ("walpost_retention_partitions_sealed_total", "counter", "Expired outbox partitions sealed (made read-only, WAL position recorded)."),
+    ("walpost_retention_partitions_dropped_total", "counter", "Expired outbox partitions dropped after the slot confirmed their seal."),
+    ("walpost_retention_partitions_skipped_total", "counter", "Partitions retention left in place although due, by reason."),
+    ("walpost_retention_passes_total", "counter", "Retention passes by result (ok, error)."),
+    ("walpost_retention_last_success_timestamp_seconds", "gauge", "Unix time of the last retention pass without error (0: none yet)."),
 ];
 
 /// Shared counters and gauges; cheap to update from any thread.
@@ -62,6 +68,8 @@ pub struct Metrics {
     lag_ms: AtomicU64,
     slot: Mutex<Option<crate::monitor::SlotStatus>>,
     alarm: AtomicU64,
+    /// Partition retention counters (`walpost_retention_*`).
+    pub retention: crate::retention::RetentionMetrics,
 }
 
 /// Upper bounds (seconds) of the latency histogram buckets.
@@ -234,6 +242,7 @@ impl Metrics {
                 "walpost_snapshot_running" => {
                     sample(&mut out, name, u64::from(self.snapshot_running.load(Ordering::Relaxed)))
                 }
+                retention if retention.starts_with("walpost_retention_") => self.retention.render(&mut out, retention),
                 _ => {}
             }
         }

@@ -70,10 +70,14 @@ pub async fn check(s: &Settings) -> Vec<Check> {
             emit(Check::Ok("replication connection (replication=database) accepted".into()));
             repl.close().await;
         }
-        Err(e) => emit(Check::Fail(format!(
-            "replication connection refused: {}; pg_hba.conf needs a line for the 'replication' keyword or this database",
-            PipelineError::from(e)
-        ))),
+        Err(e) => {
+            let hba = if e.sqlstate() == Some("28000") {
+                "; pg_hba.conf needs a line for the 'replication' keyword or this database"
+            } else {
+                ""
+            };
+            emit(Check::Fail(format!("replication connection refused: {}{hba}", PipelineError::from(e))))
+        }
     }
     for c in kafka_checks(s).await {
         emit(c);
@@ -108,22 +112,26 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         });
     }
     out.push(from_result("role has REPLICATION".into(), setup::check_role(sql).await));
+    // By oid, so the check works even without USAGE on the schema (which it also needs).
     let select = sql
         .simple_query(&format!(
-            "SELECT has_table_privilege({}, 'SELECT')::text AS ok",
-            quote_literal(&s.table.quoted())
+            "SELECT (has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT'))::text AS ok
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = {} AND c.relname = {}",
+            quote_literal(&s.table.schema),
+            quote_literal(&s.table.name)
         ))
         .await;
-    out.push(match select {
-        Ok(r) if r.first("ok") == Some("true") => Check::Ok(format!("SELECT on {}", s.table)),
-        Ok(_) => Check::Fail(format!(
-            "the role cannot SELECT from {}: GRANT SELECT ON {} TO <role>",
+    match select {
+        Ok(r) if r.first("ok") == Some("true") => out.push(Check::Ok(format!("SELECT on {}", s.table))),
+        Ok(r) if !r.rows.is_empty() => out.push(Check::Fail(format!(
+            "the role cannot SELECT from {}: GRANT USAGE ON SCHEMA {} TO <role>; GRANT SELECT ON {} TO <role>",
             s.table,
+            replication::quote_ident(&s.table.schema),
             s.table.quoted()
-        )),
-        // The table is missing: the next check says so.
-        Err(_) => Check::Warn(format!("SELECT on {} could not be checked", s.table)),
-    });
+        ))),
+        // The table is missing (the next check says so) or the query failed.
+        _ => {}
+    }
     out.push(from_result(format!("table {} has the mapped columns", s.table), setup::check_table(sql, s).await));
     out.push(match setup::publication_state(sql, s).await {
         Ok(setup::Publication::Missing) => Check::Warn(format!(

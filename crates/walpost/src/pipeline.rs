@@ -214,12 +214,8 @@ async fn session(
     result
 }
 
-/// The fatal error for a record Kafka will never take; quoted in runbooks/poison-record.md.
 fn rejected(r: &sink::Rejection) -> PipelineError {
-    PipelineError::definite(format!(
-        "Kafka rejected event id={} for topic {} permanently ({}: {}); nothing from its transaction on is confirmed, so the event is not lost: {}, then restart walpost (see runbooks/poison-record.md)",
-        r.event_id, r.topic, r.code, r.error, r.fix
-    ))
+    PipelineError::definite(r.operator_message())
 }
 
 /// What the pipeline knows about a relation from its last Relation message.

@@ -61,6 +61,16 @@ pub struct Rejection {
     pub fix: &'static str,
 }
 
+impl Rejection {
+    /// The fatal error walpost stops with; quoted verbatim in runbooks/poison-record.md.
+    pub fn operator_message(&self) -> String {
+        format!(
+            "Kafka rejected event id={} for topic {} permanently ({}: {}); nothing from its transaction on is confirmed, so the event is not lost: {}, then restart walpost (see runbooks/poison-record.md)",
+            self.event_id, self.topic, self.code, self.error, self.fix
+        )
+    }
+}
+
 /// The sink cannot be set up as configured.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {

@@ -6,6 +6,7 @@
 
 mod core;
 mod errors;
+mod ops;
 mod security;
 mod snapshot;
 mod support;

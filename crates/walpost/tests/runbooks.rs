@@ -1,0 +1,80 @@
+//! Every operator-facing fatal error names a runbook that exists and quotes the error
+//! verbatim; every metric is documented in the README and nothing undocumented is there.
+
+use std::path::PathBuf;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+#[test]
+fn every_runbook_named_in_the_code_exists() {
+    let src = repo().join("crates/walpost/src");
+    let mut named = Vec::new();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for (i, _) in text.match_indices("runbooks/") {
+            let name: String = text[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || "/-_.".contains(*c)).collect();
+            named.push(name.trim_end_matches('.').to_owned());
+        }
+    }
+    assert!(named.len() >= 3, "{named:?}");
+    for n in named {
+        assert!(repo().join(&n).is_file(), "{n} is named in the code but does not exist");
+    }
+}
+
+#[test]
+fn slot_lost_error_is_quoted_verbatim_in_its_runbook() {
+    let message = walpost::setup::slot_lost_message("walpost");
+    assert!(message.contains("runbooks/slot-lost.md"));
+    assert!(read("runbooks/slot-lost.md").contains(&message), "runbooks/slot-lost.md must quote:\n{message}");
+}
+
+#[test]
+fn poison_record_error_is_quoted_verbatim_in_its_runbook() {
+    let r = walpost::sink::Rejection {
+        event_id: "4711".into(),
+        topic: "outbox.event.order".into(),
+        code: "message_size_too_large".into(),
+        error: "Message production error: MessageSizeTooLarge (Broker: Message size too large)".into(),
+        fix: "raise the topic's max.message.bytes and the producer's message.max.bytes, or make the payload smaller",
+    };
+    let message = r.operator_message();
+    assert!(read("runbooks/poison-record.md").contains(&message), "runbooks/poison-record.md must quote:\n{message}");
+    // The fix text is the one classify() gives for that code.
+    let e = rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge);
+    assert_eq!(walpost::sink::classify(&e), Some(("message_size_too_large", r.fix)));
+}
+
+#[test]
+fn readme_documents_exactly_the_exported_metrics() {
+    let readme = read("README.md");
+    let documented: std::collections::BTreeSet<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `walpost_"))
+        .map(|rest| format!("walpost_{}", rest.split(|c| c == '`' || c == '{').next().unwrap()))
+        .collect();
+    let exported: std::collections::BTreeSet<String> =
+        walpost::metrics::METRICS.iter().map(|(n, _, _)| n.to_string()).collect();
+    assert_eq!(documented, exported, "README metrics table and metrics::METRICS differ");
+}
+
+#[test]
+fn grafana_dashboard_uses_only_exported_metrics() {
+    let dashboard = read("deploy/grafana/walpost-dashboard.json");
+    let _: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard is JSON");
+    let exported: Vec<&str> = walpost::metrics::METRICS.iter().map(|(n, _, _)| *n).collect();
+    let mut used = 0;
+    for (i, _) in dashboard.match_indices("walpost_") {
+        let name: String = dashboard[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let base = name.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count");
+        assert!(exported.contains(&base), "dashboard uses {name}, which walpost does not export");
+        used += 1;
+    }
+    assert!(used >= 8, "the dashboard should chart the main metrics");
+}
