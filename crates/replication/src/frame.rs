@@ -132,8 +132,8 @@ pub fn parse_data_row(body: &Bytes) -> Result<Vec<Option<Bytes>>, FrameError> {
     Ok(row)
 }
 
-/// Parses a RowDescription ('T') body into column names.
-pub fn parse_row_description(body: &[u8]) -> Result<Vec<String>, FrameError> {
+/// Parses a RowDescription ('T') body into (column name, type oid) pairs.
+pub fn parse_row_description(body: &[u8]) -> Result<Vec<(String, u32)>, FrameError> {
     const TAG: u8 = b'T';
     let mut cur = body;
     let count = take_i16(&mut cur).ok_or(FrameError::Malformed { tag: TAG, what: "no field count" })?;
@@ -141,19 +141,23 @@ pub fn parse_row_description(body: &[u8]) -> Result<Vec<String>, FrameError> {
     if count > cur.len() / 19 {
         return Err(FrameError::Malformed { tag: TAG, what: "field count exceeds message" });
     }
-    let mut names = Vec::with_capacity(count);
+    let mut fields = Vec::with_capacity(count);
     for _ in 0..count {
         let nul = cur
             .iter()
             .position(|&b| b == 0)
             .ok_or(FrameError::Malformed { tag: TAG, what: "field name without NUL" })?;
-        names.push(String::from_utf8_lossy(cur.get(..nul).unwrap_or_default()).into_owned());
+        let name = String::from_utf8_lossy(cur.get(..nul).unwrap_or_default()).into_owned();
         // table oid (4), column (2), type oid (4), size (2), modifier (4), format (2)
-        cur = cur
-            .get(nul + 1 + 18..)
+        let rest = cur
+            .get(nul + 1..)
+            .filter(|r| r.len() >= 18)
             .ok_or(FrameError::Malformed { tag: TAG, what: "truncated field description" })?;
+        let type_oid = rest.get(6..10).and_then(|b| b.try_into().ok()).map_or(0, u32::from_be_bytes);
+        fields.push((name, type_oid));
+        cur = rest.get(18..).unwrap_or_default();
     }
-    Ok(names)
+    Ok(fields)
 }
 
 /// Reads a NUL-terminated string; used for ParameterStatus pairs.
@@ -256,7 +260,7 @@ mod tests {
         let mut body = vec![0, 1];
         body.extend_from_slice(b"slot_name\0");
         body.extend_from_slice(&[0; 18]);
-        assert_eq!(parse_row_description(&body).unwrap(), vec!["slot_name".to_string()]);
+        assert_eq!(parse_row_description(&body).unwrap(), vec![("slot_name".to_string(), 0)]);
         assert!(parse_row_description(&body[..body.len() - 1]).is_err());
     }
 }

@@ -69,6 +69,8 @@ pub struct CreatedSlot {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueryResult {
     pub columns: Vec<String>,
+    /// Type oid of each column.
+    pub column_types: Vec<u32>,
     pub rows: Vec<Vec<Option<Bytes>>>,
 }
 
@@ -144,6 +146,9 @@ impl ReplicationClient {
             ("database", config.dbname.as_str()),
             ("application_name", config.application_name.as_str()),
             ("client_encoding", "UTF8"),
+            // Text forms of timestamps (pgoutput and SQL alike) in one known format.
+            ("DateStyle", "ISO"),
+            ("TimeZone", "UTC"),
         ];
         if replication {
             params.push(("replication", "database"));
@@ -254,7 +259,11 @@ impl ReplicationClient {
         loop {
             let frame = self.read_frame().await?;
             match frame.tag {
-                b'T' => result.columns = frame::parse_row_description(&frame.body)?,
+                b'T' => {
+                    let (names, types) = frame::parse_row_description(&frame.body)?.into_iter().unzip();
+                    result.columns = names;
+                    result.column_types = types;
+                }
                 b'D' => result.rows.push(frame::parse_data_row(&frame.body)?),
                 b'C' | b'I' | b'N' | b'S' => {}
                 b'E' => error = Some(frame::parse_server_message(b'E', &frame.body)?),

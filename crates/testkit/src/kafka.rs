@@ -345,11 +345,12 @@ impl Kafka {
 
     fn format_storage(&self) -> Result<()> {
         let props = self.dir.join("server.properties");
-        let id = random_cluster_id();
+        // One `--cluster-id=<id>` argument: a base64url id may start with '-', which the
+        // tool's parser would take for an option if it were a separate argument.
+        let id = format!("--cluster-id={}", random_cluster_id());
         let args = [
             "format",
             "--ignore-formatted",
-            "-t",
             &id,
             "-c",
             &*props.to_string_lossy(),

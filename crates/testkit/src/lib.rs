@@ -8,6 +8,9 @@
 //! * [`Kafka`] — a single-node Apache Kafka 4.1.1 broker+controller (KRaft) run from the
 //!   jars fetched by `scripts/fetch-kafka.sh`, listening on free `127.0.0.1` ports.
 //!   [`Kafka::bootstrap`] gives `127.0.0.1:PORT` (PLAINTEXT).
+//! * [`Proxy`] — a TCP forwarder the test controls (cut every connection, stall for N
+//!   seconds, refuse new connections), to break the network between a client and a
+//!   server without root.
 //! * [`shared_postgres`] / [`shared_kafka`] — one server per test binary, started on first
 //!   use and shared by all tests of that binary. Give every test its own database
 //!   ([`Postgres::create_database`]), replication-slot names, publication names and topic
@@ -40,6 +43,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `WALPOST_PG_BINDIR` | directory holding `initdb`, `pg_ctl`, `postgres`, `psql`. Default: `pg_config --bindir` if it has `initdb`, else the highest `/usr/lib/postgresql/*/bin`. |
+//! | `WALPOST_PSQL` | the `psql` binary. Default: `psql` in the bin directory, else (server-only builds, e.g. `scripts/fetch-postgres.sh`) the highest `/usr/lib/postgresql/*/bin/psql`, else `psql` on `PATH`. |
 //! | `WALPOST_PG_OS_USER` | when the tests run as **root**: the ordinary OS user that owns and runs the clusters (`initdb` refuses root). Default: `postgres` if it exists, else `walpost-pg` (created with `useradd` if missing). Ignored when not root: the cluster then runs as the current user. |
 //! | `WALPOST_KAFKA_LIBS` | directory with the Kafka class path (the jars). Default `$HOME/.cache/walpost/kafka-4.1.1/libs`. Considered complete when it holds the marker file `.walpost-complete`. |
 //! | `WALPOST_KEEP_TEST_DIRS` | if set (to anything), temporary server directories (data, config, logs) are kept instead of deleted, and their paths are printed to stderr. |
@@ -79,6 +83,7 @@
 
 mod kafka;
 mod pg;
+mod proxy;
 mod util;
 
 use std::sync::OnceLock;
@@ -86,6 +91,7 @@ use std::time::{Duration, Instant};
 
 pub use kafka::{Kafka, KafkaOptions};
 pub use pg::{PgOptions, Postgres, StopMode};
+pub use proxy::Proxy;
 pub use util::{free_port, unique_name};
 
 /// Error type of the harness: any error, with a readable message (tool output included).

@@ -309,6 +309,15 @@ impl Postgres {
         &self.bin_dir
     }
 
+    /// The `psql` used by [`Postgres::psql`]: `WALPOST_PSQL` if set, else `psql` in
+    /// [`Postgres::bin_dir`], else (server-only builds such as the npm
+    /// `@embedded-postgres` packages) the highest `/usr/lib/postgresql/*/bin/psql`,
+    /// else `psql` from `PATH`. An older psql talks to a newer server fine for what the
+    /// harness does (plain SQL scripts).
+    pub fn psql_path(&self) -> PathBuf {
+        find_psql(&self.bin_dir)
+    }
+
     /// Major server version, e.g. 15.
     pub fn major_version(&self) -> u32 {
         self.major
@@ -350,7 +359,7 @@ impl Postgres {
     }
 
     fn psql_inner(&self, user: &str, db: &str, input: PsqlInput<'_>) -> Result<String> {
-        let mut cmd = Command::new(self.bin_dir.join("psql"));
+        let mut cmd = Command::new(self.psql_path());
         cmd.args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"])
             .arg("-h")
             .arg(&self.dir)
@@ -583,6 +592,28 @@ fn find_bin_dir() -> Result<PathBuf> {
     })
     .clone()
     .map_err(err)
+}
+
+/// See [`Postgres::psql_path`].
+fn find_psql(bin_dir: &Path) -> PathBuf {
+    if let Some(p) = std::env::var_os("WALPOST_PSQL").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let own = bin_dir.join("psql");
+    if own.is_file() {
+        return own;
+    }
+    let mut best: Option<(u32, PathBuf)> = None;
+    if let Ok(entries) = fs::read_dir("/usr/lib/postgresql") {
+        for e in entries.flatten() {
+            let Ok(v) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let p = e.path().join("bin/psql");
+            if p.is_file() && best.as_ref().is_none_or(|(bv, _)| v > *bv) {
+                best = Some((v, p));
+            }
+        }
+    }
+    best.map(|(_, p)| p).unwrap_or_else(|| PathBuf::from("psql"))
 }
 
 /// The ordinary OS user that runs clusters when we are root; created if missing.

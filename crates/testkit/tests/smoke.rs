@@ -7,7 +7,7 @@ use testkit::{Kafka, KafkaOptions, PgOptions, Postgres, StopMode};
 
 /// A SCRAM login over TCP (not the trusted Unix socket) with psql and PGPASSWORD.
 fn tcp_query(pg: &Postgres, password: &str, sql: &str) -> Result<String, String> {
-    let out = Command::new(pg.bin_dir().join("psql"))
+    let out = Command::new(pg.psql_path())
         .args([
             "-X",
             "-At",
@@ -155,7 +155,7 @@ fn postgres_tls_and_extra_hba() {
         assert!(tls.join(f).is_file(), "{f}");
     }
     // Verify-full TLS login with the generated CA.
-    let out = Command::new(pg.bin_dir().join("psql"))
+    let out = Command::new(pg.psql_path())
         .arg(format!(
             "host=127.0.0.1 port={} user=walpost dbname=walpost sslmode=verify-full sslrootcert={}",
             pg.port(),

@@ -47,6 +47,14 @@ pub enum Command {
     /// failure, each failure with its fix.
     Check(RunArgs),
 
+    /// Convert a Debezium PostgreSQL connector config (Kafka Connect JSON or Debezium
+    /// Server application.properties) with an Outbox Event Router into walpost TOML.
+    /// Prints the TOML; lists what could not be carried over on stderr; exit 2 if any.
+    ImportDebezium {
+        /// connector.json or application.properties
+        file: std::path::PathBuf,
+    },
+
     /// Inspect or manage the replication slot.
     Slot {
         #[command(subcommand)]

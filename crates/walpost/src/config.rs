@@ -40,6 +40,13 @@ pub struct FileConfig {
     pub retention: crate::retention::RetentionFile,
     pub heartbeat_interval_secs: Option<u64>,
     pub slot_failover: Option<bool>,
+    /// `halt` (default) or `dead_letter`.
+    pub on_permanent_error: Option<String>,
+    pub dead_letter_topic: Option<String>,
+    #[serde(default)]
+    pub outbox: Vec<OutboxFile>,
+    #[serde(default)]
+    pub messages: MessagesFile,
 }
 
 /// Slot monitor and alarm thresholds.
@@ -69,14 +76,19 @@ pub struct KafkaFile {
     pub properties: BTreeMap<String, String>,
 }
 
-/// Router options under Debezium's names.
-#[derive(Debug, Default, Deserialize)]
+/// Router options under Debezium's names. An option walpost does not know is an error
+/// naming it (`deny_unknown_fields`), never silently ignored.
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouterFile {
     #[serde(rename = "route.by.field")]
     pub route_by_field: Option<String>,
+    #[serde(rename = "route.topic.regex")]
+    pub topic_regex: Option<String>,
     #[serde(rename = "route.topic.replacement")]
     pub topic_replacement: Option<String>,
+    #[serde(rename = "route.tombstone.on.empty.payload")]
+    pub tombstone_on_empty_payload: Option<bool>,
     #[serde(rename = "table.field.event.key")]
     pub key_field: Option<String>,
     #[serde(rename = "table.field.event.payload")]
@@ -86,6 +98,155 @@ pub struct RouterFile {
     /// Column copied into the `eventType` header; "" for none.
     #[serde(rename = "table.field.event.type")]
     pub event_type_field: Option<String>,
+    #[serde(rename = "table.field.event.timestamp")]
+    pub timestamp_field: Option<String>,
+    /// A JSON object column whose keys become headers (walpost extension).
+    #[serde(rename = "table.field.event.headers")]
+    pub headers_field: Option<String>,
+    #[serde(rename = "table.fields.additional.placement")]
+    pub additional_placement: Option<String>,
+    /// `error` (default) or `ignore`.
+    #[serde(rename = "table.field.additional.missing")]
+    pub additional_missing: Option<String>,
+    /// `warn` (default), `error` or `fatal`.
+    #[serde(rename = "table.op.invalid.behavior")]
+    pub op_invalid_behavior: Option<String>,
+    /// Accepted for compatibility: walpost always emits JSON payloads as JSON.
+    #[serde(rename = "table.expand.json.payload")]
+    pub expand_json_payload: Option<bool>,
+}
+
+/// One more outbox table in the same slot and publication (`[[outbox]]`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxFile {
+    pub table: String,
+    #[serde(default)]
+    pub router: RouterFile,
+}
+
+/// The table-less outbox: `pg_logical_emit_message(true, '<prefix>', '<json>')`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessagesFile {
+    /// Prefixes whose messages are events; none: messages are not requested.
+    #[serde(rename = "prefix.include", default)]
+    pub prefix_include: Vec<String>,
+    /// Publish non-transactional messages too (they cannot be rolled back).
+    #[serde(default)]
+    pub allow_non_transactional: bool,
+    /// JSON field names of the envelope, under the router's option names.
+    #[serde(default)]
+    pub router: RouterFile,
+}
+
+impl RouterFile {
+    /// `self`, with unset keys taken from `base`.
+    fn or(&self, base: &RouterFile) -> RouterFile {
+        macro_rules! pick {
+            ($($f:ident),*) => { RouterFile { $($f: self.$f.clone().or_else(|| base.$f.clone())),* } };
+        }
+        pick!(
+            route_by_field, topic_regex, topic_replacement, tombstone_on_empty_payload, key_field, payload_field,
+            id_field, event_type_field, timestamp_field, headers_field, additional_placement, additional_missing,
+            op_invalid_behavior, expand_json_payload
+        )
+    }
+
+    /// The router configuration and the invalid-operation policy these options describe.
+    fn resolve(&self) -> Result<(RouterConfig, OpInvalid), ConfigError> {
+        let d = RouterConfig::default();
+        let additional = match &self.additional_placement {
+            Some(text) => router::AdditionalField::parse_list(text).map_err(|reason| ConfigError::Invalid {
+                key: "table.fields.additional.placement",
+                value: reason,
+                expected: "column:header|envelope|partition[:alias], comma-separated",
+            })?,
+            None => Vec::new(),
+        };
+        let additional_missing_ignore = match self.additional_missing.as_deref() {
+            None | Some("error") => false,
+            Some("ignore") => true,
+            Some(other) => {
+                return Err(ConfigError::Invalid { key: "table.field.additional.missing", value: other.into(), expected: "error or ignore" })
+            }
+        };
+        let op_invalid = match self.op_invalid_behavior.as_deref() {
+            None | Some("warn") => OpInvalid::Warn,
+            Some("error") => OpInvalid::Error,
+            Some("fatal") => OpInvalid::Fatal,
+            Some(other) => {
+                return Err(ConfigError::Invalid { key: "table.op.invalid.behavior", value: other.into(), expected: "warn, error or fatal" })
+            }
+        };
+        let config = RouterConfig {
+            route_by_field: self.route_by_field.clone().unwrap_or(d.route_by_field),
+            topic_regex: self.topic_regex.clone().filter(|r| !r.is_empty()),
+            topic_pattern: self.topic_replacement.clone().unwrap_or(d.topic_pattern),
+            key_field: self.key_field.clone().unwrap_or(d.key_field),
+            payload_field: self.payload_field.clone().unwrap_or(d.payload_field),
+            id_field: self.id_field.clone().unwrap_or(d.id_field),
+            event_type_field: match &self.event_type_field {
+                Some(f) if f.is_empty() => None,
+                Some(f) => Some(f.clone()),
+                None => d.event_type_field,
+            },
+            timestamp_field: self.timestamp_field.clone().filter(|f| !f.is_empty()),
+            headers_field: self.headers_field.clone().filter(|f| !f.is_empty()),
+            additional,
+            additional_missing_ignore,
+            tombstone_on_empty_payload: self.tombstone_on_empty_payload.unwrap_or(false),
+        };
+        if config.topic_pattern.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "route.topic.replacement",
+                value: String::new(),
+                expected: "a topic pattern such as outbox.event.${routedByValue}",
+            });
+        }
+        router::Router::new(config.clone()).map_err(|e| ConfigError::Invalid {
+            key: "route.topic.regex",
+            value: e.to_string(),
+            expected: "a regular expression (named groups as (?<name>...))",
+        })?;
+        Ok((config, op_invalid))
+    }
+}
+
+/// What to do with an UPDATE/DELETE/TRUNCATE of an outbox table, or a message that may
+/// not be published (Debezium's `table.op.invalid.behavior`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpInvalid {
+    /// Log a warning and go on.
+    Warn,
+    /// Log an error and go on.
+    Error,
+    /// Stop walpost.
+    Fatal,
+}
+
+/// One outbox table and how its rows are routed.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    pub table: TableName,
+    pub router: RouterConfig,
+    pub op_invalid: OpInvalid,
+}
+
+/// What happens to a record that can never be published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnPermanentError {
+    Halt,
+    DeadLetter,
+}
+
+/// The table-less outbox, resolved.
+#[derive(Debug, Clone)]
+pub struct Messages {
+    pub prefixes: Vec<String>,
+    pub allow_non_transactional: bool,
+    pub router: RouterConfig,
+    pub op_invalid: OpInvalid,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -159,6 +320,11 @@ pub struct Settings {
     pub alarm_reminder: Duration,
     pub heartbeat_interval: Option<Duration>,
     pub slot_failover: bool,
+    /// Every outbox table; the first is `table` / `router`.
+    pub outboxes: Vec<Outbox>,
+    pub on_permanent_error: OnPermanentError,
+    pub dead_letter_topic: String,
+    pub messages: Option<Messages>,
     pub retention: crate::retention::RetentionConfig,
 }
 
@@ -224,26 +390,52 @@ impl Settings {
                 expected: "a name of 1 to 63 characters",
             });
         }
-        let defaults = RouterConfig::default();
-        let r = file.router;
-        let event_type_field = pick(&args.event_type_field, r.event_type_field)
-            .map(|f| if f.is_empty() { None } else { Some(f) })
-            .unwrap_or(defaults.event_type_field);
-        let router = RouterConfig {
-            route_by_field: pick(&args.route_by_field, r.route_by_field).unwrap_or(defaults.route_by_field),
-            topic_pattern: pick(&args.topic, r.topic_replacement).unwrap_or(defaults.topic_pattern),
-            key_field: pick(&args.key_field, r.key_field).unwrap_or(defaults.key_field),
-            payload_field: pick(&args.payload_field, r.payload_field).unwrap_or(defaults.payload_field),
-            id_field: pick(&args.id_field, r.id_field).unwrap_or(defaults.id_field),
-            event_type_field,
+        // Flags and WALPOST_* variables override the file's [router] for the first outbox.
+        let from_flags = RouterFile {
+            route_by_field: args.route_by_field.clone(),
+            topic_replacement: args.topic.clone(),
+            key_field: args.key_field.clone(),
+            payload_field: args.payload_field.clone(),
+            id_field: args.id_field.clone(),
+            event_type_field: args.event_type_field.clone(),
+            ..RouterFile::default()
         };
-        if router.topic_pattern.is_empty() {
-            return Err(ConfigError::Invalid {
-                key: "route.topic.replacement",
-                value: String::new(),
-                expected: "a topic pattern such as outbox.event.${routedByValue}",
-            });
+        // Flags override [router]; [[outbox]] tables and [messages] inherit the result.
+        let base = from_flags.or(&file.router);
+        let (router, op_invalid) = base.resolve()?;
+        let mut outboxes = vec![Outbox { table: table.clone(), router: router.clone(), op_invalid }];
+        for extra in &file.outbox {
+            let (r, op) = extra.router.or(&base).resolve()?;
+            let t = TableName::parse(&extra.table)?;
+            if outboxes.iter().any(|o| o.table == t) {
+                return Err(ConfigError::Invalid { key: "outbox.table", value: extra.table.clone(), expected: "each outbox table once" });
+            }
+            outboxes.push(Outbox { table: t, router: r, op_invalid: op });
         }
+        let on_permanent_error = match file.on_permanent_error.as_deref() {
+            None | Some("halt") => OnPermanentError::Halt,
+            Some("dead_letter") => OnPermanentError::DeadLetter,
+            Some(other) => {
+                return Err(ConfigError::Invalid { key: "on_permanent_error", value: other.into(), expected: "halt or dead_letter" })
+            }
+        };
+        let dead_letter_topic = file.dead_letter_topic.clone().unwrap_or_else(|| "walpost.dead_letter".into());
+        router::validate_topic(&dead_letter_topic).map_err(|e| ConfigError::Invalid {
+            key: "dead_letter_topic",
+            value: e.to_string(),
+            expected: "a valid Kafka topic name",
+        })?;
+        let messages = if file.messages.prefix_include.is_empty() {
+            None
+        } else {
+            let (r, op) = file.messages.router.or(&base).resolve()?;
+            Some(Messages {
+                prefixes: file.messages.prefix_include.clone(),
+                allow_non_transactional: file.messages.allow_non_transactional,
+                router: r,
+                op_invalid: op,
+            })
+        };
         let metrics_addr = match pick(&args.metrics_addr, file.metrics_addr) {
             None => None,
             Some(a) if a.is_empty() => None,
@@ -331,6 +523,10 @@ impl Settings {
             alarm_reminder: Duration::from_secs(positive("monitor.reminder_secs", m.reminder_secs, 300)?),
             heartbeat_interval,
             slot_failover,
+            outboxes,
+            on_permanent_error,
+            dead_letter_topic,
+            messages,
             retention: crate::retention::RetentionConfig::resolve(&file.retention, None, None)?,
         })
     }

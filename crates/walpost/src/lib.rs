@@ -8,6 +8,7 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod debezium;
 pub mod error;
 pub mod metrics;
 pub mod monitor;

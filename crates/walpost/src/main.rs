@@ -77,6 +77,23 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::ImportDebezium { file } => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            let c = walpost::debezium::convert(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            print!("{}", c.toml);
+            for note in &c.notes {
+                eprintln!("note: {note}");
+            }
+            for (key, reason) in &c.not_carried {
+                eprintln!("not carried over: {key}: {reason}");
+            }
+            if !c.not_carried.is_empty() {
+                eprintln!("conversion incomplete: {} option(s) not carried over", c.not_carried.len());
+                std::process::exit(2);
+            }
+            Ok(())
+        }
         Command::Slot { action } => match action {
             SlotAction::Status { args, json } => ops::slot_status(&Settings::resolve_without_kafka(&args, file)?, json).await,
             SlotAction::Create { args } => ops::slot_create(&Settings::resolve_without_kafka(&args, file)?).await,

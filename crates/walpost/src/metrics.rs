@@ -27,6 +27,8 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("walpost_kafka_in_flight_records", "gauge", "Records handed to the producer and not yet acknowledged."),
     ("walpost_produce_errors_total", "counter", "Failed deliveries by class (retryable, rejected)."),
     ("walpost_reconnects_total", "counter", "Pipeline restarts after a transient error."),
+    ("walpost_dead_letters_total", "counter", "Events sent to the dead-letter topic, by error class."),
+    ("walpost_events_skipped_total", "counter", "Changes that are not outbox events and were skipped, by reason."),
     ("walpost_streaming", "gauge", "1 while streaming from the replication slot."),
     ("walpost_end_to_end_latency_seconds", "histogram", "Commit timestamp to Kafka acknowledgement."),
     ("walpost_lag_seconds", "gauge", "Age of the oldest transaction read but not yet confirmed (0 when caught up)."),
@@ -68,6 +70,8 @@ pub struct Metrics {
     lag_ms: AtomicU64,
     slot: Mutex<Option<crate::monitor::SlotStatus>>,
     alarm: AtomicU64,
+    dead_letters: Mutex<BTreeMap<String, u64>>,
+    skipped: Mutex<BTreeMap<String, u64>>,
     /// Partition retention counters (`walpost_retention_*`).
     pub retention: crate::retention::RetentionMetrics,
 }
@@ -150,6 +154,14 @@ impl Metrics {
         self.streaming.store(on, Ordering::Relaxed);
     }
 
+    pub fn dead_letter(&self, class: &str) {
+        bump(&self.dead_letters, class);
+    }
+
+    pub fn skipped(&self, reason: &str) {
+        bump(&self.skipped, reason);
+    }
+
     /// One record acknowledged `seconds` after its transaction committed.
     pub fn observe_latency(&self, seconds: f64) {
         self.latency.observe(seconds);
@@ -223,6 +235,8 @@ impl Metrics {
                 "walpost_reconnects_total" => sample(&mut out, name, load(&self.reconnects)),
                 "walpost_streaming" => sample(&mut out, name, u64::from(self.is_streaming())),
                 "walpost_end_to_end_latency_seconds" => self.latency.render(&mut out, name),
+                "walpost_dead_letters_total" => labeled(&mut out, name, "class", &self.dead_letters),
+                "walpost_events_skipped_total" => labeled(&mut out, name, "reason", &self.skipped),
                 "walpost_lag_seconds" => {
                     let _ = writeln!(out, "{name} {}", self.lag_seconds());
                 }
@@ -281,6 +295,21 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// Increments a counter with a low-cardinality label (error classes, reasons).
+fn bump(map: &Mutex<BTreeMap<String, u64>>, label: &str) {
+    if let Ok(mut m) = map.lock() {
+        *m.entry(label.to_owned()).or_insert(0) += 1;
+    }
+}
+
+fn labeled(out: &mut String, name: &str, label: &str, map: &Mutex<BTreeMap<String, u64>>) {
+    if let Ok(m) = map.lock() {
+        for (value, n) in m.iter() {
+            let _ = writeln!(out, "{name}{{{label}=\"{}\"}} {n}", escape_label(value));
+        }
+    }
 }
 
 fn sample(out: &mut String, name: &str, value: u64) {

@@ -20,11 +20,12 @@ use pgoutput::wire::{PrimaryKeepalive, ReplicationMessage, XLogData};
 use pgoutput::{Decoder, LogicalMessage, Lsn, Relation};
 use rdkafka::ClientConfig;
 use replication::{quote_ident, ReplicationClient, ReplicationStream, SlotSnapshot};
-use router::{ResolvedRelation, Router};
+use bytes::Bytes;
+use router::{Record, ResolvedRelation, Router};
 use tokio::sync::{mpsc, watch};
 
 use crate::checkpoint::{Checkpoint, TxnSeq};
-use crate::config::Settings;
+use crate::config::{OnPermanentError, OpInvalid, Settings};
 use crate::error::PipelineError;
 use crate::metrics::Metrics;
 use crate::setup;
@@ -180,9 +181,12 @@ async fn session(
     sql.close().await;
 
     let publications = quote_ident(&s.publication);
-    let stream = repl
-        .start_logical_replication(&s.slot, start, &[("proto_version", "1"), ("publication_names", &publications)])
-        .await?;
+    let mut options = vec![("proto_version", "1"), ("publication_names", publications.as_str())];
+    if s.messages.is_some() {
+        // Logical decoding messages (pg_logical_emit_message), PostgreSQL 14+.
+        options.push(("messages", "true"));
+    }
+    let stream = repl.start_logical_replication(&s.slot, start, &options).await?;
     tracing::info!(slot = %s.slot, from = %start, "streaming");
     metrics.set_streaming(true);
     metrics.set_confirmed_lsn(start.0);
@@ -194,7 +198,16 @@ async fn session(
         reports,
         stream,
         decoder: Decoder::new(),
-        router: Router::new(s.router.clone()),
+        routers: s
+            .outboxes
+            .iter()
+            .map(|o| Router::new(o.router.clone()))
+            .collect::<Result<_, _>>()
+            .map_err(PipelineError::definite)?,
+        message_router: match &s.messages {
+            Some(m) => Some(Router::new(m.router.clone()).map_err(PipelineError::definite)?),
+            None => None,
+        },
         relations: HashMap::new(),
         checkpoint: Checkpoint::new(start),
         current: None,
@@ -220,9 +233,10 @@ fn rejected(r: &sink::Rejection) -> PipelineError {
 
 /// What the pipeline knows about a relation from its last Relation message.
 enum RelationEntry {
-    Outbox(ResolvedRelation),
-    /// The outbox table, but its columns no longer match the configuration.
-    Unroutable(router::RouteError),
+    /// Outbox number `.0` of `Settings::outboxes`.
+    Outbox(usize, ResolvedRelation),
+    /// An outbox table whose columns no longer match the configuration.
+    Unroutable(usize, router::RouteError),
     /// Another table in the publication: its inserts are not outbox events.
     Other,
 }
@@ -241,7 +255,9 @@ struct Session<'a> {
     reports: mpsc::UnboundedReceiver<Delivery>,
     stream: ReplicationStream,
     decoder: Decoder,
-    router: Router,
+    /// One router per outbox table, same order as `Settings::outboxes`.
+    routers: Vec<Router>,
+    message_router: Option<Router>,
     relations: HashMap<u32, RelationEntry>,
     checkpoint: Checkpoint,
     current: Option<OpenTxn>,
@@ -266,7 +282,7 @@ impl Session<'_> {
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => return Ok(SessionEnd::Shutdown),
-                Some(report) = self.reports.recv() => self.on_delivery(report)?,
+                Some(report) = self.reports.recv() => self.on_delivery(report).await?,
                 _ = tick.tick() => {
                     self.metrics.set_lag_from(self.checkpoint.oldest_pending_commit_ms());
                     self.maybe_send_status(false).await?
@@ -280,7 +296,7 @@ impl Session<'_> {
         }
     }
 
-    fn on_delivery(&mut self, report: Delivery) -> Result<(), PipelineError> {
+    async fn on_delivery(&mut self, report: Delivery) -> Result<(), PipelineError> {
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(report.bytes());
         match report {
             Delivery::Delivered { txn, .. } => {
@@ -293,7 +309,155 @@ impl Session<'_> {
                 "Kafka did not acknowledge a record ({error}); restarting from the last confirmed position {}",
                 self.checkpoint.flush_lsn()
             ))),
-            Delivery::Rejected { rejection, .. } => Err(rejected(&rejection)),
+            Delivery::Rejected { txn, rejection, original, .. } => {
+                let dead_letter = self.s.on_permanent_error == OnPermanentError::DeadLetter
+                    && rejection.topic != self.s.dead_letter_topic;
+                match original {
+                    Some(o) if dead_letter => {
+                        let mut headers: Vec<(Arc<str>, Bytes)> =
+                            o.headers.into_iter().map(|(k, v)| (Arc::from(k.as_str()), Bytes::from(v))).collect();
+                        headers.retain(|(k, _)| !k.starts_with("walpost.error."));
+                        let record = self.dead_letter_record(
+                            rejection.code.clone(),
+                            format!("{}: {}", rejection.error, rejection.fix),
+                            &rejection.topic,
+                            Bytes::from(rejection.event_id.clone()),
+                            o.key.map(Bytes::from),
+                            o.value.map(Bytes::from),
+                            headers,
+                        );
+                        // The dead letter takes the rejected record's place in its
+                        // transaction: the transaction is confirmable once it is acked.
+                        self.send(txn, &record, None).await?;
+                        self.checkpoint.delivered(txn).map_err(PipelineError::definite)?;
+                        Ok(())
+                    }
+                    _ => Err(rejected(&rejection)),
+                }
+            }
+        }
+    }
+
+    /// A record for the dead-letter topic: the original key and value, the original
+    /// headers, and headers saying what went wrong and where the event came from.
+    #[allow(clippy::too_many_arguments)]
+    fn dead_letter_record(
+        &self,
+        class: String,
+        message: String,
+        original_topic: &str,
+        event_id: Bytes,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        mut headers: Vec<(Arc<str>, Bytes)>,
+    ) -> Record {
+        let lsn = self.current.as_ref().map(|t| t.final_lsn).unwrap_or(self.received);
+        self.metrics.dead_letter(&class);
+        tracing::warn!(event_id = %String::from_utf8_lossy(&event_id), class = %class, dead_letter_topic = %self.s.dead_letter_topic, "sending an event that can never be published to the dead-letter topic");
+        let h = |k: &str, v: String| (Arc::from(k), Bytes::from(v));
+        // A record refused for its size would be refused again on the dead-letter topic:
+        // send it without its value; the event id and LSN find it in the outbox.
+        let too_large = matches!(class.as_str(), "message_size_too_large" | "invalid_message_size" | "message_batch_too_large");
+        let value = if too_large {
+            headers.push(h("walpost.value.dropped", "too large for Kafka; read it from the outbox by event id".into()));
+            None
+        } else {
+            value
+        };
+        headers.push(h("walpost.error.class", class));
+        headers.push(h("walpost.error.message", message));
+        headers.push(h("walpost.original.topic", original_topic.to_owned()));
+        headers.push(h("walpost.event.id", String::from_utf8_lossy(&event_id).into_owned()));
+        headers.push(h("walpost.lsn", lsn.to_string()));
+        Record {
+            topic: Arc::from(self.s.dead_letter_topic.as_str()),
+            key: key.unwrap_or_default(),
+            value,
+            headers,
+            event_id,
+            timestamp_ms: None,
+            partition: None,
+        }
+    }
+
+    /// Hands a record to Kafka as part of `txn`; a rejection found before sending goes
+    /// the same way as one reported later.
+    async fn send(&mut self, txn: TxnSeq, record: &Record, timestamp_ms: Option<i64>) -> Result<(), PipelineError> {
+        match self.sink.send(txn, record, timestamp_ms).await {
+            Ok(()) => {}
+            Err(SendError::Retryable(e)) => {
+                return Err(PipelineError::transient(format!("cannot hand a record to Kafka: {e}")))
+            }
+            Err(SendError::Rejected(r)) => {
+                let dead_letter = self.s.on_permanent_error == OnPermanentError::DeadLetter
+                    && r.topic != self.s.dead_letter_topic;
+                if !dead_letter {
+                    return Err(rejected(&r));
+                }
+                let dlq = self.dead_letter_record(
+                    r.code.clone(),
+                    format!("{}: {}", r.error, r.fix),
+                    &r.topic,
+                    record.event_id.clone(),
+                    Some(record.key.clone()),
+                    record.value.clone(),
+                    record.headers.clone(),
+                );
+                return Box::pin(self.send(txn, &dlq, None)).await;
+            }
+        }
+        self.checkpoint.record_sent(txn).map_err(PipelineError::definite)?;
+        self.in_flight_bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
+        self.metrics.set_in_flight(self.checkpoint.in_flight_records());
+        Ok(())
+    }
+
+    /// A row or message that cannot be routed: dead letter or halt, by configuration.
+    async fn unroutable(
+        &mut self,
+        txn: TxnSeq,
+        error: router::RouteError,
+        salvage: (Option<Bytes>, Option<Bytes>, Option<Bytes>),
+        final_lsn: Lsn,
+    ) -> Result<(), PipelineError> {
+        if self.s.on_permanent_error != OnPermanentError::DeadLetter {
+            return Err(PipelineError::definite(format!(
+                "cannot route a row of the transaction committing at {final_lsn}: {error}; nothing past {} was confirmed (set on_permanent_error = \"dead_letter\" to divert such rows instead of halting)",
+                self.checkpoint.flush_lsn()
+            )));
+        }
+        let (id, key, payload) = salvage;
+        let record = self.dead_letter_record(
+            error.class().to_owned(),
+            error.to_string(),
+            "",
+            id.unwrap_or_default(),
+            key,
+            payload,
+            Vec::new(),
+        );
+        self.send(txn, &record, None).await
+    }
+
+    /// An UPDATE/DELETE/TRUNCATE of an outbox table, or a message that may not be
+    /// published: `table.op.invalid.behavior` decides.
+    fn invalid_operation(&self, behavior: OpInvalid, what: &str) -> Result<(), PipelineError> {
+        self.metrics.skipped(match behavior {
+            OpInvalid::Fatal => "fatal",
+            _ => "invalid_operation",
+        });
+        match behavior {
+            OpInvalid::Warn => {
+                tracing::warn!("{what}: not an outbox event, skipped (table.op.invalid.behavior = warn)");
+                Ok(())
+            }
+            OpInvalid::Error => {
+                tracing::error!("{what}: not an outbox event, skipped (table.op.invalid.behavior = error)");
+                Ok(())
+            }
+            OpInvalid::Fatal => Err(PipelineError::definite(format!(
+                "{what}, and table.op.invalid.behavior = fatal: only INSERTs into the outbox are events; publish inserts only (ALTER PUBLICATION ... SET (publish = 'insert')) or relax the setting"
+            ))),
         }
     }
 
@@ -347,19 +511,13 @@ impl Session<'_> {
                     .as_ref()
                     .ok_or_else(|| PipelineError::definite("pgoutput protocol: Insert outside a transaction"))?;
                 let (seq, ts, final_lsn) = (txn.seq, txn.commit_time_ms, txn.final_lsn);
-                let record = match self.relations.get(&insert.relation_oid) {
-                    Some(RelationEntry::Outbox(rel)) => self.router.route(rel, &insert.tuple).map_err(|e| {
-                        PipelineError::definite(format!(
-                            "cannot route a row of the transaction committing at {final_lsn}: {e}; nothing past {} was confirmed",
-                            self.checkpoint.flush_lsn()
-                        ))
-                    })?,
-                    Some(RelationEntry::Unroutable(e)) => {
-                        return Err(PipelineError::definite(format!(
-                            "{e}; nothing past {} was confirmed",
-                            self.checkpoint.flush_lsn()
-                        )))
+                let (outbox, routed) = match self.relations.get(&insert.relation_oid) {
+                    Some(RelationEntry::Outbox(i, rel)) => {
+                        let router = self.routers.get_mut(*i).ok_or_else(|| PipelineError::definite("router index"))?;
+                        let routed = router.route(rel, &insert.tuple).map_err(|e| (e, router.salvage(rel, &insert.tuple)));
+                        (*i, routed)
                     }
+                    Some(RelationEntry::Unroutable(i, e)) => (*i, Err((e.clone(), (None, None, None)))),
                     Some(RelationEntry::Other) => return Ok(()),
                     None => {
                         return Err(PipelineError::definite(format!(
@@ -368,25 +526,19 @@ impl Session<'_> {
                         )))
                     }
                 };
-                match self.sink.send(seq, &record, Some(ts)).await {
-                    Ok(()) => {}
-                    Err(SendError::Retryable(e)) => {
-                        return Err(PipelineError::transient(format!("cannot hand a record to Kafka: {e}")))
-                    }
-                    Err(SendError::Rejected(r)) => return Err(rejected(&r)),
+                let _ = outbox;
+                match routed {
+                    Ok(record) => self.send(seq, &record, Some(ts)).await?,
+                    Err((e, salvage)) => self.unroutable(seq, e, salvage, final_lsn).await?,
                 }
-                self.checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
-                self.in_flight_bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
-                self.metrics.set_in_flight(self.checkpoint.in_flight_records());
             }
+            LogicalMessage::Update(u) => self.on_other_operation("UPDATE", &[u.relation_oid])?,
+            LogicalMessage::Delete(d) => self.on_other_operation("DELETE", &[d.relation_oid])?,
+            LogicalMessage::Truncate(t) => self.on_other_operation("TRUNCATE", &t.relation_oids)?,
+            LogicalMessage::Message(m) => self.on_message(m).await?,
             // The publication sends inserts only; anything else on a table walpost did
             // not set up is not an outbox event.
-            LogicalMessage::Update(_)
-            | LogicalMessage::Delete(_)
-            | LogicalMessage::Truncate(_)
-            | LogicalMessage::Origin(_)
-            | LogicalMessage::Type(_)
-            | LogicalMessage::Message(_) => {}
+            LogicalMessage::Origin(_) | LogicalMessage::Type(_) => {}
             LogicalMessage::StreamStart(_)
             | LogicalMessage::StreamStop
             | LogicalMessage::StreamCommit(_)
@@ -405,20 +557,64 @@ impl Session<'_> {
     }
 
     fn on_relation(&mut self, r: &Relation) {
-        let is_outbox = r.namespace.as_ref() == self.s.table.schema.as_bytes()
-            && r.name.as_ref() == self.s.table.name.as_bytes();
-        let entry = if !is_outbox {
-            RelationEntry::Other
-        } else {
-            match self.router.resolve(r) {
-                Ok(resolved) => RelationEntry::Outbox(resolved),
+        let outbox = self.s.outboxes.iter().position(|o| {
+            r.namespace.as_ref() == o.table.schema.as_bytes() && r.name.as_ref() == o.table.name.as_bytes()
+        });
+        let entry = match outbox.and_then(|i| Some((i, self.routers.get(i)?))) {
+            None => RelationEntry::Other,
+            Some((i, router)) => match router.resolve(r) {
+                Ok(resolved) => RelationEntry::Outbox(i, resolved),
                 Err(e) => {
-                    tracing::warn!(table = %self.s.table, "outbox table changed: {e}");
-                    RelationEntry::Unroutable(e)
+                    tracing::warn!("outbox table changed: {e}");
+                    RelationEntry::Unroutable(i, e)
                 }
-            }
+            },
         };
         self.relations.insert(r.oid, entry);
+    }
+
+    /// UPDATE/DELETE/TRUNCATE: only an outbox table's count as invalid operations.
+    fn on_other_operation(&self, op: &str, relation_oids: &[u32]) -> Result<(), PipelineError> {
+        for oid in relation_oids {
+            if let Some(RelationEntry::Outbox(i, _) | RelationEntry::Unroutable(i, _)) = self.relations.get(oid) {
+                let outbox = self.s.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                self.invalid_operation(outbox.op_invalid, &format!("{op} on outbox table {}", outbox.table))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A logical decoding message: an event when its prefix is configured.
+    async fn on_message(&mut self, m: pgoutput::Message) -> Result<(), PipelineError> {
+        let Some(config) = &self.s.messages else { return Ok(()) };
+        let prefix = String::from_utf8_lossy(&m.prefix);
+        if !config.prefixes.iter().any(|p| *p == prefix) {
+            return Ok(());
+        }
+        let source = format!("message prefix {prefix}");
+        let (seq, ts, final_lsn, own_txn) = match (&self.current, m.transactional) {
+            (Some(t), true) => (t.seq, Some(t.commit_time_ms), t.final_lsn, false),
+            (None, false) if config.allow_non_transactional => {
+                (self.checkpoint.begin(crate::metrics::now_ms()), None, m.lsn, true)
+            }
+            (None, false) => {
+                return self.invalid_operation(
+                    config.op_invalid,
+                    &format!("non-transactional message with prefix {prefix} at {} (allow_non_transactional is false)", m.lsn),
+                )
+            }
+            _ => return Err(PipelineError::definite("pgoutput protocol: message outside its transaction")),
+        };
+        let router = self.message_router.as_mut().ok_or_else(|| PipelineError::definite("message router"))?;
+        match router.route_json(&m.content, &source) {
+            Ok(record) => self.send(seq, &record, ts).await?,
+            Err(e) => self.unroutable(seq, e, (None, None, Some(m.content.clone())), final_lsn).await?,
+        }
+        if own_txn {
+            // Everything before the message's position was already decoded and sent.
+            self.checkpoint.commit(seq, m.lsn).map_err(PipelineError::definite)?;
+        }
+        Ok(())
     }
 
     /// Sends a status update if the flush position moved or the interval elapsed.

@@ -5,7 +5,9 @@
 //! start and then every `[retention] interval_secs` ([`task`]); `walpost retention
 //! [--dry-run]` runs one by hand ([`command`]). Passes are serialised across walpost
 //! instances by a session advisory lock keyed on the table, so a hot standby's pass and
-//! the active one's never interleave.
+//! the active one's never interleave. The task acts when the table is partitioned
+//! (`[retention] enabled` unset), never with `enabled = false`, and warns with
+//! `enabled = true` on an unpartitioned table. Days are UTC days.
 //!
 //! # What a pass does
 //!
@@ -729,10 +731,10 @@ async fn pass_on(sql: &mut ReplicationClient, t: &Target, dry_run: bool) -> Resu
         };
         // Drop once the slot confirmed W.
         let confirmed = match &slot {
-            Some(s) => s.clone(),
+            Some(s) => *s,
             None => {
                 let s = slot_position(sql, t).await?;
-                slot = Some(s.clone());
+                slot = Some(s);
                 s
             }
         };
@@ -1106,6 +1108,7 @@ impl Civil {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may fail loudly
 mod tests {
     use super::*;
 

@@ -8,7 +8,7 @@ use pgoutput::{Column, Lsn, Relation};
 use replication::{quote_ident, quote_literal, ReplicationClient};
 use router::Router;
 
-use crate::config::Settings;
+use crate::config::{Outbox, Settings};
 use crate::error::PipelineError;
 
 /// The runbook a lost slot points to.
@@ -64,40 +64,49 @@ pub async fn check_role(sql: &mut ReplicationClient) -> Result<(), PipelineError
     Ok(())
 }
 
-/// The table exists and holds every mapped column (checked with the router's own
-/// column lookup, so the error is the one a Relation message would give).
+/// Every outbox table exists and holds its mapped columns (checked with the router's
+/// own column lookup, so the error is the one a Relation message would give).
 pub async fn check_table(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    for outbox in &s.outboxes {
+        check_outbox_table(sql, s, outbox).await?;
+    }
+    Ok(())
+}
+
+async fn check_outbox_table(sql: &mut ReplicationClient, s: &Settings, outbox: &Outbox) -> Result<(), PipelineError> {
+    let table = &outbox.table;
     let r = query(
         sql,
         &format!(
-            "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+            "SELECT a.attname, a.atttypid::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = {} AND c.relname = {} AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-            quote_literal(&s.table.schema),
-            quote_literal(&s.table.name)
+            quote_literal(&table.schema),
+            quote_literal(&table.name)
         ),
     )
     .await?;
     if r.rows.is_empty() {
         return Err(PipelineError::definite(format!(
-            "table {} does not exist in database {}: apply migrations/0001_events_outbox.sql or pass --table schema.name",
-            s.table, s.postgres.dbname
+            "table {table} does not exist in database {}: apply migrations/0001_events_outbox.sql or pass --table schema.name",
+            s.postgres.dbname
         )));
     }
     let relation = Relation {
         xid: None,
         oid: 0,
-        namespace: Bytes::from(s.table.schema.clone()),
-        name: Bytes::from(s.table.name.clone()),
+        namespace: Bytes::from(table.schema.clone()),
+        name: Bytes::from(table.name.clone()),
         replica_identity: b'd',
-        columns: r
-            .rows
-            .iter()
-            .filter_map(|row| row.first().cloned().flatten())
-            .map(|name| Column { flags: 0, name: Bytes::from(name), type_oid: 0, type_modifier: -1 })
+        columns: (0..r.rows.len())
+            .filter_map(|i| {
+                let name = r.text(i, 0)?;
+                let type_oid = r.text(i, 1).and_then(|t| t.parse().ok()).unwrap_or(0);
+                Some(Column { flags: 0, name: Bytes::from(name.to_owned()), type_oid, type_modifier: -1 })
+            })
             .collect(),
     };
-    Router::new(s.router.clone()).resolve(&relation).map_err(PipelineError::definite)?;
+    Router::new(outbox.router.clone()).and_then(|r| r.resolve(&relation)).map_err(PipelineError::definite)?;
     Ok(())
 }
 
@@ -126,22 +135,46 @@ pub async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Res
             quote_ident(&s.publication)
         )));
     }
-    let covered = query(
+    for table in s.outboxes.iter().map(|o| &o.table) {
+        let covered = query(
+            sql,
+            &format!(
+                "SELECT count(*) AS n FROM pg_publication_tables WHERE pubname = {pubname} AND schemaname = {} AND tablename = {}",
+                quote_literal(&table.schema),
+                quote_literal(&table.name)
+            ),
+        )
+        .await?;
+        if covered.first("n") == Some("0") {
+            return Err(PipelineError::definite(format!(
+                "publication \"{}\" exists but does not include {table}: run ALTER PUBLICATION {} ADD TABLE {}, or choose another --publication",
+                s.publication,
+                quote_ident(&s.publication),
+                table.quoted()
+            )));
+        }
+    }
+    // A partitioned outbox must be published through its root, or rows arrive under
+    // partition names and would not be recognised as outbox rows.
+    let via_root_missing = query(
         sql,
         &format!(
-            "SELECT count(*) AS n FROM pg_publication_tables WHERE pubname = {pubname} AND schemaname = {} AND tablename = {}",
-            quote_literal(&s.table.schema),
-            quote_literal(&s.table.name)
+            "SELECT string_agg(n.nspname || '.' || c.relname, ', ') AS t FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_publication p ON p.pubname = {pubname}
+             WHERE c.relkind = 'p' AND NOT p.pubviaroot AND (n.nspname, c.relname) IN ({})",
+            s.outboxes
+                .iter()
+                .map(|o| format!("({}, {})", quote_literal(&o.table.schema), quote_literal(&o.table.name)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     )
     .await?;
-    if covered.first("n") == Some("0") {
+    if let Some(tables) = via_root_missing.first("t") {
         return Err(PipelineError::definite(format!(
-            "publication \"{}\" exists but does not include {}: run ALTER PUBLICATION {} ADD TABLE {}, or choose another --publication",
+            "publication \"{}\" publishes the partitioned table {tables} partition by partition: run ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
             s.publication,
-            s.table,
-            quote_ident(&s.publication),
-            s.table.quoted()
+            quote_ident(&s.publication)
         )));
     }
     if r.first("alltables") == Some("true") {
@@ -155,10 +188,10 @@ pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Re
     if publication_state(sql, s).await? == Publication::Ready {
         return Ok(());
     }
+    let tables = s.outboxes.iter().map(|o| o.table.quoted()).collect::<Vec<_>>().join(", ");
     let create = format!(
-        "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert', publish_via_partition_root = true)",
+        "CREATE PUBLICATION {} FOR TABLE {tables} WITH (publish = 'insert', publish_via_partition_root = true)",
         quote_ident(&s.publication),
-        s.table.quoted()
     );
     sql.simple_query(&create).await.map_err(|e| {
         PipelineError::definite(format!(

@@ -32,7 +32,15 @@ use crate::metrics::Metrics;
 pub enum Delivery {
     Delivered { txn: TxnSeq, bytes: u64 },
     Retryable { txn: TxnSeq, bytes: u64, error: String },
-    Rejected { txn: TxnSeq, bytes: u64, rejection: Rejection },
+    Rejected { txn: TxnSeq, bytes: u64, rejection: Rejection, original: Option<Box<Original>> },
+}
+
+/// A copy of a rejected record, kept so it can go to the dead-letter topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Original {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 impl Delivery {
@@ -223,6 +231,14 @@ impl ProducerContext for SinkContext {
                             .and_then(|h| h.iter().find(|h| h.key == router::HEADER_ID).and_then(|h| h.value))
                             .map(|v| String::from_utf8_lossy(v).into_owned())
                             .unwrap_or_default();
+                        let original = Original {
+                            key: msg.key().map(<[u8]>::to_vec),
+                            value: msg.payload().map(<[u8]>::to_vec),
+                            headers: msg
+                                .headers()
+                                .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
+                                .unwrap_or_default(),
+                        };
                         Delivery::Rejected {
                             txn,
                             bytes,
@@ -233,6 +249,7 @@ impl ProducerContext for SinkContext {
                                 error: error.to_string(),
                                 fix,
                             },
+                            original: Some(Box::new(original)),
                         }
                     }
                     None => {
@@ -275,15 +292,18 @@ impl KafkaSink {
     pub async fn send(&self, txn: TxnSeq, record: &Record, timestamp_ms: Option<i64>) -> Result<(), SendError> {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
         for (name, value) in &record.headers {
-            headers = headers.insert(Header { key: name, value: Some(value.as_ref()) });
+            headers = headers.insert(Header { key: name.as_ref(), value: Some(value.as_ref()) });
         }
         let opaque = usize::try_from(txn.0).unwrap_or(usize::MAX);
         let mut base = BaseRecord::with_opaque_to(&record.topic, opaque).key(record.key.as_ref()).headers(headers);
         if let Some(value) = &record.value {
             base = base.payload(value.as_ref());
         }
-        if let Some(ts) = timestamp_ms {
+        if let Some(ts) = record.timestamp_ms.or(timestamp_ms) {
             base = base.timestamp(ts);
+        }
+        if let Some(p) = record.partition {
+            base = base.partition(p);
         }
         loop {
             match self.producer.send(base) {

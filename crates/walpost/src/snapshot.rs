@@ -60,14 +60,15 @@ fn state_table(s: &Settings) -> String {
 /// Checks `--snapshot-filter` is a valid condition on the table.
 pub async fn validate_filter(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     if let Some(filter) = &s.snapshot_filter {
-        sql.simple_query(&format!("EXPLAIN SELECT 1 FROM {} WHERE ({filter})", s.table.quoted()))
-            .await
-            .map_err(|e| {
-                PipelineError::definite(format!(
-                    "--snapshot-filter \"{filter}\" is not a valid condition on {}: {e}",
-                    s.table
-                ))
-            })?;
+        for table in s.outboxes.iter().map(|o| &o.table) {
+            sql.simple_query(&format!("EXPLAIN SELECT 1 FROM {} WHERE ({filter})", table.quoted()))
+                .await
+                .map_err(|e| {
+                    PipelineError::definite(format!(
+                        "--snapshot-filter \"{filter}\" is not a valid condition on {table}: {e}"
+                    ))
+                })?;
+        }
     }
     Ok(())
 }
@@ -122,7 +123,7 @@ pub async fn mark_finished(sql: &mut ReplicationClient, s: &Settings, rows: u64)
     Ok(())
 }
 
-/// Reads the table (in the exported snapshot `snapshot_name`, or in a fresh
+/// Reads every outbox table (in the exported snapshot `snapshot_name`, or in a fresh
 /// REPEATABLE READ snapshot when `None`), publishes every row and waits until Kafka
 /// acknowledged all of them. Returns the number of rows published.
 pub async fn run(
@@ -133,87 +134,97 @@ pub async fn run(
     reports: &mut mpsc::UnboundedReceiver<Delivery>,
     metrics: &Arc<Metrics>,
 ) -> Result<u64, PipelineError> {
-    let r = &s.router;
-    let mut columns = vec![r.id_field.clone(), r.key_field.clone(), r.route_by_field.clone(), r.payload_field.clone()];
-    if let Some(t) = &r.event_type_field {
-        columns.push(t.clone());
-    }
-    let mut router = Router::new(r.clone());
-    let relation = Relation {
-        xid: None,
-        oid: 0,
-        namespace: Bytes::from(s.table.schema.clone()),
-        name: Bytes::from(s.table.name.clone()),
-        replica_identity: b'd',
-        columns: columns
-            .iter()
-            .map(|c| Column { flags: 0, name: Bytes::from(c.clone()), type_oid: 0, type_modifier: -1 })
-            .collect(),
-    };
-    let resolved = router.resolve(&relation).map_err(PipelineError::definite)?;
-    // Plain column references: the simple query protocol returns each value in its text
-    // form, the same bytes pgoutput sends; ORDER BY then sorts by the column's own type.
-    let select_list = columns.iter().map(|c| format!("t.{}", quote_ident(c))).collect::<Vec<_>>().join(", ");
-    let filter = s.snapshot_filter.as_deref().map(|f| format!(" WHERE ({f})")).unwrap_or_default();
     let import = snapshot_name.map(|n| format!("SET TRANSACTION SNAPSHOT {};", quote_literal(n))).unwrap_or_default();
-    sql.simple_query(&format!(
-        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {import}
-         DECLARE walpost_snapshot NO SCROLL CURSOR FOR SELECT {select_list} FROM {} AS t{filter} ORDER BY t.{}",
-        s.table.quoted(),
-        quote_ident(&r.id_field)
-    ))
-    .await?;
-    let estimate = estimate_rows(sql, s).await.unwrap_or(0);
+    // One transaction, so every table is read in the same snapshot.
+    sql.simple_query(&format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {import}")).await?;
+    let mut estimate = 0;
+    for outbox in &s.outboxes {
+        estimate += estimate_rows(sql, &outbox.table).await.unwrap_or(0);
+    }
     metrics.snapshot_started(estimate);
-    tracing::info!(table = %s.table, estimate, filter = s.snapshot_filter.as_deref().unwrap_or(""), "snapshot started");
-
     let mut progress = Progress::new(estimate);
     let mut in_flight: u64 = 0;
     let mut sent: u64 = 0;
-    let fetch = format!("FETCH {FETCH_ROWS} FROM walpost_snapshot");
-    loop {
-        let chunk = sql.simple_query(&fetch).await?;
-        if chunk.rows.is_empty() {
-            break;
-        }
-        for row in chunk.rows {
-            while in_flight >= s.max_in_flight_records {
-                in_flight -= wait_delivery(reports).await?;
-                progress.acked(metrics);
+    for outbox in &s.outboxes {
+        let table = &outbox.table;
+        let mut router = Router::new(outbox.router.clone()).map_err(PipelineError::definite)?;
+        let filter = s.snapshot_filter.as_deref().map(|f| format!(" WHERE ({f})")).unwrap_or_default();
+        // t.*: the simple query protocol returns every value in its text form, the same
+        // bytes pgoutput sends, and the row description names and types the columns just
+        // as a Relation message does; ORDER BY sorts by the id column's own type.
+        sql.simple_query(&format!(
+            "DECLARE walpost_snapshot NO SCROLL CURSOR FOR SELECT t.* FROM {} AS t{filter} ORDER BY t.{}",
+            table.quoted(),
+            quote_ident(&outbox.router.id_field)
+        ))
+        .await?;
+        tracing::info!(table = %table, estimate, filter = s.snapshot_filter.as_deref().unwrap_or(""), "snapshot started");
+        let fetch = format!("FETCH {FETCH_ROWS} FROM walpost_snapshot");
+        let mut resolved = None;
+        loop {
+            let chunk = sql.simple_query(&fetch).await?;
+            if chunk.rows.is_empty() {
+                break;
             }
-            let values: Vec<ColumnValue> =
-                row.into_iter().map(|v| v.map_or(ColumnValue::Null, ColumnValue::Text)).collect();
-            let tuple = TupleData::from_values(&values);
-            let mut record = router.route(&resolved, &tuple).map_err(|e| {
-                PipelineError::definite(format!("cannot route a snapshot row of {}: {e}", s.table))
-            })?;
-            record.headers.push((HEADER_SNAPSHOT, Bytes::from_static(b"true")));
-            match sink.send(TxnSeq(0), &record, None).await {
-                Ok(()) => {}
-                Err(SendError::Retryable(e)) => {
-                    return Err(PipelineError::transient(format!("snapshot: cannot hand a record to Kafka: {e}")))
-                }
-                Err(SendError::Rejected(r)) => {
-                    return Err(PipelineError::definite(format!(
-                        "Kafka rejected snapshot event id={} for topic {} permanently ({}: {}): {}, then restart walpost; the snapshot starts over",
-                        r.event_id, r.topic, r.code, r.error, r.fix
-                    )))
-                }
+            if resolved.is_none() {
+                let relation = Relation {
+                    xid: None,
+                    oid: 0,
+                    namespace: Bytes::from(table.schema.clone()),
+                    name: Bytes::from(table.name.clone()),
+                    replica_identity: b'd',
+                    columns: chunk
+                        .columns
+                        .iter()
+                        .zip(&chunk.column_types)
+                        .map(|(c, t)| Column { flags: 0, name: Bytes::from(c.clone()), type_oid: *t, type_modifier: -1 })
+                        .collect(),
+                };
+                resolved = Some(router.resolve(&relation).map_err(PipelineError::definite)?);
             }
-            in_flight += 1;
-            sent += 1;
+            let Some(rel) = resolved.as_ref() else { break };
+            for row in chunk.rows {
+                while in_flight >= s.max_in_flight_records {
+                    in_flight -= wait_delivery(reports).await?;
+                    progress.acked(metrics);
+                }
+                let values: Vec<ColumnValue> =
+                    row.into_iter().map(|v| v.map_or(ColumnValue::Null, ColumnValue::Text)).collect();
+                let tuple = TupleData::from_values(&values);
+                let mut record = router.route(rel, &tuple).map_err(|e| {
+                    PipelineError::definite(format!("cannot route a snapshot row of {table}: {e}"))
+                })?;
+                record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true")));
+                match sink.send(TxnSeq(0), &record, None).await {
+                    Ok(()) => {}
+                    Err(SendError::Retryable(e)) => {
+                        return Err(PipelineError::transient(format!("snapshot: cannot hand a record to Kafka: {e}")))
+                    }
+                    Err(SendError::Rejected(r)) => return Err(snapshot_rejected(&r)),
+                }
+                in_flight += 1;
+                sent += 1;
+            }
+            progress.tick(false);
         }
-        progress.tick(false);
+        sql.simple_query("CLOSE walpost_snapshot").await?;
     }
     while in_flight > 0 {
         in_flight -= wait_delivery(reports).await?;
         progress.acked(metrics);
     }
-    sql.simple_query("CLOSE walpost_snapshot; COMMIT").await?;
+    sql.simple_query("COMMIT").await?;
     progress.tick(true);
     metrics.snapshot_finished();
-    tracing::info!(table = %s.table, rows = sent, secs = progress.started.elapsed().as_secs_f64(), "snapshot finished");
+    tracing::info!(tables = s.outboxes.len(), rows = sent, secs = progress.started.elapsed().as_secs_f64(), "snapshot finished");
     Ok(sent)
+}
+
+fn snapshot_rejected(r: &crate::sink::Rejection) -> PipelineError {
+    PipelineError::definite(format!(
+        "Kafka rejected snapshot event id={} for topic {} permanently ({}: {}): {}, then restart walpost; the snapshot starts over",
+        r.event_id, r.topic, r.code, r.error, r.fix
+    ))
 }
 
 /// Waits for one delivery report; returns 1 when delivered, an error otherwise.
@@ -223,17 +234,14 @@ async fn wait_delivery(reports: &mut mpsc::UnboundedReceiver<Delivery>) -> Resul
         Some(Delivery::Retryable { error, .. }) => Err(PipelineError::transient(format!(
             "Kafka did not acknowledge a snapshot record ({error}); the snapshot starts over"
         ))),
-        Some(Delivery::Rejected { rejection: r, .. }) => Err(PipelineError::definite(format!(
-            "Kafka rejected snapshot event id={} for topic {} permanently ({}: {}): {}, then restart walpost; the snapshot starts over",
-            r.event_id, r.topic, r.code, r.error, r.fix
-        ))),
+        Some(Delivery::Rejected { rejection: r, .. }) => Err(snapshot_rejected(&r)),
         None => Err(PipelineError::transient("the Kafka producer stopped during the snapshot")),
     }
 }
 
 /// The planner's row estimate for the table (or the sum over its partitions).
-async fn estimate_rows(sql: &mut ReplicationClient, s: &Settings) -> Result<u64, PipelineError> {
-    let rel = quote_literal(&s.table.quoted());
+async fn estimate_rows(sql: &mut ReplicationClient, table: &crate::config::TableName) -> Result<u64, PipelineError> {
+    let rel = quote_literal(&table.quoted());
     let r = sql
         .simple_query(&format!(
             "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS n FROM pg_class c

@@ -4,9 +4,12 @@
 //! Each test gets its own database, slot, publication and topic prefix on a shared
 //! cluster and broker; tests that stop a server start their own.
 
+mod chaos;
 mod core;
 mod errors;
 mod ops;
+mod router;
+mod retention;
 mod security;
 mod snapshot;
 mod support;

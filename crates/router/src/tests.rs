@@ -1,0 +1,369 @@
+use super::*;
+use pgoutput::Column;
+
+const TEXT: u32 = 25;
+const JSONB: u32 = 3802;
+const INT4: u32 = 23;
+const BOOL: u32 = 16;
+
+fn relation_typed(cols: &[(&str, u32)]) -> Relation {
+    Relation {
+        xid: None,
+        oid: 16384,
+        namespace: Bytes::from_static(b"events"),
+        name: Bytes::from_static(b"outbox"),
+        replica_identity: b'd',
+        columns: cols
+            .iter()
+            .map(|(c, t)| Column { flags: 0, name: Bytes::copy_from_slice(c.as_bytes()), type_oid: *t, type_modifier: -1 })
+            .collect(),
+    }
+}
+
+fn relation(cols: &[&str]) -> Relation {
+    relation_typed(&cols.iter().map(|c| (*c, if *c == "payload" { JSONB } else { TEXT })).collect::<Vec<_>>())
+}
+
+fn text(s: &str) -> ColumnValue {
+    ColumnValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn router(c: RouterConfig) -> Router {
+    Router::new(c).unwrap()
+}
+
+fn header<'a>(r: &'a Record, name: &str) -> Option<&'a [u8]> {
+    r.headers.iter().find(|(k, _)| &**k == name).map(|(_, v)| v.as_ref())
+}
+
+const SEED_000: &[&str] = &[
+    "id", "aggregate_type", "aggregate_id", "event_type", "payload", "occurred_at", "published_at", "retry_count",
+    "last_error", "next_retry_at",
+];
+
+fn seed_row(route: ColumnValue, key: ColumnValue, payload: ColumnValue) -> TupleData {
+    TupleData::from_values(&[
+        text("42"),
+        route,
+        key,
+        text("OrderPlaced"),
+        payload,
+        text("2026-11-29 08:00:00.250+00"),
+        ColumnValue::Null,
+        text("0"),
+        ColumnValue::Null,
+        ColumnValue::Null,
+    ])
+}
+
+#[test]
+fn routes_seed_row_with_defaults() {
+    let mut r = router(RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let payload = r#"{"amount": 19900, "orderId": "o-1"}"#;
+    let rec = r.route(&rel, &seed_row(text("order"), text("5f0c6b1e-0000-4000-8000-000000000001"), text(payload))).unwrap();
+    assert_eq!(&*rec.topic, "outbox.event.order");
+    assert_eq!(rec.key.as_ref(), b"5f0c6b1e-0000-4000-8000-000000000001");
+    assert_eq!(rec.value.as_deref(), Some(payload.as_bytes()));
+    assert_eq!(header(&rec, "id"), Some(&b"42"[..]));
+    assert_eq!(header(&rec, "eventType"), Some(&b"OrderPlaced"[..]));
+    assert_eq!(rec.headers.len(), 2);
+    assert_eq!(rec.event_id.as_ref(), b"42");
+    assert_eq!(rec.timestamp_ms, None, "commit time unless table.field.event.timestamp");
+    assert_eq!(rec.partition, None);
+}
+
+#[test]
+fn payload_bytes_are_a_slice_of_the_row_not_a_copy() {
+    let mut r = router(RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let row = seed_row(text("order"), text("k"), text("{\"a\": 1}"));
+    let rec = r.route(&rel, &row).unwrap();
+    let ColumnValue::Text(original) = row.get(4).unwrap() else { panic!() };
+    assert_eq!(rec.value.as_ref().unwrap().as_ptr(), original.as_ptr());
+}
+
+#[test]
+fn columns_are_found_by_name_after_reordering() {
+    let mut r = router(RouterConfig::default());
+    let cols = ["payload", "extra", "event_type", "aggregate_id", "id", "aggregate_type"];
+    let rel = r.resolve(&relation(&cols)).unwrap();
+    let row = TupleData::from_values(&[text("{}"), text("x"), text("T"), text("k"), text("7"), text("billing")]);
+    let rec = r.route(&rel, &row).unwrap();
+    assert_eq!(&*rec.topic, "outbox.event.billing");
+    assert_eq!(rec.key.as_ref(), b"k");
+    assert_eq!(rec.event_id.as_ref(), b"7");
+}
+
+#[test]
+fn one_column_can_fill_two_roles() {
+    let mut r = router(RouterConfig { key_field: "id".into(), ..RouterConfig::default() });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let rec = r.route(&rel, &seed_row(text("order"), text("agg"), text("{}"))).unwrap();
+    assert_eq!(rec.key.as_ref(), b"42");
+    assert_eq!(rec.event_id.as_ref(), b"42");
+}
+
+/// Table-driven topic naming: (regex, replacement, route value) -> topic.
+#[test]
+fn topic_regex_and_replacement_table() {
+    let cases: &[(Option<&str>, &str, &str, &str)] = &[
+        (None, "outbox.event.${routedByValue}", "order", "outbox.event.order"),
+        (Some(DEFAULT_TOPIC_REGEX), "${routedByValue}.events", "user", "user.events"),
+        (None, "prod.${routedByValue}.events", "user", "prod.user.events"),
+        (None, "all-events", "anything", "all-events"),
+        (Some("(?<routedByValue>[a-z]+)_v(?<v>[0-9]+)"), "${routedByValue}.v${v}", "order_v2", "order.v2"),
+        (Some("(.*)Aggregate"), "agg.$1", "OrderAggregate", "agg.Order"),
+        // No match: Debezium's RegexRouter keeps the value as the topic.
+        (Some("(.*)Aggregate"), "agg.$1", "payment", "payment"),
+    ];
+    for (regex, replacement, value, expected) in cases {
+        let mut r = router(RouterConfig {
+            topic_regex: regex.map(str::to_owned),
+            topic_pattern: replacement.to_string(),
+            ..RouterConfig::default()
+        });
+        let rel = r.resolve(&relation(SEED_000)).unwrap();
+        let rec = r.route(&rel, &seed_row(text(value), text("k"), text("{}"))).unwrap();
+        assert_eq!(&*rec.topic, *expected, "{regex:?} {replacement} {value}");
+    }
+    assert!(matches!(
+        Router::new(RouterConfig { topic_regex: Some("(".into()), ..RouterConfig::default() }),
+        Err(RouteError::BadRegex(_))
+    ));
+}
+
+#[test]
+fn tombstone_on_empty_payload_both_ways() {
+    for payload in [ColumnValue::Null, text("")] {
+        let mut off = router(RouterConfig::default());
+        let rel = off.resolve(&relation(SEED_000)).unwrap();
+        let err = off.route(&rel, &seed_row(text("order"), text("k"), payload.clone())).unwrap_err();
+        assert_eq!(err.class(), "empty_payload", "{err}");
+        assert!(err.to_string().contains("route.tombstone.on.empty.payload"));
+        let mut on = router(RouterConfig { tombstone_on_empty_payload: true, ..RouterConfig::default() });
+        let rec = on.route(&rel, &seed_row(text("order"), text("k"), payload)).unwrap();
+        assert_eq!(rec.value, None, "a tombstone keeps its key");
+        assert_eq!(rec.key.as_ref(), b"k");
+    }
+}
+
+#[test]
+fn timestamp_field_sets_the_record_timestamp() {
+    let mut r = router(RouterConfig { timestamp_field: Some("occurred_at".into()), ..RouterConfig::default() });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let rec = r.route(&rel, &seed_row(text("order"), text("k"), text("{}"))).unwrap();
+    assert_eq!(rec.timestamp_ms, Some(1_795_939_200_250));
+}
+
+#[test]
+fn timestamp_parsing_table() {
+    let cases: &[(&str, Option<i64>)] = &[
+        ("1970-01-01 00:00:00+00", Some(0)),
+        ("1970-01-01 00:00:01.5+00", Some(1500)),
+        ("2000-01-01 00:00:00", Some(946_684_800_000)),
+        ("2026-11-29 09:00:00+01", Some(1_795_939_200_000)),
+        ("2026-11-29 02:30:00-05:30", Some(1_795_939_200_000)),
+        ("2024-02-29 12:00:00.123456+00", Some(1_709_208_000_123)),
+        ("1969-12-31 23:59:59+00", Some(-1000)),
+        ("2026-13-01 00:00:00+00", None),
+        ("not a time", None),
+        ("", None),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(parse_timestamp_ms(text.as_bytes()), *expected, "{text}");
+    }
+}
+
+#[test]
+fn additional_placement_parsing() {
+    let parsed = AdditionalField::parse_list("event_type:header:eventType, tenant:envelope, shard:partition,trace:header").unwrap();
+    assert_eq!(
+        parsed,
+        vec![
+            AdditionalField { column: "event_type".into(), placement: Placement::Header("eventType".into()) },
+            AdditionalField { column: "tenant".into(), placement: Placement::Envelope("tenant".into()) },
+            AdditionalField { column: "shard".into(), placement: Placement::Partition },
+            AdditionalField { column: "trace".into(), placement: Placement::Header("trace".into()) },
+        ]
+    );
+    for bad in ["x", "x:body", ":header", "a:header:b:c"] {
+        assert!(AdditionalField::parse_list(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn additional_header_envelope_and_partition() {
+    let cols = [
+        ("id", TEXT),
+        ("aggregate_type", TEXT),
+        ("aggregate_id", TEXT),
+        ("event_type", TEXT),
+        ("payload", JSONB),
+        ("tenant", TEXT),
+        ("version", INT4),
+        ("urgent", BOOL),
+        ("shard", INT4),
+    ];
+    let mut r = router(RouterConfig {
+        event_type_field: None,
+        additional: AdditionalField::parse_list(
+            "event_type:header:type,tenant:envelope,version:envelope:v,urgent:envelope,shard:partition",
+        )
+        .unwrap(),
+        ..RouterConfig::default()
+    });
+    let rel = r.resolve(&relation_typed(&cols)).unwrap();
+    let row = TupleData::from_values(&[
+        text("1"),
+        text("order"),
+        text("k"),
+        text("Created"),
+        text(r#"{"a": [1, 2]}"#),
+        text("ac\"me"),
+        text("3"),
+        text("t"),
+        text("2"),
+    ]);
+    let rec = r.route(&rel, &row).unwrap();
+    assert_eq!(header(&rec, "type"), Some(&b"Created"[..]));
+    assert_eq!(header(&rec, "eventType"), None);
+    assert_eq!(rec.partition, Some(2));
+    let value = String::from_utf8(rec.value.unwrap().to_vec()).unwrap();
+    assert_eq!(value, r#"{"payload":{"a": [1, 2]},"tenant":"ac\"me","v":3,"urgent":true}"#);
+    let v: serde_json::Value = serde_json::from_str(&value).unwrap();
+    assert_eq!(v["payload"]["a"][1], 2);
+}
+
+#[test]
+fn bad_partition_value_is_an_error() {
+    let mut r = router(RouterConfig {
+        additional: AdditionalField::parse_list("event_type:partition").unwrap(),
+        ..RouterConfig::default()
+    });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let err = r.route(&rel, &seed_row(text("order"), text("k"), text("{}"))).unwrap_err();
+    assert_eq!(err.class(), "bad_value");
+    assert!(err.to_string().contains("partition"), "{err}");
+}
+
+#[test]
+fn missing_additional_column_error_or_ignore() {
+    let additional = AdditionalField::parse_list("nope:header").unwrap();
+    let strict = router(RouterConfig { additional: additional.clone(), ..RouterConfig::default() });
+    let err = strict.resolve(&relation(SEED_000)).unwrap_err();
+    assert!(err.to_string().contains("\"nope\"") && err.to_string().contains("table.fields.additional.placement"), "{err}");
+    let lenient = router(RouterConfig { additional, additional_missing_ignore: true, ..RouterConfig::default() });
+    assert!(lenient.resolve(&relation(SEED_000)).is_ok());
+}
+
+#[test]
+fn json_headers_column_expands_and_keeps_traceparent() {
+    let cols = ["id", "aggregate_id", "type", "payload", "headers", "created_at", "aggregate_type"];
+    let mut r = router(RouterConfig {
+        event_type_field: Some("type".into()),
+        headers_field: Some("headers".into()),
+        ..RouterConfig::default()
+    });
+    let rel = r.resolve(&relation(&cols)).unwrap();
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let row = TupleData::from_values(&[
+        text("6f1b..."),
+        text("order-1"),
+        text("OrderPlaced"),
+        text("{}"),
+        text(&format!(r#"{{"traceparent": "{traceparent}", "attempt": 2, "tenant": "acme"}}"#)),
+        text("2026-11-29 08:00:00+00"),
+        text("order"),
+    ]);
+    let rec = r.route(&rel, &row).unwrap();
+    assert_eq!(header(&rec, "traceparent"), Some(traceparent.as_bytes()));
+    assert_eq!(header(&rec, "attempt"), Some(&b"2"[..]));
+    assert_eq!(header(&rec, "tenant"), Some(&b"acme"[..]));
+    assert_eq!(header(&rec, "eventType"), Some(&b"OrderPlaced"[..]));
+    let bad = TupleData::from_values(&[
+        text("1"), text("o"), text("T"), text("{}"), text("[1,2]"), text("2026-11-29 08:00:00+00"), text("order"),
+    ]);
+    assert_eq!(r.route(&rel, &bad).unwrap_err().class(), "bad_value");
+}
+
+#[test]
+fn missing_column_names_table_column_and_key() {
+    let r = router(RouterConfig::default());
+    let err = r.resolve(&relation(&["id", "aggregate_type", "payload", "event_type"])).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("events.outbox") && msg.contains("aggregate_id") && msg.contains("table.field.event.key"), "{msg}");
+}
+
+#[test]
+fn null_key_or_route_is_an_error_not_a_skip() {
+    let mut r = router(RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let err = r.route(&rel, &seed_row(text("order"), ColumnValue::Null, text("{}"))).unwrap_err();
+    assert!(matches!(err, RouteError::NullField { ref column, .. } if column == "aggregate_id"), "{err}");
+    let err = r.route(&rel, &seed_row(ColumnValue::Null, text("k"), text("{}"))).unwrap_err();
+    assert!(matches!(err, RouteError::NullField { ref column, .. } if column == "aggregate_type"), "{err}");
+}
+
+#[test]
+fn invalid_topic_after_substitution() {
+    let mut r = router(RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    for bad in ["order lines", "주문", "a/b"] {
+        let err = r.route(&rel, &seed_row(text(bad), text("k"), text("{}"))).unwrap_err();
+        assert!(matches!(err, RouteError::InvalidTopic { .. }), "{bad:?}: {err}");
+    }
+    let long = "x".repeat(240);
+    let err = r.route(&rel, &seed_row(text(&long), text("k"), text("{}"))).unwrap_err();
+    assert!(err.to_string().contains("249"), "{err}");
+}
+
+#[test]
+fn column_count_mismatch_is_an_error() {
+    let mut r = router(RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let short = TupleData::from_values(&[text("1")]);
+    assert!(matches!(r.route(&rel, &short), Err(RouteError::ColumnCountMismatch { .. })));
+}
+
+#[test]
+fn topic_cache_stays_bounded() {
+    let mut r = router(RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    for i in 0..(TOPIC_CACHE_LIMIT + 10) {
+        let rec = r.route(&rel, &seed_row(text(&format!("t{i}")), text("k"), text("{}"))).unwrap();
+        assert_eq!(&*rec.topic, format!("outbox.event.t{i}"));
+    }
+    assert!(r.topics.len() <= TOPIC_CACHE_LIMIT);
+}
+
+#[test]
+fn json_messages_route_with_the_same_options() {
+    let mut r = router(RouterConfig { event_type_field: Some("type".into()), ..RouterConfig::default() });
+    let content = Bytes::from_static(
+        br#"{"id": 17, "aggregate_type": "order", "aggregate_id": "o-1", "type": "OrderPlaced", "payload": {"total": 5, "s": "a\"b"}}"#,
+    );
+    let rec = r.route_json(&content, "message prefix outbox").unwrap();
+    assert_eq!(&*rec.topic, "outbox.event.order");
+    assert_eq!(rec.key.as_ref(), b"o-1");
+    assert_eq!(rec.event_id.as_ref(), b"17");
+    assert_eq!(rec.value.as_deref(), Some(&br#"{"total": 5, "s": "a\"b"}"#[..]));
+    assert_eq!(header(&rec, "eventType"), Some(&b"OrderPlaced"[..]));
+    // The payload is a slice of the message content, not a copy.
+    let v = rec.value.unwrap();
+    assert!(v.as_ptr() >= content.as_ptr() && v.as_ptr() < content.as_ptr().wrapping_add(content.len()));
+    let err = r.route_json(&Bytes::from_static(br#"{"id": 1, "aggregate_type": "x", "payload": {}}"#), "m").unwrap_err();
+    assert_eq!(err.class(), "null_field");
+    assert_eq!(r.route_json(&Bytes::from_static(b"[1]"), "m").unwrap_err().class(), "bad_value");
+    assert_eq!(r.route_json(&Bytes::from_static(b"not json"), "m").unwrap_err().class(), "bad_value");
+}
+
+#[test]
+fn salvage_reads_what_it_can() {
+    let mut r = router(RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let row = seed_row(ColumnValue::Null, text("k"), text("{}"));
+    assert!(r.route(&rel, &row).is_err());
+    let (id, key, payload) = r.salvage(&rel, &row);
+    assert_eq!((id.as_deref(), key.as_deref(), payload.as_deref()), (Some(&b"42"[..]), Some(&b"k"[..]), Some(&b"{}"[..])));
+}

@@ -1,0 +1,402 @@
+//! `walpost import-debezium`: a Debezium PostgreSQL connector configuration (the JSON
+//! POSTed to Kafka Connect, or a Debezium Server `application.properties`) with an
+//! Outbox Event Router transform, converted to an equivalent walpost TOML.
+//!
+//! Equivalence includes Debezium's own defaults: an EventRouter that does not set
+//! `table.field.event.key` routes by `aggregateid`, so the TOML says so explicitly.
+//! Every option that cannot be carried over is listed with the reason; the conversion
+//! is complete only when that list is empty.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The result of a conversion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conversion {
+    pub toml: String,
+    /// (option, reason) for everything not carried over.
+    pub not_carried: Vec<(String, String)>,
+    /// Remarks that need no action but are worth knowing (e.g. defaults made explicit).
+    pub notes: Vec<String>,
+}
+
+const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
+
+/// EventRouter options walpost implements under the same name, with Debezium's default.
+const ROUTER_OPTIONS: &[(&str, Option<&str>)] = &[
+    ("table.field.event.id", Some("id")),
+    ("table.field.event.key", Some("aggregateid")),
+    ("table.field.event.payload", Some("payload")),
+    ("table.field.event.timestamp", None),
+    ("route.by.field", Some("aggregatetype")),
+    ("route.topic.regex", None),
+    ("route.topic.replacement", Some("outbox.event.${routedByValue}")),
+    ("route.tombstone.on.empty.payload", None),
+    ("table.fields.additional.placement", None),
+    ("table.op.invalid.behavior", None),
+    ("table.expand.json.payload", None),
+];
+
+/// Connector options that describe Kafka Connect / Debezium internals walpost does not
+/// need; they are dropped with this reason.
+const NOT_NEEDED: &[(&str, &str)] = &[
+    ("name", "connector name"),
+    ("tasks.max", "walpost is one process per slot"),
+    ("topic.prefix", "topics come from the Event Router, not from the server name"),
+    ("database.server.name", "topics come from the Event Router, not from the server name"),
+    ("connector.class", "walpost is the connector"),
+    ("key.converter", "walpost sends the key as text"),
+    ("key.converter.schemas.enable", "walpost sends the key as text"),
+    ("value.converter.schemas.enable", "walpost sends the payload bytes"),
+    ("tombstones.on.delete", "walpost publishes inserts only"),
+    ("heartbeat.interval.ms", "use --heartbeat-interval (seconds)"),
+];
+
+fn parse_input(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+        let config = v.get("config").unwrap_or(&v);
+        let obj = config.as_object().ok_or("the JSON has no \"config\" object")?;
+        return Ok(obj
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
+            .collect());
+    }
+    // Debezium Server application.properties.
+    let mut out = BTreeMap::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!')) {
+        let (k, v) = line.split_once(['=', ':']).ok_or_else(|| format!("line '{line}' is not key=value"))?;
+        let (k, v) = (k.trim(), v.trim().to_owned());
+        let key = if let Some(rest) = k.strip_prefix("debezium.source.") {
+            rest.to_owned()
+        } else if let Some(rest) = k.strip_prefix("debezium.transforms") {
+            format!("transforms{rest}")
+        } else if let Some(rest) = k.strip_prefix("debezium.sink.kafka.producer.") {
+            format!("walpost.kafka.{rest}")
+        } else {
+            format!("walpost.other.{k}")
+        };
+        out.insert(key, v);
+    }
+    Ok(out)
+}
+
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Converts a connector configuration; `Err` when the input cannot be read at all.
+pub fn convert(text: &str) -> Result<Conversion, String> {
+    let mut cfg = parse_input(text)?;
+    let mut not_carried: Vec<(String, String)> = Vec::new();
+    let mut notes = Vec::new();
+
+    if let Some(class) = cfg.remove("connector.class") {
+        if class != "io.debezium.connector.postgresql.PostgresConnector" {
+            return Err(format!("connector.class {class} is not Debezium's PostgreSQL connector"));
+        }
+    }
+    let host = cfg.remove("database.hostname").unwrap_or_else(|| "localhost".into());
+    let port = cfg.remove("database.port").unwrap_or_else(|| "5432".into());
+    let user = cfg.remove("database.user").unwrap_or_else(|| "postgres".into());
+    let db = cfg.remove("database.dbname").unwrap_or_else(|| "postgres".into());
+    if cfg.remove("database.password").is_some() {
+        notes.push("database.password is not copied: pass it in PGPASSWORD (or add it to the URL) rather than in a file".into());
+    }
+    let mut url = format!("postgres://{user}@{host}:{port}/{db}");
+    if let Some(mode) = cfg.remove("database.sslmode") {
+        let _ = write!(url, "?sslmode={mode}");
+        if let Some(root) = cfg.remove("database.sslrootcert") {
+            let _ = write!(url, "&sslrootcert={root}");
+        }
+    }
+    if let Some(plugin) = cfg.remove("plugin.name") {
+        if plugin != "pgoutput" {
+            not_carried.push(("plugin.name".into(), format!("{plugin}: walpost decodes pgoutput only (the slot must be re-created)")));
+        }
+    }
+    let slot = cfg.remove("slot.name").unwrap_or_else(|| {
+        notes.push("slot.name not set: Debezium's default slot is \"debezium\"; kept".into());
+        "debezium".into()
+    });
+    let publication = cfg.remove("publication.name").unwrap_or_else(|| "dbz_publication".into());
+    if let Some(mode) = cfg.remove("publication.autocreate.mode") {
+        if mode != "filtered" {
+            notes.push(format!(
+                "publication.autocreate.mode={mode}: walpost creates (if missing) a publication FOR TABLE the outbox tables WITH (publish = 'insert')"
+            ));
+        }
+    }
+    let tables: Vec<String> = cfg.remove("table.include.list")
+        .map(|t| t.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    for t in &tables {
+        if t.contains(['*', '+', '?', '[', '(', '|', '\\']) {
+            not_carried.push(("table.include.list".into(), format!("'{t}' is a regular expression; list the outbox tables by name")));
+        }
+    }
+    let snapshot = match cfg.remove("snapshot.mode").as_deref() {
+        None => Some("initial"),
+        Some("initial") => Some("initial"),
+        Some("never") | Some("no_data") => Some("never"),
+        Some("initial_only") => Some("initial_only"),
+        Some("when_needed") => Some("when_needed"),
+        Some(other) => {
+            not_carried.push(("snapshot.mode".into(), format!("{other} has no walpost equivalent (never, initial, initial_only, when_needed)")));
+            None
+        }
+    };
+    let value_converter = cfg.remove("value.converter");
+
+    // The EventRouter transform.
+    let transforms: Vec<String> = cfg.remove("transforms")
+        .map(|t| t.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    let mut router: Vec<(String, String)> = Vec::new();
+    let mut router_found = false;
+    for name in &transforms {
+        let prefix = format!("transforms.{name}.");
+        let ty = cfg.remove(&format!("{prefix}type")).unwrap_or_default();
+        let options: Vec<(String, String)> = cfg
+            .keys()
+            .filter(|k| k.starts_with(&prefix))
+            .cloned()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .filter_map(|k| cfg.remove(&k).map(|v| (k[prefix.len()..].to_owned(), v)))
+            .collect();
+        if ty != EVENT_ROUTER || router_found {
+            not_carried.push((format!("transforms.{name}"), format!("transform {ty} is not supported: walpost applies the Outbox Event Router only")));
+            continue;
+        }
+        router_found = true;
+        let mut set: BTreeMap<String, String> = options.into_iter().collect();
+        for (opt, default) in ROUTER_OPTIONS {
+            match (set.remove(*opt), default) {
+                (Some(v), _) => router.push((opt.to_string(), v)),
+                (None, Some(d)) => {
+                    router.push((opt.to_string(), d.to_string()));
+                    if matches!(*opt, "table.field.event.key" | "route.by.field") {
+                        notes.push(format!("{opt} not set: Debezium's default \"{d}\" is written out"));
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        if let Some(v) = set.remove("table.fields.additional.error.on.missing") {
+            router.push(("table.field.additional.missing".into(), if v == "false" { "ignore".into() } else { "error".into() }));
+        }
+        for (k, v) in set {
+            not_carried.push((format!("transforms.{name}.{k}"), format!("EventRouter option '{k}' = {v} is not implemented by walpost")));
+        }
+    }
+    if !router_found {
+        not_carried.push(("transforms".into(), "no io.debezium.transforms.outbox.EventRouter transform: walpost only publishes outbox events".into()));
+    }
+    // Debezium 2+ puts only `id` in the headers unless placements add more.
+    router.push(("table.field.event.type".into(), String::new()));
+    let expand = router.iter().any(|(k, v)| k == "table.expand.json.payload" && v == "true");
+    if value_converter.as_deref().is_some_and(|c| c.contains("JsonConverter")) && !expand {
+        notes.push(
+            "value.converter is JsonConverter without table.expand.json.payload: Debezium sent the payload as a JSON *string*; walpost sends the JSON document itself (consumers that unwrap the string must change)".into(),
+        );
+    }
+
+    let mut kafka_props: Vec<(String, String)> = Vec::new();
+    let mut brokers = None;
+    for (k, v) in std::mem::take(&mut cfg) {
+        if let Some(p) = k.strip_prefix("producer.override.").or_else(|| k.strip_prefix("walpost.kafka.")) {
+            if p == "bootstrap.servers" {
+                brokers = Some(v);
+            } else {
+                kafka_props.push((p.to_owned(), v));
+            }
+        } else if let Some(reason) = NOT_NEEDED.iter().find(|(n, _)| *n == k).map(|(_, r)| *r) {
+            notes.push(format!("{k} dropped: {reason}"));
+        } else if k.starts_with("walpost.other.") {
+            notes.push(format!("{} dropped: Debezium Server setting", &k["walpost.other.".len()..]));
+        } else {
+            not_carried.push((k, format!("{v}: no walpost equivalent")));
+        }
+    }
+
+    let mut t = String::new();
+    let _ = writeln!(t, "# walpost configuration converted from a Debezium PostgreSQL connector.");
+    let _ = writeln!(t, "postgres = {}", toml_string(&url));
+    let _ = writeln!(t, "slot = {}", toml_string(&slot));
+    let _ = writeln!(t, "publication = {}", toml_string(&publication));
+    if let Some(first) = tables.first() {
+        let _ = writeln!(t, "table = {}", toml_string(first));
+    }
+    if let Some(mode) = snapshot {
+        let _ = writeln!(t, "snapshot = {}", toml_string(mode));
+    }
+    let _ = writeln!(t, "\n[kafka]");
+    match &brokers {
+        Some(b) => {
+            let _ = writeln!(t, "brokers = {}", toml_string(b));
+        }
+        None => {
+            let _ = writeln!(t, "brokers = \"CHANGE-ME:9092\"  # the Kafka Connect worker's bootstrap.servers");
+            notes.push("Kafka brokers are set on the Kafka Connect worker, not the connector: fill in [kafka] brokers".into());
+        }
+    }
+    if !kafka_props.is_empty() {
+        let _ = writeln!(t, "[kafka.properties]");
+        for (k, v) in &kafka_props {
+            let _ = writeln!(t, "{} = {}", toml_string(k), toml_string(v));
+        }
+    }
+    let write_router = |t: &mut String, header: &str| {
+        let _ = writeln!(t, "\n{header}");
+        for (k, v) in &router {
+            match k.as_str() {
+                "route.tombstone.on.empty.payload" | "table.expand.json.payload" => {
+                    let _ = writeln!(t, "{} = {}", toml_string(k), v == "true");
+                }
+                _ => {
+                    let _ = writeln!(t, "{} = {}", toml_string(k), toml_string(v));
+                }
+            }
+        }
+    };
+    write_router(&mut t, "[router]");
+    for extra in tables.iter().skip(1) {
+        let _ = writeln!(t, "\n[[outbox]]\ntable = {}", toml_string(extra));
+    }
+    Ok(Conversion { toml: t, not_carried, notes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FileConfig;
+
+    /// The connector of seed 003, section 11.2.2 (Korean original), as users POST it.
+    const SEED_003: &str = r#"{
+        "name": "shop-outbox",
+        "config": {
+          "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+          "database.hostname": "postgres",
+          "database.port": "5432",
+          "database.user": "postgres",
+          "database.password": "postgres",
+          "database.dbname": "shop",
+          "topic.prefix": "shop",
+          "table.include.list": "public.outbox",
+          "plugin.name": "pgoutput",
+          "snapshot.mode": "initial",
+          "transforms": "outbox",
+          "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+          "transforms.outbox.route.by.field": "aggregate_type",
+          "transforms.outbox.route.topic.replacement": "domain.${routedByValue}.events"
+        }
+      }"#;
+
+    fn parse(toml_text: &str) -> FileConfig {
+        toml::from_str(toml_text).unwrap_or_else(|e| panic!("{e}\n{toml_text}"))
+    }
+
+    #[test]
+    fn seed_003_connector_converts_completely() {
+        let c = convert(SEED_003).unwrap();
+        assert!(c.not_carried.is_empty(), "{:?}", c.not_carried);
+        let f = parse(&c.toml);
+        assert_eq!(f.postgres.as_deref(), Some("postgres://postgres@postgres:5432/shop"));
+        assert!(!c.toml.contains("postgres:postgres@"), "password copied:\n{}", c.toml);
+        assert_eq!(f.table.as_deref(), Some("public.outbox"));
+        assert_eq!(f.router.route_by_field.as_deref(), Some("aggregate_type"));
+        assert_eq!(f.router.topic_replacement.as_deref(), Some("domain.${routedByValue}.events"));
+        // Debezium's defaults, not walpost's, for what the connector left unset.
+        assert_eq!(f.router.key_field.as_deref(), Some("aggregateid"));
+        assert_eq!(f.router.id_field.as_deref(), Some("id"));
+        assert!(c.notes.iter().any(|n| n.contains("aggregateid")), "{:?}", c.notes);
+        assert!(c.notes.iter().any(|n| n.contains("PGPASSWORD")));
+    }
+
+    #[test]
+    fn full_event_router_with_placements_and_producer_overrides() {
+        let json = r#"{"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "database.hostname": "db.internal", "database.port": "6432", "database.user": "cdc", "database.dbname": "orders",
+            "database.sslmode": "verify-full", "database.sslrootcert": "/etc/ssl/ca.pem",
+            "slot.name": "orders_outbox", "publication.name": "orders_pub", "plugin.name": "pgoutput",
+            "table.include.list": "billing.outbox,licensing.outbox", "snapshot.mode": "no_data",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+            "transforms.outbox.table.field.event.key": "aggregate_id",
+            "transforms.outbox.table.field.event.timestamp": "occurred_at",
+            "transforms.outbox.table.fields.additional.placement": "event_type:header:eventType,tenant:envelope",
+            "transforms.outbox.table.fields.additional.error.on.missing": "false",
+            "transforms.outbox.route.tombstone.on.empty.payload": "true",
+            "transforms.outbox.table.expand.json.payload": "true",
+            "producer.override.compression.type": "zstd", "producer.override.linger.ms": "20"}"#;
+        let c = convert(json).unwrap();
+        assert!(c.not_carried.is_empty(), "{:?}", c.not_carried);
+        let f = parse(&c.toml);
+        assert_eq!(f.postgres.as_deref(), Some("postgres://cdc@db.internal:6432/orders?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem"));
+        assert_eq!(f.slot.as_deref(), Some("orders_outbox"));
+        assert_eq!(f.snapshot, Some(crate::snapshot::SnapshotMode::Never));
+        assert_eq!(f.outbox.len(), 1);
+        assert_eq!(f.outbox[0].table, "licensing.outbox");
+        assert_eq!(f.router.timestamp_field.as_deref(), Some("occurred_at"));
+        assert_eq!(f.router.additional_missing.as_deref(), Some("ignore"));
+        assert_eq!(f.router.tombstone_on_empty_payload, Some(true));
+        assert_eq!(f.kafka.properties["compression.type"], "zstd");
+        // The TOML resolves into working settings.
+        use clap::Parser;
+        let args = match crate::cli::Cli::try_parse_from(["walpost", "run"]).unwrap().command {
+            crate::cli::Command::Run(a) => a,
+            _ => unreachable!(),
+        };
+        let s = crate::config::Settings::resolve(&args, f).unwrap();
+        assert_eq!(s.outboxes.len(), 2);
+        assert_eq!(s.router.additional.len(), 2);
+    }
+
+    #[test]
+    fn debezium_server_properties_and_what_cannot_be_carried() {
+        let props = "
+            # Debezium Server
+            debezium.sink.type=kafka
+            debezium.sink.kafka.producer.bootstrap.servers=kafka:9092
+            debezium.sink.kafka.producer.acks=all
+            debezium.source.connector.class=io.debezium.connector.postgresql.PostgresConnector
+            debezium.source.database.hostname=pg
+            debezium.source.database.user=app
+            debezium.source.database.dbname=app
+            debezium.source.plugin.name=decoderbufs
+            debezium.source.table.include.list=public.outbox_.*
+            debezium.source.snapshot.mode=always
+            debezium.transforms=unwrap,outbox
+            debezium.transforms.unwrap.type=io.debezium.transforms.ExtractNewRecordState
+            debezium.transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+            debezium.transforms.outbox.table.json.payload.null.behavior=optional_bytes
+        ";
+        let c = convert(props).unwrap();
+        let keys: Vec<&str> = c.not_carried.iter().map(|(k, _)| k.as_str()).collect();
+        for expected in ["plugin.name", "table.include.list", "snapshot.mode", "transforms.unwrap", "transforms.outbox.table.json.payload.null.behavior"] {
+            assert!(keys.contains(&expected), "{expected} missing from {keys:?}");
+        }
+        let f = parse(&c.toml);
+        assert_eq!(f.kafka.brokers.as_deref(), Some("kafka:9092"));
+        assert_eq!(f.kafka.properties["acks"], "all");
+    }
+
+    #[test]
+    fn unreadable_input_is_an_error() {
+        assert!(convert("{not json").is_err());
+        assert!(convert("just words").is_err());
+        assert!(convert(r#"{"connector.class": "io.debezium.connector.mysql.MySqlConnector"}"#).is_err());
+    }
+}
