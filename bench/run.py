@@ -320,7 +320,7 @@ def terminate(p: subprocess.Popen, timeout: float = 60):
 
 def walpost_argv(ctx: Ctx, slot: str, prefix: str) -> list[str]:
     return [
-        str(ROOT / "target/release/walpost"), "run",
+        ctx.args.walpost_bin, "run",
         "--postgres", ctx.url,
         "--kafka-brokers", ctx.servers.brokers,
         "--slot", slot,
@@ -732,6 +732,7 @@ def main() -> int:
     ap.add_argument("--relay-seconds", type=float, help="drain window for the relays")
     ap.add_argument("--systems", default="recv,walpost,kafka-floor,debezium,relay002,relay001")
     ap.add_argument("--walpost-kafka-property", action="append", default=[], metavar="K=V")
+    ap.add_argument("--walpost-bin", default=str(ROOT / "target/release/walpost"))
     ap.add_argument("--walpost-config", help="a walpost TOML file (e.g. [pipeline] settings)")
     ap.add_argument("--results-dir", default=str(BENCH / "results"), help="where results.* go")
     ap.add_argument("--debezium-prop", action="append", default=[], metavar="K=V",

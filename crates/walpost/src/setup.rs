@@ -8,7 +8,7 @@ use pgoutput::{Column, Lsn, Relation};
 use replication::{quote_ident, quote_literal, ReplicationClient};
 use router::Router;
 
-use crate::config::{Outbox, Settings};
+use crate::config::{Outbox, Settings, TableName};
 use crate::error::PipelineError;
 
 /// The runbook a lost slot points to.
@@ -92,22 +92,31 @@ async fn check_outbox_table(sql: &mut ReplicationClient, s: &Settings, outbox: &
             s.postgres.dbname
         )));
     }
-    let relation = Relation {
+    let relation = relation_of(
+        table,
+        (0..r.rows.len()).filter_map(|i| {
+            let name = r.text(i, 0)?;
+            Some((name.to_owned(), r.text(i, 1).and_then(|t| t.parse().ok()).unwrap_or(0)))
+        }),
+    );
+    Router::new(outbox.router.clone()).and_then(|r| r.resolve(&relation)).map_err(PipelineError::definite)?;
+    Ok(())
+}
+
+/// A Relation message's equivalent for a table described by the catalog or a row
+/// description: so checks and snapshots resolve columns exactly as streaming does.
+pub fn relation_of(table: &TableName, columns: impl IntoIterator<Item = (String, u32)>) -> Relation {
+    Relation {
         xid: None,
         oid: 0,
         namespace: Bytes::from(table.schema.clone()),
         name: Bytes::from(table.name.clone()),
         replica_identity: b'd',
-        columns: (0..r.rows.len())
-            .filter_map(|i| {
-                let name = r.text(i, 0)?;
-                let type_oid = r.text(i, 1).and_then(|t| t.parse().ok()).unwrap_or(0);
-                Some(Column { flags: 0, name: Bytes::from(name.to_owned()), type_oid, type_modifier: -1 })
-            })
+        columns: columns
+            .into_iter()
+            .map(|(name, type_oid)| Column { flags: 0, name: Bytes::from(name), type_oid, type_modifier: -1 })
             .collect(),
-    };
-    Router::new(outbox.router.clone()).and_then(|r| r.resolve(&relation)).map_err(PipelineError::definite)?;
-    Ok(())
+    }
 }
 
 /// Whether the publication exists (and, if it does, publishes our inserts).

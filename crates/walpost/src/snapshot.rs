@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pgoutput::{Column, ColumnValue, Relation, TupleData};
+use pgoutput::{ColumnValue, TupleData};
 use replication::{quote_ident, quote_literal, ReplicationClient};
 use router::Router;
 use tokio::sync::mpsc;
@@ -167,19 +167,8 @@ pub async fn run(
                 break;
             }
             if resolved.is_none() {
-                let relation = Relation {
-                    xid: None,
-                    oid: 0,
-                    namespace: Bytes::from(table.schema.clone()),
-                    name: Bytes::from(table.name.clone()),
-                    replica_identity: b'd',
-                    columns: chunk
-                        .columns
-                        .iter()
-                        .zip(&chunk.column_types)
-                        .map(|(c, t)| Column { flags: 0, name: Bytes::from(c.clone()), type_oid: *t, type_modifier: -1 })
-                        .collect(),
-                };
+                let columns = chunk.columns.iter().cloned().zip(chunk.column_types.iter().copied());
+                let relation = crate::setup::relation_of(table, columns);
                 resolved = Some(router.resolve(&relation).map_err(PipelineError::definite)?);
             }
             let Some(rel) = resolved.as_ref() else { break };
