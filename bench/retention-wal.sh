@@ -24,16 +24,9 @@ work="$(mktemp -d /tmp/walpost-retention-bench.XXXXXX)"
 chmod 755 "$work"
 cleanup() { exec 3>&- 2>/dev/null || true; }
 trap cleanup EXIT
-mkfifo "$work/servers.in"
-"$bin/walpost-devservers" < "$work/servers.in" > "$work/servers.env" 2> "$work/servers.log" &
-exec 3> "$work/servers.in"   # the servers run until this descriptor closes
-for _ in $(seq 1 120); do
-    grep -q '^READY=1' "$work/servers.env" 2>/dev/null && break
-    sleep 1
-done
-grep -q '^READY=1' "$work/servers.env" || { cat "$work/servers.log"; echo "servers did not start" >&2; exit 1; }
 # shellcheck disable=SC1091
-source "$work/servers.env"
+source scripts/devservers.sh
+start_devservers "$bin" "$work"
 psql() { "$PG_BINDIR/psql" -X -q -At -v ON_ERROR_STOP=1 "$POSTGRES_URL" "$@"; }
 
 psql -f migrations/0001_events_outbox.sql >/dev/null

@@ -27,16 +27,9 @@ cleanup() {
 trap cleanup EXIT
 
 say "starting PostgreSQL and Kafka"
-mkfifo "$work/servers.in"
-target/release/walpost-devservers < "$work/servers.in" > "$work/servers.env" 2> "$work/servers.log" &
-exec 3> "$work/servers.in"   # the servers run until this descriptor closes
-for _ in $(seq 1 120); do
-    grep -q '^READY=1' "$work/servers.env" 2>/dev/null && break
-    sleep 1
-done
-grep -q '^READY=1' "$work/servers.env" || { cat "$work/servers.log"; echo "servers did not start" >&2; exit 1; }
-# shellcheck disable=SC1090,SC1091
-source "$work/servers.env"
+# shellcheck disable=SC1091
+source scripts/devservers.sh
+start_devservers target/release "$work"
 echo "PostgreSQL: ${POSTGRES_URL//:walpost@/:****@}   Kafka: $KAFKA_BROKERS"
 psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 "$POSTGRES_URL" "$@"; }
 

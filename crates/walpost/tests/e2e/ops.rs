@@ -294,3 +294,19 @@ fn runbook_sql_runs_against_a_real_server() {
     }
     assert!(ran >= 10, "only {ran} SQL blocks ran");
 }
+
+/// `--heartbeat-interval`: with no writes at all, the heartbeat's own WAL lets the slot's
+/// confirmed position advance (the multi-database case, where this database is quiet).
+#[test]
+fn heartbeat_advances_the_slot_of_a_quiet_database() {
+    let pg = own_pg(&[]);
+    let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "ops-heartbeat");
+    let mut args = w.args();
+    args.extend(["--heartbeat-interval".to_string(), "1".to_string()]);
+    let _p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT));
+    std::thread::sleep(Duration::from_secs(2));
+    let start = w.confirmed_flush_lsn().unwrap();
+    let advanced = testkit::wait_until(Duration::from_secs(30), || w.confirmed_flush_lsn().unwrap() > start + 100);
+    assert!(advanced, "confirmed_flush_lsn stayed at {start:X} with heartbeats every second");
+}
