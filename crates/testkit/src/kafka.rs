@@ -32,7 +32,8 @@ const TOOL_JVM_FLAGS: &[&str] = &[
 /// Options for [`Kafka::start`].
 #[derive(Debug, Clone, Default)]
 pub struct KafkaOptions {
-    /// Extra broker properties, written after (and so overriding) the harness's own.
+    /// Extra broker properties, written after (and so overriding) the harness's own;
+    /// `{port}` and `{controller_port}` in values are replaced by the chosen ports.
     pub extra_props: Vec<(String, String)>,
 }
 
@@ -410,7 +411,11 @@ impl Kafka {
             ("num.network.threads".into(), "2".into()),
             ("num.io.threads".into(), "4".into()),
         ];
-        props.extend(self.extra_props.iter().cloned());
+        // `{port}` and `{controller_port}` in extra values stand for the chosen ports, so a
+        // test can extend `listeners` (e.g. with a SASL listener) without knowing them.
+        props.extend(self.extra_props.iter().map(|(k, v)| {
+            (k.clone(), v.replace("{port}", &p.to_string()).replace("{controller_port}", &c.to_string()))
+        }));
         let mut text = String::from("# written by testkit\n");
         for (k, v) in &props {
             let _ = writeln!(text, "{k}={}", escape_prop(v));
