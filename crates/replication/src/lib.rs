@@ -91,6 +91,9 @@ impl QueryResult {
 /// A replication-mode connection before START_REPLICATION.
 pub struct ReplicationClient {
     io: Box<dyn Transport>,
+    /// RFC 5929 tls-server-end-point data when the connection is TLS (SCRAM-SHA-256-PLUS).
+    tls_end_point: Option<Vec<u8>>,
+    tls: bool,
     buf: BytesMut,
     out: BytesMut,
     params: HashMap<String, String>,
@@ -129,9 +132,11 @@ impl ReplicationClient {
     }
 
     async fn connect_inner(config: &Config, replication: bool) -> Result<ReplicationClient, Error> {
-        let io = open_transport(config).await?;
+        let (io, tls, tls_end_point) = open_transport(config).await?;
         let mut client = ReplicationClient {
             io,
+            tls,
+            tls_end_point,
             buf: BytesMut::with_capacity(READ_CHUNK),
             out: BytesMut::with_capacity(1024),
             params: HashMap::new(),
@@ -184,16 +189,25 @@ impl ReplicationClient {
                         }
                         10 => {
                             let pw = require_password(config)?;
-                            let offers_scram = data
-                                .split(|&b| b == 0)
-                                .any(|m| m == b"SCRAM-SHA-256");
-                            if !offers_scram {
-                                return Err(Error::Auth(
-                                    "server offers no SASL mechanism walpost supports (SCRAM-SHA-256)".into(),
-                                ));
-                            }
-                            let s = ScramSha256::new(pw.as_bytes(), ChannelBinding::unrequested());
-                            frontend::sasl_initial_response("SCRAM-SHA-256", s.message(), &mut self.out)
+                            let offers = |name: &[u8]| data.split(|&b| b == 0).any(|m| m == name);
+                            // Channel binding: SCRAM-SHA-256-PLUS over TLS when the server offers
+                            // it; over TLS without it, say so ('y') so a downgrade is detected;
+                            // without TLS there is nothing to bind to ('n').
+                            let (mechanism, binding) = match &self.tls_end_point {
+                                Some(end_point) if offers(b"SCRAM-SHA-256-PLUS") => (
+                                    "SCRAM-SHA-256-PLUS",
+                                    ChannelBinding::tls_server_end_point(end_point.clone()),
+                                ),
+                                _ if !offers(b"SCRAM-SHA-256") => {
+                                    return Err(Error::Auth(
+                                        "server offers no SASL mechanism walpost supports (SCRAM-SHA-256)".into(),
+                                    ))
+                                }
+                                _ if self.tls => ("SCRAM-SHA-256", ChannelBinding::unrequested()),
+                                _ => ("SCRAM-SHA-256", ChannelBinding::unsupported()),
+                            };
+                            let s = ScramSha256::new(pw.as_bytes(), binding);
+                            frontend::sasl_initial_response(mechanism, s.message(), &mut self.out)
                                 .map_err(Error::Io)?;
                             self.flush_out().await?;
                             scram = Some(s);
@@ -509,7 +523,10 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-async fn open_transport(config: &Config) -> Result<Box<dyn Transport>, Error> {
+/// The transport, whether it is TLS, and the tls-server-end-point channel binding data.
+type Opened = (Box<dyn Transport>, bool, Option<Vec<u8>>);
+
+async fn open_transport(config: &Config) -> Result<Opened, Error> {
     let target = config.redacted();
     match &config.host {
         Host::Unix(dir) => {
@@ -517,7 +534,7 @@ async fn open_transport(config: &Config) -> Result<Box<dyn Transport>, Error> {
             let s = UnixStream::connect(&path)
                 .await
                 .map_err(|source| Error::Connect { target, source })?;
-            Ok(Box::new(s))
+            Ok((Box::new(s), false, None))
         }
         Host::Tcp(host) => {
             let mut tcp = TcpStream::connect((host.as_str(), config.port))
@@ -525,26 +542,44 @@ async fn open_transport(config: &Config) -> Result<Box<dyn Transport>, Error> {
                 .map_err(|source| Error::Connect { target, source })?;
             let _ = tcp.set_nodelay(true);
             if config.sslmode == SslMode::Disable {
-                return Ok(Box::new(tcp));
+                return Ok((Box::new(tcp), false, None));
             }
             let mut req = BytesMut::new();
             frontend::ssl_request(&mut req);
             tcp.write_all(&req).await?;
             let answer = tcp.read_u8().await?;
             match answer {
-                b'S' => Ok(Box::new(tls_handshake(config, host, tcp).await?)),
+                b'S' => {
+                    let stream = tls_handshake(config, host, tcp).await?;
+                    let end_point = tls_server_end_point(stream.ssl());
+                    Ok((Box::new(stream), true, end_point))
+                }
                 b'N' if config.sslmode.tls_required() => Err(Error::TlsRefused(match config.sslmode {
                     SslMode::Require => "require",
                     SslMode::VerifyCa => "verify-ca",
                     _ => "verify-full",
                 })),
-                b'N' => Ok(Box::new(tcp)),
+                b'N' => Ok((Box::new(tcp), false, None)),
                 other => Err(Error::Protocol(format!(
                     "server answered the TLS request with byte {other:#04x}"
                 ))),
             }
         }
     }
+}
+
+/// RFC 5929 tls-server-end-point: the hash of the server certificate, with the hash of
+/// its signature algorithm (SHA-256 when that is MD5 or SHA-1).
+fn tls_server_end_point(ssl: &openssl::ssl::SslRef) -> Option<Vec<u8>> {
+    use openssl::hash::MessageDigest;
+    use openssl::nid::Nid;
+    let cert = ssl.peer_certificate()?;
+    let algorithms = cert.signature_algorithm().object().nid().signature_algorithms()?;
+    let digest = match algorithms.digest {
+        Nid::MD5 | Nid::SHA1 => MessageDigest::sha256(),
+        nid => MessageDigest::from_nid(nid)?,
+    };
+    cert.digest(digest).ok().map(|d| d.to_vec())
 }
 
 async fn tls_handshake(

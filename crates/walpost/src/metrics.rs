@@ -329,12 +329,22 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<(
             let Ok((mut conn, _)) = listener.accept().await else { continue };
             let metrics = metrics.clone();
             tokio::spawn(async move {
-                let mut buf = [0u8; 2048];
-                let n = match tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut buf)).await {
-                    Ok(Ok(n)) => n,
-                    _ => return,
+                // The request line may arrive in several segments: read until it is whole
+                // (or 8 KiB, or 5 s), never judge a request by its first read.
+                let mut buf = Vec::with_capacity(1024);
+                let read_line = async {
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(2).any(|w| w == b"\r\n") && buf.len() < 8192 {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+                        }
+                    }
                 };
-                let request = String::from_utf8_lossy(buf.get(..n).unwrap_or_default());
+                if tokio::time::timeout(std::time::Duration::from_secs(5), read_line).await.is_err() {
+                    return;
+                }
+                let request = String::from_utf8_lossy(&buf);
                 let path = request.split_whitespace().nth(1).unwrap_or("/");
                 let (status, body) = match path {
                     "/metrics" => ("200 OK", metrics.render()),
@@ -361,6 +371,25 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a request line split over several TCP segments was answered 404
+    /// (the server judged the request by its first read).
+    #[tokio::test]
+    async fn regression_request_line_in_several_segments_is_read_whole() {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = probe.local_addr().unwrap();
+        drop(probe);
+        serve(addr, Arc::new(Metrics::default())).await.unwrap();
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        for part in ["GE", "T /hea", "lthz HTTP/1.1\r\n", "Host: x\r\n\r\n"] {
+            s.write_all(part.as_bytes()).await.unwrap();
+            s.flush().await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    }
 
     #[test]
     fn renders_every_metric_with_help_and_type() {

@@ -93,6 +93,10 @@ pub enum SinkError {
 const DEFAULTS: &[(&str, &str)] = &[
     ("acks", "all"),
     ("enable.idempotence", "true"),
+    // A failure that could leave a gap in a partition (a later batch written, an earlier
+    // one lost) becomes a fatal producer error instead: walpost then restarts from the
+    // confirmed position, so an aggregate's events are never reordered.
+    ("enable.gapless.guarantee", "true"),
     ("partitioner", "murmur2_random"),
     ("compression.type", "lz4"),
     ("linger.ms", "5"),
@@ -114,6 +118,9 @@ pub fn refuse_property(key: &str, value: &str) -> Option<&'static str> {
             Some("more than 5 in-flight requests breaks idempotent ordering")
         }
         "transactional.id" => Some("Kafka transactions are not used by walpost"),
+        "enable.gapless.guarantee" if v != "true" => {
+            Some("without it a failed batch can leave a gap that a later batch of the same partition skips over")
+        }
         "delivery.report.only.error" if v == "true" => {
             Some("walpost needs a delivery report for every record to confirm WAL positions")
         }

@@ -22,7 +22,7 @@ fn own_pg(extra: &[(&str, &str)]) -> &'static Postgres {
 
 fn http_get(port: u16, path: &str) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return (0, String::new()) };
-    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let _ = s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);

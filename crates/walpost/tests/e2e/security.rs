@@ -19,6 +19,8 @@ fn args_with_url(w: &World, url: &str) -> Vec<String> {
 /// whether walpost's replication connection used TLS.
 fn stream_once(w: &World, url: &str, first_batch: u32, expected_total: usize) -> bool {
     let mut p = Walpost::start(&args_with_url(w, url), &[]);
+    // Rows committed before the slot exists are not streamed (no snapshot).
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
     insert_batches(w, first_batch, 1, 10, 5, &["order"]);
     consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, expected_total, WAIT);
     let tls = w.sql(
