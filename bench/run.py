@@ -7,6 +7,8 @@ target/release/walpost-devservers), one backlog that every system drains:
   recv      pg_recvlogical (pgoutput proto_version 1, walpost's publication) -> /dev/null:
             the walsender's own rate, the ceiling for any pgoutput client
   walpost   target/release/walpost run, defaults (acks=all, idempotent, lz4, linger 5 ms)
+  walpost-16mib  the same with [pipeline] max_in_flight_bytes = 16 MiB (drain only)
+  kafka-floor    live only: the same record bursts produced straight to Kafka (floorgen.py)
   debezium  Debezium 3.6 embedded engine + PostgreSQL connector + Outbox Event Router,
             producing with acks=all + idempotence (bench/debezium/DebeziumBench.java)
   relay002  polling relay of seed 002 (FOR UPDATE SKIP LOCKED LIMIT 100 every 500 ms)
@@ -318,7 +320,8 @@ def terminate(p: subprocess.Popen, timeout: float = 60):
 # ---------------------------------------------------------------- systems
 
 
-def walpost_argv(ctx: Ctx, slot: str, prefix: str) -> list[str]:
+def walpost_argv(ctx: Ctx, slot: str, prefix: str, config: str | None = None) -> list[str]:
+    config = config or ctx.args.walpost_config
     return [
         ctx.args.walpost_bin, "run",
         "--postgres", ctx.url,
@@ -327,7 +330,7 @@ def walpost_argv(ctx: Ctx, slot: str, prefix: str) -> list[str]:
         "--publication", "walpost_outbox",
         "--topic", prefix + "${routedByValue}",
     ] + sum((["--kafka-property", kv] for kv in ctx.args.walpost_kafka_property), []) + (
-        ["--config", ctx.args.walpost_config] if ctx.args.walpost_config else [])
+        ["--config", config] if config else [])
 
 
 def debezium_cmd(ctx: Ctx, slot: str, prefix: str, offsets: Path):
@@ -513,7 +516,7 @@ def live(ctx: Ctx, system: str, argv, env, prefix: str, rates: list[float], slot
             stdout=subprocess.PIPE, stderr=open(ctx.workdir / "livegen.log", "ab"), text=True, cwd=str(BENCH),
             check=True)
         g = json.loads(gen.stdout.strip().splitlines()[-1])
-        grace = max(10.0, ctx.args.live_seconds) if system.startswith("relay") else 10.0
+        grace = max(20.0, ctx.args.live_seconds)
         try:
             cons.wait(grace)
         except subprocess.TimeoutExpired:
@@ -657,6 +660,10 @@ def write_results(ctx: Ctx, machine: str) -> None:
         scope = "" if ctx.events >= 1_000_000 else f" (this run drained {ctx.events:,} events; the target is for 1M)"
         dzr = f"; Debezium: {dz.peak_rss_mb:,.0f} MB" if dz else ""
         lines.append(f"- peak RSS ≤ 64 MB: {wp.peak_rss_mb:.1f} MB{dzr}{scope} → {verdict(wp.peak_rss_mb <= 64)}")
+        w16 = by.get(("walpost-16mib", "drain", 0))
+        if w16:
+            lines.append(f"  - same binary with `[pipeline] max_in_flight_bytes = 16777216`: peak RSS {w16.peak_rss_mb:.1f} MB "
+                         f"at {w16.events_per_s:,.0f} events/s (default: {wp.events_per_s:,.0f} events/s)")
         dzf = f" (Debezium: {dz.first_ack_ms:,.0f} ms)" if dz else ""
         lines.append(f"- start → first acknowledged record ≤ 100 ms: {wp.first_ack_ms:.0f} ms{dzf} → {verdict(wp.first_ack_ms <= 100)}")
     l5 = by.get(("walpost", "live", 5000.0))
@@ -687,7 +694,7 @@ def chart(ctx: Ctx, path: Path) -> None:
     drains = [r for r in ctx.rows if r.mode == "drain"]
     lives = [r for r in ctx.rows if r.mode == "live"]
     colors = {"recv": "#999999", "kafka-floor": "#bbbbbb", "walpost": "#1f77b4", "debezium": "#d62728",
-              "relay002": "#ff7f0e", "relay001": "#8c564b"}
+              "relay002": "#ff7f0e", "walpost-16mib": "#6baed6", "relay001": "#8c564b"}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.2))
     names = [r.system for r in drains]
     vals = [r.events_per_s for r in drains]
@@ -730,7 +737,7 @@ def main() -> int:
     ap.add_argument("--relay-live-rates", default="100", help="events/s for the relays' live phase")
     ap.add_argument("--live-seconds", type=float)
     ap.add_argument("--relay-seconds", type=float, help="drain window for the relays")
-    ap.add_argument("--systems", default="recv,walpost,kafka-floor,debezium,relay002,relay001")
+    ap.add_argument("--systems", default="recv,walpost,walpost-16mib,kafka-floor,debezium,relay002,relay001")
     ap.add_argument("--walpost-kafka-property", action="append", default=[], metavar="K=V")
     ap.add_argument("--walpost-bin", default=str(ROOT / "target/release/walpost"))
     ap.add_argument("--walpost-config", help="a walpost TOML file (e.g. [pipeline] settings)")
@@ -770,7 +777,7 @@ def main() -> int:
             c.execute((ROOT / "migrations/0001_events_outbox.sql").read_text())
             c.execute(workload.filler_sql(SEED))
         kafka = Kafka(servers.brokers)
-        kafka.create_topics([p + t for p in ("wp.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
+        kafka.create_topics([p + t for p in ("wp.", "wp16.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
         warm_up_broker(servers.brokers)
         ctx = Ctx(args=args, servers=servers, kafka=kafka, url=url, events=args.events, payload_bytes=0, workdir=workdir)
 
@@ -785,8 +792,17 @@ def main() -> int:
                     raise SystemExit("walpost did not create its slot; see walpost-setup.log")
                 time.sleep(0.05)
             terminate(p)
+        else:  # the same publication walpost would create
+            conn.execute("CREATE PUBLICATION walpost_outbox FOR TABLE events.outbox"
+                         " WITH (publish = 'insert', publish_via_partition_root = true)")
         if "recv" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('recv', 'pgoutput')")
+        # walpost-16mib: the same binary with [pipeline] max_in_flight_bytes = 16 MiB instead
+        # of the default 32 MiB (the memory target's knob); drain only.
+        wp16_conf = workdir / "walpost-16mib.toml"
+        wp16_conf.write_text("[pipeline]\nmax_in_flight_bytes = 16777216\n")
+        if "walpost-16mib" in systems:
+            conn.execute("SELECT pg_create_logical_replication_slot('wp16', 'pgoutput')")
         if "debezium" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
             # warm the page cache for the JVM's jars like walpost's binary (run once above)
@@ -813,6 +829,10 @@ def main() -> int:
             conn.execute("SELECT pg_drop_replication_slot('recv')")
         if "walpost" in systems:
             drain(ctx, "walpost", walpost_argv(ctx, "wp", "wp."), slot="wp", prefix="wp.")
+        if "walpost-16mib" in systems:
+            drain(ctx, "walpost-16mib", walpost_argv(ctx, "wp16", "wp16.", str(wp16_conf)), slot="wp16", prefix="wp16.",
+                  note="max_in_flight_bytes = 16 MiB (default 32 MiB)")
+            conn.execute("SELECT pg_drop_replication_slot('wp16')")
         dbz_offsets = workdir / "debezium.offsets"
         if "debezium" in systems:
             argv, env = debezium_cmd(ctx, "dbz", "dbz.", dbz_offsets)

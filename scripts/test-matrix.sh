@@ -57,6 +57,7 @@ cargo test "${cargo_flags[@]}" -p walpost --test e2e --no-run
 
 summary=()
 failed=0
+passes=0
 for m in "${majors[@]}"; do
     if [[ "$m" == 15 && -x /usr/lib/postgresql/15/bin/initdb ]]; then
         bindir=/usr/lib/postgresql/15/bin
@@ -67,13 +68,15 @@ for m in "${majors[@]}"; do
     start=$(date +%s)
     if WALPOST_PG_BINDIR="$bindir" cargo test "${cargo_flags[@]}" -p walpost --test e2e -- "${test_args[@]}"; then
         result=ok
+        passes=$((passes + 1))
     else
         result=FAILED
-        failed=1
+        failed=$((failed + 1))
     fi
     summary+=("PostgreSQL $m: $result in $(($(date +%s) - start)) s ($bindir)")
 done
 
 echo "=== test-matrix summary${test_args[*]:+ (test arguments: ${test_args[*]})} ==="
 printf '%s\n' "${summary[@]}"
-exit "$failed"
+echo "test-matrix: $passes passed, $failed failed"
+((failed == 0))

@@ -317,6 +317,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

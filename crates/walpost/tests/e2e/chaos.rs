@@ -1,6 +1,6 @@
 //! Issue 7: the chaos run. Several writers insert outbox events (transactions of 1 to
-//! 50 rows, about one in seven rolled back) for a fixed time while faults are injected
-//! at random moments:
+//! 50 rows, about one in seven rolled back, each writer on its own aggregates) while
+//! faults are injected one after the other, in random order, after random pauses:
 //!
 //! - `kill -9` of walpost, then a restart;
 //! - Kafka broker stop/start, graceful (SIGTERM) and `kill -9`;
@@ -23,12 +23,15 @@
 //! of an event is explained by fault k if the previous copy was written before the
 //! fault after k, this copy after fault k began, and the transaction's exact commit end
 //! LSN (from a second, never-consumed `test_decoding` slot, matched by `xmin`) is past
-//! the recorded LSN.
+//! the recorded LSN. A fault is injected only once walpost has confirmed something new
+//! since the previous one (recovery, bounded at 120 s), so each hits a working pipeline.
 //!
-//! Profiles: `CHAOS_PROFILE=ci` (default: 20 kills and every fault kind at least once
-//! in 90 s of writing, about 3 minutes in all) and `CHAOS_PROFILE=long` (100 kills,
-//! 10 minutes of writing). `CHAOS_SEED` (or `E2E_SEED`) replays a run's random choices.
-//! The run prints a `chaos:` summary line with the fault counts and the figures.
+//! Profiles: `CHAOS_PROFILE=ci` (default: 30 faults, 20 of them kills, every kind at
+//! least once, pauses under 1 s, writers at least 60 s; about 3 minutes in all on an
+//! idle 2-core machine) and `CHAOS_PROFILE=long` (152 faults, 100 kills, stalls up to
+//! 40 s, writers at least 10 minutes). `CHAOS_SEED` (or `E2E_SEED`) replays a run's
+//! random choices; `CHAOS_KEEP_LOGS=1` keeps every walpost log. The run prints a
+//! `chaos:` summary line with the fault counts and the figures.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -384,6 +387,22 @@ impl Chaos {
         *self.counts.entry(fault).or_default() += 1;
     }
 
+    /// What to look at when walpost stops making progress.
+    fn diagnostics(&self) -> String {
+        format!(
+            "open connections through the proxies: postgres {}, kafka {}; high watermarks now {:?}, in 5 s {:?}\n--- kafka log ---\n{}\n--- walpost log ---\n{}",
+            self.pg_proxy.open_connections(),
+            self.kafka_proxy.open_connections(),
+            try_highs_once(&self.w.kafka_bootstrap, &self.w.topic_prefix),
+            {
+                std::thread::sleep(Duration::from_secs(5));
+                try_highs_once(&self.w.kafka_bootstrap, &self.w.topic_prefix)
+            },
+            self.kafka.log_tail(60),
+            tail(&self.walpost.log_text(), 80)
+        )
+    }
+
     fn count(&self, pred: impl Fn(Fault) -> bool) -> u32 {
         self.counts.iter().filter(|(f, _)| pred(**f)).map(|(_, n)| n).sum()
     }
@@ -414,6 +433,16 @@ fn try_highs(c: &BaseConsumer, prefix: &str) -> Option<Highs> {
     Some(out)
 }
 
+/// [`try_highs`] with a new client (for diagnostics).
+fn try_highs_once(bootstrap: &str, prefix: &str) -> Option<Highs> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", testkit::unique_name("chaos-highs"))
+        .create()
+        .ok()?;
+    try_highs(&c, prefix)
+}
+
 /// Commit end LSN of every committed transaction, by xid, from the audit slot.
 fn commit_lsns(w: &World, audit_slot: &str) -> HashMap<u64, u64> {
     let out = w.sql(&format!(
@@ -435,7 +464,7 @@ fn chaos_run() {
         .iter()
         .find_map(|k| std::env::var(k).ok().and_then(|s| s.parse().ok()))
         .unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64
         });
     eprintln!("chaos: profile={} CHAOS_SEED={seed}", profile.name);
     let mut rng = Rng(seed);
@@ -471,7 +500,7 @@ fn chaos_run() {
     // Faults come every few seconds, so sessions rarely live the 30 s that reset the
     // reconnect backoff: cap it at 2 s (default 30 s) to keep the run short.
     let config = std::env::temp_dir().join(format!("{}.toml", testkit::unique_name("chaos")));
-    std::fs::write(&config, "[pipeline]\nmax_backoff_secs = 2\n").unwrap();
+    std::fs::write(&config, "[pipeline]\nmax_backoff_secs = 2\n").expect("write walpost config");
     let env = vec![("WALPOST_CONFIG".to_string(), config.to_string_lossy().into_owned())];
     let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let walpost = Walpost::start(&args, &env_ref);
@@ -509,7 +538,7 @@ fn chaos_run() {
     // LSN moved past the fault's), so every fault hits a working pipeline.
     let mut faults: Vec<Fault> = Vec::new();
     for &(fault, n) in &profile.plan {
-        faults.extend(std::iter::repeat(fault).take(n as usize));
+        faults.extend(std::iter::repeat_n(fault, n as usize));
     }
     for i in (1..faults.len()).rev() {
         faults.swap(i, rng.below(i as u64 + 1) as usize);
@@ -530,9 +559,9 @@ fn chaos_run() {
         if !recovered {
             chaos.assert_walpost_alive();
             panic!(
-                "walpost did not confirm anything within 120 s after {} (confirmed stays {at:X}):\n{}",
+                "walpost did not confirm anything within 120 s after {} (confirmed stays {at:X})\n{}",
                 fault.name(),
-                tail(&chaos.walpost.log_text(), 80)
+                chaos.diagnostics()
             );
         }
         recovery.entry(fault).or_default().push(t_rec.elapsed());
@@ -558,14 +587,14 @@ fn chaos_run() {
 
     // Drain: everything committed is confirmed (so acknowledged by Kafka).
     chaos.assert_walpost_alive();
-    let target = parse_lsn(&chaos.w.sql("SELECT pg_current_wal_lsn()")).unwrap();
+    let target = parse_lsn(&chaos.w.sql("SELECT pg_current_wal_lsn()")).expect("WAL position");
     let t_drain = Instant::now();
     let drained = testkit::wait_until(Duration::from_secs(180), || chaos.slot_state().is_some_and(|s| s.0 >= target));
     assert!(
         drained,
-        "walpost did not confirm {target:X} within 180 s (confirmed {:X}):\n{}",
+        "walpost did not confirm {target:X} within 180 s (confirmed {:X})\n{}",
         chaos.confirmed(),
-        tail(&chaos.walpost.log_text(), 60)
+        chaos.diagnostics()
     );
     let drain_time = t_drain.elapsed();
 

@@ -348,7 +348,15 @@ fn crash_after_ack_before_confirm_resends_instead_of_losing() {
     assert!(crashing.log_text().contains("failpoint after-ack-before-confirm reached"));
     let acked = read_all(&w.kafka_bootstrap, &w.topic_prefix);
     assert!(!acked.is_empty(), "the failpoint fires only after an ack");
-    assert_eq!(w.confirmed_flush_lsn().unwrap(), before, "nothing may be confirmed by the crashed run");
+    // Nothing acknowledged may be confirmed by the crashed run. It may confirm what comes
+    // before the first batch: PostgreSQL 14's pgoutput streams transactions without
+    // outbox rows (here the CREATE TABLE of txlog) as empty BEGIN/COMMIT pairs.
+    let after = w.confirmed_flush_lsn().unwrap();
+    let first_batch = lsn_after(&w, 0);
+    assert!(
+        after >= before && after < first_batch,
+        "the crashed run confirmed {after:X} (before: {before:X}, first batch committed by {first_batch:X})"
+    );
     let _again = w.start_walpost();
     let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 100 + acked.len(), WAIT);
     let a = audit(&w, &records);

@@ -4,6 +4,7 @@
 //! Each test gets its own database, slot, publication and topic prefix on a shared
 //! cluster and broker; tests that stop a server start their own.
 
+mod bad_inputs;
 mod chaos;
 mod core;
 mod errors;

@@ -20,8 +20,11 @@ use crate::support::*;
 const WAIT: Duration = Duration::from_secs(120);
 pub const MIGRATION_0002: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0002_outbox_partitioned.sql");
 
+/// Runs migration 0002 as the table's owner, walpost's role (docs/least-privilege.md,
+/// recipe B): it needs no superuser.
 fn apply_0002(w: &World) -> String {
-    w.sql(&std::fs::read_to_string(MIGRATION_0002).expect("read migration 0002"))
+    let sql = std::fs::read_to_string(MIGRATION_0002).expect("read migration 0002");
+    w.pg.psql_as(&w.role, &w.db, &sql).unwrap_or_else(|e| panic!("migration 0002 as {}: {e}", w.role))
 }
 
 /// A database with migrations 0001 and 0002 applied back to back (a fresh install).
@@ -46,7 +49,9 @@ fn old_partition(w: &World, offset: i32) -> String {
     let (ymd, from) = day(w, offset);
     let (_, to) = day(w, offset + 1);
     let name = format!("outbox_p{ymd}");
-    w.sql(&format!("CREATE TABLE events.{name} PARTITION OF events.outbox FOR VALUES FROM ('{from}') TO ('{to}')"));
+    // As the table owner (walpost's role), like the partitions retention creates itself.
+    let create = format!("CREATE TABLE events.{name} PARTITION OF events.outbox FOR VALUES FROM ('{from}') TO ('{to}')");
+    w.pg.psql_as(&w.role, &w.db, &create).unwrap_or_else(|e| panic!("{create}: {e}"));
     name
 }
 
@@ -495,7 +500,7 @@ fn busy_partition_is_skipped_on_lock_timeout_and_default_partition_is_reported()
     let w = partitioned_world("ret-locks");
     let expired = old_partition(&w, -9);
     insert_at(&w, 10, &format!("'{}'::timestamptz + interval '1 hour'", day(&w, -9).1), "old");
-    w.sql("CREATE TABLE events.outbox_default PARTITION OF events.outbox DEFAULT");
+    w.pg.psql_as(&w.role, &w.db, "CREATE TABLE events.outbox_default PARTITION OF events.outbox DEFAULT").expect("default partition");
     insert_at(&w, 3, "'2001-01-01 00:00:00+00'", "ancient");
     let cfg = config_file(&w, "[retention]\nlock_timeout_ms = 300\n");
 

@@ -43,6 +43,8 @@ fn seed_002_shape_with_headers_column_and_timestamp_field() {
            id uuid PRIMARY KEY DEFAULT gen_random_uuid(), aggregate_id text NOT NULL, type text NOT NULL,
            payload jsonb NOT NULL, headers jsonb NOT NULL DEFAULT '{}', created_at timestamptz NOT NULL DEFAULT now())",
     );
+    // walpost's role owns the outbox it puts in its publication (docs/least-privilege.md).
+    w.sql(&format!("ALTER TABLE public.outbox OWNER TO {}", w.role));
     let toml = r#"
 [router]
 "route.by.field" = "type"
@@ -80,6 +82,7 @@ fn seed_003_shape_with_additional_placement_and_topic_regex() {
            event_type text NOT NULL, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),
            tenant text, shard int)",
     );
+    w.sql(&format!("ALTER TABLE public.outbox OWNER TO {}", w.role));
     let toml = format!(
         r#"
 [router]
@@ -119,7 +122,9 @@ fn several_outbox_tables_one_slot_one_publication() {
     for schema in ["billing", "licensing"] {
         w.sql(&format!(
             "CREATE SCHEMA {schema}; CREATE TABLE {schema}.outbox (id bigserial PRIMARY KEY, kind text NOT NULL,
-               aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL)"
+               aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL);
+             GRANT USAGE ON SCHEMA {schema} TO {role}; ALTER TABLE {schema}.outbox OWNER TO {role};",
+            role = w.role
         ));
     }
     let toml = format!(

@@ -16,14 +16,32 @@ pub const MIGRATION_0001: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../mig
 
 /// One test's world: its own database (with the outbox migration applied), slot,
 /// publication and topic prefix on the shared PostgreSQL and Kafka.
+///
+/// walpost connects as the least-privileged role of docs/least-privilege.md, not as
+/// a superuser: `wp_<slot>` with LOGIN REPLICATION, owner of events.outbox (so it
+/// can put the table in the publication it creates), CREATE on the database (for
+/// CREATE PUBLICATION) and USAGE + CREATE on schema events (snapshot state table,
+/// retention partitions). [`World::url`] is that role's URL; the test's own SQL
+/// ([`World::sql`]) runs as the superuser `walpost`, whose URL is
+/// [`World::superuser_url`].
 pub struct World {
     pub pg: &'static Postgres,
     pub kafka_bootstrap: String,
     pub db: String,
+    /// walpost's connection: the least-privileged role [`World::role`].
     pub url: String,
+    /// The superuser `walpost`, for tests about something other than privileges that
+    /// need rights the role lacks.
+    #[allow(dead_code)] // no test needs it today; kept for the next one that does
+    pub superuser_url: String,
+    /// `wp_<slot>`: LOGIN REPLICATION, password [`APP_PASSWORD`].
+    pub role: String,
     pub slot: String,
     pub topic_prefix: String,
 }
+
+/// Password of every test's least-privileged role.
+pub const APP_PASSWORD: &str = "app-pw";
 
 impl World {
     pub fn new(name: &str) -> World {
@@ -32,17 +50,38 @@ impl World {
 
     pub fn on(pg: &'static Postgres, kafka_bootstrap: &str, name: &str) -> World {
         let db = testkit::unique_name(name);
-        let url = pg.create_database(&db).expect("create database");
+        let superuser_url = pg.create_database(&db).expect("create database");
         pg.psql_db(&db, &std::fs::read_to_string(MIGRATION_0001).expect("read migration"))
             .expect("apply migration 0001");
+        let slot = db.replace('-', "_");
+        let role = format!("wp_{slot}");
+        pg.psql_db(
+            &db,
+            &format!(
+                "CREATE ROLE {role} LOGIN REPLICATION PASSWORD '{APP_PASSWORD}';
+                 GRANT CREATE ON DATABASE \"{db}\" TO {role};
+                 GRANT USAGE, CREATE ON SCHEMA events TO {role};
+                 ALTER TABLE events.outbox OWNER TO {role};"
+            ),
+        )
+        .expect("create the least-privileged role");
         World {
             pg,
             kafka_bootstrap: kafka_bootstrap.to_owned(),
-            slot: db.replace('-', "_"),
             topic_prefix: format!("{db}."),
-            url,
+            url: pg.url_for(&role, APP_PASSWORD, &db),
+            superuser_url,
+            role,
+            slot,
             db,
         }
+    }
+
+    /// [`World::args`] with walpost connecting as the superuser instead of
+    /// [`World::role`].
+    #[allow(dead_code)] // see `superuser_url`
+    pub fn superuser_args(&self) -> Vec<String> {
+        self.args().into_iter().map(|a| if a == self.url { self.superuser_url.clone() } else { a }).collect()
     }
 
     pub fn sql(&self, sql: &str) -> String {
