@@ -552,10 +552,10 @@ fn migration_under_load_publishes_every_event_exactly_once() {
                 &db,
                 "BEGIN;
                  INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
-                 VALUES ('order', '00000000-0000-4000-8000-000000000001', 'Straddle', '{\"n\": 1}');
+                 VALUES ('order', '00000000-0000-4000-8000-0000000000ff', 'Straddle', '{\"n\": 1}');
                  SELECT pg_sleep(2);
                  INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
-                 VALUES ('order', '00000000-0000-4000-8000-000000000001', 'Straddle', '{\"n\": 2}');
+                 VALUES ('order', '00000000-0000-4000-8000-0000000000ff', 'Straddle', '{\"n\": 2}');
                  COMMIT;",
             )
         })
