@@ -19,18 +19,6 @@ use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-/// `args` with `flag` set to `value` (replaced if present, else appended).
-fn with_flag(mut args: Vec<String>, flag: &str, value: &str) -> Vec<String> {
-    match args.iter().position(|a| a == flag) {
-        Some(i) if flag != "--kafka-property" => args[i + 1] = value.into(),
-        _ => {
-            args.push(flag.into());
-            args.push(value.into());
-        }
-    }
-    args
-}
-
 /// Runs walpost until it exits by itself (it must, within a minute).
 fn run_to_exit(args: &[String]) -> (ExitStatus, String) {
     let mut p = Walpost::start(args, &[]);

@@ -17,18 +17,6 @@ fn run_expecting_failure(args: &[String]) -> String {
     p.log_text()
 }
 
-/// `args` with `flag` set to `value`, replacing the flag's value if it is there.
-fn with_flag(mut args: Vec<String>, flag: &str, value: &str) -> Vec<String> {
-    match args.iter().position(|a| a == flag) {
-        Some(i) if flag != "--kafka-property" => args[i + 1] = value.into(),
-        _ => {
-            args.push(flag.into());
-            args.push(value.into());
-        }
-    }
-    args
-}
-
 #[test]
 fn wal_level_replica_is_named_with_the_fix() {
     let pg: &'static Postgres = Box::leak(Box::new(

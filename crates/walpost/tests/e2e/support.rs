@@ -498,3 +498,15 @@ pub fn java_partition(key: &[u8], partitions: i32) -> i32 {
 pub fn own_kafka() -> Kafka {
     Kafka::start(testkit::KafkaOptions::default()).expect("start kafka")
 }
+
+/// `args` with `flag` set to `value` (replaced if present, else appended).
+pub fn with_flag(mut args: Vec<String>, flag: &str, value: &str) -> Vec<String> {
+    match args.iter().position(|a| a == flag) {
+        Some(i) if flag != "--kafka-property" => args[i + 1] = value.into(),
+        _ => {
+            args.push(flag.into());
+            args.push(value.into());
+        }
+    }
+    args
+}
