@@ -32,12 +32,7 @@ fn b(s: &[u8]) -> Bytes {
 const OUTBOX_OID: u32 = 16_390;
 
 fn outbox_relation(xid: Option<u32>) -> LogicalMessage {
-    let col = |flags, name: &[u8], type_oid, type_modifier| Column {
-        flags,
-        name: b(name),
-        type_oid,
-        type_modifier,
-    };
+    let col = |flags, name: &[u8], type_oid, type_modifier| Column { flags, name: b(name), type_oid, type_modifier };
     LogicalMessage::Relation(Relation {
         xid,
         oid: OUTBOX_OID,
@@ -75,11 +70,7 @@ fn insert(xid: Option<u32>, id: u32) -> LogicalMessage {
 }
 
 fn begin(xid: u32, final_lsn: u64) -> LogicalMessage {
-    LogicalMessage::Begin(Begin {
-        final_lsn: Lsn(final_lsn),
-        commit_time: 789_000_000_000_000,
-        xid,
-    })
+    LogicalMessage::Begin(Begin { final_lsn: Lsn(final_lsn), commit_time: 789_000_000_000_000, xid })
 }
 
 fn commit(commit_lsn: u64, end_lsn: u64) -> LogicalMessage {
@@ -115,41 +106,14 @@ fn every_message(in_stream: bool) -> Vec<(&'static str, LogicalMessage)> {
                 columns: vec![],
             }),
         ),
-        (
-            "type",
-            LogicalMessage::Type(TypeMsg {
-                xid,
-                oid: 16_400,
-                namespace: b(b"public"),
-                name: b(b"mood"),
-            }),
-        ),
+        ("type", LogicalMessage::Type(TypeMsg { xid, oid: 16_400, namespace: b(b"public"), name: b(b"mood") })),
         ("insert", insert(xid, 1)),
-        (
-            "insert-mixed-columns",
-            LogicalMessage::Insert(Insert {
-                xid,
-                relation_oid: 1,
-                tuple: mixed.clone(),
-            }),
-        ),
+        ("insert-mixed-columns", LogicalMessage::Insert(Insert { xid, relation_oid: 1, tuple: mixed.clone() })),
         (
             "insert-no-columns",
-            LogicalMessage::Insert(Insert {
-                xid,
-                relation_oid: 1,
-                tuple: TupleData::from_values(&[]),
-            }),
+            LogicalMessage::Insert(Insert { xid, relation_oid: 1, tuple: TupleData::from_values(&[]) }),
         ),
-        (
-            "update-new-only",
-            LogicalMessage::Update(Update {
-                xid,
-                relation_oid: 1,
-                old: None,
-                new: mixed.clone(),
-            }),
-        ),
+        ("update-new-only", LogicalMessage::Update(Update { xid, relation_oid: 1, old: None, new: mixed.clone() })),
         (
             "update-key",
             LogicalMessage::Update(Update {
@@ -168,32 +132,12 @@ fn every_message(in_stream: bool) -> Vec<(&'static str, LogicalMessage)> {
                 new: mixed.clone(),
             }),
         ),
-        (
-            "delete-key",
-            LogicalMessage::Delete(Delete {
-                xid,
-                relation_oid: 1,
-                old_kind: OldTupleKind::Key,
-                old: key,
-            }),
-        ),
+        ("delete-key", LogicalMessage::Delete(Delete { xid, relation_oid: 1, old_kind: OldTupleKind::Key, old: key })),
         (
             "delete-full",
-            LogicalMessage::Delete(Delete {
-                xid,
-                relation_oid: 1,
-                old_kind: OldTupleKind::Full,
-                old: mixed,
-            }),
+            LogicalMessage::Delete(Delete { xid, relation_oid: 1, old_kind: OldTupleKind::Full, old: mixed }),
         ),
-        (
-            "truncate",
-            LogicalMessage::Truncate(Truncate {
-                xid,
-                options: 3,
-                relation_oids: vec![OUTBOX_OID, 16_401],
-            }),
-        ),
+        ("truncate", LogicalMessage::Truncate(Truncate { xid, options: 3, relation_oids: vec![OUTBOX_OID, 16_401] })),
         (
             "message-transactional",
             LogicalMessage::Message(Message {
@@ -219,20 +163,8 @@ fn every_message(in_stream: bool) -> Vec<(&'static str, LogicalMessage)> {
         v.extend([
             ("begin", begin(746, 0x16A_33F8)),
             ("commit", commit(0x16A_33F8, 0x16A_3428)),
-            (
-                "origin",
-                LogicalMessage::Origin(Origin {
-                    commit_lsn: Lsn(0x16A_33F8),
-                    name: b(b"pg_16385"),
-                }),
-            ),
-            (
-                "stream-start",
-                LogicalMessage::StreamStart(StreamStart {
-                    xid: 742,
-                    first_segment: true,
-                }),
-            ),
+            ("origin", LogicalMessage::Origin(Origin { commit_lsn: Lsn(0x16A_33F8), name: b(b"pg_16385") })),
+            ("stream-start", LogicalMessage::StreamStart(StreamStart { xid: 742, first_segment: true })),
             ("stream-stop", LogicalMessage::StreamStop),
             (
                 "stream-commit",
@@ -246,12 +178,7 @@ fn every_message(in_stream: bool) -> Vec<(&'static str, LogicalMessage)> {
             ),
             (
                 "stream-abort-v2",
-                LogicalMessage::StreamAbort(StreamAbort {
-                    xid: 742,
-                    subxid: 743,
-                    abort_lsn: None,
-                    abort_time: None,
-                }),
+                LogicalMessage::StreamAbort(StreamAbort { xid: 742, subxid: 743, abort_lsn: None, abort_time: None }),
             ),
             (
                 "stream-abort-v4",
@@ -532,7 +459,10 @@ fn copy_data(payload: &[u8]) -> Vec<u8> {
 
 fn xlog(wal_start: u64, data: Bytes) -> Vec<u8> {
     let mut out = BytesMut::new();
-    wire::encode_xlog_data(&XLogData { wal_start: Lsn(wal_start), wal_end: Lsn(wal_start + 0x100), send_time: 1, data }, &mut out);
+    wire::encode_xlog_data(
+        &XLogData { wal_start: Lsn(wal_start), wal_end: Lsn(wal_start + 0x100), send_time: 1, data },
+        &mut out,
+    );
     out.to_vec()
 }
 
@@ -580,10 +510,7 @@ fn backend_streams() -> Vec<(&'static str, Vec<u8>)> {
         ("startup-md5", [auth(5, &[1, 2, 3, 4]), startup_ok()].concat()),
         ("startup-cleartext", [auth(3, b""), startup_ok()].concat()),
         ("startup-sasl", [scram, auth(11, b"r=abc,s=c2FsdA==,i=4096"), auth(12, b"v=c2lnbmF0dXJl")].concat()),
-        (
-            "startup-error",
-            error("FATAL", "28P01", "password authentication failed for user \"walpost\"", None),
-        ),
+        ("startup-error", error("FATAL", "28P01", "password authentication failed for user \"walpost\"", None)),
         ("identify-system", [startup_ok(), identify.clone()].concat()),
         ("create-slot", [startup_ok(), identify, create_slot].concat()),
         (
@@ -603,7 +530,8 @@ fn backend_streams() -> Vec<(&'static str, Vec<u8>)> {
         ("copy-both-only", copy_both),
         (
             "copy-both-slot-in-use",
-            [error("ERROR", "55006", "replication slot \"walpost\" is active for PID 4242", None), frame(b'Z', b"I")].concat(),
+            [error("ERROR", "55006", "replication slot \"walpost\" is active for PID 4242", None), frame(b'Z', b"I")]
+                .concat(),
         ),
     ]
 }
@@ -614,7 +542,8 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) {
 }
 
 fn main() {
-    let root = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("crates/pgoutput/fuzz/corpus"));
+    let root =
+        std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("crates/pgoutput/fuzz/corpus"));
     let (decode_dir, copy_dir, frames_dir) = (root.join("decode"), root.join("copy_data"), root.join("backend_frames"));
     for dir in [&decode_dir, &copy_dir, &frames_dir] {
         if let Ok(entries) = std::fs::read_dir(dir) {

@@ -60,12 +60,7 @@ impl Decoder {
 /// their xid. Byte strings in the result are slices of `data`.
 pub fn decode(data: Bytes, in_stream: bool) -> Result<LogicalMessage, DecodeError> {
     let Some(&tag) = data.first() else {
-        return Err(DecodeError::Truncated {
-            message: "logical replication",
-            field: "tag",
-            needed: 1,
-            remaining: 0,
-        });
+        return Err(DecodeError::Truncated { message: "logical replication", field: "tag", needed: 1, remaining: 0 });
     };
     let name = message_name(tag).ok_or(DecodeError::UnknownTag { tag })?;
     let mut reader = Reader::new(data, name);
@@ -83,10 +78,7 @@ pub fn decode(data: Bytes, in_stream: bool) -> Result<LogicalMessage, DecodeErro
             end_lsn: r.lsn("end_lsn")?,
             commit_time: r.i64("commit_time")?,
         }),
-        b'O' => LogicalMessage::Origin(Origin {
-            commit_lsn: r.lsn("commit_lsn")?,
-            name: r.cstr("name")?,
-        }),
+        b'O' => LogicalMessage::Origin(Origin { commit_lsn: r.lsn("commit_lsn")?, name: r.cstr("name")? }),
         b'R' => LogicalMessage::Relation(decode_relation(r, in_stream)?),
         b'Y' => LogicalMessage::Type(TypeMsg {
             xid: stream_xid(r, in_stream)?,
@@ -99,10 +91,9 @@ pub fn decode(data: Bytes, in_stream: bool) -> Result<LogicalMessage, DecodeErro
         b'D' => LogicalMessage::Delete(decode_delete(r, in_stream)?),
         b'T' => LogicalMessage::Truncate(decode_truncate(r, in_stream)?),
         b'M' => LogicalMessage::Message(decode_message(r, in_stream)?),
-        b'S' => LogicalMessage::StreamStart(StreamStart {
-            xid: r.u32("xid")?,
-            first_segment: r.bool("first_segment")?,
-        }),
+        b'S' => {
+            LogicalMessage::StreamStart(StreamStart { xid: r.u32("xid")?, first_segment: r.bool("first_segment")? })
+        }
         b'E' => LogicalMessage::StreamStop,
         b'c' => LogicalMessage::StreamCommit(StreamCommit {
             xid: r.u32("xid")?,
@@ -181,14 +172,7 @@ fn decode_relation(r: &mut Reader, in_stream: bool) -> Result<Relation, DecodeEr
             type_modifier: r.i32("column type_modifier")?,
         });
     }
-    Ok(Relation {
-        xid,
-        oid,
-        namespace,
-        name,
-        replica_identity,
-        columns,
-    })
+    Ok(Relation { xid, oid, namespace, name, replica_identity, columns })
 }
 
 fn decode_insert(r: &mut Reader, in_stream: bool) -> Result<Insert, DecodeError> {
@@ -196,16 +180,9 @@ fn decode_insert(r: &mut Reader, in_stream: bool) -> Result<Insert, DecodeError>
     let relation_oid = r.u32("relation_oid")?;
     let marker = r.u8("new tuple marker")?;
     if marker != b'N' {
-        return Err(r.invalid(
-            "new tuple marker",
-            format!("expected 'N', got {}", describe_byte(marker)),
-        ));
+        return Err(r.invalid("new tuple marker", format!("expected 'N', got {}", describe_byte(marker))));
     }
-    Ok(Insert {
-        xid,
-        relation_oid,
-        tuple: TupleData::decode(r)?,
-    })
+    Ok(Insert { xid, relation_oid, tuple: TupleData::decode(r)? })
 }
 
 fn decode_update(r: &mut Reader, in_stream: bool) -> Result<Update, DecodeError> {
@@ -216,45 +193,23 @@ fn decode_update(r: &mut Reader, in_stream: bool) -> Result<Update, DecodeError>
         Some(kind) => {
             let old_tuple = TupleData::decode(r)?;
             let new_marker = r.u8("new tuple marker")?;
-            (
-                Some((kind, old_tuple)),
-                new_marker,
-                "new tuple marker",
-                "'N'",
-            )
+            (Some((kind, old_tuple)), new_marker, "new tuple marker", "'N'")
         }
         None => (None, first_marker, "tuple marker", "'K', 'O' or 'N'"),
     };
     if new_marker != b'N' {
-        return Err(r.invalid(
-            marker_field,
-            format!("expected {expected}, got {}", describe_byte(new_marker)),
-        ));
+        return Err(r.invalid(marker_field, format!("expected {expected}, got {}", describe_byte(new_marker))));
     }
-    Ok(Update {
-        xid,
-        relation_oid,
-        old,
-        new: TupleData::decode(r)?,
-    })
+    Ok(Update { xid, relation_oid, old, new: TupleData::decode(r)? })
 }
 
 fn decode_delete(r: &mut Reader, in_stream: bool) -> Result<Delete, DecodeError> {
     let xid = stream_xid(r, in_stream)?;
     let relation_oid = r.u32("relation_oid")?;
     let marker = r.u8("old tuple marker")?;
-    let old_kind = old_tuple_kind(marker).ok_or_else(|| {
-        r.invalid(
-            "old tuple marker",
-            format!("expected 'K' or 'O', got {}", describe_byte(marker)),
-        )
-    })?;
-    Ok(Delete {
-        xid,
-        relation_oid,
-        old_kind,
-        old: TupleData::decode(r)?,
-    })
+    let old_kind = old_tuple_kind(marker)
+        .ok_or_else(|| r.invalid("old tuple marker", format!("expected 'K' or 'O', got {}", describe_byte(marker))))?;
+    Ok(Delete { xid, relation_oid, old_kind, old: TupleData::decode(r)? })
 }
 
 fn old_tuple_kind(marker: u8) -> Option<OldTupleKind> {
@@ -278,11 +233,7 @@ fn decode_truncate(r: &mut Reader, in_stream: bool) -> Result<Truncate, DecodeEr
     for _ in 0..relation_count {
         relation_oids.push(r.u32("relation_oids")?);
     }
-    Ok(Truncate {
-        xid,
-        options,
-        relation_oids,
-    })
+    Ok(Truncate { xid, options, relation_oids })
 }
 
 fn decode_message(r: &mut Reader, in_stream: bool) -> Result<Message, DecodeError> {
@@ -292,13 +243,7 @@ fn decode_message(r: &mut Reader, in_stream: bool) -> Result<Message, DecodeErro
     let prefix = r.cstr("prefix")?;
     let content_len = r.non_negative_i32("content length")?;
     let content = r.bytes(content_len, "content")?;
-    Ok(Message {
-        xid,
-        transactional,
-        lsn,
-        prefix,
-        content,
-    })
+    Ok(Message { xid, transactional, lsn, prefix, content })
 }
 
 fn decode_stream_abort(r: &mut Reader) -> Result<StreamAbort, DecodeError> {
@@ -306,15 +251,7 @@ fn decode_stream_abort(r: &mut Reader) -> Result<StreamAbort, DecodeError> {
     let subxid = r.u32("subxid")?;
     // Protocol 4 with parallel streaming appends the abort LSN and time; older
     // protocols end here. Anything in between is a cut-short v4 message.
-    let (abort_lsn, abort_time) = if r.remaining() == 0 {
-        (None, None)
-    } else {
-        (Some(r.lsn("abort_lsn")?), Some(r.i64("abort_time")?))
-    };
-    Ok(StreamAbort {
-        xid,
-        subxid,
-        abort_lsn,
-        abort_time,
-    })
+    let (abort_lsn, abort_time) =
+        if r.remaining() == 0 { (None, None) } else { (Some(r.lsn("abort_lsn")?), Some(r.i64("abort_time")?)) };
+    Ok(StreamAbort { xid, subxid, abort_lsn, abort_time })
 }

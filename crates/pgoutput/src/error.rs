@@ -18,9 +18,7 @@
 pub enum DecodeError {
     /// The message ended before a field it must contain. Not recoverable for a
     /// complete CopyData payload — named so because the payload was cut short.
-    #[error(
-        "pgoutput {message} message truncated: needed {needed} more bytes for {field}, {remaining} left"
-    )]
+    #[error("pgoutput {message} message truncated: needed {needed} more bytes for {field}, {remaining} left")]
     Truncated {
         /// Message type being decoded, e.g. `"Insert"` or `"XLogData"`.
         message: &'static str,
@@ -83,37 +81,17 @@ mod tests {
 
     #[test]
     fn messages_read_well() {
-        let truncated = DecodeError::Truncated {
-            message: "Begin",
-            field: "xid",
-            needed: 4,
-            remaining: 1,
-        };
-        assert_eq!(
-            truncated.to_string(),
-            "pgoutput Begin message truncated: needed 4 more bytes for xid, 1 left"
-        );
+        let truncated = DecodeError::Truncated { message: "Begin", field: "xid", needed: 4, remaining: 1 };
+        assert_eq!(truncated.to_string(), "pgoutput Begin message truncated: needed 4 more bytes for xid, 1 left");
         assert!(truncated.is_truncated());
 
         let unknown = DecodeError::UnknownTag { tag: b'Z' };
-        assert_eq!(
-            unknown.to_string(),
-            "pgoutput message tag 0x5a ('Z') is not a known message type"
-        );
+        assert_eq!(unknown.to_string(), "pgoutput message tag 0x5a ('Z') is not a known message type");
         assert!(!unknown.is_truncated());
         let control = DecodeError::UnknownTag { tag: 0 };
-        assert_eq!(
-            control.to_string(),
-            "pgoutput message tag 0x00 ('\\u{0}') is not a known message type"
-        );
+        assert_eq!(control.to_string(), "pgoutput message tag 0x00 ('\\u{0}') is not a known message type");
 
-        let trailing = DecodeError::TrailingBytes {
-            message: "Commit",
-            extra: 3,
-        };
-        assert_eq!(
-            trailing.to_string(),
-            "pgoutput Commit message has 3 trailing bytes after its last field"
-        );
+        let trailing = DecodeError::TrailingBytes { message: "Commit", extra: 3 };
+        assert_eq!(trailing.to_string(), "pgoutput Commit message has 3 trailing bytes after its last field");
     }
 }

@@ -99,8 +99,8 @@ pub use decode::{decode, Decoder};
 pub use error::DecodeError;
 pub use lsn::{pg_epoch_micros_to_unix_micros, unix_micros_to_pg_epoch_micros, Lsn, ParseLsnError};
 pub use message::{
-    Begin, BeginPrepare, Column, Commit, CommitPrepared, Delete, Insert, LogicalMessage, Message,
-    OldTupleKind, Origin, Prepare, Relation, RollbackPrepared, StreamAbort, StreamCommit,
-    StreamPrepare, StreamStart, Truncate, TypeMsg, Update,
+    Begin, BeginPrepare, Column, Commit, CommitPrepared, Delete, Insert, LogicalMessage, Message, OldTupleKind, Origin,
+    Prepare, Relation, RollbackPrepared, StreamAbort, StreamCommit, StreamPrepare, StreamStart, Truncate, TypeMsg,
+    Update,
 };
 pub use tuple::{ColumnValue, TupleData, TupleIter};

@@ -58,10 +58,7 @@ impl FromStr for Lsn {
     type Err = ParseLsnError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let error = |reason| ParseLsnError {
-            input: text.to_owned(),
-            reason,
-        };
+        let error = |reason| ParseLsnError { input: text.to_owned(), reason };
         let (high, low) = text.split_once('/').ok_or_else(|| error("no '/'"))?;
         let parse_half = |half: &str, which| -> Result<u64, ParseLsnError> {
             if half.is_empty() {
@@ -73,13 +70,9 @@ impl FromStr for Lsn {
             // `from_str_radix` would also take a leading '+', which PostgreSQL
             // does not, so check the digits ourselves first.
             if !half.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-                return Err(error(
-                    "a half contains a character that is not a hexadecimal digit",
-                ));
+                return Err(error("a half contains a character that is not a hexadecimal digit"));
             }
-            u32::from_str_radix(half, 16)
-                .map(u64::from)
-                .map_err(|_| error("a half is not a hexadecimal number"))
+            u32::from_str_radix(half, 16).map(u64::from).map_err(|_| error("a half is not a hexadecimal number"))
         };
         let high = parse_half(high, "the part before '/' is empty")?;
         let low = parse_half(low, "the part after '/' is empty")?;
@@ -129,10 +122,7 @@ mod tests {
             assert_eq!(lsn.to_string().parse::<Lsn>().unwrap(), lsn);
         }
         assert_eq!("16/b374d848".parse::<Lsn>().unwrap(), Lsn(0x16_B374_D848));
-        assert_eq!(
-            "00000016/0000000A".parse::<Lsn>().unwrap(),
-            Lsn(0x16_0000_000A)
-        );
+        assert_eq!("00000016/0000000A".parse::<Lsn>().unwrap(), Lsn(0x16_0000_000A));
     }
 
     #[test]
@@ -173,9 +163,6 @@ mod tests {
         assert_eq!(pg_epoch_micros_to_unix_micros(i64::MAX), i64::MAX);
         assert_eq!(unix_micros_to_pg_epoch_micros(i64::MIN), i64::MIN);
         let t = 1_700_000_000_000_000;
-        assert_eq!(
-            pg_epoch_micros_to_unix_micros(unix_micros_to_pg_epoch_micros(t)),
-            t
-        );
+        assert_eq!(pg_epoch_micros_to_unix_micros(unix_micros_to_pg_epoch_micros(t)), t);
     }
 }

@@ -29,11 +29,7 @@ fn config() -> ProptestConfig {
         RngSeed::Random => RngSeed::Fixed(DEFAULT_SEED),
         chosen @ RngSeed::Fixed(_) => chosen,
     };
-    ProptestConfig {
-        cases: 512,
-        rng_seed,
-        ..from_env
-    }
+    ProptestConfig { cases: 512, rng_seed, ..from_env }
 }
 
 fn any_bytes(max_len: usize) -> impl Strategy<Value = Bytes> + Clone {
@@ -75,107 +71,34 @@ fn logical_message(in_stream: bool) -> BoxedStrategy<LogicalMessage> {
             Just(None).boxed()
         }
     };
-    let column = (any::<u8>(), cstring(), any::<u32>(), any::<i32>()).prop_map(
-        |(flags, name, type_oid, type_modifier)| Column {
-            flags,
-            name,
-            type_oid,
-            type_modifier,
-        },
-    );
-    let gid_message = (
-        any::<u8>(),
-        lsn(),
-        lsn(),
-        any::<i64>(),
-        any::<u32>(),
-        cstring(),
-    );
+    let column = (any::<u8>(), cstring(), any::<u32>(), any::<i32>())
+        .prop_map(|(flags, name, type_oid, type_modifier)| Column { flags, name, type_oid, type_modifier });
+    let gid_message = (any::<u8>(), lsn(), lsn(), any::<i64>(), any::<u32>(), cstring());
     prop_oneof![
-        (lsn(), any::<i64>(), any::<u32>()).prop_map(|(final_lsn, commit_time, xid)| {
-            LogicalMessage::Begin(Begin {
-                final_lsn,
-                commit_time,
-                xid,
-            })
+        (lsn(), any::<i64>(), any::<u32>())
+            .prop_map(|(final_lsn, commit_time, xid)| { LogicalMessage::Begin(Begin { final_lsn, commit_time, xid }) }),
+        (any::<u8>(), lsn(), lsn(), any::<i64>()).prop_map(|(flags, commit_lsn, end_lsn, commit_time)| {
+            LogicalMessage::Commit(Commit { flags, commit_lsn, end_lsn, commit_time })
         }),
-        (any::<u8>(), lsn(), lsn(), any::<i64>()).prop_map(
-            |(flags, commit_lsn, end_lsn, commit_time)| LogicalMessage::Commit(Commit {
-                flags,
-                commit_lsn,
-                end_lsn,
-                commit_time,
-            })
+        (lsn(), cstring()).prop_map(|(commit_lsn, name)| LogicalMessage::Origin(Origin { commit_lsn, name })),
+        (xid(), any::<u32>(), cstring(), cstring(), any::<u8>(), prop::collection::vec(column, 0..5)).prop_map(
+            |(xid, oid, namespace, name, replica_identity, columns)| {
+                LogicalMessage::Relation(Relation { xid, oid, namespace, name, replica_identity, columns })
+            }
         ),
-        (lsn(), cstring())
-            .prop_map(|(commit_lsn, name)| LogicalMessage::Origin(Origin { commit_lsn, name })),
-        (
-            xid(),
-            any::<u32>(),
-            cstring(),
-            cstring(),
-            any::<u8>(),
-            prop::collection::vec(column, 0..5)
-        )
-            .prop_map(|(xid, oid, namespace, name, replica_identity, columns)| {
-                LogicalMessage::Relation(Relation {
-                    xid,
-                    oid,
-                    namespace,
-                    name,
-                    replica_identity,
-                    columns,
-                })
-            }),
-        (xid(), any::<u32>(), cstring(), cstring()).prop_map(|(xid, oid, namespace, name)| {
-            LogicalMessage::Type(TypeMsg {
-                xid,
-                oid,
-                namespace,
-                name,
-            })
-        }),
-        (xid(), any::<u32>(), tuple()).prop_map(|(xid, relation_oid, tuple)| {
-            LogicalMessage::Insert(Insert {
-                xid,
-                relation_oid,
-                tuple,
-            })
-        }),
-        (
-            xid(),
-            any::<u32>(),
-            prop::option::of((old_tuple_kind(), tuple())),
-            tuple()
-        )
-            .prop_map(|(xid, relation_oid, old, new)| {
-                LogicalMessage::Update(Update {
-                    xid,
-                    relation_oid,
-                    old,
-                    new,
-                })
-            }),
-        (xid(), any::<u32>(), old_tuple_kind(), tuple()).prop_map(
-            |(xid, relation_oid, old_kind, old)| LogicalMessage::Delete(Delete {
-                xid,
-                relation_oid,
-                old_kind,
-                old,
-            })
+        (xid(), any::<u32>(), cstring(), cstring())
+            .prop_map(|(xid, oid, namespace, name)| { LogicalMessage::Type(TypeMsg { xid, oid, namespace, name }) }),
+        (xid(), any::<u32>(), tuple())
+            .prop_map(|(xid, relation_oid, tuple)| { LogicalMessage::Insert(Insert { xid, relation_oid, tuple }) }),
+        (xid(), any::<u32>(), prop::option::of((old_tuple_kind(), tuple())), tuple()).prop_map(
+            |(xid, relation_oid, old, new)| { LogicalMessage::Update(Update { xid, relation_oid, old, new }) }
         ),
-        (
-            xid(),
-            any::<u8>(),
-            prop::collection::vec(any::<u32>(), 0..5)
-        )
-            .prop_map(|(xid, options, relation_oids)| {
-                LogicalMessage::Truncate(Truncate {
-                    xid,
-                    options,
-                    relation_oids,
-                })
-            }),
+        (xid(), any::<u32>(), old_tuple_kind(), tuple()).prop_map(|(xid, relation_oid, old_kind, old)| {
+            LogicalMessage::Delete(Delete { xid, relation_oid, old_kind, old })
+        }),
+        (xid(), any::<u8>(), prop::collection::vec(any::<u32>(), 0..5)).prop_map(|(xid, options, relation_oids)| {
+            LogicalMessage::Truncate(Truncate { xid, options, relation_oids })
+        }),
         (xid(), any::<bool>(), lsn(), cstring(), any_bytes(24)).prop_map(
             |(xid, transactional, lsn, prefix, content)| LogicalMessage::Message(Message {
                 xid,
@@ -185,80 +108,36 @@ fn logical_message(in_stream: bool) -> BoxedStrategy<LogicalMessage> {
                 content,
             })
         ),
-        (any::<u32>(), any::<bool>()).prop_map(|(xid, first_segment)| {
-            LogicalMessage::StreamStart(StreamStart { xid, first_segment })
-        }),
+        (any::<u32>(), any::<bool>())
+            .prop_map(|(xid, first_segment)| { LogicalMessage::StreamStart(StreamStart { xid, first_segment }) }),
         Just(LogicalMessage::StreamStop),
         (any::<u32>(), any::<u8>(), lsn(), lsn(), any::<i64>()).prop_map(
             |(xid, flags, commit_lsn, end_lsn, commit_time)| {
-                LogicalMessage::StreamCommit(StreamCommit {
-                    xid,
-                    flags,
-                    commit_lsn,
-                    end_lsn,
-                    commit_time,
-                })
+                LogicalMessage::StreamCommit(StreamCommit { xid, flags, commit_lsn, end_lsn, commit_time })
             }
         ),
-        (
-            any::<u32>(),
-            any::<u32>(),
-            prop::option::of((lsn(), any::<i64>()))
-        )
-            .prop_map(|(xid, subxid, abort)| {
-                LogicalMessage::StreamAbort(StreamAbort {
-                    xid,
-                    subxid,
-                    abort_lsn: abort.map(|(abort_lsn, _)| abort_lsn),
-                    abort_time: abort.map(|(_, abort_time)| abort_time),
-                })
-            }),
+        (any::<u32>(), any::<u32>(), prop::option::of((lsn(), any::<i64>()))).prop_map(|(xid, subxid, abort)| {
+            LogicalMessage::StreamAbort(StreamAbort {
+                xid,
+                subxid,
+                abort_lsn: abort.map(|(abort_lsn, _)| abort_lsn),
+                abort_time: abort.map(|(_, abort_time)| abort_time),
+            })
+        }),
         (lsn(), lsn(), any::<i64>(), any::<u32>(), cstring()).prop_map(
             |(prepare_lsn, end_lsn, prepare_time, xid, gid)| {
-                LogicalMessage::BeginPrepare(BeginPrepare {
-                    prepare_lsn,
-                    end_lsn,
-                    prepare_time,
-                    xid,
-                    gid,
-                })
+                LogicalMessage::BeginPrepare(BeginPrepare { prepare_lsn, end_lsn, prepare_time, xid, gid })
             }
         ),
-        gid_message
-            .clone()
-            .prop_map(|(flags, prepare_lsn, end_lsn, prepare_time, xid, gid)| {
-                LogicalMessage::Prepare(Prepare {
-                    flags,
-                    prepare_lsn,
-                    end_lsn,
-                    prepare_time,
-                    xid,
-                    gid,
-                })
-            }),
-        gid_message
-            .clone()
-            .prop_map(|(flags, commit_lsn, end_lsn, commit_time, xid, gid)| {
-                LogicalMessage::CommitPrepared(CommitPrepared {
-                    flags,
-                    commit_lsn,
-                    end_lsn,
-                    commit_time,
-                    xid,
-                    gid,
-                })
-            }),
-        (
-            any::<u8>(),
-            lsn(),
-            lsn(),
-            any::<i64>(),
-            any::<i64>(),
-            any::<u32>(),
-            cstring()
-        )
-            .prop_map(
-                |(
+        gid_message.clone().prop_map(|(flags, prepare_lsn, end_lsn, prepare_time, xid, gid)| {
+            LogicalMessage::Prepare(Prepare { flags, prepare_lsn, end_lsn, prepare_time, xid, gid })
+        }),
+        gid_message.clone().prop_map(|(flags, commit_lsn, end_lsn, commit_time, xid, gid)| {
+            LogicalMessage::CommitPrepared(CommitPrepared { flags, commit_lsn, end_lsn, commit_time, xid, gid })
+        }),
+        (any::<u8>(), lsn(), lsn(), any::<i64>(), any::<i64>(), any::<u32>(), cstring()).prop_map(
+            |(flags, prepare_end_lsn, rollback_end_lsn, prepare_time, rollback_time, xid, gid)| {
+                LogicalMessage::RollbackPrepared(RollbackPrepared {
                     flags,
                     prepare_end_lsn,
                     rollback_end_lsn,
@@ -266,27 +145,11 @@ fn logical_message(in_stream: bool) -> BoxedStrategy<LogicalMessage> {
                     rollback_time,
                     xid,
                     gid,
-                )| {
-                    LogicalMessage::RollbackPrepared(RollbackPrepared {
-                        flags,
-                        prepare_end_lsn,
-                        rollback_end_lsn,
-                        prepare_time,
-                        rollback_time,
-                        xid,
-                        gid,
-                    })
-                }
-            ),
+                })
+            }
+        ),
         gid_message.prop_map(|(flags, prepare_lsn, end_lsn, prepare_time, xid, gid)| {
-            LogicalMessage::StreamPrepare(StreamPrepare {
-                flags,
-                prepare_lsn,
-                end_lsn,
-                prepare_time,
-                xid,
-                gid,
-            })
+            LogicalMessage::StreamPrepare(StreamPrepare { flags, prepare_lsn, end_lsn, prepare_time, xid, gid })
         }),
     ]
     .boxed()
@@ -339,9 +202,7 @@ fn check_parse_copy_data_is_total_and_canonical(input: Bytes) -> Result<(), Test
         let mut out = BytesMut::new();
         match &msg {
             ReplicationMessage::XLogData(xlog) => wire::encode_xlog_data(xlog, &mut out),
-            ReplicationMessage::PrimaryKeepalive(keepalive) => {
-                wire::encode_keepalive(keepalive, &mut out)
-            }
+            ReplicationMessage::PrimaryKeepalive(keepalive) => wire::encode_keepalive(keepalive, &mut out),
         }
         prop_assert_eq!(out.freeze(), input);
     }

@@ -30,20 +30,11 @@ impl Reader {
     }
 
     pub(crate) fn truncated(&self, field: &'static str, needed: usize) -> DecodeError {
-        DecodeError::Truncated {
-            message: self.message,
-            field,
-            needed,
-            remaining: self.buf.len(),
-        }
+        DecodeError::Truncated { message: self.message, field, needed, remaining: self.buf.len() }
     }
 
     pub(crate) fn invalid(&self, field: &'static str, reason: String) -> DecodeError {
-        DecodeError::Invalid {
-            message: self.message,
-            field,
-            reason,
-        }
+        DecodeError::Invalid { message: self.message, field, reason }
     }
 
     /// Takes the next `len` bytes as a zero-copy slice.
@@ -149,10 +140,7 @@ impl Reader {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(DecodeError::TrailingBytes {
-                message: self.message,
-                extra: self.buf.len(),
-            })
+            Err(DecodeError::TrailingBytes { message: self.message, extra: self.buf.len() })
         }
     }
 }
@@ -164,41 +152,22 @@ mod tests {
 
     #[test]
     fn reads_big_endian_fields_and_reports_truncation() {
-        let mut reader = Reader::new(
-            Bytes::from_static(b"\x01\x00\x02\xff\xff\xff\xfeab\0rest"),
-            "Test",
-        );
+        let mut reader = Reader::new(Bytes::from_static(b"\x01\x00\x02\xff\xff\xff\xfeab\0rest"), "Test");
         assert!(reader.bool("flag").unwrap());
         assert_eq!(reader.i16("count").unwrap(), 2);
         assert_eq!(reader.i32("len").unwrap(), -2);
         assert_eq!(reader.cstr("name").unwrap(), Bytes::from_static(b"ab"));
         assert_eq!(
             reader.i64("time"),
-            Err(DecodeError::Truncated {
-                message: "Test",
-                field: "time",
-                needed: 8,
-                remaining: 4,
-            })
+            Err(DecodeError::Truncated { message: "Test", field: "time", needed: 8, remaining: 4 })
         );
         // A failed read consumes nothing.
         assert_eq!(reader.remaining(), 4);
         assert_eq!(
             reader.cstr("tail"),
-            Err(DecodeError::Truncated {
-                message: "Test",
-                field: "tail",
-                needed: 5,
-                remaining: 4,
-            })
+            Err(DecodeError::Truncated { message: "Test", field: "tail", needed: 5, remaining: 4 })
         );
-        assert_eq!(
-            reader.clone().finish(),
-            Err(DecodeError::TrailingBytes {
-                message: "Test",
-                extra: 4
-            })
-        );
+        assert_eq!(reader.clone().finish(), Err(DecodeError::TrailingBytes { message: "Test", extra: 4 }));
         assert_eq!(reader.rest_bytes(), Bytes::from_static(b"rest"));
         reader.finish().unwrap();
     }
@@ -213,14 +182,8 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
-        assert!(matches!(
-            reader.non_negative_i16("count"),
-            Err(DecodeError::Invalid { .. })
-        ));
-        assert!(matches!(
-            reader.bool("flag"),
-            Err(DecodeError::Invalid { .. })
-        ));
+        assert!(matches!(reader.non_negative_i16("count"), Err(DecodeError::Invalid { .. })));
+        assert!(matches!(reader.bool("flag"), Err(DecodeError::Invalid { .. })));
     }
 
     #[test]
@@ -229,12 +192,7 @@ mod tests {
         assert!(reader.check_room_for(1, 10, "columns").is_ok());
         assert_eq!(
             reader.check_room_for(usize::MAX, 10, "columns"),
-            Err(DecodeError::Truncated {
-                message: "Test",
-                field: "columns",
-                needed: usize::MAX,
-                remaining: 10,
-            })
+            Err(DecodeError::Truncated { message: "Test", field: "columns", needed: usize::MAX, remaining: 10 })
         );
     }
 }

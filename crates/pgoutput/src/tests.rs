@@ -115,11 +115,7 @@ fn decodes_a_transaction_as_postgresql_sends_it() {
         \x00\x02\xb5\x6c\x4e\x6a\x7e\x2c");
 
     let expected = [
-        LogicalMessage::Begin(Begin {
-            final_lsn: Lsn(0x16A_33F8),
-            commit_time: 0x0002_b56c_4e6a_7e2c,
-            xid: 746,
-        }),
+        LogicalMessage::Begin(Begin { final_lsn: Lsn(0x16A_33F8), commit_time: 0x0002_b56c_4e6a_7e2c, xid: 746 }),
         LogicalMessage::Relation(Relation {
             xid: None,
             oid: 16385,
@@ -127,27 +123,14 @@ fn decodes_a_transaction_as_postgresql_sends_it() {
             name: b(b"users"),
             replica_identity: b'd',
             columns: vec![
-                Column {
-                    flags: 1,
-                    name: b(b"id"),
-                    type_oid: 23,
-                    type_modifier: -1,
-                },
-                Column {
-                    flags: 0,
-                    name: b(b"name"),
-                    type_oid: 25,
-                    type_modifier: -1,
-                },
+                Column { flags: 1, name: b(b"id"), type_oid: 23, type_modifier: -1 },
+                Column { flags: 0, name: b(b"name"), type_oid: 25, type_modifier: -1 },
             ],
         }),
         LogicalMessage::Insert(Insert {
             xid: None,
             relation_oid: 16385,
-            tuple: TupleData::from_values(&[
-                ColumnValue::Text(b(b"1")),
-                ColumnValue::Text(b(b"alice")),
-            ]),
+            tuple: TupleData::from_values(&[ColumnValue::Text(b(b"1")), ColumnValue::Text(b(b"alice"))]),
         }),
         LogicalMessage::Commit(Commit {
             flags: 0,
@@ -156,10 +139,7 @@ fn decodes_a_transaction_as_postgresql_sends_it() {
             commit_time: 0x0002_b56c_4e6a_7e2c,
         }),
     ];
-    for (bytes, expected) in [begin, relation, insert, commit]
-        .into_iter()
-        .zip(expected.clone())
-    {
+    for (bytes, expected) in [begin, relation, insert, commit].into_iter().zip(expected.clone()) {
         let decoded = decoder.decode(bytes.clone()).unwrap();
         assert_eq!(decoded, expected);
         assert_eq!(encoded(&decoded, false), bytes);
@@ -167,9 +147,7 @@ fn decodes_a_transaction_as_postgresql_sends_it() {
         assert!(!decoder.in_stream());
     }
 
-    let LogicalMessage::Relation(relation) = &expected[1] else {
-        unreachable!()
-    };
+    let LogicalMessage::Relation(relation) = &expected[1] else { unreachable!() };
     assert!(relation.columns[0].is_key());
     assert!(!relation.columns[1].is_key());
     assert_eq!(expected[1].tag(), b'R');
@@ -181,10 +159,7 @@ fn decodes_origin() {
     check(
         b(b"O\x00\x00\x00\x01\x00\x00\x00\x02node_a\0"),
         false,
-        LogicalMessage::Origin(Origin {
-            commit_lsn: Lsn(0x1_0000_0002),
-            name: b(b"node_a"),
-        }),
+        LogicalMessage::Origin(Origin { commit_lsn: Lsn(0x1_0000_0002), name: b(b"node_a") }),
     );
 }
 
@@ -193,12 +168,7 @@ fn decodes_type() {
     check(
         b(b"Y\x00\x00\x40\x10public\0mood\0"),
         false,
-        LogicalMessage::Type(TypeMsg {
-            xid: None,
-            oid: 0x4010,
-            namespace: b(b"public"),
-            name: b(b"mood"),
-        }),
+        LogicalMessage::Type(TypeMsg { xid: None, oid: 0x4010, namespace: b(b"public"), name: b(b"mood") }),
     );
 }
 
@@ -236,14 +206,8 @@ fn decodes_updates_with_and_without_old_tuple() {
         LogicalMessage::Update(Update {
             xid: None,
             relation_oid: 16385,
-            old: Some((
-                OldTupleKind::Key,
-                TupleData::from_values(&[ColumnValue::Text(b(b"1")), ColumnValue::Null]),
-            )),
-            new: TupleData::from_values(&[
-                ColumnValue::Text(b(b"2")),
-                ColumnValue::Text(Bytes::new()),
-            ]),
+            old: Some((OldTupleKind::Key, TupleData::from_values(&[ColumnValue::Text(b(b"1")), ColumnValue::Null]))),
+            new: TupleData::from_values(&[ColumnValue::Text(b(b"2")), ColumnValue::Text(Bytes::new())]),
         }),
     );
     check(
@@ -252,10 +216,7 @@ fn decodes_updates_with_and_without_old_tuple() {
         LogicalMessage::Update(Update {
             xid: None,
             relation_oid: 16385,
-            old: Some((
-                OldTupleKind::Full,
-                TupleData::from_values(&[ColumnValue::Binary(b(b"\x00\x01"))]),
-            )),
+            old: Some((OldTupleKind::Full, TupleData::from_values(&[ColumnValue::Binary(b(b"\x00\x01"))]))),
             new: TupleData::from_values(&[ColumnValue::Null]),
         }),
     );
@@ -286,11 +247,7 @@ fn decodes_truncate() {
     check(
         b(b"T\x00\x00\x00\x02\x03\x00\x00\x40\x01\x00\x00\x40\x02"),
         false,
-        LogicalMessage::Truncate(Truncate {
-            xid: None,
-            options: 3,
-            relation_oids: vec![16385, 16386],
-        }),
+        LogicalMessage::Truncate(Truncate { xid: None, options: 3, relation_oids: vec![16385, 16386] }),
     );
 }
 
@@ -325,10 +282,7 @@ fn decodes_stream_control_messages() {
     check(
         b(b"S\x00\x00\x03\xe8\x01"),
         false,
-        LogicalMessage::StreamStart(StreamStart {
-            xid: 1000,
-            first_segment: true,
-        }),
+        LogicalMessage::StreamStart(StreamStart { xid: 1000, first_segment: true }),
     );
     check(b(b"E"), true, LogicalMessage::StreamStop);
     check(
@@ -352,12 +306,7 @@ fn decodes_stream_abort_in_protocol_2_and_4() {
     check(
         b(b"A\x00\x00\x03\xe8\x00\x00\x03\xe9"),
         false,
-        LogicalMessage::StreamAbort(StreamAbort {
-            xid: 1000,
-            subxid: 1001,
-            abort_lsn: None,
-            abort_time: None,
-        }),
+        LogicalMessage::StreamAbort(StreamAbort { xid: 1000, subxid: 1001, abort_lsn: None, abort_time: None }),
     );
     let v4 = b(b"A\x00\x00\x03\xe8\x00\x00\x03\xe8\
         \x00\x00\x00\x16\xb3\x74\xd8\x48\
@@ -381,10 +330,7 @@ fn decodes_stream_abort_in_protocol_2_and_4() {
     longer.push(0);
     assert_eq!(
         decode(Bytes::from(longer), false),
-        Err(DecodeError::TrailingBytes {
-            message: "Stream Abort",
-            extra: 1
-        })
+        Err(DecodeError::TrailingBytes { message: "Stream Abort", extra: 1 })
     );
 }
 
@@ -442,9 +388,7 @@ fn decodes_two_phase_messages() {
 
     let mut rollback = b"r\x00".to_vec();
     rollback.extend_from_slice(times);
-    rollback.extend_from_slice(
-        b"\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x00\x04\x00\x00\x00\x05g\0",
-    );
+    rollback.extend_from_slice(b"\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x00\x04\x00\x00\x00\x05g\0");
     check(
         Bytes::from(rollback),
         false,
@@ -479,20 +423,14 @@ fn decoder_reads_xids_inside_stream_blocks() {
         with_xid(b'U', b"\x00\x00\x40\x01N\x00\x01n"),
         with_xid(b'D', b"\x00\x00\x40\x01K\x00\x01n"),
         with_xid(b'T', b"\x00\x00\x00\x01\x00\x00\x00\x40\x01"),
-        with_xid(
-            b'M',
-            b"\x01\x00\x00\x00\x00\x00\x00\x00\x01p\0\x00\x00\x00\x01x",
-        ),
+        with_xid(b'M', b"\x01\x00\x00\x00\x00\x00\x00\x00\x01p\0\x00\x00\x00\x01x"),
         b(b"E"),
     ];
     let mut decoder = Decoder::new();
     let mut xids = vec![];
     for bytes in stream.iter().cloned() {
         let msg = decoder.decode(bytes.clone()).unwrap();
-        assert_eq!(
-            encoded(&msg, !matches!(msg, LogicalMessage::StreamStart(_))),
-            bytes
-        );
+        assert_eq!(encoded(&msg, !matches!(msg, LogicalMessage::StreamStart(_))), bytes);
         match msg {
             LogicalMessage::StreamStart(_) | LogicalMessage::StreamStop => {}
             LogicalMessage::Relation(m) => xids.push(m.xid),
@@ -504,10 +442,7 @@ fn decoder_reads_xids_inside_stream_blocks() {
             LogicalMessage::Message(m) => xids.push(m.xid),
             other => panic!("unexpected {other:?}"),
         }
-        assert_eq!(
-            decoder.in_stream(),
-            !matches!(stream.iter().position(|s| *s == bytes), Some(8))
-        );
+        assert_eq!(decoder.in_stream(), !matches!(stream.iter().position(|s| *s == bytes), Some(8)));
     }
     assert_eq!(xids, vec![Some(1000); 7]);
     assert!(!decoder.in_stream());
@@ -557,24 +492,10 @@ pub(crate) fn sample_messages() -> Vec<(LogicalMessage, bool)> {
                     namespace: b(b"public"),
                     name: b(b"t"),
                     replica_identity: b'd',
-                    columns: vec![Column {
-                        flags: 1,
-                        name: b(b"id"),
-                        type_oid: 23,
-                        type_modifier: -1,
-                    }],
+                    columns: vec![Column { flags: 1, name: b(b"id"), type_oid: 23, type_modifier: -1 }],
                 }),
-                LogicalMessage::Type(TypeMsg {
-                    xid,
-                    oid: 2,
-                    namespace: b(b"public"),
-                    name: b(b"mood"),
-                }),
-                LogicalMessage::Insert(Insert {
-                    xid,
-                    relation_oid: 1,
-                    tuple: tuple.clone(),
-                }),
+                LogicalMessage::Type(TypeMsg { xid, oid: 2, namespace: b(b"public"), name: b(b"mood") }),
+                LogicalMessage::Insert(Insert { xid, relation_oid: 1, tuple: tuple.clone() }),
                 LogicalMessage::Update(Update {
                     xid,
                     relation_oid: 1,
@@ -587,11 +508,7 @@ pub(crate) fn sample_messages() -> Vec<(LogicalMessage, bool)> {
                     old_kind: OldTupleKind::Key,
                     old: tuple.clone(),
                 }),
-                LogicalMessage::Truncate(Truncate {
-                    xid,
-                    options: 1,
-                    relation_oids: vec![1, 2],
-                }),
+                LogicalMessage::Truncate(Truncate { xid, options: 1, relation_oids: vec![1, 2] }),
                 LogicalMessage::Message(Message {
                     xid,
                     transactional: true,
@@ -605,25 +522,10 @@ pub(crate) fn sample_messages() -> Vec<(LogicalMessage, bool)> {
     }
     samples.extend(
         [
-            LogicalMessage::Begin(Begin {
-                final_lsn: Lsn(1),
-                commit_time: 2,
-                xid: 3,
-            }),
-            LogicalMessage::Commit(Commit {
-                flags: 0,
-                commit_lsn: Lsn(1),
-                end_lsn: Lsn(2),
-                commit_time: 3,
-            }),
-            LogicalMessage::Origin(Origin {
-                commit_lsn: Lsn(1),
-                name: b(b"origin"),
-            }),
-            LogicalMessage::StreamStart(StreamStart {
-                xid: 7,
-                first_segment: false,
-            }),
+            LogicalMessage::Begin(Begin { final_lsn: Lsn(1), commit_time: 2, xid: 3 }),
+            LogicalMessage::Commit(Commit { flags: 0, commit_lsn: Lsn(1), end_lsn: Lsn(2), commit_time: 3 }),
+            LogicalMessage::Origin(Origin { commit_lsn: Lsn(1), name: b(b"origin") }),
+            LogicalMessage::StreamStart(StreamStart { xid: 7, first_segment: false }),
             LogicalMessage::StreamStop,
             LogicalMessage::StreamCommit(StreamCommit {
                 xid: 7,
@@ -703,11 +605,7 @@ fn every_strict_prefix_of_a_valid_message_is_truncated() {
                 continue;
             }
             match decode(bytes.slice(..len), in_stream) {
-                Err(error) => assert!(
-                    error.is_truncated(),
-                    "{} cut at {len}: {error}",
-                    msg.type_name()
-                ),
+                Err(error) => assert!(error.is_truncated(), "{} cut at {len}: {error}", msg.type_name()),
                 Ok(decoded) => panic!("{} cut at {len} decoded as {decoded:?}", msg.type_name()),
             }
         }
@@ -721,10 +619,7 @@ fn trailing_bytes_are_rejected_for_every_message_type() {
         bytes.extend_from_slice(b"\0\0\0\0\0\0\0\0\0");
         assert_eq!(
             decode(Bytes::from(bytes), in_stream),
-            Err(DecodeError::TrailingBytes {
-                message: msg.type_name(),
-                extra: 9
-            }),
+            Err(DecodeError::TrailingBytes { message: msg.type_name(), extra: 9 }),
             "{msg:?}"
         );
     }
@@ -734,30 +629,16 @@ fn trailing_bytes_are_rejected_for_every_message_type() {
 fn empty_input_and_unknown_tags() {
     assert_eq!(
         decode(Bytes::new(), false),
-        Err(DecodeError::Truncated {
-            message: "logical replication",
-            field: "tag",
-            needed: 1,
-            remaining: 0,
-        })
+        Err(DecodeError::Truncated { message: "logical replication", field: "tag", needed: 1, remaining: 0 })
     );
     for tag in [0, b'Z', b'w', b'k', b'N', 0xff] {
-        assert_eq!(
-            decode(Bytes::from(vec![tag, 0, 0, 0]), false),
-            Err(DecodeError::UnknownTag { tag })
-        );
+        assert_eq!(decode(Bytes::from(vec![tag, 0, 0, 0]), false), Err(DecodeError::UnknownTag { tag }));
     }
 }
 
-fn invalid_field(
-    result: Result<LogicalMessage, DecodeError>,
-) -> (&'static str, &'static str, String) {
+fn invalid_field(result: Result<LogicalMessage, DecodeError>) -> (&'static str, &'static str, String) {
     match result {
-        Err(DecodeError::Invalid {
-            message,
-            field,
-            reason,
-        }) => (message, field, reason),
+        Err(DecodeError::Invalid { message, field, reason }) => (message, field, reason),
         other => panic!("expected Invalid, got {other:?}"),
     }
 }
@@ -765,31 +646,14 @@ fn invalid_field(
 #[test]
 fn negative_lengths_and_counts_are_invalid() {
     let cases: [(&[u8], &str, &str); 5] = [
-        (
-            b"I\x00\x00\x00\x01N\x00\x01t\xff\xff\xff\xfe",
-            "Insert",
-            "tuple column length",
-        ),
-        (
-            b"I\x00\x00\x00\x01N\xff\xfe",
-            "Insert",
-            "tuple column count",
-        ),
-        (
-            b"R\x00\x00\x00\x01\0t\0d\x80\x00",
-            "Relation",
-            "column count",
-        ),
+        (b"I\x00\x00\x00\x01N\x00\x01t\xff\xff\xff\xfe", "Insert", "tuple column length"),
+        (b"I\x00\x00\x00\x01N\xff\xfe", "Insert", "tuple column count"),
+        (b"R\x00\x00\x00\x01\0t\0d\x80\x00", "Relation", "column count"),
         (b"T\xff\xff\xff\xff\x00", "Truncate", "relation count"),
-        (
-            b"M\x00\x00\x00\x00\x00\x00\x00\x00\x01p\0\x80\x00\x00\x00",
-            "Message",
-            "content length",
-        ),
+        (b"M\x00\x00\x00\x00\x00\x00\x00\x00\x01p\0\x80\x00\x00\x00", "Message", "content length"),
     ];
     for (bytes, message, field) in cases {
-        let (got_message, got_field, reason) =
-            invalid_field(decode(Bytes::from_static(bytes), false));
+        let (got_message, got_field, reason) = invalid_field(decode(Bytes::from_static(bytes), false));
         assert_eq!((got_message, got_field), (message, field));
         assert!(reason.starts_with("negative value -"), "{reason}");
     }
@@ -801,12 +665,7 @@ fn counts_beyond_the_remaining_bytes_fail_before_allocating() {
     let relation = b(b"R\x00\x00\x00\x01\0t\0d\x7f\xff\x00x\0\x00\x00\x00\x17\xff\xff");
     assert_eq!(
         decode(relation, false),
-        Err(DecodeError::Truncated {
-            message: "Relation",
-            field: "columns",
-            needed: 327_670,
-            remaining: 9,
-        })
+        Err(DecodeError::Truncated { message: "Relation", field: "columns", needed: 327_670, remaining: 9 })
     );
     // i32::MAX relations of 4 bytes each: the capacity check must not
     // overflow either.
@@ -825,12 +684,7 @@ fn counts_beyond_the_remaining_bytes_fail_before_allocating() {
     let message = b(b"M\x00\x00\x00\x00\x00\x00\x00\x00\x01p\0\x7f\xff\xff\xffabc");
     assert_eq!(
         decode(message, false),
-        Err(DecodeError::Truncated {
-            message: "Message",
-            field: "content",
-            needed: 2_147_483_647,
-            remaining: 3,
-        })
+        Err(DecodeError::Truncated { message: "Message", field: "content", needed: 2_147_483_647, remaining: 3 })
     );
 }
 
@@ -848,18 +702,15 @@ fn bad_tuple_kinds_and_markers_are_invalid() {
     assert_eq!(field, "tuple marker");
     assert!(reason.contains("expected 'K', 'O' or 'N'"), "{reason}");
 
-    let (_, field, reason) =
-        invalid_field(decode(b(b"U\x00\x00\x00\x01K\x00\x01nK\x00\x01n"), false));
+    let (_, field, reason) = invalid_field(decode(b(b"U\x00\x00\x00\x01K\x00\x01nK\x00\x01n"), false));
     assert_eq!(field, "new tuple marker");
     assert!(reason.contains("expected 'N', got 0x4b"), "{reason}");
 
     let (_, field, _) = invalid_field(decode(b(b"D\x00\x00\x00\x01N\x00\x01n"), false));
     assert_eq!(field, "old tuple marker");
 
-    let (message, field, reason) = invalid_field(decode(
-        b(b"M\x02\x00\x00\x00\x00\x00\x00\x00\x01p\0\x00\x00\x00\x00"),
-        false,
-    ));
+    let (message, field, reason) =
+        invalid_field(decode(b(b"M\x02\x00\x00\x00\x00\x00\x00\x00\x01p\0\x00\x00\x00\x00"), false));
     assert_eq!((message, field), ("Message", "flags"));
     assert_eq!(reason, "expected 0 or 1, got 2");
 }
@@ -868,21 +719,11 @@ fn bad_tuple_kinds_and_markers_are_invalid() {
 fn strings_without_nul_are_truncated() {
     assert_eq!(
         decode(b(b"O\x00\x00\x00\x00\x00\x00\x00\x01origin"), false),
-        Err(DecodeError::Truncated {
-            message: "Origin",
-            field: "name",
-            needed: 7,
-            remaining: 6,
-        })
+        Err(DecodeError::Truncated { message: "Origin", field: "name", needed: 7, remaining: 6 })
     );
     assert_eq!(
         decode(b(b"Y\x00\x00\x00\x01public\0mood"), false),
-        Err(DecodeError::Truncated {
-            message: "Type",
-            field: "name",
-            needed: 5,
-            remaining: 4,
-        })
+        Err(DecodeError::Truncated { message: "Type", field: "name", needed: 5, remaining: 4 })
     );
     // A NUL later in the message does not rescue a missing terminator: the
     // name just swallows the bytes up to it, and what follows is wrong.

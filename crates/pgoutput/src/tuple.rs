@@ -57,10 +57,7 @@ impl TupleData {
 
     /// The columns in order, decoded lazily.
     pub fn iter(&self) -> TupleIter {
-        TupleIter {
-            reader: Reader::new(self.columns.clone(), "TupleData"),
-            columns_left: self.column_count,
-        }
+        TupleIter { reader: Reader::new(self.columns.clone(), "TupleData"), columns_left: self.column_count }
     }
 
     /// The column at `index` (0-based), found by walking the columns before it.
@@ -76,9 +73,7 @@ impl TupleData {
     /// panic, so it keeps the first 32767 values and the first `i32::MAX`
     /// bytes of a value.
     pub fn from_values(values: &[ColumnValue]) -> TupleData {
-        let column_count = u16::try_from(values.len())
-            .unwrap_or(u16::MAX)
-            .min(i16::MAX.unsigned_abs());
+        let column_count = u16::try_from(values.len()).unwrap_or(u16::MAX).min(i16::MAX.unsigned_abs());
         let mut columns = BytesMut::new();
         for value in values.iter().take(usize::from(column_count)) {
             match value {
@@ -88,10 +83,7 @@ impl TupleData {
                 ColumnValue::Binary(bytes) => put_counted(&mut columns, b'b', bytes),
             }
         }
-        TupleData {
-            columns: columns.freeze(),
-            column_count,
-        }
+        TupleData { columns: columns.freeze(), column_count }
     }
 
     /// Reads and validates a `TupleData` (Int16 count, then the columns),
@@ -107,10 +99,7 @@ impl TupleData {
         // The walk only ever shrinks the reader, so this never saturates.
         let consumed = before.saturating_sub(reader.remaining());
         columns.truncate(consumed);
-        Ok(TupleData {
-            columns,
-            column_count,
-        })
+        Ok(TupleData { columns, column_count })
     }
 
     /// Writes the wire form (Int16 count, then the columns).
@@ -141,18 +130,11 @@ fn read_column(reader: &mut Reader) -> Result<ColumnValue, DecodeError> {
         b't' | b'b' => {
             let len = reader.non_negative_i32("tuple column length")?;
             let value = reader.bytes(len, "tuple column value")?;
-            Ok(if kind == b't' {
-                ColumnValue::Text(value)
-            } else {
-                ColumnValue::Binary(value)
-            })
+            Ok(if kind == b't' { ColumnValue::Text(value) } else { ColumnValue::Binary(value) })
         }
         other => Err(reader.invalid(
             "tuple column kind",
-            format!(
-                "byte {other:#04x} ('{}') is none of 'n', 'u', 't', 'b'",
-                char::from(other).escape_default()
-            ),
+            format!("byte {other:#04x} ('{}') is none of 'n', 'u', 't', 'b'", char::from(other).escape_default()),
         )),
     }
 }
@@ -235,16 +217,10 @@ mod tests {
             ]
         );
         assert_eq!(tuple.iter().len(), 4);
-        assert_eq!(
-            tuple.get(2),
-            Some(ColumnValue::Text(Bytes::from_static(b"42")))
-        );
+        assert_eq!(tuple.get(2), Some(ColumnValue::Text(Bytes::from_static(b"42"))));
         assert_eq!(tuple.get(4), None);
         assert_eq!(TupleData::from_values(&values), tuple);
-        assert_eq!(
-            format!("{tuple:?}"),
-            "[Null, UnchangedToast, Text(b\"42\"), Binary(b\"\\xff\")]"
-        );
+        assert_eq!(format!("{tuple:?}"), "[Null, UnchangedToast, Text(b\"42\"), Binary(b\"\\xff\")]");
     }
 
     #[test]
@@ -267,36 +243,17 @@ mod tests {
         }
         assert!(matches!(
             decode(b"\x00\x01t\xff\xff\xff\xff"),
-            Err(DecodeError::Invalid {
-                field: "tuple column length",
-                ..
-            })
+            Err(DecodeError::Invalid { field: "tuple column length", .. })
         ));
-        assert!(matches!(
-            decode(b"\xff\xff"),
-            Err(DecodeError::Invalid {
-                field: "tuple column count",
-                ..
-            })
-        ));
+        assert!(matches!(decode(b"\xff\xff"), Err(DecodeError::Invalid { field: "tuple column count", .. })));
         assert_eq!(
             decode(b"\x00\x01t\x00\x00\x00\x05abc"),
-            Err(DecodeError::Truncated {
-                message: "Insert",
-                field: "tuple column value",
-                needed: 5,
-                remaining: 3,
-            })
+            Err(DecodeError::Truncated { message: "Insert", field: "tuple column value", needed: 5, remaining: 3 })
         );
         // A count far beyond what is left fails before any walking.
         assert_eq!(
             decode(b"\x7f\xffnnn"),
-            Err(DecodeError::Truncated {
-                message: "Insert",
-                field: "tuple columns",
-                needed: 32767,
-                remaining: 3,
-            })
+            Err(DecodeError::Truncated { message: "Insert", field: "tuple columns", needed: 32767, remaining: 3 })
         );
     }
 

@@ -69,12 +69,7 @@ pub const STANDBY_STATUS_UPDATE_LEN: usize = 1 + 8 + 8 + 8 + 8 + 1;
 /// `'k'`). An XLogData's `data` is a zero-copy slice of `body`.
 pub fn parse_copy_data(body: Bytes) -> Result<ReplicationMessage, DecodeError> {
     let Some(&tag) = body.first() else {
-        return Err(DecodeError::Truncated {
-            message: "CopyData",
-            field: "tag",
-            needed: 1,
-            remaining: 0,
-        });
+        return Err(DecodeError::Truncated { message: "CopyData", field: "tag", needed: 1, remaining: 0 });
     };
     match tag {
         b'w' => {
@@ -195,17 +190,9 @@ mod tests {
     #[test]
     fn xlog_data_may_be_empty() {
         let mut out = BytesMut::new();
-        let xlog = XLogData {
-            wal_start: Lsn(1),
-            wal_end: Lsn(2),
-            send_time: -3,
-            data: Bytes::new(),
-        };
+        let xlog = XLogData { wal_start: Lsn(1), wal_end: Lsn(2), send_time: -3, data: Bytes::new() };
         encode_xlog_data(&xlog, &mut out);
-        assert_eq!(
-            parse_copy_data(out.freeze()).unwrap(),
-            ReplicationMessage::XLogData(xlog)
-        );
+        assert_eq!(parse_copy_data(out.freeze()).unwrap(), ReplicationMessage::XLogData(xlog));
     }
 
     #[test]
@@ -214,11 +201,7 @@ mod tests {
         body.extend_from_slice(&0x1_0000_0002_u64.to_be_bytes());
         body.extend_from_slice(&(-5_i64).to_be_bytes());
         body.push(1);
-        let expected = PrimaryKeepalive {
-            wal_end: Lsn(0x1_0000_0002),
-            send_time: -5,
-            reply_requested: true,
-        };
+        let expected = PrimaryKeepalive { wal_end: Lsn(0x1_0000_0002), send_time: -5, reply_requested: true };
         assert_eq!(
             parse_copy_data(Bytes::from(body.clone())).unwrap(),
             ReplicationMessage::PrimaryKeepalive(expected.clone())
@@ -231,42 +214,23 @@ mod tests {
         bad_flag[17] = 2;
         assert!(matches!(
             parse_copy_data(Bytes::from(bad_flag)),
-            Err(DecodeError::Invalid {
-                message: "keepalive",
-                field: "reply_requested",
-                ..
-            })
+            Err(DecodeError::Invalid { message: "keepalive", field: "reply_requested", .. })
         ));
         let mut trailing = body.clone();
         trailing.push(0);
         assert_eq!(
             parse_copy_data(Bytes::from(trailing)),
-            Err(DecodeError::TrailingBytes {
-                message: "keepalive",
-                extra: 1
-            })
+            Err(DecodeError::TrailingBytes { message: "keepalive", extra: 1 })
         );
     }
 
     #[test]
     fn every_cut_short_payload_is_reported_as_truncated() {
         let mut keepalive = BytesMut::new();
-        encode_keepalive(
-            &PrimaryKeepalive {
-                wal_end: Lsn(7),
-                send_time: 8,
-                reply_requested: false,
-            },
-            &mut keepalive,
-        );
+        encode_keepalive(&PrimaryKeepalive { wal_end: Lsn(7), send_time: 8, reply_requested: false }, &mut keepalive);
         let mut xlog = BytesMut::new();
         encode_xlog_data(
-            &XLogData {
-                wal_start: Lsn(1),
-                wal_end: Lsn(2),
-                send_time: 3,
-                data: Bytes::from_static(b"payload"),
-            },
+            &XLogData { wal_start: Lsn(1), wal_end: Lsn(2), send_time: 3, data: Bytes::from_static(b"payload") },
             &mut xlog,
         );
         let xlog_header_len = 25;
@@ -280,15 +244,9 @@ mod tests {
 
     #[test]
     fn rejects_unknown_tags() {
-        assert_eq!(
-            parse_copy_data(Bytes::from_static(b"x123")),
-            Err(DecodeError::UnknownTag { tag: b'x' })
-        );
+        assert_eq!(parse_copy_data(Bytes::from_static(b"x123")), Err(DecodeError::UnknownTag { tag: b'x' }));
         // 'r' is what the client sends, never the server.
-        assert_eq!(
-            parse_copy_data(Bytes::from_static(b"r")),
-            Err(DecodeError::UnknownTag { tag: b'r' })
-        );
+        assert_eq!(parse_copy_data(Bytes::from_static(b"r")), Err(DecodeError::UnknownTag { tag: b'r' }));
     }
 
     #[test]
@@ -323,9 +281,6 @@ mod tests {
                 reply_requested: true,
             }
         );
-        assert_eq!(
-            parse_standby_status_update(Bytes::from_static(b"k")),
-            Err(DecodeError::UnknownTag { tag: b'k' })
-        );
+        assert_eq!(parse_standby_status_update(Bytes::from_static(b"k")), Err(DecodeError::UnknownTag { tag: b'k' }));
     }
 }

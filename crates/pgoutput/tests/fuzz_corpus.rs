@@ -140,9 +140,12 @@ fn every_cut_and_flipped_seed_passes_the_target_checks() {
     // A cheap, deterministic slice of what the fuzzers do: every prefix and every
     // single-byte flip of each seed, through the same checks.
     for (target, check) in [
-        ("decode", (|d: &[u8]| {
-            check_decode_input(d);
-        }) as fn(&[u8])),
+        (
+            "decode",
+            (|d: &[u8]| {
+                check_decode_input(d);
+            }) as fn(&[u8]),
+        ),
         ("copy_data", |d: &[u8]| {
             check_copy_data_input(d);
         }),

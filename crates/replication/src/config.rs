@@ -123,9 +123,8 @@ impl Config {
             connect_timeout: Duration::from_secs(10),
         };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair
-                .split_once('=')
-                .ok_or_else(|| ConfigError(format!("query parameter '{pair}' has no '='")))?;
+            let (key, value) =
+                pair.split_once('=').ok_or_else(|| ConfigError(format!("query parameter '{pair}' has no '='")))?;
             let value = percent_decode(value)?;
             match key {
                 "sslmode" => config.sslmode = SslMode::parse(&value)?,
@@ -163,9 +162,7 @@ impl Config {
         if matches!(config.host, Host::Tcp(ref h) if h.is_empty()) {
             config.host = Host::Tcp("localhost".into());
         }
-        if matches!(config.sslmode, SslMode::VerifyCa | SslMode::VerifyFull)
-            && config.sslrootcert.is_none()
-        {
+        if matches!(config.sslmode, SslMode::VerifyCa | SslMode::VerifyFull) && config.sslrootcert.is_none() {
             return Err(ConfigError(format!(
                 "sslmode={} needs sslrootcert=<path to the CA certificate>",
                 if config.sslmode == SslMode::VerifyCa { "verify-ca" } else { "verify-full" }
@@ -199,16 +196,13 @@ fn host_from_text(text: &str) -> Host {
 }
 
 fn parse_port(text: &str) -> Result<u16, ConfigError> {
-    text.parse()
-        .map_err(|_| ConfigError(format!("port '{text}' is not a number between 1 and 65535")))
+    text.parse().map_err(|_| ConfigError(format!("port '{text}' is not a number between 1 and 65535")))
 }
 
 fn split_host_port(hostport: &str) -> Result<(&str, Option<&str>), ConfigError> {
     if let Some(inner) = hostport.strip_prefix('[') {
         // IPv6 literal: [::1]:5432
-        let (host, after) = inner
-            .split_once(']')
-            .ok_or_else(|| ConfigError("IPv6 host has no closing ']'".into()))?;
+        let (host, after) = inner.split_once(']').ok_or_else(|| ConfigError("IPv6 host has no closing ']'".into()))?;
         let port = match after.strip_prefix(':') {
             Some(p) => Some(p),
             None if after.is_empty() => None,
@@ -247,10 +241,9 @@ mod tests {
 
     #[test]
     fn parses_full_url() {
-        let c = Config::from_url(
-            "postgres://app:s%40cret@db.example:6543/shop?sslmode=verify-full&sslrootcert=/ca.pem",
-        )
-        .unwrap();
+        let c =
+            Config::from_url("postgres://app:s%40cret@db.example:6543/shop?sslmode=verify-full&sslrootcert=/ca.pem")
+                .unwrap();
         assert_eq!(c.host, Host::Tcp("db.example".into()));
         assert_eq!(c.port, 6543);
         assert_eq!(c.user, "app");

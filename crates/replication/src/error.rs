@@ -14,7 +14,9 @@ pub enum Error {
     ConnectTimeout { target: String, secs: u64 },
     #[error("connection to PostgreSQL lost: {0}")]
     Io(#[from] std::io::Error),
-    #[error("PostgreSQL refused TLS but sslmode={0} requires it: enable ssl on the server or use sslmode=prefer/disable")]
+    #[error(
+        "PostgreSQL refused TLS but sslmode={0} requires it: enable ssl on the server or use sslmode=prefer/disable"
+    )]
     TlsRefused(&'static str),
     #[error("TLS to PostgreSQL failed: {0}")]
     Tls(String),

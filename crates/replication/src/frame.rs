@@ -33,10 +33,8 @@ pub fn split_frame(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
         return Ok(None);
     };
     let tag = header.first().copied().unwrap_or(0);
-    let len_bytes: [u8; 4] = header
-        .get(1..5)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(FrameError::Malformed { tag, what: "short header" })?;
+    let len_bytes: [u8; 4] =
+        header.get(1..5).and_then(|s| s.try_into().ok()).ok_or(FrameError::Malformed { tag, what: "short header" })?;
     let len = i32::from_be_bytes(len_bytes);
     let body_len = usize::try_from(len)
         .ok()
@@ -86,10 +84,8 @@ pub fn parse_server_message(tag: u8, body: &[u8]) -> Result<ServerMessage, Frame
         if field == 0 {
             return Ok(out);
         }
-        let nul = after
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or(FrameError::Malformed { tag, what: "field value without NUL" })?;
+        let nul =
+            after.iter().position(|&b| b == 0).ok_or(FrameError::Malformed { tag, what: "field value without NUL" })?;
         let value = String::from_utf8_lossy(after.get(..nul).unwrap_or_default()).into_owned();
         rest = after.get(nul + 1..).unwrap_or_default();
         match field {
@@ -109,7 +105,8 @@ pub fn parse_data_row(body: &Bytes) -> Result<Vec<Option<Bytes>>, FrameError> {
     const TAG: u8 = b'D';
     let mut cur: &[u8] = body;
     let count = take_i16(&mut cur).ok_or(FrameError::Malformed { tag: TAG, what: "no column count" })?;
-    let count = usize::try_from(count).map_err(|_| FrameError::Malformed { tag: TAG, what: "negative column count" })?;
+    let count =
+        usize::try_from(count).map_err(|_| FrameError::Malformed { tag: TAG, what: "negative column count" })?;
     // Each column needs at least its 4-byte length: cap the allocation by what is there.
     if count > cur.len() / 4 {
         return Err(FrameError::Malformed { tag: TAG, what: "column count exceeds message" });

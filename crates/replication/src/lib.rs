@@ -242,10 +242,7 @@ impl ReplicationClient {
                 b'Z' => return Ok(()),
                 b'E' => return Err(Error::Server(frame::parse_server_message(b'E', &frame.body)?)),
                 other => {
-                    return Err(Error::Protocol(format!(
-                        "unexpected message '{}' during startup",
-                        char::from(other)
-                    )))
+                    return Err(Error::Protocol(format!("unexpected message '{}' during startup", char::from(other))))
                 }
             }
         }
@@ -300,10 +297,8 @@ impl ReplicationClient {
     /// IDENTIFY_SYSTEM.
     pub async fn identify_system(&mut self) -> Result<SystemInfo, Error> {
         let r = self.simple_query("IDENTIFY_SYSTEM").await?;
-        let field = |name: &str| {
-            r.first(name)
-                .ok_or_else(|| Error::Protocol(format!("IDENTIFY_SYSTEM without {name}")))
-        };
+        let field =
+            |name: &str| r.first(name).ok_or_else(|| Error::Protocol(format!("IDENTIFY_SYSTEM without {name}")));
         Ok(SystemInfo {
             system_id: field("systemid")?.to_owned(),
             timeline: field("timeline")?
@@ -334,9 +329,7 @@ impl ReplicationClient {
             format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {plugin} ({})", opts.join(", "))
         } else {
             if failover {
-                return Err(Error::Protocol(
-                    "failover slots need PostgreSQL 17 or later".into(),
-                ));
+                return Err(Error::Protocol("failover slots need PostgreSQL 17 or later".into()));
             }
             let snap = match snapshot {
                 SlotSnapshot::Export => "EXPORT_SNAPSHOT",
@@ -358,11 +351,7 @@ impl ReplicationClient {
 
     /// DROP_REPLICATION_SLOT name (WAIT: waits while another process holds it).
     pub async fn drop_slot(&mut self, name: &str, wait: bool) -> Result<(), Error> {
-        let sql = format!(
-            "DROP_REPLICATION_SLOT {}{}",
-            quote_ident(name),
-            if wait { " WAIT" } else { "" }
-        );
+        let sql = format!("DROP_REPLICATION_SLOT {}{}", quote_ident(name), if wait { " WAIT" } else { "" });
         self.simple_query(&sql).await.map(|_| ())
     }
 
@@ -531,9 +520,7 @@ async fn open_transport(config: &Config) -> Result<Opened, Error> {
     match &config.host {
         Host::Unix(dir) => {
             let path = dir.join(format!(".s.PGSQL.{}", config.port));
-            let s = UnixStream::connect(&path)
-                .await
-                .map_err(|source| Error::Connect { target, source })?;
+            let s = UnixStream::connect(&path).await.map_err(|source| Error::Connect { target, source })?;
             Ok((Box::new(s), false, None))
         }
         Host::Tcp(host) => {
@@ -560,9 +547,7 @@ async fn open_transport(config: &Config) -> Result<Opened, Error> {
                     _ => "verify-full",
                 })),
                 b'N' => Ok((Box::new(tcp), false, None)),
-                other => Err(Error::Protocol(format!(
-                    "server answered the TLS request with byte {other:#04x}"
-                ))),
+                other => Err(Error::Protocol(format!("server answered the TLS request with byte {other:#04x}"))),
             }
         }
     }
@@ -592,9 +577,9 @@ async fn tls_handshake(
     let verify = matches!(config.sslmode, SslMode::VerifyCa | SslMode::VerifyFull);
     if verify {
         if let Some(ca) = &config.sslrootcert {
-            builder.set_ca_file(ca).map_err(|e| {
-                Error::Tls(format!("cannot load sslrootcert {}: {e}", ca.display()))
-            })?;
+            builder
+                .set_ca_file(ca)
+                .map_err(|e| Error::Tls(format!("cannot load sslrootcert {}: {e}", ca.display())))?;
         }
         builder.set_verify(SslVerifyMode::PEER);
     } else {

@@ -176,7 +176,10 @@ async fn backend_frame_seeds_in_the_copy_both_phase_are_errors() {
         if name.starts_with("seed-copy-both-only") {
             assert!(end.is_ok(), "{name}: {end:?}");
             assert!(got.len() >= 6, "{name}: {got:?}");
-        } else if name.starts_with("seed-copy-both-slot-in-use") || name.starts_with("seed-startup-error") || name.starts_with("seed-query-error") {
+        } else if name.starts_with("seed-copy-both-slot-in-use")
+            || name.starts_with("seed-startup-error")
+            || name.starts_with("seed-query-error")
+        {
             // An ErrorResponse is the server's error, with its SQLSTATE.
             let e = end.expect_err(&name);
             assert!(matches!(e, Error::Server(_)), "{name}: {e}");

@@ -78,7 +78,9 @@ impl AdditionalField {
                     "header" => Placement::Header(alias),
                     "envelope" => Placement::Envelope(alias),
                     "partition" => Placement::Partition,
-                    other => return Err(format!("'{entry}': placement '{other}' is not header, envelope or partition")),
+                    other => {
+                        return Err(format!("'{entry}': placement '{other}' is not header, envelope or partition"))
+                    }
                 };
                 Ok(AdditionalField { column: column.to_owned(), placement })
             })
@@ -141,7 +143,9 @@ pub enum RouteError {
     MissingColumn { table: String, column: String, config_key: &'static str },
     #[error("column \"{column}\" of {table} (set by {config_key}) is NULL in this row: the event cannot be routed")]
     NullField { table: String, column: String, config_key: &'static str },
-    #[error("the payload column \"{column}\" of {table} is NULL or empty and route.tombstone.on.empty.payload is false")]
+    #[error(
+        "the payload column \"{column}\" of {table} is NULL or empty and route.tombstone.on.empty.payload is false"
+    )]
     EmptyPayload { table: String, column: String },
     #[error("column \"{column}\" of {table} arrived as an unchanged TOAST value, which an INSERT never carries")]
     UnchangedToast { table: String, column: String },
@@ -267,11 +271,8 @@ impl Router {
 
     /// Finds the mapped columns in a Relation message.
     pub fn resolve(&self, relation: &Relation) -> Result<ResolvedRelation, RouteError> {
-        let table = format!(
-            "{}.{}",
-            String::from_utf8_lossy(&relation.namespace),
-            String::from_utf8_lossy(&relation.name)
-        );
+        let table =
+            format!("{}.{}", String::from_utf8_lossy(&relation.namespace), String::from_utf8_lossy(&relation.name));
         let position = |column: &str| relation.columns.iter().position(|c| c.name.as_ref() == column.as_bytes());
         let find = |column: &str, config_key: &'static str| {
             position(column).ok_or_else(|| RouteError::MissingColumn {
@@ -482,7 +483,11 @@ impl Router {
             }
         };
         let required = |name: &str, config_key: &'static str| {
-            text(name).ok_or_else(|| RouteError::NullField { table: source.to_owned(), column: name.to_owned(), config_key })
+            text(name).ok_or_else(|| RouteError::NullField {
+                table: source.to_owned(),
+                column: name.to_owned(),
+                config_key,
+            })
         };
         let key = required(&c.key_field, "table.field.event.key")?;
         let route_value = required(&c.route_by_field, "route.by.field")?;
@@ -533,16 +538,19 @@ fn bytes_of(value: Option<ColumnValue>, table: &str, column: &str) -> Result<Opt
     match value {
         None | Some(ColumnValue::Null) => Ok(None),
         Some(ColumnValue::Text(b)) | Some(ColumnValue::Binary(b)) => Ok(Some(b)),
-        Some(ColumnValue::UnchangedToast) => Err(RouteError::UnchangedToast {
-            table: table.to_owned(),
-            column: column.to_owned(),
-        }),
+        Some(ColumnValue::UnchangedToast) => {
+            Err(RouteError::UnchangedToast { table: table.to_owned(), column: column.to_owned() })
+        }
     }
 }
 
 /// `{"payload": <payload>, "<alias>": <value>, ...}`; the payload bytes are copied in
 /// verbatim when the column is JSON (no re-serialisation of the payload).
-fn build_envelope(payload: Option<&Bytes>, payload_kind: JsonKind, fields: &[(&ResolvedExtra, Option<Bytes>)]) -> Bytes {
+fn build_envelope(
+    payload: Option<&Bytes>,
+    payload_kind: JsonKind,
+    fields: &[(&ResolvedExtra, Option<Bytes>)],
+) -> Bytes {
     let mut out = Vec::with_capacity(payload.map_or(0, |p| p.len()) + 64 * (fields.len() + 1));
     out.extend_from_slice(b"{\"payload\":");
     write_json_value(&mut out, payload.map(|p| p.as_ref()), payload_kind);
@@ -590,8 +598,7 @@ fn write_json_string(out: &mut Vec<u8>, s: &[u8]) {
 
 /// One header per key of a JSON object; strings unquoted, other values as JSON text.
 fn expand_json_headers(json: &[u8], headers: &mut Vec<(Arc<str>, Bytes)>) -> Result<(), &'static str> {
-    let map: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(json).map_err(|_| "a JSON object")?;
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(json).map_err(|_| "a JSON object")?;
     for (k, v) in map {
         let value = match v {
             serde_json::Value::String(s) => Bytes::from(s),

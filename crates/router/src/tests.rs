@@ -15,7 +15,12 @@ fn relation_typed(cols: &[(&str, u32)]) -> Relation {
         replica_identity: b'd',
         columns: cols
             .iter()
-            .map(|(c, t)| Column { flags: 0, name: Bytes::copy_from_slice(c.as_bytes()), type_oid: *t, type_modifier: -1 })
+            .map(|(c, t)| Column {
+                flags: 0,
+                name: Bytes::copy_from_slice(c.as_bytes()),
+                type_oid: *t,
+                type_modifier: -1,
+            })
             .collect(),
     }
 }
@@ -37,8 +42,16 @@ fn header<'a>(r: &'a Record, name: &str) -> Option<&'a [u8]> {
 }
 
 const SEED_000: &[&str] = &[
-    "id", "aggregate_type", "aggregate_id", "event_type", "payload", "occurred_at", "published_at", "retry_count",
-    "last_error", "next_retry_at",
+    "id",
+    "aggregate_type",
+    "aggregate_id",
+    "event_type",
+    "payload",
+    "occurred_at",
+    "published_at",
+    "retry_count",
+    "last_error",
+    "next_retry_at",
 ];
 
 fn seed_row(route: ColumnValue, key: ColumnValue, payload: ColumnValue) -> TupleData {
@@ -61,7 +74,8 @@ fn routes_seed_row_with_defaults() {
     let mut r = router(RouterConfig::default());
     let rel = r.resolve(&relation(SEED_000)).unwrap();
     let payload = r#"{"amount": 19900, "orderId": "o-1"}"#;
-    let rec = r.route(&rel, &seed_row(text("order"), text("5f0c6b1e-0000-4000-8000-000000000001"), text(payload))).unwrap();
+    let rec =
+        r.route(&rel, &seed_row(text("order"), text("5f0c6b1e-0000-4000-8000-000000000001"), text(payload))).unwrap();
     assert_eq!(&*rec.topic, "outbox.event.order");
     assert_eq!(rec.key.as_ref(), b"5f0c6b1e-0000-4000-8000-000000000001");
     assert_eq!(rec.value.as_deref(), Some(payload.as_bytes()));
@@ -177,7 +191,9 @@ fn timestamp_parsing_table() {
 
 #[test]
 fn additional_placement_parsing() {
-    let parsed = AdditionalField::parse_list("event_type:header:eventType, tenant:envelope, shard:partition,trace:header").unwrap();
+    let parsed =
+        AdditionalField::parse_list("event_type:header:eventType, tenant:envelope, shard:partition,trace:header")
+            .unwrap();
     assert_eq!(
         parsed,
         vec![
@@ -252,7 +268,10 @@ fn missing_additional_column_error_or_ignore() {
     let additional = AdditionalField::parse_list("nope:header").unwrap();
     let strict = router(RouterConfig { additional: additional.clone(), ..RouterConfig::default() });
     let err = strict.resolve(&relation(SEED_000)).unwrap_err();
-    assert!(err.to_string().contains("\"nope\"") && err.to_string().contains("table.fields.additional.placement"), "{err}");
+    assert!(
+        err.to_string().contains("\"nope\"") && err.to_string().contains("table.fields.additional.placement"),
+        "{err}"
+    );
     let lenient = router(RouterConfig { additional, additional_missing_ignore: true, ..RouterConfig::default() });
     assert!(lenient.resolve(&relation(SEED_000)).is_ok());
 }
@@ -282,7 +301,13 @@ fn json_headers_column_expands_and_keeps_traceparent() {
     assert_eq!(header(&rec, "tenant"), Some(&b"acme"[..]));
     assert_eq!(header(&rec, "eventType"), Some(&b"OrderPlaced"[..]));
     let bad = TupleData::from_values(&[
-        text("1"), text("o"), text("T"), text("{}"), text("[1,2]"), text("2026-11-29 08:00:00+00"), text("order"),
+        text("1"),
+        text("o"),
+        text("T"),
+        text("{}"),
+        text("[1,2]"),
+        text("2026-11-29 08:00:00+00"),
+        text("order"),
     ]);
     assert_eq!(r.route(&rel, &bad).unwrap_err().class(), "bad_value");
 }
@@ -292,7 +317,10 @@ fn missing_column_names_table_column_and_key() {
     let r = router(RouterConfig::default());
     let err = r.resolve(&relation(&["id", "aggregate_type", "payload", "event_type"])).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("events.outbox") && msg.contains("aggregate_id") && msg.contains("table.field.event.key"), "{msg}");
+    assert!(
+        msg.contains("events.outbox") && msg.contains("aggregate_id") && msg.contains("table.field.event.key"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -352,7 +380,8 @@ fn json_messages_route_with_the_same_options() {
     // The payload is a slice of the message content, not a copy.
     let v = rec.value.unwrap();
     assert!(v.as_ptr() >= content.as_ptr() && v.as_ptr() < content.as_ptr().wrapping_add(content.len()));
-    let err = r.route_json(&Bytes::from_static(br#"{"id": 1, "aggregate_type": "x", "payload": {}}"#), "m").unwrap_err();
+    let err =
+        r.route_json(&Bytes::from_static(br#"{"id": 1, "aggregate_type": "x", "payload": {}}"#), "m").unwrap_err();
     assert_eq!(err.class(), "null_field");
     assert_eq!(r.route_json(&Bytes::from_static(b"[1]"), "m").unwrap_err().class(), "bad_value");
     assert_eq!(r.route_json(&Bytes::from_static(b"not json"), "m").unwrap_err().class(), "bad_value");
@@ -365,5 +394,8 @@ fn salvage_reads_what_it_can() {
     let row = seed_row(ColumnValue::Null, text("k"), text("{}"));
     assert!(r.route(&rel, &row).is_err());
     let (id, key, payload) = r.salvage(&rel, &row);
-    assert_eq!((id.as_deref(), key.as_deref(), payload.as_deref()), (Some(&b"42"[..]), Some(&b"k"[..]), Some(&b"{}"[..])));
+    assert_eq!(
+        (id.as_deref(), key.as_deref(), payload.as_deref()),
+        (Some(&b"42"[..]), Some(&b"k"[..]), Some(&b"{}"[..]))
+    );
 }

@@ -95,14 +95,8 @@ impl Kafka {
             "KILL",
             &kafka.dir,
         )?);
-        fs::write(
-            kafka.dir.join("log4j2.properties"),
-            log4j_config("INFO", "SYSTEM_OUT"),
-        )?;
-        fs::write(
-            kafka.dir.join("log4j2-tools.properties"),
-            log4j_config("WARN", "SYSTEM_ERR"),
-        )?;
+        fs::write(kafka.dir.join("log4j2.properties"), log4j_config("INFO", "SYSTEM_OUT"))?;
+        fs::write(kafka.dir.join("log4j2-tools.properties"), log4j_config("WARN", "SYSTEM_ERR"))?;
 
         let mut last_err = None;
         for _attempt in 0..4 {
@@ -252,11 +246,7 @@ impl Kafka {
             let log_before = util::file_len(&self.log_path());
             match self.spawn_and_wait() {
                 Ok(()) => {
-                    eprintln!(
-                        "testkit: Kafka on {} restarted in {} ms",
-                        self.bootstrap(),
-                        t0.elapsed().as_millis()
-                    );
+                    eprintln!("testkit: Kafka on {} restarted in {} ms", self.bootstrap(), t0.elapsed().as_millis());
                     return Ok(());
                 }
                 Err(e) if is_bind_error(&util::read_from(&self.log_path(), log_before)) => {
@@ -289,9 +279,7 @@ impl Kafka {
         if out.contains("Created topic") {
             Ok(())
         } else {
-            Err(err(format!(
-                "create_topic {name}: unexpected output: {out}"
-            )))
+            Err(err(format!("create_topic {name}: unexpected output: {out}")))
         }
     }
 
@@ -312,27 +300,19 @@ impl Kafka {
     }
 
     /// Runs a tool JVM (fast-start flags, WARN logging to stderr, CDS archive "tools").
-    fn run_tool_raw(
-        &self,
-        main_class: &str,
-        args: &[&str],
-        what: &str,
-    ) -> Result<std::process::Output> {
+    fn run_tool_raw(&self, main_class: &str, args: &[&str], what: &str) -> Result<std::process::Output> {
         let cds = Cds::new(&self.libs, "tools");
         let mut cmd = Command::new(java());
         cmd.args(TOOL_JVM_FLAGS);
         if let Some(cds) = &cds {
             cmd.arg(cds.jvm_arg());
         }
-        cmd.arg(format!(
-            "-Dlog4j2.configurationFile={}",
-            self.dir.join("log4j2-tools.properties").display()
-        ))
-        .arg("-cp")
-        .arg(classpath(&self.libs))
-        .arg(main_class)
-        .args(args)
-        .current_dir(&self.dir);
+        cmd.arg(format!("-Dlog4j2.configurationFile={}", self.dir.join("log4j2-tools.properties").display()))
+            .arg("-cp")
+            .arg(classpath(&self.libs))
+            .arg(main_class)
+            .args(args)
+            .current_dir(&self.dir);
         let out = util::run(&mut cmd, what);
         if let Some(cds) = &cds {
             if out.is_ok() {
@@ -349,13 +329,7 @@ impl Kafka {
         // One `--cluster-id=<id>` argument: a base64url id may start with '-', which the
         // tool's parser would take for an option if it were a separate argument.
         let id = format!("--cluster-id={}", random_cluster_id());
-        let args = [
-            "format",
-            "--ignore-formatted",
-            &id,
-            "-c",
-            &*props.to_string_lossy(),
-        ];
+        let args = ["format", "--ignore-formatted", &id, "-c", &*props.to_string_lossy()];
         self.run_tool_raw("kafka.tools.StorageTool", &args, "kafka-storage format")?;
         Ok(())
     }
@@ -366,40 +340,22 @@ impl Kafka {
         let mut props: Vec<(String, String)> = vec![
             ("process.roles".into(), "broker,controller".into()),
             ("node.id".into(), "1".into()),
-            (
-                "controller.quorum.voters".into(),
-                format!("1@127.0.0.1:{c}"),
-            ),
-            (
-                "listeners".into(),
-                format!("PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}"),
-            ),
-            (
-                "advertised.listeners".into(),
-                format!("PLAINTEXT://127.0.0.1:{p}"),
-            ),
+            ("controller.quorum.voters".into(), format!("1@127.0.0.1:{c}")),
+            ("listeners".into(), format!("PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}")),
+            ("advertised.listeners".into(), format!("PLAINTEXT://127.0.0.1:{p}")),
             ("controller.listener.names".into(), "CONTROLLER".into()),
             ("inter.broker.listener.name".into(), "PLAINTEXT".into()),
-            (
-                "listener.security.protocol.map".into(),
-                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
-            ),
+            ("listener.security.protocol.map".into(), "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into()),
             ("log.dirs".into(), data.to_string_lossy().into_owned()),
             ("auto.create.topics.enable".into(), "true".into()),
             ("num.partitions".into(), "3".into()),
             ("default.replication.factor".into(), "1".into()),
             ("offsets.topic.replication.factor".into(), "1".into()),
             ("offsets.topic.num.partitions".into(), "5".into()),
-            (
-                "transaction.state.log.replication.factor".into(),
-                "1".into(),
-            ),
+            ("transaction.state.log.replication.factor".into(), "1".into()),
             ("transaction.state.log.min.isr".into(), "1".into()),
             ("transaction.state.log.num.partitions".into(), "5".into()),
-            (
-                "share.coordinator.state.topic.replication.factor".into(),
-                "1".into(),
-            ),
+            ("share.coordinator.state.topic.replication.factor".into(), "1".into()),
             ("share.coordinator.state.topic.min.isr".into(), "1".into()),
             ("min.insync.replicas".into(), "1".into()),
             ("group.initial.rebalance.delay.ms".into(), "0".into()),
@@ -427,29 +383,17 @@ impl Kafka {
     fn spawn_and_wait(&mut self) -> Result<()> {
         let log_path = self.log_path();
         let log_before = util::file_len(&log_path);
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
+        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
         let log2 = log.try_clone()?;
         let mut cmd = Command::new(java());
-        cmd.args([
-            "-Xms256m",
-            "-Xmx512m",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-XX:+ExitOnOutOfMemoryError",
-        ])
-        .args(["-Xshare:auto", "-Xlog:disable", "-Xlog:all=error:stderr"]);
+        cmd.args(["-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError"])
+            .args(["-Xshare:auto", "-Xlog:disable", "-Xlog:all=error:stderr"]);
         self.cds = Cds::new(&self.libs, "broker");
         if let Some(cds) = &self.cds {
             cmd.arg(cds.jvm_arg());
         }
         cmd.arg("-Djava.awt.headless=true")
-            .arg(format!(
-                "-Dlog4j2.configurationFile={}",
-                self.dir.join("log4j2.properties").display()
-            ))
+            .arg(format!("-Dlog4j2.configurationFile={}", self.dir.join("log4j2.properties").display()))
             .arg("-cp")
             .arg(classpath(&self.libs))
             .arg("kafka.Kafka")
@@ -458,9 +402,7 @@ impl Kafka {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        let child = cmd
-            .spawn()
-            .map_err(|e| err(format!("cannot start java: {e}")))?;
+        let child = cmd.spawn().map_err(|e| err(format!("cannot start java: {e}")))?;
         fs::write(self.pid_path(), format!("{}\n", child.id()))?;
         self.child = Some(child);
 
@@ -489,10 +431,7 @@ impl Kafka {
             }
             if Instant::now() >= deadline {
                 let _ = self.kill();
-                return Err(err(format!(
-                    "Kafka not ready within {READY_TIMEOUT:?}; log tail:\n{}",
-                    self.log_tail(40)
-                )));
+                return Err(err(format!("Kafka not ready within {READY_TIMEOUT:?}; log tail:\n{}", self.log_tail(40))));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -556,19 +495,11 @@ fn java() -> PathBuf {
 fn java_version() -> Result<String> {
     static VERSION: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     VERSION
-        .get_or_init(|| {
-            match Command::new(java())
-                .arg("-version")
-                .stdin(Stdio::null())
-                .output()
-            {
-                Ok(o) if o.status.success() => Ok(format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&o.stdout),
-                    String::from_utf8_lossy(&o.stderr)
-                )),
-                _ => Err("java not found (install Java 17+ or set JAVA_HOME)".to_string()),
+        .get_or_init(|| match Command::new(java()).arg("-version").stdin(Stdio::null()).output() {
+            Ok(o) if o.status.success() => {
+                Ok(format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
             }
+            _ => Err("java not found (install Java 17+ or set JAVA_HOME)".to_string()),
         })
         .clone()
         .map_err(err)
@@ -607,16 +538,10 @@ impl Cds {
         let tmp = dir.join(format!(
             ".{role}-{tag:016x}.{}.{}.{}.tmp",
             std::process::id(),
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0),
+            SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
             N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
-        Some(Cds {
-            archive,
-            tmp: Some(tmp),
-        })
+        Some(Cds { archive, tmp: Some(tmp) })
     }
 
     fn jvm_arg(&self) -> String {
@@ -646,14 +571,9 @@ impl Cds {
 /// 16 pseudo-random bytes, URL-safe base64 without padding (Kafka's Uuid format).
 fn random_cluster_id() -> String {
     let mut bytes = [0u8; 16];
-    let filled = fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .is_ok();
+    let filled = fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes)).is_ok();
     if !filled {
-        let n = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(1)
+        let n = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(1)
             ^ u128::from(std::process::id());
         bytes = n.to_le_bytes();
     }
@@ -710,28 +630,18 @@ fn kafka_libs() -> Result<PathBuf> {
     let libs = match std::env::var_os("WALPOST_KAFKA_LIBS") {
         Some(d) if !d.is_empty() => PathBuf::from(d),
         _ => {
-            let home = std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(std::env::temp_dir);
+            let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
             home.join(format!(".cache/walpost/kafka-{KAFKA_VERSION}/libs"))
         }
     };
     if !libs.join(".walpost-complete").is_file() {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-kafka.sh");
-        eprintln!(
-            "testkit: Kafka jars missing in {}; running {}",
-            libs.display(),
-            script.display()
-        );
+        eprintln!("testkit: Kafka jars missing in {}; running {}", libs.display(), script.display());
         let mut cmd = Command::new("bash");
         cmd.arg(&script).env("WALPOST_KAFKA_LIBS", &libs);
         util::run(&mut cmd, "scripts/fetch-kafka.sh")?;
         if !libs.join(".walpost-complete").is_file() {
-            return Err(err(format!(
-                "{} did not fill {}",
-                script.display(),
-                libs.display()
-            )));
+            return Err(err(format!("{} did not fill {}", script.display(), libs.display())));
         }
     }
     let _ = LIBS.set(libs.clone());
@@ -746,10 +656,6 @@ mod tests {
     fn cluster_id_is_22_url_safe_chars() {
         let id = random_cluster_id();
         assert_eq!(id.len(), 22, "{id}");
-        assert!(
-            id.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
-            "{id}"
-        );
+        assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{id}");
     }
 }

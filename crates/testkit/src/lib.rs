@@ -114,10 +114,7 @@ pub fn shared_postgres() -> &'static Postgres {
     static PG: OnceLock<std::result::Result<Postgres, String>> = OnceLock::new();
     let started = PG.get_or_init(|| {
         let opts = PgOptions {
-            extra_conf: vec![
-                ("max_replication_slots".into(), "64".into()),
-                ("max_wal_senders".into(), "64".into()),
-            ],
+            extra_conf: vec![("max_replication_slots".into(), "64".into()), ("max_wal_senders".into(), "64".into())],
             ..PgOptions::default()
         };
         Postgres::start(opts).map_err(|e| e.to_string())
@@ -138,8 +135,7 @@ pub fn shared_postgres() -> &'static Postgres {
 /// If the broker cannot be started (every caller gets the same message).
 pub fn shared_kafka() -> &'static Kafka {
     static KAFKA: OnceLock<std::result::Result<Kafka, String>> = OnceLock::new();
-    let started =
-        KAFKA.get_or_init(|| Kafka::start(KafkaOptions::default()).map_err(|e| e.to_string()));
+    let started = KAFKA.get_or_init(|| Kafka::start(KafkaOptions::default()).map_err(|e| e.to_string()));
     match started {
         Ok(k) => k,
         Err(e) => panic!("testkit: shared Kafka failed to start: {e}"),

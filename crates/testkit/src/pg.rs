@@ -84,11 +84,7 @@ impl Postgres {
     pub fn start(opts: PgOptions) -> Result<Postgres> {
         let t0 = Instant::now();
         let bin_dir = find_bin_dir()?;
-        let os_user = if util::is_root() {
-            Some(os_user_for_root()?)
-        } else {
-            None
-        };
+        let os_user = if util::is_root() { Some(os_user_for_root()?) } else { None };
         let dir = util::make_temp_dir("pg")?;
         let mut pg = Postgres {
             data_dir: dir.join("data"),
@@ -97,10 +93,7 @@ impl Postgres {
             os_user,
             port: 0,
             major: 0,
-            password: opts
-                .superuser_password
-                .clone()
-                .unwrap_or_else(|| DEFAULT_PASSWORD.to_string()),
+            password: opts.superuser_password.clone().unwrap_or_else(|| DEFAULT_PASSWORD.to_string()),
             tls_dir: None,
             watchdog: Mutex::new(None),
         };
@@ -131,8 +124,7 @@ impl Postgres {
         *self.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(wd);
         let owner = match &self.os_user {
             Some(u) => {
-                let (uid, gid) =
-                    util::user_ids(u).ok_or_else(|| err(format!("OS user {u} vanished")))?;
+                let (uid, gid) = util::user_ids(u).ok_or_else(|| err(format!("OS user {u} vanished")))?;
                 std::os::unix::fs::chown(&self.dir, Some(uid), Some(gid))
                     .map_err(|e| err(format!("chown {} to {u}: {e}", self.dir.display())))?;
                 Some((uid, gid))
@@ -144,12 +136,7 @@ impl Postgres {
         initdb
             .arg("-D")
             .arg(&self.data_dir)
-            .args([
-                "--encoding=UTF8",
-                "--locale=C",
-                "--no-sync",
-                "--no-instructions",
-            ])
+            .args(["--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"])
             .args(["--auth-local=trust", "--auth-host=scram-sha-256"]);
         util::run(&mut initdb, "initdb")?;
         self.major = fs::read_to_string(self.data_dir.join("PG_VERSION"))?
@@ -221,18 +208,13 @@ impl Postgres {
         let mut last_err = None;
         for _ in 0..5 {
             self.port = util::free_port();
-            append(
-                &self.data_dir.join("postgresql.conf"),
-                &format!("port = {}\n", self.port),
-            )?;
+            append(&self.data_dir.join("postgresql.conf"), &format!("port = {}\n", self.port))?;
             let log_before = util::file_len(&self.log_path());
             match self.start_again() {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let log = util::read_from(&self.log_path(), log_before);
-                    if log.contains("could not bind")
-                        || log.contains("could not create any TCP/IP sockets")
-                    {
+                    if log.contains("could not bind") || log.contains("could not create any TCP/IP sockets") {
                         last_err = Some(e);
                         continue;
                     }
@@ -275,13 +257,7 @@ impl Postgres {
 
     /// `postgres://USER:PASSWORD@127.0.0.1:PORT/DB` (components percent-encoded).
     pub fn url_for(&self, user: &str, password: &str, db: &str) -> String {
-        format!(
-            "postgres://{}:{}@127.0.0.1:{}/{}",
-            pct(user),
-            pct(password),
-            self.port,
-            pct(db)
-        )
+        format!("postgres://{}:{}@127.0.0.1:{}/{}", pct(user), pct(password), self.port, pct(db))
     }
 
     /// Password of the `walpost` superuser role.
@@ -385,9 +361,7 @@ impl Postgres {
             }
             PsqlInput::Sql(sql) => {
                 cmd.args(["-f", "-"]).stdin(Stdio::piped());
-                let mut child = cmd
-                    .spawn()
-                    .map_err(|e| err(format!("cannot run psql: {e}")))?;
+                let mut child = cmd.spawn().map_err(|e| err(format!("cannot run psql: {e}")))?;
                 let mut stdin = child.stdin.take().ok_or_else(|| err("psql stdin"))?;
                 let sql = sql.to_owned();
                 let writer = std::thread::spawn(move || {
@@ -412,19 +386,14 @@ impl Postgres {
 
     /// Creates database `name` (owner `walpost`) and returns its URL for `walpost`.
     pub fn create_database(&self, name: &str) -> Result<String> {
-        self.psql(&format!(
-            "CREATE DATABASE {} OWNER {ROLE}",
-            quote_ident(name)
-        ))?;
+        self.psql(&format!("CREATE DATABASE {} OWNER {ROLE}", quote_ident(name)))?;
         Ok(self.url_for(ROLE, &self.password, name))
     }
 
     /// `pg_ctl stop -m MODE`, waiting for the shutdown to finish (up to 60 s).
     pub fn stop(&self, mode: StopMode) -> Result<()> {
         let mut cmd = self.pg_command("pg_ctl");
-        cmd.arg("-D")
-            .arg(&self.data_dir)
-            .args(["-m", mode.arg(), "-w", "-t", "60", "stop"]);
+        cmd.arg("-D").arg(&self.data_dir).args(["-m", mode.arg(), "-w", "-t", "60", "stop"]);
         util::run(&mut cmd, "pg_ctl stop")?;
         Ok(())
     }
@@ -433,11 +402,7 @@ impl Postgres {
     /// accepts connections (crash recovery included).
     pub fn start_again(&self) -> Result<()> {
         let mut cmd = self.pg_command("pg_ctl");
-        cmd.arg("-D")
-            .arg(&self.data_dir)
-            .arg("-l")
-            .arg(self.log_path())
-            .args(["-w", "-t", "120", "start"]);
+        cmd.arg("-D").arg(&self.data_dir).arg("-l").arg(self.log_path()).args(["-w", "-t", "120", "start"]);
         util::run(&mut cmd, "pg_ctl start")
             .map_err(|e| err(format!("{e}\n--- server log ---\n{}", self.log_tail(30))))?;
         Ok(())
@@ -477,9 +442,7 @@ impl Postgres {
             }
             None => Command::new(exe),
         };
-        cmd.current_dir(&self.dir)
-            .env("LC_ALL", "C")
-            .env_remove("PGOPTIONS");
+        cmd.current_dir(&self.dir).env("LC_ALL", "C").env_remove("PGOPTIONS");
         cmd
     }
 }
@@ -487,17 +450,10 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         // Disarm the watchdog first so it does not race us.
-        drop(
-            self.watchdog
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
+        drop(self.watchdog.lock().unwrap_or_else(|e| e.into_inner()).take());
         if self.data_dir.join("postmaster.pid").exists() {
             let mut cmd = self.pg_command("pg_ctl");
-            cmd.arg("-D")
-                .arg(&self.data_dir)
-                .args(["-m", "immediate", "-w", "-t", "30", "stop"]);
+            cmd.arg("-D").arg(&self.data_dir).args(["-m", "immediate", "-w", "-t", "30", "stop"]);
             let _ = util::run(&mut cmd, "pg_ctl stop");
         }
         util::remove_dir(&self.dir);
@@ -629,15 +585,9 @@ fn os_user_for_root() -> Result<String> {
             return Ok(wanted);
         }
         let mut cmd = Command::new("useradd");
-        cmd.args([
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "--home-dir",
-            "/nonexistent",
-        ])
-        .args(["--shell", "/usr/sbin/nologin"])
-        .arg(&wanted);
+        cmd.args(["--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent"])
+            .args(["--shell", "/usr/sbin/nologin"])
+            .arg(&wanted);
         let res = util::run(&mut cmd, "useradd");
         // Another test process may have created it concurrently.
         if util::user_ids(&wanted).is_some() {
@@ -662,27 +612,12 @@ fn make_tls_files(dir: &Path) -> Result<()> {
         cmd.args(args).current_dir(dir);
         util::run(&mut cmd, what).map(|_| ())
     };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
     openssl(
         &[
             &["req", "-x509"],
             &ec[..],
-            &[
-                "-days",
-                "3650",
-                "-subj",
-                "/CN=walpost-test-ca",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-            ],
+            &["-days", "3650", "-subj", "/CN=walpost-test-ca", "-keyout", "ca.key", "-out", "ca.crt"],
         ]
         .concat(),
         "openssl (CA)",
@@ -701,15 +636,7 @@ fn make_tls_files(dir: &Path) -> Result<()> {
         let csr = format!("{name}.csr");
         let crt = format!("{name}.crt");
         let ext = format!("{name}.ext");
-        openssl(
-            &[
-                &["req"],
-                &ec[..],
-                &["-subj", &subj, "-keyout", &key, "-out", &csr],
-            ]
-            .concat(),
-            "openssl (csr)",
-        )?;
+        openssl(&[&["req"], &ec[..], &["-subj", &subj, "-keyout", &key, "-out", &csr]].concat(), "openssl (csr)")?;
         openssl(
             &[
                 "x509",

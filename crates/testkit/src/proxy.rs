@@ -102,11 +102,7 @@ impl Proxy {
         let accept_thread = std::thread::Builder::new()
             .name(format!("proxy-{}", addr.port()))
             .spawn(move || accept_loop(&listener, &s))?;
-        Ok(Proxy {
-            addr,
-            shared,
-            accept_thread: Some(accept_thread),
-        })
+        Ok(Proxy { addr, shared, accept_thread: Some(accept_thread) })
     }
 
     /// The address clients connect to.
@@ -121,19 +117,13 @@ impl Proxy {
 
     /// Where connections go from now on (open connections keep theirs).
     pub fn set_upstream(&self, upstream: SocketAddr) {
-        *self
-            .shared
-            .upstream
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(upstream);
+        *self.shared.upstream.lock().unwrap_or_else(|e| e.into_inner()) = Some(upstream);
     }
 
     /// Closes every open connection at once (both directions; the peers see a reset or
     /// EOF). New connections are accepted as usual. Returns how many were closed.
     pub fn cut_all(&self) -> usize {
-        let conns: Vec<_> = std::mem::take(
-            &mut *self.shared.conns.lock().unwrap_or_else(|e| e.into_inner()),
-        );
+        let conns: Vec<_> = std::mem::take(&mut *self.shared.conns.lock().unwrap_or_else(|e| e.into_inner()));
         for (_, c, u) in &conns {
             let _ = c.shutdown(Shutdown::Both);
             if let Some(u) = u {
@@ -148,20 +138,12 @@ impl Proxy {
     /// byte moves either way; new connections are accepted and held. Afterwards the held
     /// data flows again. Calling it again extends or shortens the stall.
     pub fn blackhole(&self, d: Duration) {
-        *self
-            .shared
-            .stalled_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + d);
+        *self.shared.stalled_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + d);
     }
 
     /// Ends a stall now.
     pub fn resume(&self) {
-        *self
-            .shared
-            .stalled_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
+        *self.shared.stalled_until.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Whether a [`Proxy::blackhole`] is in force.
@@ -177,11 +159,7 @@ impl Proxy {
 
     /// Number of connections currently open through the proxy.
     pub fn open_connections(&self) -> usize {
-        self.shared
-            .conns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.shared.conns.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Number of connections accepted so far.
@@ -228,11 +206,7 @@ fn connection(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     // Registered before connecting, so a cut during a stall closes held clients too.
     let Ok(client_reg) = client.try_clone() else { return };
-    shared
-        .conns
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((id, client_reg, None));
+    shared.conns.lock().unwrap_or_else(|e| e.into_inner()).push((id, client_reg, None));
     shared.wait_while_stalled();
     if shared.refusing.load(Ordering::Relaxed) || !registered(shared, id) {
         shared.remove(id);
@@ -264,9 +238,7 @@ fn connection(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) {
         return;
     };
     let s = shared.clone();
-    let back = std::thread::Builder::new()
-        .name("proxy-pump".into())
-        .spawn(move || pump(s2, c2, &s));
+    let back = std::thread::Builder::new().name("proxy-pump".into()).spawn(move || pump(s2, c2, &s));
     pump(client, server, shared);
     if let Ok(t) = back {
         let _ = t.join();
@@ -275,12 +247,7 @@ fn connection(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) {
 }
 
 fn registered(shared: &Shared, id: u64) -> bool {
-    shared
-        .conns
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .any(|(cid, _, _)| *cid == id)
+    shared.conns.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|(cid, _, _)| *cid == id)
 }
 
 /// Copies `from` -> `to` until EOF, an error, or a cut; stops reading while stalled.

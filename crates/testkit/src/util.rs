@@ -32,11 +32,7 @@ pub(crate) fn is_root() -> bool {
                 }
             }
         }
-        Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-            .unwrap_or(false)
+        Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
     })
 }
 
@@ -57,40 +53,22 @@ pub fn unique_name(prefix: &str) -> String {
 /// Creates a fresh directory `$TMPDIR/walpost-{kind}-{pid}-{n}`.
 pub(crate) fn make_temp_dir(kind: &str) -> Result<PathBuf> {
     let base = std::env::temp_dir();
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     for _ in 0..1000 {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!(
-            "walpost-{kind}-{}-{n}-{:x}",
-            std::process::id(),
-            nanos & 0xffff
-        ));
+        let dir = base.join(format!("walpost-{kind}-{}-{n}-{:x}", std::process::id(), nanos & 0xffff));
         match fs::create_dir(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(err(format!(
-                    "cannot create temp dir {}: {e}",
-                    dir.display()
-                )))
-            }
+            Err(e) => return Err(err(format!("cannot create temp dir {}: {e}", dir.display()))),
         }
     }
-    Err(err(format!(
-        "cannot create a temp dir under {}",
-        base.display()
-    )))
+    Err(err(format!("cannot create a temp dir under {}", base.display())))
 }
 
 pub(crate) fn remove_dir(dir: &Path) {
     if keep_dirs() {
-        eprintln!(
-            "testkit: keeping {} (WALPOST_KEEP_TEST_DIRS)",
-            dir.display()
-        );
+        eprintln!("testkit: keeping {} (WALPOST_KEEP_TEST_DIRS)", dir.display());
     } else {
         let _ = fs::remove_dir_all(dir);
     }
@@ -165,12 +143,7 @@ pub(crate) fn tail_file(path: &Path, n: usize) -> String {
 /// uid and gid of an OS user, or None if it does not exist.
 pub(crate) fn user_ids(user: &str) -> Option<(u32, u32)> {
     let q = |flag: &str| -> Option<u32> {
-        let out = Command::new("id")
-            .arg(flag)
-            .arg(user)
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
+        let out = Command::new("id").arg(flag).arg(user).stderr(Stdio::null()).output().ok()?;
         if !out.status.success() {
             return None;
         }
@@ -180,8 +153,7 @@ pub(crate) fn user_ids(user: &str) -> Option<(u32, u32)> {
 }
 
 pub(crate) fn chown_recursive(path: &Path, uid: u32, gid: u32) -> Result<()> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid))
-        .map_err(|e| err(format!("chown {}: {e}", path.display())))?;
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(|e| err(format!("chown {}: {e}", path.display())))?;
     if fs::symlink_metadata(path)?.is_dir() {
         for entry in fs::read_dir(path)? {
             chown_recursive(&entry?.path(), uid, gid)?;
@@ -239,12 +211,7 @@ if [ -z "$WD_KEEP" ]; then rm -rf -- "$WD_DIR"; fi
 "#;
 
 impl Watchdog {
-    pub(crate) fn spawn(
-        pid_file: &Path,
-        marker: &str,
-        first_signal: &str,
-        dir: &Path,
-    ) -> Result<Watchdog> {
+    pub(crate) fn spawn(pid_file: &Path, marker: &str, first_signal: &str, dir: &Path) -> Result<Watchdog> {
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(WATCHDOG_SCRIPT)
@@ -258,9 +225,7 @@ impl Watchdog {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| err(format!("cannot spawn watchdog sh: {e}")))?;
+        let mut child = cmd.spawn().map_err(|e| err(format!("cannot spawn watchdog sh: {e}")))?;
         let stdin = child.stdin.take();
         Ok(Watchdog { child, stdin })
     }

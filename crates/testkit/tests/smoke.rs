@@ -8,15 +8,7 @@ use testkit::{Kafka, KafkaOptions, PgOptions, Postgres, StopMode};
 /// A SCRAM login over TCP (not the trusted Unix socket) with psql and PGPASSWORD.
 fn tcp_query(pg: &Postgres, password: &str, sql: &str) -> Result<String, String> {
     let out = Command::new(pg.psql_path())
-        .args([
-            "-X",
-            "-At",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-h",
-            "127.0.0.1",
-            "-p",
-        ])
+        .args(["-X", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p"])
         .arg(pg.port().to_string())
         .args(["-U", "walpost", "-d", "walpost", "-c", sql])
         .env("PGPASSWORD", password)
@@ -37,24 +29,15 @@ fn check_pg(pg: &Postgres) {
     assert_eq!(pg.psql("SHOW fsync").expect("psql"), "off");
     assert_eq!(pg.psql("SHOW synchronous_commit").expect("psql"), "on");
     assert_eq!(
-        pg.psql("SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = 'walpost'")
-            .expect("psql"),
+        pg.psql("SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = 'walpost'").expect("psql"),
         "t|t"
     );
     // SCRAM over TCP as walpost.
-    let who = tcp_query(
-        pg,
-        "walpost",
-        "SELECT current_user || ' ' || current_database()",
-    )
-    .expect("scram login");
+    let who = tcp_query(pg, "walpost", "SELECT current_user || ' ' || current_database()").expect("scram login");
     assert_eq!(who, "walpost walpost");
-    let auth = tcp_query(
-        pg,
-        "walpost",
-        "SELECT rolpassword LIKE 'SCRAM-SHA-256$%' FROM pg_authid WHERE rolname = 'walpost'",
-    )
-    .expect("scram login");
+    let auth =
+        tcp_query(pg, "walpost", "SELECT rolpassword LIKE 'SCRAM-SHA-256$%' FROM pg_authid WHERE rolname = 'walpost'")
+            .expect("scram login");
     assert_eq!(auth, "t");
     // Wrong password must be refused (so it really is password auth, not trust).
     let e = tcp_query(pg, "wrong", "SELECT 1").expect_err("wrong password accepted");
@@ -64,67 +47,35 @@ fn check_pg(pg: &Postgres) {
 #[test]
 fn postgres_start_query_restart() {
     let t0 = Instant::now();
-    let pg = Postgres::start(PgOptions {
-        extra_conf: vec![("work_mem".into(), "7MB".into())],
-        ..Default::default()
-    })
-    .expect("start postgres");
+    let pg = Postgres::start(PgOptions { extra_conf: vec![("work_mem".into(), "7MB".into())], ..Default::default() })
+        .expect("start postgres");
     eprintln!("postgres started in {:?}", t0.elapsed());
     assert!(pg.major_version() >= 14, "{}", pg.major_version());
-    assert_eq!(
-        pg.url(),
-        format!("postgres://walpost:walpost@127.0.0.1:{}/walpost", pg.port())
-    );
+    assert_eq!(pg.url(), format!("postgres://walpost:walpost@127.0.0.1:{}/walpost", pg.port()));
     assert_eq!(pg.psql("SHOW work_mem").expect("psql"), "7MB");
     check_pg(&pg);
 
     // Multi-statement scripts, CREATE DATABASE, errors.
-    pg.psql(
-        "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a'), (2, 'b');",
-    )
-    .expect("script");
-    assert_eq!(
-        pg.psql("SELECT id, v FROM t ORDER BY id").expect("select"),
-        "1|a\n2|b"
-    );
-    let e = pg
-        .psql("SELECT * FROM no_such_table")
-        .expect_err("error expected");
+    pg.psql("CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a'), (2, 'b');").expect("script");
+    assert_eq!(pg.psql("SELECT id, v FROM t ORDER BY id").expect("select"), "1|a\n2|b");
+    let e = pg.psql("SELECT * FROM no_such_table").expect_err("error expected");
     assert!(e.to_string().contains("no_such_table"), "{e}");
     let url = pg.create_database("other_db").expect("create database");
     assert!(url.ends_with("/other_db"), "{url}");
-    assert_eq!(
-        pg.psql_db("other_db", "SELECT current_database()")
-            .expect("psql_db"),
-        "other_db"
-    );
+    assert_eq!(pg.psql_db("other_db", "SELECT current_database()").expect("psql_db"), "other_db");
     // Logical decoding works (wal_level=logical, slots available).
-    pg.psql("SELECT pg_create_logical_replication_slot('smoke_slot', 'pgoutput')")
-        .expect("slot");
+    pg.psql("SELECT pg_create_logical_replication_slot('smoke_slot', 'pgoutput')").expect("slot");
 
     let t1 = Instant::now();
     pg.restart(StopMode::Fast).expect("restart fast");
     eprintln!("postgres fast restart in {:?}", t1.elapsed());
     check_pg(&pg);
-    assert_eq!(
-        pg.psql("SELECT count(*) FROM t").expect("data survives"),
-        "2"
-    );
-    assert_eq!(
-        pg.psql("SELECT slot_name FROM pg_replication_slots")
-            .expect("slots"),
-        "smoke_slot"
-    );
+    assert_eq!(pg.psql("SELECT count(*) FROM t").expect("data survives"), "2");
+    assert_eq!(pg.psql("SELECT slot_name FROM pg_replication_slots").expect("slots"), "smoke_slot");
 
     pg.restart(StopMode::Immediate).expect("restart immediate");
-    assert_eq!(
-        pg.psql("SELECT count(*) FROM t")
-            .expect("after crash recovery"),
-        "2"
-    );
-    assert!(pg
-        .log_tail(200)
-        .contains("database system is ready to accept connections"));
+    assert_eq!(pg.psql("SELECT count(*) FROM t").expect("after crash recovery"), "2");
+    assert!(pg.log_tail(200).contains("database system is ready to accept connections"));
 
     let dir = pg.dir().to_path_buf();
     drop(pg);
@@ -145,13 +96,7 @@ fn postgres_tls_and_extra_hba() {
     assert_eq!(pg.psql("SHOW ssl").expect("psql"), "on");
     assert!(pg.url().contains(":s3cr%3Aet%2F%40@"), "{}", pg.url());
     let tls = pg.tls_dir().expect("tls dir");
-    for f in [
-        "ca.crt",
-        "server.crt",
-        "server.key",
-        "client.crt",
-        "client.key",
-    ] {
+    for f in ["ca.crt", "server.crt", "server.key", "client.crt", "client.key"] {
         assert!(tls.join(f).is_file(), "{f}");
     }
     // Verify-full TLS login with the generated CA.
@@ -161,35 +106,22 @@ fn postgres_tls_and_extra_hba() {
             pg.port(),
             tls.join("ca.crt").display()
         ))
-        .args([
-            "-X",
-            "-At",
-            "-c",
-            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-        ])
+        .args(["-X", "-At", "-c", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"])
         .env("PGPASSWORD", "s3cr:et/@")
         .output()
         .expect("psql");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "t");
     assert!(pg.psql("SHOW hba_file").is_ok());
-    let rules = pg
-        .psql("SELECT auth_method FROM pg_hba_file_rules ORDER BY line_number LIMIT 1")
-        .expect("hba rules");
+    let rules = pg.psql("SELECT auth_method FROM pg_hba_file_rules ORDER BY line_number LIMIT 1").expect("hba rules");
     assert_eq!(rules, "md5");
 }
 
 #[test]
 fn kafka_start_topic_restart() {
     let t0 = Instant::now();
-    let mut kafka = Kafka::start(KafkaOptions {
-        extra_props: vec![("log.retention.hours".into(), "1".into())],
-    })
-    .expect("start kafka");
+    let mut kafka = Kafka::start(KafkaOptions { extra_props: vec![("log.retention.hours".into(), "1".into())] })
+        .expect("start kafka");
     eprintln!("kafka started in {:?}", t0.elapsed());
     let bootstrap = kafka.bootstrap();
     assert_eq!(bootstrap, format!("127.0.0.1:{}", kafka.port()));
@@ -201,10 +133,7 @@ fn kafka_start_topic_restart() {
     kafka.stop().expect("stop");
     eprintln!("kafka stopped in {:?}", t1.elapsed());
     assert!(!kafka.is_running());
-    assert!(
-        std::net::TcpStream::connect(&bootstrap).is_err(),
-        "port still open after stop"
-    );
+    assert!(std::net::TcpStream::connect(&bootstrap).is_err(), "port still open after stop");
     let log = kafka.log_tail(400);
     assert!(
         log.contains("Transition from SHUTTING_DOWN to SHUTDOWN"),
@@ -216,13 +145,9 @@ fn kafka_start_topic_restart() {
     kafka.start_again().expect("start again");
     eprintln!("kafka restarted in {:?}", t2.elapsed());
     assert_eq!(kafka.bootstrap(), bootstrap, "same port after restart");
-    kafka
-        .create_topic("smoke-two", 1)
-        .expect("create second topic");
+    kafka.create_topic("smoke-two", 1).expect("create second topic");
     // The first topic survived the restart: creating it again must fail.
-    let e = kafka
-        .create_topic("smoke-one", 2)
-        .expect_err("duplicate topic must fail");
+    let e = kafka.create_topic("smoke-one", 2).expect_err("duplicate topic must fail");
     assert!(e.to_string().contains("already exists"), "{e}");
 
     // kill -9 and come back.
@@ -248,11 +173,7 @@ fn shared_postgres_gives_databases() {
     let name = testkit::unique_name("db");
     let url = pg.create_database(&name).expect("create db");
     assert_eq!(url, pg.url_for("walpost", "walpost", &name));
-    assert_eq!(
-        pg.psql_db(&name, "SELECT current_database()")
-            .expect("psql"),
-        name
-    );
+    assert_eq!(pg.psql_db(&name, "SELECT current_database()").expect("psql"), name);
     assert_eq!(pg.psql("SHOW max_replication_slots").expect("psql"), "64");
 }
 
@@ -267,17 +188,9 @@ fn orphan_child_helper() {
     }
     let pg = testkit::shared_postgres();
     let kafka = testkit::shared_kafka();
-    println!(
-        "\nORPHAN {} {} {} {}",
-        pg.port(),
-        pg.dir().display(),
-        kafka.port(),
-        kafka.dir().display()
-    );
+    println!("\nORPHAN {} {} {} {}", pg.port(), pg.dir().display(), kafka.port(), kafka.dir().display());
     std::io::Write::flush(&mut std::io::stdout()).expect("flush");
-    let _ = Command::new("kill")
-        .args(["-KILL", &std::process::id().to_string()])
-        .status();
+    let _ = Command::new("kill").args(["-KILL", &std::process::id().to_string()]).status();
     std::thread::sleep(std::time::Duration::from_secs(30));
     unreachable!("still alive after SIGKILL");
 }
@@ -286,12 +199,7 @@ fn orphan_child_helper() {
 fn orphaned_servers_are_cleaned_up() {
     let exe = std::env::current_exe().expect("current_exe");
     let out = Command::new(exe)
-        .args([
-            "--exact",
-            "orphan_child_helper",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "orphan_child_helper", "--nocapture", "--test-threads=1"])
         .env(ORPHAN_ENV, "1")
         .env_remove("WALPOST_KEEP_TEST_DIRS")
         .output()
@@ -301,41 +209,18 @@ fn orphaned_servers_are_cleaned_up() {
     let line = stdout
         .lines()
         .find_map(|l| l.split_once("ORPHAN ").map(|(_, rest)| rest))
-        .unwrap_or_else(|| {
-            panic!(
-                "no report from child:\n{stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+        .unwrap_or_else(|| panic!("no report from child:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
     let f: Vec<&str> = line.split(' ').collect();
-    let (pg_port, pg_dir, kafka_port, kafka_dir) = (
-        f[0],
-        std::path::PathBuf::from(f[1]),
-        f[2],
-        std::path::PathBuf::from(f[3]),
-    );
+    let (pg_port, pg_dir, kafka_port, kafka_dir) =
+        (f[0], std::path::PathBuf::from(f[1]), f[2], std::path::PathBuf::from(f[3]));
     let closed = |port: &str| std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err();
-    let pg_gone = testkit::wait_until(std::time::Duration::from_secs(20), || {
-        closed(pg_port) && !pg_dir.exists()
-    });
-    assert!(
-        pg_gone,
-        "orphaned postgres still up or dir left: {}",
-        pg_dir.display()
-    );
-    let kafka_gone = testkit::wait_until(std::time::Duration::from_secs(20), || {
-        closed(kafka_port) && !kafka_dir.exists()
-    });
-    assert!(
-        kafka_gone,
-        "orphaned kafka still up or dir left: {}",
-        kafka_dir.display()
-    );
+    let pg_gone = testkit::wait_until(std::time::Duration::from_secs(20), || closed(pg_port) && !pg_dir.exists());
+    assert!(pg_gone, "orphaned postgres still up or dir left: {}", pg_dir.display());
+    let kafka_gone =
+        testkit::wait_until(std::time::Duration::from_secs(20), || closed(kafka_port) && !kafka_dir.exists());
+    assert!(kafka_gone, "orphaned kafka still up or dir left: {}", kafka_dir.display());
     // And no process still mentions those directories.
-    let ps = Command::new("ps")
-        .args(["-eo", "args"])
-        .output()
-        .expect("ps");
+    let ps = Command::new("ps").args(["-eo", "args"]).output().expect("ps");
     let ps = String::from_utf8_lossy(&ps.stdout);
     assert!(!ps.contains(&*pg_dir.to_string_lossy()), "{ps}");
     assert!(!ps.contains(&*kafka_dir.to_string_lossy()), "{ps}");

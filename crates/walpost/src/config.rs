@@ -147,9 +147,20 @@ impl RouterFile {
             ($($f:ident),*) => { RouterFile { $($f: self.$f.clone().or_else(|| base.$f.clone())),* } };
         }
         pick!(
-            route_by_field, topic_regex, topic_replacement, tombstone_on_empty_payload, key_field, payload_field,
-            id_field, event_type_field, timestamp_field, headers_field, additional_placement, additional_missing,
-            op_invalid_behavior, expand_json_payload
+            route_by_field,
+            topic_regex,
+            topic_replacement,
+            tombstone_on_empty_payload,
+            key_field,
+            payload_field,
+            id_field,
+            event_type_field,
+            timestamp_field,
+            headers_field,
+            additional_placement,
+            additional_missing,
+            op_invalid_behavior,
+            expand_json_payload
         )
     }
 
@@ -168,7 +179,11 @@ impl RouterFile {
             None | Some("error") => false,
             Some("ignore") => true,
             Some(other) => {
-                return Err(ConfigError::Invalid { key: "table.field.additional.missing", value: other.into(), expected: "error or ignore" })
+                return Err(ConfigError::Invalid {
+                    key: "table.field.additional.missing",
+                    value: other.into(),
+                    expected: "error or ignore",
+                })
             }
         };
         let op_invalid = match self.op_invalid_behavior.as_deref() {
@@ -176,7 +191,11 @@ impl RouterFile {
             Some("error") => OpInvalid::Error,
             Some("fatal") => OpInvalid::Fatal,
             Some(other) => {
-                return Err(ConfigError::Invalid { key: "table.op.invalid.behavior", value: other.into(), expected: "warn, error or fatal" })
+                return Err(ConfigError::Invalid {
+                    key: "table.op.invalid.behavior",
+                    value: other.into(),
+                    expected: "warn, error or fatal",
+                })
             }
         };
         let config = RouterConfig {
@@ -347,10 +366,8 @@ impl FileConfig {
     pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
+        toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })
     }
 }
 
@@ -408,7 +425,11 @@ impl Settings {
             let (r, op) = extra.router.or(&base).resolve()?;
             let t = TableName::parse(&extra.table)?;
             if outboxes.iter().any(|o| o.table == t) {
-                return Err(ConfigError::Invalid { key: "outbox.table", value: extra.table.clone(), expected: "each outbox table once" });
+                return Err(ConfigError::Invalid {
+                    key: "outbox.table",
+                    value: extra.table.clone(),
+                    expected: "each outbox table once",
+                });
             }
             outboxes.push(Outbox { table: t, router: r, op_invalid: op });
         }
@@ -416,7 +437,11 @@ impl Settings {
             None | Some("halt") => OnPermanentError::Halt,
             Some("dead_letter") => OnPermanentError::DeadLetter,
             Some(other) => {
-                return Err(ConfigError::Invalid { key: "on_permanent_error", value: other.into(), expected: "halt or dead_letter" })
+                return Err(ConfigError::Invalid {
+                    key: "on_permanent_error",
+                    value: other.into(),
+                    expected: "halt or dead_letter",
+                })
             }
         };
         let dead_letter_topic = file.dead_letter_topic.clone().unwrap_or_else(|| "walpost.dead_letter".into());
@@ -472,7 +497,9 @@ impl Settings {
             critical_lag_secs: m.critical_lag_secs.unwrap_or(defaults.critical_lag_secs),
             long_transaction_secs: m.long_transaction_secs.unwrap_or(defaults.long_transaction_secs),
         };
-        if thresholds.warning_bytes > thresholds.critical_bytes || thresholds.warning_lag_secs > thresholds.critical_lag_secs {
+        if thresholds.warning_bytes > thresholds.critical_bytes
+            || thresholds.warning_lag_secs > thresholds.critical_lag_secs
+        {
             return Err(ConfigError::Invalid {
                 key: "monitor",
                 value: format!("{thresholds:?}"),
@@ -481,7 +508,11 @@ impl Settings {
         }
         let heartbeat_interval = match args.heartbeat_interval.or(file.heartbeat_interval_secs) {
             Some(0) => {
-                return Err(ConfigError::Invalid { key: "heartbeat_interval", value: "0".into(), expected: "a positive number of seconds" })
+                return Err(ConfigError::Invalid {
+                    key: "heartbeat_interval",
+                    value: "0".into(),
+                    expected: "a positive number of seconds",
+                })
             }
             other => other.map(Duration::from_secs),
         };

@@ -112,7 +112,10 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
     let user = cfg.remove("database.user").unwrap_or_else(|| "postgres".into());
     let db = cfg.remove("database.dbname").unwrap_or_else(|| "postgres".into());
     if cfg.remove("database.password").is_some() {
-        notes.push("database.password is not copied: pass it in PGPASSWORD (or add it to the URL) rather than in a file".into());
+        notes.push(
+            "database.password is not copied: pass it in PGPASSWORD (or add it to the URL) rather than in a file"
+                .into(),
+        );
     }
     let mut url = format!("postgres://{user}@{host}:{port}/{db}");
     if let Some(mode) = cfg.remove("database.sslmode") {
@@ -123,7 +126,10 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
     }
     if let Some(plugin) = cfg.remove("plugin.name") {
         if plugin != "pgoutput" {
-            not_carried.push(("plugin.name".into(), format!("{plugin}: walpost decodes pgoutput only (the slot must be re-created)")));
+            not_carried.push((
+                "plugin.name".into(),
+                format!("{plugin}: walpost decodes pgoutput only (the slot must be re-created)"),
+            ));
         }
     }
     let slot = cfg.remove("slot.name").unwrap_or_else(|| {
@@ -138,12 +144,16 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
             ));
         }
     }
-    let tables: Vec<String> = cfg.remove("table.include.list")
+    let tables: Vec<String> = cfg
+        .remove("table.include.list")
         .map(|t| t.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
         .unwrap_or_default();
     for t in &tables {
         if t.contains(['*', '+', '?', '[', '(', '|', '\\']) {
-            not_carried.push(("table.include.list".into(), format!("'{t}' is a regular expression; list the outbox tables by name")));
+            not_carried.push((
+                "table.include.list".into(),
+                format!("'{t}' is a regular expression; list the outbox tables by name"),
+            ));
         }
     }
     let snapshot = match cfg.remove("snapshot.mode").as_deref() {
@@ -153,14 +163,18 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
         Some("initial_only") => Some("initial_only"),
         Some("when_needed") => Some("when_needed"),
         Some(other) => {
-            not_carried.push(("snapshot.mode".into(), format!("{other} has no walpost equivalent (never, initial, initial_only, when_needed)")));
+            not_carried.push((
+                "snapshot.mode".into(),
+                format!("{other} has no walpost equivalent (never, initial, initial_only, when_needed)"),
+            ));
             None
         }
     };
     let value_converter = cfg.remove("value.converter");
 
     // The EventRouter transform.
-    let transforms: Vec<String> = cfg.remove("transforms")
+    let transforms: Vec<String> = cfg
+        .remove("transforms")
         .map(|t| t.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
         .unwrap_or_default();
     let mut router: Vec<(String, String)> = Vec::new();
@@ -177,7 +191,10 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
             .filter_map(|k| cfg.remove(&k).map(|v| (k[prefix.len()..].to_owned(), v)))
             .collect();
         if ty != EVENT_ROUTER || router_found {
-            not_carried.push((format!("transforms.{name}"), format!("transform {ty} is not supported: walpost applies the Outbox Event Router only")));
+            not_carried.push((
+                format!("transforms.{name}"),
+                format!("transform {ty} is not supported: walpost applies the Outbox Event Router only"),
+            ));
             continue;
         }
         router_found = true;
@@ -195,14 +212,23 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
             }
         }
         if let Some(v) = set.remove("table.fields.additional.error.on.missing") {
-            router.push(("table.field.additional.missing".into(), if v == "false" { "ignore".into() } else { "error".into() }));
+            router.push((
+                "table.field.additional.missing".into(),
+                if v == "false" { "ignore".into() } else { "error".into() },
+            ));
         }
         for (k, v) in set {
-            not_carried.push((format!("transforms.{name}.{k}"), format!("EventRouter option '{k}' = {v} is not implemented by walpost")));
+            not_carried.push((
+                format!("transforms.{name}.{k}"),
+                format!("EventRouter option '{k}' = {v} is not implemented by walpost"),
+            ));
         }
     }
     if !router_found {
-        not_carried.push(("transforms".into(), "no io.debezium.transforms.outbox.EventRouter transform: walpost only publishes outbox events".into()));
+        not_carried.push((
+            "transforms".into(),
+            "no io.debezium.transforms.outbox.EventRouter transform: walpost only publishes outbox events".into(),
+        ));
     }
     // Debezium 2+ puts only `id` in the headers unless placements add more.
     router.push(("table.field.event.type".into(), String::new()));
@@ -249,7 +275,9 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
         }
         None => {
             let _ = writeln!(t, "brokers = \"CHANGE-ME:9092\"  # the Kafka Connect worker's bootstrap.servers");
-            notes.push("Kafka brokers are set on the Kafka Connect worker, not the connector: fill in [kafka] brokers".into());
+            notes.push(
+                "Kafka brokers are set on the Kafka Connect worker, not the connector: fill in [kafka] brokers".into(),
+            );
         }
     }
     if !kafka_props.is_empty() {
@@ -344,7 +372,10 @@ mod tests {
         let c = convert(json).unwrap();
         assert!(c.not_carried.is_empty(), "{:?}", c.not_carried);
         let f = parse(&c.toml);
-        assert_eq!(f.postgres.as_deref(), Some("postgres://cdc@db.internal:6432/orders?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem"));
+        assert_eq!(
+            f.postgres.as_deref(),
+            Some("postgres://cdc@db.internal:6432/orders?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem")
+        );
         assert_eq!(f.slot.as_deref(), Some("orders_outbox"));
         assert_eq!(f.snapshot, Some(crate::snapshot::SnapshotMode::Never));
         assert_eq!(f.outbox.len(), 1);
@@ -385,7 +416,13 @@ mod tests {
         ";
         let c = convert(props).unwrap();
         let keys: Vec<&str> = c.not_carried.iter().map(|(k, _)| k.as_str()).collect();
-        for expected in ["plugin.name", "table.include.list", "snapshot.mode", "transforms.unwrap", "transforms.outbox.table.json.payload.null.behavior"] {
+        for expected in [
+            "plugin.name",
+            "table.include.list",
+            "snapshot.mode",
+            "transforms.unwrap",
+            "transforms.outbox.table.json.payload.null.behavior",
+        ] {
             assert!(keys.contains(&expected), "{expected} missing from {keys:?}");
         }
         let f = parse(&c.toml);

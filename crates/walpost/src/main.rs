@@ -78,8 +78,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::ImportDebezium { file } => {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            let text =
+                std::fs::read_to_string(&file).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
             let c = walpost::debezium::convert(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             print!("{}", c.toml);
             for note in &c.notes {
@@ -95,7 +95,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Slot { action } => match action {
-            SlotAction::Status { args, json } => ops::slot_status(&Settings::resolve_without_kafka(&args, file)?, json).await,
+            SlotAction::Status { args, json } => {
+                ops::slot_status(&Settings::resolve_without_kafka(&args, file)?, json).await
+            }
             SlotAction::Create { args } => ops::slot_create(&Settings::resolve_without_kafka(&args, file)?).await,
             SlotAction::Drop { args, yes } => ops::slot_drop(&Settings::resolve_without_kafka(&args, file)?, yes).await,
         },

@@ -34,7 +34,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("walpost_lag_seconds", "gauge", "Age of the oldest transaction read but not yet confirmed (0 when caught up)."),
     ("walpost_slot_retained_bytes", "gauge", "WAL the slot keeps: current WAL position minus restart_lsn."),
     ("walpost_slot_unconfirmed_bytes", "gauge", "Current WAL position minus the slot's confirmed_flush_lsn."),
-    ("walpost_slot_safe_wal_size_bytes", "gauge", "Bytes that can be written before the slot is in danger (-1: unlimited)."),
+    (
+        "walpost_slot_safe_wal_size_bytes",
+        "gauge",
+        "Bytes that can be written before the slot is in danger (-1: unlimited).",
+    ),
     ("walpost_slot_active", "gauge", "1 when some process is streaming from the slot."),
     ("walpost_slot_wal_status", "gauge", "1 for the slot's current wal_status (reserved, extended, unreserved, lost)."),
     ("walpost_slot_alarm", "gauge", "1 for each alarm level currently raised (warning, critical)."),
@@ -43,11 +47,27 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("walpost_snapshot_rows_estimate", "gauge", "Planner estimate of the rows the running snapshot reads."),
     ("walpost_snapshot_running", "gauge", "1 while a snapshot runs."),
     ("walpost_retention_partitions_created_total", "counter", "Outbox partitions created ahead by retention."),
-    ("walpost_retention_partitions_sealed_total", "counter", "Expired outbox partitions sealed (made read-only, WAL position recorded)."),
-    ("walpost_retention_partitions_dropped_total", "counter", "Expired outbox partitions dropped after the slot confirmed their seal."),
-    ("walpost_retention_partitions_skipped_total", "counter", "Partitions retention left in place although due, by reason."),
+    (
+        "walpost_retention_partitions_sealed_total",
+        "counter",
+        "Expired outbox partitions sealed (made read-only, WAL position recorded).",
+    ),
+    (
+        "walpost_retention_partitions_dropped_total",
+        "counter",
+        "Expired outbox partitions dropped after the slot confirmed their seal.",
+    ),
+    (
+        "walpost_retention_partitions_skipped_total",
+        "counter",
+        "Partitions retention left in place although due, by reason.",
+    ),
     ("walpost_retention_passes_total", "counter", "Retention passes by result (ok, error)."),
-    ("walpost_retention_last_success_timestamp_seconds", "gauge", "Unix time of the last retention pass without error (0: none yet)."),
+    (
+        "walpost_retention_last_success_timestamp_seconds",
+        "gauge",
+        "Unix time of the last retention pass without error (0: none yet).",
+    ),
 ];
 
 /// Shared counters and gauges; cheap to update from any thread.
@@ -77,7 +97,8 @@ pub struct Metrics {
 }
 
 /// Upper bounds (seconds) of the latency histogram buckets.
-const LATENCY_BUCKETS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
+const LATENCY_BUCKETS: [f64; 14] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
 
 /// A fixed-bucket histogram of atomics (cumulative counts are computed when rendered).
 #[derive(Debug, Default)]

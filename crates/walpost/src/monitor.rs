@@ -111,12 +111,21 @@ pub fn evaluate(status: &SlotStatus, lag_secs: f64, t: &Thresholds) -> Verdict {
         reasons.push(why);
     };
     if status.wal_status.as_deref() == Some("unreserved") {
-        raise(AlarmLevel::Critical, "wal_status is unreserved: the next checkpoint may remove WAL the slot needs".into());
+        raise(
+            AlarmLevel::Critical,
+            "wal_status is unreserved: the next checkpoint may remove WAL the slot needs".into(),
+        );
     }
     if status.retained_bytes >= t.critical_bytes {
-        raise(AlarmLevel::Critical, format!("slot retains {} bytes of WAL (critical at {})", status.retained_bytes, t.critical_bytes));
+        raise(
+            AlarmLevel::Critical,
+            format!("slot retains {} bytes of WAL (critical at {})", status.retained_bytes, t.critical_bytes),
+        );
     } else if status.retained_bytes >= t.warning_bytes {
-        raise(AlarmLevel::Warning, format!("slot retains {} bytes of WAL (warning at {})", status.retained_bytes, t.warning_bytes));
+        raise(
+            AlarmLevel::Warning,
+            format!("slot retains {} bytes of WAL (warning at {})", status.retained_bytes, t.warning_bytes),
+        );
     }
     if lag_secs >= t.critical_lag_secs {
         raise(AlarmLevel::Critical, format!("streaming lag {lag_secs:.0} s (critical at {})", t.critical_lag_secs));
@@ -221,9 +230,15 @@ pub async fn run(s: Settings, metrics: Arc<Metrics>, fatal: watch::Sender<Option
                     last_log = Instant::now();
                     let why = reasons.join("; ");
                     match new {
-                        AlarmLevel::Critical => tracing::error!(alarm = "critical", slot = %s.slot, retained_bytes = status.retained_bytes, "slot alarm critical: {why} (see runbooks/slot-wal-buildup.md)"),
-                        AlarmLevel::Warning => tracing::warn!(alarm = "warning", slot = %s.slot, retained_bytes = status.retained_bytes, "slot alarm warning: {why} (see runbooks/slot-wal-buildup.md)"),
-                        AlarmLevel::Ok => tracing::info!(alarm = "ok", slot = %s.slot, retained_bytes = status.retained_bytes, "slot alarm cleared"),
+                        AlarmLevel::Critical => {
+                            tracing::error!(alarm = "critical", slot = %s.slot, retained_bytes = status.retained_bytes, "slot alarm critical: {why} (see runbooks/slot-wal-buildup.md)")
+                        }
+                        AlarmLevel::Warning => {
+                            tracing::warn!(alarm = "warning", slot = %s.slot, retained_bytes = status.retained_bytes, "slot alarm warning: {why} (see runbooks/slot-wal-buildup.md)")
+                        }
+                        AlarmLevel::Ok => {
+                            tracing::info!(alarm = "ok", slot = %s.slot, retained_bytes = status.retained_bytes, "slot alarm cleared")
+                        }
                     }
                 }
                 level = new;
@@ -281,7 +296,13 @@ mod tests {
     }
 
     fn t() -> Thresholds {
-        Thresholds { warning_bytes: 100, critical_bytes: 1000, warning_lag_secs: 10.0, critical_lag_secs: 100.0, long_transaction_secs: 60.0 }
+        Thresholds {
+            warning_bytes: 100,
+            critical_bytes: 1000,
+            warning_lag_secs: 10.0,
+            critical_lag_secs: 100.0,
+            long_transaction_secs: 60.0,
+        }
     }
 
     fn level(v: Verdict) -> AlarmLevel {

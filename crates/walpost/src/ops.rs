@@ -51,11 +51,7 @@ pub async fn check(s: &Settings) -> Vec<Check> {
         out.push(c);
     };
     match ReplicationClient::connect_sql(&s.postgres).await {
-        Err(e) => emit(Check::Fail(format!(
-            "connect to {}: {}",
-            s.postgres.redacted(),
-            PipelineError::from(e)
-        ))),
+        Err(e) => emit(Check::Fail(format!("connect to {}: {}", s.postgres.redacted(), PipelineError::from(e)))),
         Ok(mut sql) => {
             let version = sql.parameter("server_version").unwrap_or("?").to_owned();
             emit(Check::Ok(format!("connect to {} (PostgreSQL {version})", s.postgres.redacted())));
@@ -95,7 +91,8 @@ async fn setting(sql: &mut ReplicationClient, name: &str) -> Option<String> {
 async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check> {
     let mut out = Vec::new();
     out.push(from_result("wal_level = logical".into(), setup::check_wal_level(sql).await));
-    for (name, view) in [("max_replication_slots", "pg_replication_slots"), ("max_wal_senders", "pg_stat_replication")] {
+    for (name, view) in [("max_replication_slots", "pg_replication_slots"), ("max_wal_senders", "pg_stat_replication")]
+    {
         let max: i64 = setting(sql, name).await.and_then(|v| v.parse().ok()).unwrap_or(0);
         let used: i64 = sql
             .simple_query(&format!("SELECT count(*) AS n FROM {view}"))
@@ -202,8 +199,12 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
     };
     out.push(Check::Ok(format!("Kafka at {}: {} broker(s)", s.kafka_brokers, md.brokers().len())));
     let prefix = s.router.topic_pattern.split(router::ROUTED_BY_VALUE).next().unwrap_or("");
-    let present: Vec<String> =
-        md.topics().iter().map(|t| t.name().to_owned()).filter(|n| n.starts_with(prefix) && !prefix.is_empty()).collect();
+    let present: Vec<String> = md
+        .topics()
+        .iter()
+        .map(|t| t.name().to_owned())
+        .filter(|n| n.starts_with(prefix) && !prefix.is_empty())
+        .collect();
     let auto_create = match md.brokers().first() {
         Some(b) => admin
             .describe_configs(&[ResourceSpecifier::Broker(b.id())], &AdminOptions::new())
@@ -258,7 +259,11 @@ pub async fn slot_status(s: &Settings, json: bool) -> anyhow::Result<()> {
     };
     row(&mut t, "slot", status.slot.clone());
     row(&mut t, "plugin", status.plugin.clone().unwrap_or_default());
-    row(&mut t, "active", format!("{} (pid {})", status.active, status.active_pid.map_or("-".into(), |p| p.to_string())));
+    row(
+        &mut t,
+        "active",
+        format!("{} (pid {})", status.active, status.active_pid.map_or("-".into(), |p| p.to_string())),
+    );
     row(&mut t, "wal_status", status.wal_status.clone().unwrap_or_default());
     row(&mut t, "current WAL position", status.current_lsn.clone());
     row(&mut t, "restart_lsn", status.restart_lsn.clone().unwrap_or_default());
@@ -266,7 +271,11 @@ pub async fn slot_status(s: &Settings, json: bool) -> anyhow::Result<()> {
     row(&mut t, "retained WAL", human_bytes(status.retained_bytes));
     row(&mut t, "unconfirmed (lag bytes)", human_bytes(status.unconfirmed_bytes));
     row(&mut t, "lag seconds", status.flush_lag_secs.map_or("-".into(), |l| format!("{l:.1}")));
-    row(&mut t, "safe_wal_size", status.safe_wal_size_bytes.map_or("unlimited".into(), |b| human_bytes(b.max(0).unsigned_abs())));
+    row(
+        &mut t,
+        "safe_wal_size",
+        status.safe_wal_size_bytes.map_or("unlimited".into(), |b| human_bytes(b.max(0).unsigned_abs())),
+    );
     row(&mut t, "max_slot_wal_keep_size", status.max_slot_wal_keep_size.clone());
     row(&mut t, "oldest open transaction", format!("{:.0} s", status.oldest_transaction_age_secs));
     row(&mut t, "alarm", if reasons.is_empty() { level } else { format!("{level}: {}", reasons.join("; ")) });

@@ -16,11 +16,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use pgoutput::wire::{PrimaryKeepalive, ReplicationMessage, XLogData};
 use pgoutput::{Decoder, LogicalMessage, Lsn, Relation};
 use rdkafka::ClientConfig;
 use replication::{quote_ident, ReplicationClient, ReplicationStream, SlotSnapshot};
-use bytes::Bytes;
 use router::{Record, ResolvedRelation, Router};
 use tokio::sync::{mpsc, watch};
 
@@ -146,7 +146,8 @@ async fn session(
         }
         slot = None;
     }
-    if s.snapshot == SnapshotMode::WhenNeeded && slot.as_ref().is_some_and(|r| r.wal_status.as_deref() == Some("lost")) {
+    if s.snapshot == SnapshotMode::WhenNeeded && slot.as_ref().is_some_and(|r| r.wal_status.as_deref() == Some("lost"))
+    {
         tracing::warn!(slot = %s.slot, "the slot was invalidated (wal_status = lost): --snapshot when_needed drops it and takes a new snapshot");
         setup::drop_slot(&mut sql, &s.slot).await?;
         slot = None;
@@ -357,7 +358,8 @@ impl Session<'_> {
         let h = |k: &str, v: String| (Arc::from(k), Bytes::from(v));
         // A record refused for its size would be refused again on the dead-letter topic:
         // send it without its value; the event id and LSN find it in the outbox.
-        let too_large = matches!(class.as_str(), "message_size_too_large" | "invalid_message_size" | "message_batch_too_large");
+        let too_large =
+            matches!(class.as_str(), "message_size_too_large" | "invalid_message_size" | "message_batch_too_large");
         let value = if too_large {
             headers.push(h("walpost.value.dropped", "too large for Kafka; read it from the outbox by event id".into()));
             None
@@ -389,8 +391,8 @@ impl Session<'_> {
                 return Err(PipelineError::transient(format!("cannot hand a record to Kafka: {e}")))
             }
             Err(SendError::Rejected(r)) => {
-                let dead_letter = self.s.on_permanent_error == OnPermanentError::DeadLetter
-                    && r.topic != self.s.dead_letter_topic;
+                let dead_letter =
+                    self.s.on_permanent_error == OnPermanentError::DeadLetter && r.topic != self.s.dead_letter_topic;
                 if !dead_letter {
                     return Err(rejected(&r));
                 }
@@ -600,7 +602,10 @@ impl Session<'_> {
             (None, false) => {
                 return self.invalid_operation(
                     config.op_invalid,
-                    &format!("non-transactional message with prefix {prefix} at {} (allow_non_transactional is false)", m.lsn),
+                    &format!(
+                        "non-transactional message with prefix {prefix} at {} (allow_non_transactional is false)",
+                        m.lsn
+                    ),
                 )
             }
             _ => return Err(PipelineError::definite("pgoutput protocol: message outside its transaction")),

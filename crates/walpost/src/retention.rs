@@ -124,11 +124,8 @@ impl RetentionConfig {
         days_ahead: Option<u32>,
     ) -> Result<RetentionConfig, ConfigError> {
         let d = RetentionConfig::default();
-        let invalid = |key: &'static str, value: String, expected: &'static str| ConfigError::Invalid {
-            key,
-            value,
-            expected,
-        };
+        let invalid =
+            |key: &'static str, value: String, expected: &'static str| ConfigError::Invalid { key, value, expected };
         let interval_secs = file.interval_secs.unwrap_or(d.interval.as_secs());
         if interval_secs == 0 {
             return Err(invalid("retention.interval_secs", "0".into(), "a positive number of seconds"));
@@ -167,7 +164,12 @@ pub struct Target {
 
 impl Target {
     pub fn from_settings(s: &Settings) -> Target {
-        Target { postgres: s.postgres.clone(), table: s.table.clone(), slot: s.slot.clone(), config: s.retention.clone() }
+        Target {
+            postgres: s.postgres.clone(),
+            table: s.table.clone(),
+            slot: s.slot.clone(),
+            config: s.retention.clone(),
+        }
     }
 
     /// For `walpost retention`: the connection, table and slot as `walpost run` resolves
@@ -352,10 +354,8 @@ impl RetentionMetrics {
     fn pass_finished(&self, ok: bool) {
         if ok {
             self.passes_ok.fetch_add(1, Ordering::Relaxed);
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
             self.last_success_secs.store(now, Ordering::Relaxed);
         } else {
             self.passes_error.fetch_add(1, Ordering::Relaxed);
@@ -502,7 +502,10 @@ fn log_line(l: &Line) {
         (Action::Keep, Reason::NotOldEnough | Reason::DefaultEmpty) => {
             tracing::debug!(partition = %p, range = %r, "retention: kept, {}", l.reason.as_str())
         }
-        (Action::Keep, Reason::LockTimeout | Reason::SlotBehind) | (Action::Seal, _) | (Action::Create, _) | (Action::Drop, _) => {
+        (Action::Keep, Reason::LockTimeout | Reason::SlotBehind)
+        | (Action::Seal, _)
+        | (Action::Create, _)
+        | (Action::Drop, _) => {
             tracing::info!(partition = %p, range = %r, reason = l.reason.as_str(), detail = %d, "retention: {}", l.action_word())
         }
         (Action::Keep, _) => {
@@ -675,9 +678,7 @@ async fn pass_on(sql: &mut ReplicationClient, t: &Target, dry_run: bool) -> Resu
             detail: String::new(),
         };
         if p.is_default {
-            let rows = sql
-                .simple_query(&format!("SELECT EXISTS (SELECT 1 FROM {}) ::text AS rows", p.quoted))
-                .await?;
+            let rows = sql.simple_query(&format!("SELECT EXISTS (SELECT 1 FROM {}) ::text AS rows", p.quoted)).await?;
             if rows.first("rows") == Some("true") {
                 line.reason = Reason::DefaultPartition;
                 line.detail = format!(
@@ -776,8 +777,10 @@ async fn pass_on(sql: &mut ReplicationClient, t: &Target, dry_run: bool) -> Resu
         lines.push(line);
     }
     if !dry_run {
-        sql.simple_query(&format!("SELECT pg_advisory_unlock(hashtextextended('walpost retention ' || {root_oid}, 0))"))
-            .await?;
+        sql.simple_query(&format!(
+            "SELECT pg_advisory_unlock(hashtextextended('walpost retention ' || {root_oid}, 0))"
+        ))
+        .await?;
     }
     Ok(Outcome::Done(lines))
 }

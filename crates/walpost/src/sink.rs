@@ -52,9 +52,9 @@ impl Delivery {
 
     pub fn bytes(&self) -> u64 {
         match self {
-            Delivery::Delivered { bytes, .. } | Delivery::Retryable { bytes, .. } | Delivery::Rejected { bytes, .. } => {
-                *bytes
-            }
+            Delivery::Delivered { bytes, .. }
+            | Delivery::Retryable { bytes, .. }
+            | Delivery::Rejected { bytes, .. } => *bytes,
         }
     }
 }
@@ -243,7 +243,9 @@ impl ProducerContext for SinkContext {
                             value: msg.payload().map(<[u8]>::to_vec),
                             headers: msg
                                 .headers()
-                                .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
+                                .map(|h| {
+                                    h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect()
+                                })
                                 .unwrap_or_default(),
                         };
                         Delivery::Rejected {
@@ -288,9 +290,7 @@ impl KafkaSink {
         metrics: Arc<Metrics>,
     ) -> Result<(KafkaSink, mpsc::UnboundedReceiver<Delivery>), SinkError> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let producer = config
-            .create_with_context(SinkContext { reports: tx, metrics })
-            .map_err(SinkError::Create)?;
+        let producer = config.create_with_context(SinkContext { reports: tx, metrics }).map_err(SinkError::Create)?;
         Ok((KafkaSink { producer }, rx))
     }
 

@@ -61,13 +61,13 @@ fn state_table(s: &Settings) -> String {
 pub async fn validate_filter(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     if let Some(filter) = &s.snapshot_filter {
         for table in s.outboxes.iter().map(|o| &o.table) {
-            sql.simple_query(&format!("EXPLAIN SELECT 1 FROM {} WHERE ({filter})", table.quoted()))
-                .await
-                .map_err(|e| {
+            sql.simple_query(&format!("EXPLAIN SELECT 1 FROM {} WHERE ({filter})", table.quoted())).await.map_err(
+                |e| {
                     PipelineError::definite(format!(
                         "--snapshot-filter \"{filter}\" is not a valid condition on {table}: {e}"
                     ))
-                })?;
+                },
+            )?;
         }
     }
     Ok(())
@@ -180,9 +180,9 @@ pub async fn run(
                 let values: Vec<ColumnValue> =
                     row.into_iter().map(|v| v.map_or(ColumnValue::Null, ColumnValue::Text)).collect();
                 let tuple = TupleData::from_values(&values);
-                let mut record = router.route(rel, &tuple).map_err(|e| {
-                    PipelineError::definite(format!("cannot route a snapshot row of {table}: {e}"))
-                })?;
+                let mut record = router
+                    .route(rel, &tuple)
+                    .map_err(|e| PipelineError::definite(format!("cannot route a snapshot row of {table}: {e}")))?;
                 record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true")));
                 match sink.send(TxnSeq(0), &record, None).await {
                     Ok(()) => {}
@@ -205,7 +205,12 @@ pub async fn run(
     sql.simple_query("COMMIT").await?;
     progress.tick(true);
     metrics.snapshot_finished();
-    tracing::info!(tables = s.outboxes.len(), rows = sent, secs = progress.started.elapsed().as_secs_f64(), "snapshot finished");
+    tracing::info!(
+        tables = s.outboxes.len(),
+        rows = sent,
+        secs = progress.started.elapsed().as_secs_f64(),
+        "snapshot finished"
+    );
     Ok(sent)
 }
 
@@ -252,7 +257,13 @@ struct Progress {
 
 impl Progress {
     fn new(estimate: u64) -> Progress {
-        Progress { started: Instant::now(), last_log: Instant::now(), estimate, done: 0, tty: std::io::stderr().is_terminal() }
+        Progress {
+            started: Instant::now(),
+            last_log: Instant::now(),
+            estimate,
+            done: 0,
+            tty: std::io::stderr().is_terminal(),
+        }
     }
 
     fn acked(&mut self, metrics: &Metrics) {
@@ -277,7 +288,13 @@ impl Progress {
         }
         if last || self.last_log.elapsed() >= Duration::from_secs(5) {
             self.last_log = Instant::now();
-            tracing::info!(rows_done = self.done, rows_total_estimate = total, rows_per_sec = rate.round() as u64, eta_secs = eta.round() as u64, "snapshot progress");
+            tracing::info!(
+                rows_done = self.done,
+                rows_total_estimate = total,
+                rows_per_sec = rate.round() as u64,
+                eta_secs = eta.round() as u64,
+                "snapshot progress"
+            );
         }
     }
 }

@@ -46,19 +46,13 @@ fn root() -> PathBuf {
 
 fn read(rel: &str) -> String {
     let path = root().join(rel);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {rel} ({}): {e}", path.display()))
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {rel} ({}): {e}", path.display()))
 }
 
 fn compose() -> Yaml {
     let text = read(COMPOSE);
-    let mut docs = YamlLoader::load_from_str(&text)
-        .unwrap_or_else(|e| panic!("{COMPOSE} is not valid YAML: {e}"));
-    assert_eq!(
-        docs.len(),
-        1,
-        "{COMPOSE} must hold exactly one YAML document"
-    );
+    let mut docs = YamlLoader::load_from_str(&text).unwrap_or_else(|e| panic!("{COMPOSE} is not valid YAML: {e}"));
+    assert_eq!(docs.len(), 1, "{COMPOSE} must hold exactly one YAML document");
     docs.remove(0)
 }
 
@@ -91,9 +85,8 @@ fn environment(svc: &Yaml, name: &str) -> BTreeMap<String, String> {
     match &svc["environment"] {
         Yaml::Hash(h) => {
             for (k, v) in h {
-                let k = scalar(k).unwrap_or_else(|| {
-                    panic!("{COMPOSE}: services.{name}.environment has a non-text key")
-                });
+                let k =
+                    scalar(k).unwrap_or_else(|| panic!("{COMPOSE}: services.{name}.environment has a non-text key"));
                 out.insert(k, scalar(v).unwrap_or_default());
             }
         }
@@ -113,24 +106,15 @@ fn environment(svc: &Yaml, name: &str) -> BTreeMap<String, String> {
 /// `env_file` paths: a string, a list of strings, or a list of `{path: ...}`.
 fn env_files(svc: &Yaml) -> Vec<String> {
     match &svc["env_file"] {
-        Yaml::Array(items) => items
-            .iter()
-            .filter_map(|i| {
-                if let Yaml::Hash(_) = i {
-                    scalar(&i["path"])
-                } else {
-                    scalar(i)
-                }
-            })
-            .collect(),
+        Yaml::Array(items) => {
+            items.iter().filter_map(|i| if let Yaml::Hash(_) = i { scalar(&i["path"]) } else { scalar(i) }).collect()
+        }
         other => scalar(other).into_iter().collect(),
     }
 }
 
 fn normalize(rel: &str) -> String {
-    rel.trim_start_matches("./")
-        .trim_end_matches('/')
-        .to_owned()
+    rel.trim_start_matches("./").trim_end_matches('/').to_owned()
 }
 
 /// `KEY=VALUE` lines of an env file (comments and blank lines skipped), in order.
@@ -140,9 +124,7 @@ fn parse_env_file(rel: &str) -> Vec<(String, String)> {
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
-            let (k, v) = l
-                .split_once('=')
-                .unwrap_or_else(|| panic!("{rel}: line {l:?} is not KEY=VALUE"));
+            let (k, v) = l.split_once('=').unwrap_or_else(|| panic!("{rel}: line {l:?} is not KEY=VALUE"));
             (k.to_owned(), v.to_owned())
         })
         .collect()
@@ -164,28 +146,19 @@ fn walpost_container_env(doc: &Yaml) -> BTreeMap<String, String> {
 fn variables_walpost_reads() -> BTreeMap<String, Option<String>> {
     let mut vars = BTreeMap::new();
     let cmd = Cli::command();
-    let args = cmd
-        .get_arguments()
-        .chain(cmd.get_subcommands().flat_map(|s| s.get_arguments()));
+    let args = cmd.get_arguments().chain(cmd.get_subcommands().flat_map(|s| s.get_arguments()));
     for arg in args {
         if let Some(env) = arg.get_env() {
-            vars.insert(
-                env.to_string_lossy().into_owned(),
-                arg.get_long().map(str::to_owned),
-            );
+            vars.insert(env.to_string_lossy().into_owned(), arg.get_long().map(str::to_owned));
         }
     }
     let main = read("crates/walpost/src/main.rs");
     for piece in main.split("\"WALPOST_").skip(1) {
         if let Some(end) = piece.find('"') {
-            vars.entry(format!("WALPOST_{}", &piece[..end]))
-                .or_insert(None);
+            vars.entry(format!("WALPOST_{}", &piece[..end])).or_insert(None);
         }
     }
-    assert!(
-        vars.contains_key("WALPOST_POSTGRES") && vars.contains_key("WALPOST_LOG"),
-        "found no variables: {vars:?}"
-    );
+    assert!(vars.contains_key("WALPOST_POSTGRES") && vars.contains_key("WALPOST_LOG"), "found no variables: {vars:?}");
     vars
 }
 
@@ -199,27 +172,19 @@ fn resolve(env: &BTreeMap<String, String>) -> Settings {
             argv.push(format!("--{long}={v}"));
         }
     }
-    let cli =
-        Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("walpost rejects {argv:?}: {e}"));
+    let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("walpost rejects {argv:?}: {e}"));
     #[allow(irrefutable_let_patterns)] // `run` is the only subcommand today
     let WalpostCommand::Run(run) = cli.command
     else {
         panic!("not a run command: {argv:?}")
     };
-    Settings::resolve(&run, FileConfig::default())
-        .unwrap_or_else(|e| panic!("walpost rejects {argv:?}: {e}"))
+    Settings::resolve(&run, FileConfig::default()).unwrap_or_else(|e| panic!("walpost rejects {argv:?}: {e}"))
 }
 
 fn default_shutdown_timeout() -> Duration {
     let env = BTreeMap::from([
-        (
-            "WALPOST_POSTGRES".to_owned(),
-            "postgres://walpost@localhost/walpost".to_owned(),
-        ),
-        (
-            "WALPOST_KAFKA_BROKERS".to_owned(),
-            "localhost:9092".to_owned(),
-        ),
+        ("WALPOST_POSTGRES".to_owned(), "postgres://walpost@localhost/walpost".to_owned()),
+        ("WALPOST_KAFKA_BROKERS".to_owned(), "localhost:9092".to_owned()),
     ]);
     resolve(&env).shutdown_timeout
 }
@@ -266,10 +231,7 @@ fn parse_duration(text: &str) -> Option<Duration> {
 /// max_slot_wal_keep_size); `-1` (unlimited) is None.
 fn parse_pg_size_mb_unit(text: &str) -> Option<u64> {
     let t = text.trim().trim_matches(|c| c == '\'' || c == '"');
-    let digits: String = t
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '-')
-        .collect();
+    let digits: String = t.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
     let n: i64 = digits.parse().ok()?;
     if n < 0 {
         return None;
@@ -288,9 +250,7 @@ fn parse_pg_size_mb_unit(text: &str) -> Option<u64> {
 fn postgres_settings(svc: &Yaml) -> BTreeMap<String, String> {
     let words: Vec<String> = match &svc["command"] {
         Yaml::Array(_) => strings(&svc["command"]),
-        other => scalar(other)
-            .map(|s| s.split_whitespace().map(str::to_owned).collect())
-            .unwrap_or_default(),
+        other => scalar(other).map(|s| s.split_whitespace().map(str::to_owned).collect()).unwrap_or_default(),
     };
     let mut out = BTreeMap::new();
     let mut it = words.iter().peekable();
@@ -335,32 +295,16 @@ fn listeners(text: &str) -> Vec<(String, String, u16)> {
     text.split(',')
         .filter(|s| !s.trim().is_empty())
         .map(|l| {
-            let (name, addr) = l
-                .trim()
-                .split_once("://")
-                .unwrap_or_else(|| panic!("listener {l:?} has no NAME://"));
-            let (host, port) = addr
-                .rsplit_once(':')
-                .unwrap_or_else(|| panic!("listener {l:?} has no port"));
-            (
-                name.to_owned(),
-                host.to_owned(),
-                port.parse()
-                    .unwrap_or_else(|_| panic!("listener {l:?}: bad port")),
-            )
+            let (name, addr) = l.trim().split_once("://").unwrap_or_else(|| panic!("listener {l:?} has no NAME://"));
+            let (host, port) = addr.rsplit_once(':').unwrap_or_else(|| panic!("listener {l:?} has no port"));
+            (name.to_owned(), host.to_owned(), port.parse().unwrap_or_else(|_| panic!("listener {l:?}: bad port")))
         })
         .collect()
 }
 
 fn host_port(hp: &str) -> (String, u16) {
-    let (h, p) = hp
-        .trim()
-        .rsplit_once(':')
-        .unwrap_or_else(|| panic!("{hp:?} is not host:port"));
-    (
-        h.to_owned(),
-        p.parse().unwrap_or_else(|_| panic!("{hp:?}: bad port")),
-    )
+    let (h, p) = hp.trim().rsplit_once(':').unwrap_or_else(|| panic!("{hp:?} is not host:port"));
+    (h.to_owned(), p.parse().unwrap_or_else(|_| panic!("{hp:?}: bad port")))
 }
 
 fn healthcheck_test(svc: &Yaml) -> Vec<String> {
@@ -373,10 +317,7 @@ fn healthcheck_test(svc: &Yaml) -> Vec<String> {
 
 /// A compose health check as the argv the engine runs, `$$` turned into `$`.
 fn compose_healthcheck_argv(svc: &Yaml) -> Vec<String> {
-    let test: Vec<String> = healthcheck_test(svc)
-        .into_iter()
-        .map(|s| s.replace("$$", "$"))
-        .collect();
+    let test: Vec<String> = healthcheck_test(svc).into_iter().map(|s| s.replace("$$", "$")).collect();
     match test.first().map(String::as_str) {
         Some("CMD") => test[1..].to_vec(),
         Some("CMD-SHELL") => vec!["/bin/sh".into(), "-c".into(), test[1..].join(" ")],
@@ -403,9 +344,7 @@ fn dockerfile() -> Vec<(String, String)> {
             continue;
         }
         current.push_str(trimmed);
-        let (instr, args) = current
-            .split_once(char::is_whitespace)
-            .unwrap_or((&current, ""));
+        let (instr, args) = current.split_once(char::is_whitespace).unwrap_or((&current, ""));
         out.push((instr.to_ascii_uppercase(), args.trim().to_owned()));
         current.clear();
     }
@@ -414,10 +353,7 @@ fn dockerfile() -> Vec<(String, String)> {
 
 /// The instructions of the last stage (after the last FROM).
 fn final_stage(instrs: &[(String, String)]) -> &[(String, String)] {
-    let last_from = instrs
-        .iter()
-        .rposition(|(i, _)| i == "FROM")
-        .unwrap_or_else(|| panic!("{DOCKERFILE}: no FROM"));
+    let last_from = instrs.iter().rposition(|(i, _)| i == "FROM").unwrap_or_else(|| panic!("{DOCKERFILE}: no FROM"));
     &instrs[last_from..]
 }
 
@@ -425,8 +361,8 @@ fn final_stage(instrs: &[(String, String)]) -> &[(String, String)] {
 fn exec_or_shell(args: &str) -> Vec<String> {
     let args = args.trim();
     if args.starts_with('[') {
-        let docs = YamlLoader::load_from_str(args)
-            .unwrap_or_else(|e| panic!("{DOCKERFILE}: bad exec form {args}: {e}"));
+        let docs =
+            YamlLoader::load_from_str(args).unwrap_or_else(|e| panic!("{DOCKERFILE}: bad exec form {args}: {e}"));
         strings(docs.first().unwrap_or(&Yaml::Null))
     } else {
         vec!["/bin/sh".into(), "-c".into(), args.to_owned()]
@@ -440,10 +376,8 @@ fn dockerfile_healthcheck_argv() -> Vec<String> {
         .find(|(i, _)| i == "HEALTHCHECK")
         .map(|(_, a)| a.clone())
         .unwrap_or_else(|| panic!("{DOCKERFILE}: the runtime stage has no HEALTHCHECK"));
-    let cmd = hc
-        .find("CMD ")
-        .map(|i| &hc[i + 4..])
-        .unwrap_or_else(|| panic!("{DOCKERFILE}: HEALTHCHECK without CMD: {hc}"));
+    let cmd =
+        hc.find("CMD ").map(|i| &hc[i + 4..]).unwrap_or_else(|| panic!("{DOCKERFILE}: HEALTHCHECK without CMD: {hc}"));
     exec_or_shell(cmd)
 }
 
@@ -458,10 +392,7 @@ fn compose_has_postgres_kafka_walpost_and_kafka_ui() {
         service(&doc, name);
     }
     let image = scalar(&service(&doc, "kafka-ui")["image"]).unwrap_or_default();
-    assert!(
-        image.contains("kafka-ui"),
-        "{COMPOSE}: kafka-ui runs {image:?}"
-    );
+    assert!(image.contains("kafka-ui"), "{COMPOSE}: kafka-ui runs {image:?}");
 }
 
 #[test]
@@ -474,10 +405,7 @@ fn postgres_runs_logical_wal_with_bounded_slot_retention() {
         .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|m| m.parse().ok())
         .unwrap_or_else(|| panic!("{COMPOSE}: postgres image {image:?} is not postgres:<major>"));
-    assert!(
-        major >= 15,
-        "{COMPOSE}: postgres:{major} is not a current major (>= 15)"
-    );
+    assert!(major >= 15, "{COMPOSE}: postgres:{major} is not a current major (>= 15)");
 
     let settings = postgres_settings(pg);
     assert_eq!(
@@ -490,21 +418,14 @@ fn postgres_runs_logical_wal_with_bounded_slot_retention() {
             .get(key)
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("{COMPOSE}: postgres command must set -c {key}=N"));
-        assert!(
-            n >= 2,
-            "{COMPOSE}: {key}={n} leaves no room for walpost and a standby"
-        );
+        assert!(n >= 2, "{COMPOSE}: {key}={n} leaves no room for walpost and a standby");
     }
-    let keep = settings.get("max_slot_wal_keep_size").unwrap_or_else(|| {
-        panic!("{COMPOSE}: postgres command must set -c max_slot_wal_keep_size")
-    });
-    let bytes = parse_pg_size_mb_unit(keep).unwrap_or_else(|| {
-        panic!("{COMPOSE}: max_slot_wal_keep_size={keep} is not a finite size (e.g. 1GB)")
-    });
-    assert!(
-        bytes > 0,
-        "{COMPOSE}: max_slot_wal_keep_size={keep} must be above 0"
-    );
+    let keep = settings
+        .get("max_slot_wal_keep_size")
+        .unwrap_or_else(|| panic!("{COMPOSE}: postgres command must set -c max_slot_wal_keep_size"));
+    let bytes = parse_pg_size_mb_unit(keep)
+        .unwrap_or_else(|| panic!("{COMPOSE}: max_slot_wal_keep_size={keep} is not a finite size (e.g. 1GB)"));
+    assert!(bytes > 0, "{COMPOSE}: max_slot_wal_keep_size={keep} must be above 0");
 }
 
 #[test]
@@ -529,31 +450,22 @@ fn migrations_are_mounted_into_the_init_directory() {
         .iter()
         .find(|(_, target)| target.trim_end_matches('/') == INITDB_DIR)
         .map(|(s, _)| normalize(s))
-        .unwrap_or_else(|| {
-            panic!("{COMPOSE}: postgres mounts nothing at {INITDB_DIR} (has {mounts:?})")
-        });
-    assert_eq!(
-        source, "migrations",
-        "{COMPOSE}: {INITDB_DIR} must be the repository's migrations/"
-    );
+        .unwrap_or_else(|| panic!("{COMPOSE}: postgres mounts nothing at {INITDB_DIR} (has {mounts:?})"));
+    assert_eq!(source, "migrations", "{COMPOSE}: {INITDB_DIR} must be the repository's migrations/");
 
     // The image's entrypoint runs *.sql, *.sql.gz and *.sh there: keep it to plain SQL,
     // the same files scripts/demo.sh applies with psql.
     let mut sql = 0;
     for entry in std::fs::read_dir(root().join(&source)).expect("migrations/ is readable") {
-        let name = entry
-            .expect("directory entry")
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
-        assert!(name.ends_with(".sql"), "migrations/{name}: only *.sql files may live in migrations/ ({INITDB_DIR} runs everything)");
+        let name = entry.expect("directory entry").file_name().to_string_lossy().into_owned();
+        assert!(
+            name.ends_with(".sql"),
+            "migrations/{name}: only *.sql files may live in migrations/ ({INITDB_DIR} runs everything)"
+        );
         sql += 1;
     }
     assert!(sql > 0, "migrations/ holds no *.sql file");
-    assert!(
-        read(DEMO).contains("migrations/*.sql"),
-        "{DEMO} must apply the same migrations/*.sql"
-    );
+    assert!(read(DEMO).contains("migrations/*.sql"), "{DEMO} must apply the same migrations/*.sql");
 }
 
 // ------------------------------------------------------------------------------------
@@ -567,11 +479,7 @@ fn every_variable_compose_gives_walpost_is_one_walpost_reads() {
     let known = variables_walpost_reads();
 
     let files: Vec<String> = env_files(svc).iter().map(|f| normalize(f)).collect();
-    assert_eq!(
-        files,
-        [SHARED_ENV],
-        "{COMPOSE}: walpost must take its settings from env_file: {SHARED_ENV}"
-    );
+    assert_eq!(files, [SHARED_ENV], "{COMPOSE}: walpost must take its settings from env_file: {SHARED_ENV}");
 
     let shared = parse_env_file(SHARED_ENV);
     let inline = environment(svc, "walpost");
@@ -591,10 +499,7 @@ fn every_variable_compose_gives_walpost_is_one_walpost_reads() {
     }
     for (k, v) in &inline {
         let unescaped = v.replace("$$", "");
-        assert!(
-            !unescaped.contains('$'),
-            "{COMPOSE}: walpost environment {k}={v}: compose would interpolate the $"
-        );
+        assert!(!unescaped.contains('$'), "{COMPOSE}: walpost environment {k}={v}: compose would interpolate the $");
     }
     for k in shared.iter().map(|(k, _)| k).chain(inline.keys()) {
         assert!(
@@ -609,10 +514,7 @@ fn every_variable_compose_gives_walpost_is_one_walpost_reads() {
         if instr == "ENV" {
             let key = args.split(['=', ' ']).next().unwrap_or_default();
             if key.starts_with("WALPOST_") && key != "WALPOST_GIT_COMMIT" {
-                assert!(
-                    known.contains_key(key),
-                    "{DOCKERFILE}: ENV {key} is not a variable walpost reads"
-                );
+                assert!(known.contains_key(key), "{DOCKERFILE}: ENV {key} is not a variable walpost reads");
             }
         }
     }
@@ -623,49 +525,29 @@ fn walpost_settings_resolve_and_point_at_the_compose_services() {
     let doc = compose();
     let env = walpost_container_env(&doc);
     for required in ["WALPOST_POSTGRES", "WALPOST_KAFKA_BROKERS"] {
-        assert!(
-            env.contains_key(required),
-            "{COMPOSE}: walpost has no {required}"
-        );
+        assert!(env.contains_key(required), "{COMPOSE}: walpost has no {required}");
     }
     let settings = resolve(&env);
 
     // PostgreSQL: the service name, its port, database, user and password.
     let pg = service(&doc, "postgres");
     let pg_env = environment(pg, "postgres");
-    let pg_port: u16 = postgres_settings(pg)
-        .get("port")
-        .map_or(5432, |p| p.parse().expect("numeric port"));
+    let pg_port: u16 = postgres_settings(pg).get("port").map_or(5432, |p| p.parse().expect("numeric port"));
     let c = &settings.postgres;
     assert_eq!(
         c.host,
         replication::Host::Tcp("postgres".into()),
         "{COMPOSE}: WALPOST_POSTGRES must name the postgres service"
     );
-    assert_eq!(
-        c.port, pg_port,
-        "{COMPOSE}: WALPOST_POSTGRES port is not the port postgres listens on"
-    );
-    assert_eq!(
-        Some(&c.dbname),
-        pg_env.get("POSTGRES_DB"),
-        "{COMPOSE}: WALPOST_POSTGRES database is not POSTGRES_DB"
-    );
+    assert_eq!(c.port, pg_port, "{COMPOSE}: WALPOST_POSTGRES port is not the port postgres listens on");
+    assert_eq!(Some(&c.dbname), pg_env.get("POSTGRES_DB"), "{COMPOSE}: WALPOST_POSTGRES database is not POSTGRES_DB");
     assert_eq!(
         Some(c.user.as_str()),
-        Some(
-            pg_env
-                .get("POSTGRES_USER")
-                .map_or("postgres", String::as_str)
-        ),
+        Some(pg_env.get("POSTGRES_USER").map_or("postgres", String::as_str)),
         "{COMPOSE}: WALPOST_POSTGRES user is not POSTGRES_USER"
     );
     let url = &env["WALPOST_POSTGRES"];
-    let userinfo = url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.split_once('@'))
-        .map(|(u, _)| u)
-        .unwrap_or("");
+    let userinfo = url.split_once("://").and_then(|(_, rest)| rest.split_once('@')).map(|(u, _)| u).unwrap_or("");
     let password = userinfo.split_once(':').map(|(_, p)| p);
     assert_eq!(
         password,
@@ -675,18 +557,11 @@ fn walpost_settings_resolve_and_point_at_the_compose_services() {
 
     // Kafka: every bootstrap server is a listener the broker advertises as `kafka`.
     let kafka_env = environment(service(&doc, "kafka"), "kafka");
-    let advertised = listeners(
-        kafka_env
-            .get("KAFKA_ADVERTISED_LISTENERS")
-            .map_or("", String::as_str),
-    );
+    let advertised = listeners(kafka_env.get("KAFKA_ADVERTISED_LISTENERS").map_or("", String::as_str));
     let check_bootstrap = |who: &str, servers: &str| {
         for hp in servers.split(',') {
             let (host, port) = host_port(hp);
-            assert_eq!(
-                host, "kafka",
-                "{COMPOSE}: {who} bootstrap server {hp} must name the kafka service"
-            );
+            assert_eq!(host, "kafka", "{COMPOSE}: {who} bootstrap server {hp} must name the kafka service");
             assert!(
                 advertised.iter().any(|(_, h, p)| *h == host && *p == port),
                 "{COMPOSE}: {who} uses {hp}, which kafka does not advertise ({advertised:?})"
@@ -695,20 +570,20 @@ fn walpost_settings_resolve_and_point_at_the_compose_services() {
     };
     check_bootstrap("walpost", &settings.kafka_brokers);
     let ui_env = environment(service(&doc, "kafka-ui"), "kafka-ui");
-    check_bootstrap(
-        "kafka-ui",
-        ui_env
-            .get("KAFKA_CLUSTERS_0_BOOTSTRAPSERVERS")
-            .map_or("", String::as_str),
-    );
+    check_bootstrap("kafka-ui", ui_env.get("KAFKA_CLUSTERS_0_BOOTSTRAPSERVERS").map_or("", String::as_str));
 }
 
 #[test]
 fn metrics_port_is_published_and_exposed() {
     let doc = compose();
     let settings = resolve(&walpost_container_env(&doc));
-    let addr = settings.metrics_addr.unwrap_or_else(|| panic!("{SHARED_ENV}/{COMPOSE}: WALPOST_METRICS_ADDR must be set (the health check uses /healthz)"));
-    assert!(addr.ip().is_unspecified(), "WALPOST_METRICS_ADDR={addr}: bind 0.0.0.0 in a container, or the published port reaches nothing");
+    let addr = settings.metrics_addr.unwrap_or_else(|| {
+        panic!("{SHARED_ENV}/{COMPOSE}: WALPOST_METRICS_ADDR must be set (the health check uses /healthz)")
+    });
+    assert!(
+        addr.ip().is_unspecified(),
+        "WALPOST_METRICS_ADDR={addr}: bind 0.0.0.0 in a container, or the published port reaches nothing"
+    );
     let published = published_container_ports(service(&doc, "walpost"));
     assert!(
         published.contains(&addr.port()),
@@ -722,21 +597,16 @@ fn metrics_port_is_published_and_exposed() {
         .iter()
         .filter(|(i, _)| i == "ENV")
         .find_map(|(_, a)| a.strip_prefix("WALPOST_METRICS_ADDR="))
-        .unwrap_or_else(|| panic!("{DOCKERFILE}: the image must default WALPOST_METRICS_ADDR (its HEALTHCHECK needs it)"));
+        .unwrap_or_else(|| {
+            panic!("{DOCKERFILE}: the image must default WALPOST_METRICS_ADDR (its HEALTHCHECK needs it)")
+        });
     let (_, image_port) = host_port(image_addr);
     let exposed: Vec<u16> = stage
         .iter()
         .filter(|(i, _)| i == "EXPOSE")
-        .flat_map(|(_, a)| {
-            a.split_whitespace()
-                .filter_map(|p| p.split('/').next()?.parse().ok())
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|(_, a)| a.split_whitespace().filter_map(|p| p.split('/').next()?.parse().ok()).collect::<Vec<_>>())
         .collect();
-    assert!(
-        exposed.contains(&image_port),
-        "{DOCKERFILE}: EXPOSE {exposed:?} lacks the metrics port {image_port}"
-    );
+    assert!(exposed.contains(&image_port), "{DOCKERFILE}: EXPOSE {exposed:?} lacks the metrics port {image_port}");
 }
 
 // ------------------------------------------------------------------------------------
@@ -748,10 +618,7 @@ fn health_checks_gate_walpost_start() {
     let doc = compose();
     for name in ["postgres", "kafka", "walpost"] {
         let test = healthcheck_test(service(&doc, name));
-        assert!(
-            test.len() >= 2 && test[0] != "NONE",
-            "{COMPOSE}: services.{name} needs a healthcheck (has {test:?})"
-        );
+        assert!(test.len() >= 2 && test[0] != "NONE", "{COMPOSE}: services.{name} needs a healthcheck (has {test:?})");
     }
     let walpost = service(&doc, "walpost");
     for dep in ["postgres", "kafka"] {
@@ -767,26 +634,19 @@ fn health_checks_gate_walpost_start() {
         Yaml::Hash(h) => h.keys().filter_map(scalar).collect(),
         other => strings(other),
     };
-    assert!(
-        ui_deps.iter().any(|d| d == "kafka"),
-        "{COMPOSE}: kafka-ui must depend on kafka"
-    );
+    assert!(ui_deps.iter().any(|d| d == "kafka"), "{COMPOSE}: kafka-ui must depend on kafka");
 
     // The kafka health check asks a listener the broker really has.
     let kafka = service(&doc, "kafka");
     let kafka_env = environment(kafka, "kafka");
-    let ports: Vec<u16> = listeners(kafka_env.get("KAFKA_LISTENERS").map_or("", String::as_str))
-        .into_iter()
-        .map(|(_, _, p)| p)
-        .collect();
+    let ports: Vec<u16> =
+        listeners(kafka_env.get("KAFKA_LISTENERS").map_or("", String::as_str)).into_iter().map(|(_, _, p)| p).collect();
     let test = healthcheck_test(kafka).join(" ");
     let bootstrap = test
         .split_whitespace()
         .skip_while(|w| *w != "--bootstrap-server")
         .nth(1)
-        .unwrap_or_else(|| {
-            panic!("{COMPOSE}: kafka healthcheck should query --bootstrap-server (has {test})")
-        });
+        .unwrap_or_else(|| panic!("{COMPOSE}: kafka healthcheck should query --bootstrap-server (has {test})"));
     assert!(
         ports.contains(&host_port(bootstrap).1),
         "{COMPOSE}: kafka healthcheck asks {bootstrap}, not one of its listeners {ports:?}"
@@ -794,17 +654,19 @@ fn health_checks_gate_walpost_start() {
 
     // The postgres health check must not pass while the init scripts still run.
     let test = healthcheck_test(service(&doc, "postgres")).join(" ");
-    assert!(test.contains("127.0.0.1") || test.contains("localhost"), "{COMPOSE}: check postgres over TCP (the init-time server only listens on its socket): {test}");
+    assert!(
+        test.contains("127.0.0.1") || test.contains("localhost"),
+        "{COMPOSE}: check postgres over TCP (the init-time server only listens on its socket): {test}"
+    );
 }
 
 #[test]
 fn walpost_gets_longer_than_its_shutdown_timeout_to_stop() {
     let doc = compose();
-    let grace = scalar(&service(&doc, "walpost")["stop_grace_period"]).unwrap_or_else(|| {
-        panic!("{COMPOSE}: walpost needs a stop_grace_period (compose's default is 10 s)")
-    });
-    let grace = parse_duration(&grace)
-        .unwrap_or_else(|| panic!("{COMPOSE}: stop_grace_period {grace:?} is not a duration"));
+    let grace = scalar(&service(&doc, "walpost")["stop_grace_period"])
+        .unwrap_or_else(|| panic!("{COMPOSE}: walpost needs a stop_grace_period (compose's default is 10 s)"));
+    let grace =
+        parse_duration(&grace).unwrap_or_else(|| panic!("{COMPOSE}: stop_grace_period {grace:?} is not a duration"));
     let timeout = default_shutdown_timeout();
     assert!(
         grace > timeout,
@@ -817,40 +679,30 @@ fn kafka_is_one_kraft_node_of_the_version_the_local_demo_runs() {
     let doc = compose();
     let kafka = service(&doc, "kafka");
     let image = scalar(&kafka["image"]).unwrap_or_default();
-    let version = image.strip_prefix("apache/kafka:").unwrap_or_else(|| {
-        panic!("{COMPOSE}: kafka must run the apache/kafka image (has {image:?})")
-    });
-    assert!(
-        version.starts_with("4."),
-        "{COMPOSE}: apache/kafka:{version} is not Kafka 4.x"
-    );
+    let version = image
+        .strip_prefix("apache/kafka:")
+        .unwrap_or_else(|| panic!("{COMPOSE}: kafka must run the apache/kafka image (has {image:?})"));
+    assert!(version.starts_with("4."), "{COMPOSE}: apache/kafka:{version} is not Kafka 4.x");
     let pom = read("tools/kafka/pom.xml");
     let local = pom
         .split("<kafka.version>")
         .nth(1)
         .and_then(|s| s.split("</kafka.version>").next())
         .expect("tools/kafka/pom.xml has <kafka.version>");
-    assert_eq!(version, local, "{COMPOSE} runs Kafka {version} but the local demo and tests run {local} (tools/kafka/pom.xml)");
+    assert_eq!(
+        version, local,
+        "{COMPOSE} runs Kafka {version} but the local demo and tests run {local} (tools/kafka/pom.xml)"
+    );
 
     let env = environment(kafka, "kafka");
-    let get = |k: &str| {
-        env.get(k)
-            .cloned()
-            .unwrap_or_else(|| panic!("{COMPOSE}: kafka needs {k}"))
-    };
-    let roles: BTreeSet<String> = get("KAFKA_PROCESS_ROLES")
-        .split(',')
-        .map(|r| r.trim().to_owned())
-        .collect();
+    let get = |k: &str| env.get(k).cloned().unwrap_or_else(|| panic!("{COMPOSE}: kafka needs {k}"));
+    let roles: BTreeSet<String> = get("KAFKA_PROCESS_ROLES").split(',').map(|r| r.trim().to_owned()).collect();
     assert_eq!(
         roles,
         BTreeSet::from(["broker".to_owned(), "controller".to_owned()]),
         "{COMPOSE}: a single KRaft node is broker,controller"
     );
-    assert!(
-        !env.keys().any(|k| k.contains("ZOOKEEPER")),
-        "{COMPOSE}: Kafka 4 has no ZooKeeper"
-    );
+    assert!(!env.keys().any(|k| k.contains("ZOOKEEPER")), "{COMPOSE}: Kafka 4 has no ZooKeeper");
 
     let node_id = get("KAFKA_NODE_ID");
     let controller_name = get("KAFKA_CONTROLLER_LISTENER_NAMES");
@@ -868,9 +720,7 @@ fn kafka_is_one_kraft_node_of_the_version_the_local_demo_runs() {
     let protocols = get("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP");
     for (name, host, port) in listeners(&get("KAFKA_ADVERTISED_LISTENERS")) {
         assert!(
-            protocols
-                .split(',')
-                .any(|m| m.starts_with(&format!("{name}:"))),
+            protocols.split(',').any(|m| m.starts_with(&format!("{name}:"))),
             "{COMPOSE}: listener {name} has no security protocol"
         );
         assert!(
@@ -879,10 +729,7 @@ fn kafka_is_one_kraft_node_of_the_version_the_local_demo_runs() {
         );
     }
     // One broker cannot hold three replicas of the internal topics.
-    for k in [
-        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
-        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
-    ] {
+    for k in ["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] {
         assert_eq!(get(k), "1", "{COMPOSE}: {k} must be 1 on a single broker");
     }
 }
@@ -895,14 +742,9 @@ fn kafka_is_one_kraft_node_of_the_version_the_local_demo_runs() {
 fn dockerfile_is_multi_stage_non_root_with_walpost_entrypoint_and_healthz_check() {
     let instrs = dockerfile();
     let froms = instrs.iter().filter(|(i, _)| i == "FROM").count();
+    assert!(froms >= 2, "{DOCKERFILE}: needs a build stage and a runtime stage (has {froms} FROM)");
     assert!(
-        froms >= 2,
-        "{DOCKERFILE}: needs a build stage and a runtime stage (has {froms} FROM)"
-    );
-    assert!(
-        instrs.iter().any(|(i, a)| i == "RUN"
-            && a.contains("cargo build --release")
-            && a.contains("--locked")),
+        instrs.iter().any(|(i, a)| i == "RUN" && a.contains("cargo build --release") && a.contains("--locked")),
         "{DOCKERFILE}: the build stage must run cargo build --release --locked"
     );
     assert!(
@@ -915,13 +757,8 @@ fn dockerfile_is_multi_stage_non_root_with_walpost_entrypoint_and_healthz_check(
         .iter()
         .rfind(|(i, _)| i == "USER")
         .map(|(_, a)| a.split(':').next().unwrap_or_default().to_owned())
-        .unwrap_or_else(|| {
-            panic!("{DOCKERFILE}: the runtime stage needs a USER (it would run as root)")
-        });
-    assert!(
-        user != "root" && user != "0",
-        "{DOCKERFILE}: USER {user} is root"
-    );
+        .unwrap_or_else(|| panic!("{DOCKERFILE}: the runtime stage needs a USER (it would run as root)"));
+    assert!(user != "root" && user != "0", "{DOCKERFILE}: USER {user} is root");
 
     let entrypoint = stage
         .iter()
@@ -937,40 +774,25 @@ fn dockerfile_is_multi_stage_non_root_with_walpost_entrypoint_and_healthz_check(
         "{DOCKERFILE}: HEALTHCHECK must GET /healthz"
     );
     assert!(
-        stage
-            .iter()
-            .all(|(i, a)| i != "STOPSIGNAL" || a == "SIGTERM"),
+        stage.iter().all(|(i, a)| i != "STOPSIGNAL" || a == "SIGTERM"),
         "{DOCKERFILE}: walpost shuts down cleanly on SIGTERM"
     );
 
     let doc = compose();
     let build = &service(&doc, "walpost")["build"];
-    let context =
-        normalize(&scalar(&build["context"]).unwrap_or_else(|| scalar(build).unwrap_or_default()));
+    let context = normalize(&scalar(&build["context"]).unwrap_or_else(|| scalar(build).unwrap_or_default()));
     assert!(
         context.is_empty() || context == ".",
         "{COMPOSE}: walpost must be built from the repository root (context {context:?})"
     );
     let dockerfile_name = scalar(&build["dockerfile"]).unwrap_or_else(|| DOCKERFILE.to_owned());
-    assert_eq!(
-        dockerfile_name, DOCKERFILE,
-        "{COMPOSE}: walpost must be built from {DOCKERFILE}"
-    );
-    assert!(
-        !build["args"]["WALPOST_GIT_COMMIT"].is_badvalue(),
-        "{COMPOSE}: pass build arg WALPOST_GIT_COMMIT"
-    );
+    assert_eq!(dockerfile_name, DOCKERFILE, "{COMPOSE}: walpost must be built from {DOCKERFILE}");
+    assert!(!build["args"]["WALPOST_GIT_COMMIT"].is_badvalue(), "{COMPOSE}: pass build arg WALPOST_GIT_COMMIT");
 
     let ignore = read(".dockerignore");
-    let ignored: Vec<&str> = ignore
-        .lines()
-        .map(|l| l.trim().trim_start_matches('/').trim_end_matches('/'))
-        .collect();
+    let ignored: Vec<&str> = ignore.lines().map(|l| l.trim().trim_start_matches('/').trim_end_matches('/')).collect();
     for must in ["target", ".git"] {
-        assert!(
-            ignored.contains(&must),
-            ".dockerignore must exclude {must}/ from the build context"
-        );
+        assert!(ignored.contains(&must), ".dockerignore must exclude {must}/ from the build context");
     }
 }
 
@@ -990,10 +812,7 @@ fn local_demo_sources_the_settings_compose_uses() {
     );
     // Only the connection settings differ between the demo and compose.
     for piece in demo.split("WALPOST_").skip(1) {
-        let name: String = piece
-            .chars()
-            .take_while(|c| c.is_ascii_uppercase() || *c == '_')
-            .collect();
+        let name: String = piece.chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
         if piece[name.len()..].starts_with('=') {
             assert!(
                 ["POSTGRES", "KAFKA_BROKERS"].contains(&name.as_str()),
@@ -1001,10 +820,7 @@ fn local_demo_sources_the_settings_compose_uses() {
             );
         }
     }
-    let shared: BTreeSet<String> = parse_env_file(SHARED_ENV)
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
+    let shared: BTreeSet<String> = parse_env_file(SHARED_ENV).into_iter().map(|(k, _)| k).collect();
     for own in ["WALPOST_POSTGRES", "WALPOST_KAFKA_BROKERS"] {
         assert!(
             !shared.contains(own),
@@ -1029,41 +845,29 @@ fn systemd_unit_restarts_on_failure_and_stops_with_sigterm() {
         }
     }
     let get = |s: &str, k: &str| keys.get(&(s.to_owned(), k.to_owned())).cloned();
-    let restart = get("Service", "Restart")
-        .unwrap_or_else(|| panic!("{SYSTEMD_UNIT}: [Service] needs Restart="));
+    let restart = get("Service", "Restart").unwrap_or_else(|| panic!("{SYSTEMD_UNIT}: [Service] needs Restart="));
     assert_eq!(
         restart, "on-failure",
         "{SYSTEMD_UNIT}: Restart=on-failure (a clean exit after SIGTERM is not a failure)"
     );
-    assert!(
-        get("Service", "RestartSec").is_some(),
-        "{SYSTEMD_UNIT}: set RestartSec="
-    );
+    assert!(get("Service", "RestartSec").is_some(), "{SYSTEMD_UNIT}: set RestartSec=");
     assert!(
         get("Unit", "StartLimitIntervalSec").is_some() && get("Unit", "StartLimitBurst").is_some(),
         "{SYSTEMD_UNIT}: [Unit] needs StartLimitIntervalSec= and StartLimitBurst="
     );
-    assert_eq!(
-        get("Service", "KillSignal").as_deref(),
-        Some("SIGTERM"),
-        "{SYSTEMD_UNIT}: KillSignal=SIGTERM"
-    );
-    let stop = get("Service", "TimeoutStopSec")
-        .unwrap_or_else(|| panic!("{SYSTEMD_UNIT}: set TimeoutStopSec="));
-    let stop = parse_duration(&stop)
-        .unwrap_or_else(|| panic!("{SYSTEMD_UNIT}: TimeoutStopSec={stop} is not a duration"));
+    assert_eq!(get("Service", "KillSignal").as_deref(), Some("SIGTERM"), "{SYSTEMD_UNIT}: KillSignal=SIGTERM");
+    let stop = get("Service", "TimeoutStopSec").unwrap_or_else(|| panic!("{SYSTEMD_UNIT}: set TimeoutStopSec="));
+    let stop =
+        parse_duration(&stop).unwrap_or_else(|| panic!("{SYSTEMD_UNIT}: TimeoutStopSec={stop} is not a duration"));
     let timeout = default_shutdown_timeout();
-    assert!(stop > timeout, "{SYSTEMD_UNIT}: TimeoutStopSec {stop:?} must exceed walpost's shutdown timeout {timeout:?}");
+    assert!(
+        stop > timeout,
+        "{SYSTEMD_UNIT}: TimeoutStopSec {stop:?} must exceed walpost's shutdown timeout {timeout:?}"
+    );
     let exec = get("Service", "ExecStart").unwrap_or_default();
-    assert!(
-        exec.contains("walpost run"),
-        "{SYSTEMD_UNIT}: ExecStart must run `walpost run` (has {exec:?})"
-    );
+    assert!(exec.contains("walpost run"), "{SYSTEMD_UNIT}: ExecStart must run `walpost run` (has {exec:?})");
     let user = get("Service", "User").unwrap_or_default();
-    assert!(
-        !user.is_empty() && user != "root",
-        "{SYSTEMD_UNIT}: run as an unprivileged User="
-    );
+    assert!(!user.is_empty() && user != "root", "{SYSTEMD_UNIT}: run as an unprivileged User=");
 
     // systemd's own parser, where there is one: it warns about unknown keys and values
     // it cannot parse (and then ignores them, which would silently change the unit).
@@ -1080,25 +884,10 @@ fn systemd_unit_restarts_on_failure_and_stops_with_sigterm() {
     // ExecStart must name an existing executable for verify: use the one just built.
     let local = text.replace(&exec, &format!("{} run", env!("CARGO_BIN_EXE_walpost")));
     std::fs::write(&unit, local).expect("write unit copy");
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&unit)
-        .output()
-        .expect("run systemd-analyze verify");
-    let complaints = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let complaints: Vec<&str> = complaints
-        .lines()
-        .filter(|l| l.contains("walpost.service"))
-        .collect();
-    assert!(
-        complaints.is_empty(),
-        "{SYSTEMD_UNIT}: systemd-analyze verify complains:\n{}",
-        complaints.join("\n")
-    );
+    let out = Command::new("systemd-analyze").arg("verify").arg(&unit).output().expect("run systemd-analyze verify");
+    let complaints = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let complaints: Vec<&str> = complaints.lines().filter(|l| l.contains("walpost.service")).collect();
+    assert!(complaints.is_empty(), "{SYSTEMD_UNIT}: systemd-analyze verify complains:\n{}", complaints.join("\n"));
 }
 
 // ------------------------------------------------------------------------------------
@@ -1161,32 +950,21 @@ fn probe_passes(argv: &[String], metrics_addr: &str, limit: Duration) -> bool {
 
 #[test]
 fn health_probes_pass_against_a_running_walpost_and_fail_without_it() {
-    let version = Command::new(env!("CARGO_BIN_EXE_walpost"))
-        .arg("--version")
-        .output()
-        .expect("run walpost --version");
+    let version = Command::new(env!("CARGO_BIN_EXE_walpost")).arg("--version").output().expect("run walpost --version");
     let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
     let commit = version
         .strip_prefix(&format!("walpost {} (", env!("CARGO_PKG_VERSION")))
         .and_then(|r| r.strip_suffix(')'))
-        .unwrap_or_else(|| {
-            panic!("walpost --version prints {version:?}, expected `walpost <version> (<commit>)`")
-        });
+        .unwrap_or_else(|| panic!("walpost --version prints {version:?}, expected `walpost <version> (<commit>)`"));
     assert!(!commit.is_empty(), "walpost --version has an empty commit");
 
     let doc = compose();
     let probes = [
         ("Dockerfile HEALTHCHECK", dockerfile_healthcheck_argv()),
-        (
-            "docker-compose.yml walpost healthcheck",
-            compose_healthcheck_argv(service(&doc, "walpost")),
-        ),
+        ("docker-compose.yml walpost healthcheck", compose_healthcheck_argv(service(&doc, "walpost"))),
     ];
     for (what, argv) in &probes {
-        assert!(
-            argv.join(" ").contains("/healthz"),
-            "{what} does not ask /healthz: {argv:?}"
-        );
+        assert!(argv.join(" ").contains("/healthz"), "{what} does not ask /healthz: {argv:?}");
     }
 
     // walpost with nothing to connect to (port 1 refuses at once) still serves /healthz:
@@ -1199,19 +977,14 @@ fn health_probes_pass_against_a_running_walpost_and_fail_without_it() {
         cmd.env_remove(var);
     }
     cmd.arg("run")
-        .env(
-            "WALPOST_POSTGRES",
-            "postgres://walpost@127.0.0.1:1/walpost?connect_timeout=1",
-        )
+        .env("WALPOST_POSTGRES", "postgres://walpost@127.0.0.1:1/walpost?connect_timeout=1")
         .env("WALPOST_KAFKA_BROKERS", "127.0.0.1:1")
         .env("WALPOST_METRICS_ADDR", &metrics_addr)
         .env("WALPOST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("create log file"));
-    let mut walpost = Walpost {
-        child: cmd.spawn().expect("start walpost"),
-    };
+    let mut walpost = Walpost { child: cmd.spawn().expect("start walpost") };
     let deadline = Instant::now() + Duration::from_secs(20);
     while !healthz_answers(port) {
         if let Some(status) = walpost.child.try_wait().expect("wait") {
@@ -1220,10 +993,7 @@ fn health_probes_pass_against_a_running_walpost_and_fail_without_it() {
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }
-        assert!(
-            Instant::now() < deadline,
-            "walpost did not serve /healthz on {metrics_addr} within 20 s"
-        );
+        assert!(Instant::now() < deadline, "walpost did not serve /healthz on {metrics_addr} within 20 s");
         std::thread::sleep(Duration::from_millis(100));
     }
 
@@ -1232,10 +1002,7 @@ fn health_probes_pass_against_a_running_walpost_and_fail_without_it() {
             probe_passes(argv, &metrics_addr, Duration::from_secs(10)),
             "{what} fails against a healthy walpost: {argv:?}"
         );
-        let wrong: Vec<String> = argv
-            .iter()
-            .map(|a| a.replace("/healthz", "/no-such-path"))
-            .collect();
+        let wrong: Vec<String> = argv.iter().map(|a| a.replace("/healthz", "/no-such-path")).collect();
         assert!(
             !probe_passes(&wrong, &metrics_addr, Duration::from_secs(10)),
             "{what} passes on a 404 too: it does not check the status"
@@ -1244,20 +1011,14 @@ fn health_probes_pass_against_a_running_walpost_and_fail_without_it() {
 
     // SIGTERM (what docker stop, compose and systemd send): a clean exit 0.
     let pid = walpost.child.id().to_string();
-    let killed = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("run kill");
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
     assert!(killed.success(), "kill -TERM {pid} failed");
     let deadline = Instant::now() + default_shutdown_timeout() + Duration::from_secs(10);
     let status = loop {
         if let Some(status) = walpost.child.try_wait().expect("wait") {
             break status;
         }
-        assert!(
-            Instant::now() < deadline,
-            "walpost did not stop after SIGTERM"
-        );
+        assert!(Instant::now() < deadline, "walpost did not stop after SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(
@@ -1267,10 +1028,7 @@ fn health_probes_pass_against_a_running_walpost_and_fail_without_it() {
     );
 
     for (what, argv) in &probes {
-        assert!(
-            !probe_passes(argv, &metrics_addr, Duration::from_secs(10)),
-            "{what} passes with walpost stopped"
-        );
+        assert!(!probe_passes(argv, &metrics_addr, Duration::from_secs(10)), "{what} passes with walpost stopped");
     }
 }
 

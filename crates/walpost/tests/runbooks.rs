@@ -18,7 +18,8 @@ fn every_runbook_named_in_the_code_exists() {
     for entry in std::fs::read_dir(&src).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         for (i, _) in text.match_indices("runbooks/") {
-            let name: String = text[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || "/-_.".contains(*c)).collect();
+            let name: String =
+                text[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || "/-_.".contains(*c)).collect();
             named.push(name.trim_end_matches('.').to_owned());
         }
     }

@@ -22,7 +22,8 @@ const WAIT: Duration = Duration::from_secs(120);
 /// Runs walpost until it exits by itself (it must, within a minute).
 fn run_to_exit(args: &[String]) -> (ExitStatus, String) {
     let mut p = Walpost::start(args, &[]);
-    let status = p.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| panic!("walpost kept running:\n{}", p.log_text()));
+    let status =
+        p.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| panic!("walpost kept running:\n{}", p.log_text()));
     (status, p.log_text())
 }
 
@@ -90,7 +91,9 @@ fn invalid_toml_and_conflicting_flags_are_refused_before_connecting() {
     let file = dir.join("walpost.toml");
     let base = |extra: &[&str]| -> Vec<String> {
         let mut v: Vec<String> =
-            ["run", "--postgres", "postgres://u:p@127.0.0.1:1/d", "--kafka-brokers", "127.0.0.1:1"].map(String::from).to_vec();
+            ["run", "--postgres", "postgres://u:p@127.0.0.1:1/d", "--kafka-brokers", "127.0.0.1:1"]
+                .map(String::from)
+                .to_vec();
         v.extend(extra.iter().map(|s| s.to_string()));
         v
     };
@@ -179,10 +182,8 @@ fn tls_only_server_refuses_plaintext_and_verify_full_checks_the_host_name() {
     assert!(!log.contains(APP_PASSWORD), "password in the log");
 
     let port = forward_from_127_0_0_2(pg.port());
-    let wrong_host = format!(
-        "postgres://{}:{APP_PASSWORD}@127.0.0.2:{port}/{}?sslmode=verify-full&sslrootcert={ca}",
-        w.role, w.db
-    );
+    let wrong_host =
+        format!("postgres://{}:{APP_PASSWORD}@127.0.0.2:{port}/{}?sslmode=verify-full&sslrootcert={ca}", w.role, w.db);
     let (status, log) = run_to_exit(&with_flag(w.args(), "--postgres", &wrong_host));
     assert_exit_failure("verify-full, wrong host", status, &log);
     let e = last_error("verify-full, wrong host", &log);
@@ -271,7 +272,10 @@ fn invalid_topic_after_routing_halts_and_confirms_nothing_past_it() {
     assert_exit_failure("invalid topic", status, &p.log_text());
     let e = last_error("invalid topic", &p.log_text());
     assert!(
-        e.contains(&format!("topic name '{}no/slash' produced by route.topic.replacement is not a valid Kafka topic", w.topic_prefix)),
+        e.contains(&format!(
+            "topic name '{}no/slash' produced by route.topic.replacement is not a valid Kafka topic",
+            w.topic_prefix
+        )),
         "{e}"
     );
     assert!(w.confirmed_flush_lsn().unwrap() < lsn_bad, "confirmed past the unroutable row");
@@ -373,9 +377,13 @@ fn publication_for_all_tables_streams_only_the_outbox_with_a_warning() {
     assert!(a.lost.is_empty() && a.phantoms.is_empty() && a.wrong_content.is_empty() && a.duplicates == 0, "{a:?}");
     assert_eq!(records.len(), 10);
     let log = strip_ansi(&p.log_text());
-    let warning = log.lines().find(|l| l.contains("FOR ALL TABLES")).expect("a warning about FOR ALL TABLES").to_owned();
+    let warning =
+        log.lines().find(|l| l.contains("FOR ALL TABLES")).expect("a warning about FOR ALL TABLES").to_owned();
     eprintln!("[bad-input] FOR ALL TABLES: {warning}");
-    assert!(warning.contains("every table's changes are decoded and sent, and only events.outbox is published"), "{warning}");
+    assert!(
+        warning.contains("every table's changes are decoded and sent, and only events.outbox is published"),
+        "{warning}"
+    );
 }
 
 // ---- Kafka ----
@@ -396,7 +404,17 @@ fn payload_over_the_brokers_topic_limit_halts_then_is_delivered_after_the_fix() 
     let topic = w.topic("order");
     topic_command(
         &w.kafka_bootstrap,
-        &["--create", "--topic", &topic, "--partitions", "3", "--replication-factor", "1", "--config", "max.message.bytes=2000"],
+        &[
+            "--create",
+            "--topic",
+            &topic,
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "1",
+            "--config",
+            "max.message.bytes=2000",
+        ],
     );
     let mut p = w.start_walpost();
     assert!(w.wait_for_slot(WAIT));
@@ -412,14 +430,27 @@ fn payload_over_the_brokers_topic_limit_halts_then_is_delivered_after_the_fix() 
     let status = p.wait_exit(Duration::from_secs(90)).expect("walpost must halt on a refused record");
     assert_exit_failure("broker limit", status, &p.log_text());
     let e = last_error("broker limit", &p.log_text());
-    assert!(e.contains(&format!("Kafka rejected event id={big_id} for topic {topic} permanently (message_size_too_large")), "{e}");
+    assert!(
+        e.contains(&format!("Kafka rejected event id={big_id} for topic {topic} permanently (message_size_too_large")),
+        "{e}"
+    );
     assert!(e.contains("raise the topic's max.message.bytes"), "{e}");
     assert!(w.confirmed_flush_lsn().unwrap() < lsn_big, "confirmed past the refused record");
 
     testkit::shared_kafka()
         .run_tool(
             "kafka.admin.ConfigCommand",
-            &["--bootstrap-server", &w.kafka_bootstrap, "--alter", "--entity-type", "topics", "--entity-name", &topic, "--add-config", "max.message.bytes=1048588"],
+            &[
+                "--bootstrap-server",
+                &w.kafka_bootstrap,
+                "--alter",
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                &topic,
+                "--add-config",
+                "max.message.bytes=1048588",
+            ],
         )
         .expect("raise max.message.bytes");
     let _fixed = w.start_walpost();
@@ -447,7 +478,17 @@ fn broker_refusing_writes_halts_confirms_nothing_and_recovers_without_loss() {
     let topic = w.topic("order");
     topic_command(
         &w.kafka_bootstrap,
-        &["--create", "--topic", &topic, "--partitions", "3", "--replication-factor", "1", "--config", "message.timestamp.before.max.ms=1"],
+        &[
+            "--create",
+            "--topic",
+            &topic,
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "1",
+            "--config",
+            "message.timestamp.before.max.ms=1",
+        ],
     );
     let mut p = w.start_walpost();
     assert!(w.wait_for_slot(WAIT));
@@ -466,7 +507,17 @@ fn broker_refusing_writes_halts_confirms_nothing_and_recovers_without_loss() {
     testkit::shared_kafka()
         .run_tool(
             "kafka.admin.ConfigCommand",
-            &["--bootstrap-server", &w.kafka_bootstrap, "--alter", "--entity-type", "topics", "--entity-name", &topic, "--delete-config", "message.timestamp.before.max.ms"],
+            &[
+                "--bootstrap-server",
+                &w.kafka_bootstrap,
+                "--alter",
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                &topic,
+                "--delete-config",
+                "message.timestamp.before.max.ms",
+            ],
         )
         .expect("let the broker take writes again");
     let _fixed = w.start_walpost();
@@ -599,7 +650,12 @@ fn malformed_protocol_bytes_halt_without_confirming_and_lose_nothing() {
 
     for (case, corruption, batch, expected_text) in [
         ("malformed pgoutput", CORRUPT_PGOUTPUT, 1, "malformed pgoutput message at LSN"),
-        ("malformed frame", CORRUPT_FRAME, 2, "PostgreSQL protocol violation: backend message 'd' has invalid length -1"),
+        (
+            "malformed frame",
+            CORRUPT_FRAME,
+            2,
+            "PostgreSQL protocol violation: backend message 'd' has invalid length -1",
+        ),
     ] {
         let before = w.confirmed_flush_lsn().unwrap();
         insert_batches(&w, batch, 1, 5, 5, &["order"]);
@@ -617,7 +673,10 @@ fn malformed_protocol_bytes_halt_without_confirming_and_lose_nothing() {
     let _clean = w.start_walpost();
     let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 15, WAIT);
     let a = audit(&w, &records);
-    assert!(a.lost.is_empty() && a.phantoms.is_empty() && a.reordered.is_empty() && a.wrong_content.is_empty(), "{a:?}");
+    assert!(
+        a.lost.is_empty() && a.phantoms.is_empty() && a.reordered.is_empty() && a.wrong_content.is_empty(),
+        "{a:?}"
+    );
 }
 
 // ---- privileges ----
@@ -640,7 +699,11 @@ fn reader_role_needs_the_publication_created_by_the_owner() {
     assert_exit_failure("reader role, no publication", status, &log);
     let e = last_error("reader role, no publication", &log);
     assert!(e.contains(&format!("cannot create publication \"{}_pub\"", w.slot)), "{e}");
-    assert!(e.contains("(SQLSTATE 42501)") && e.contains("create it as the table owner or a superuser with: CREATE PUBLICATION"), "{e}");
+    assert!(
+        e.contains("(SQLSTATE 42501)")
+            && e.contains("create it as the table owner or a superuser with: CREATE PUBLICATION"),
+        "{e}"
+    );
     assert!(w.confirmed_flush_lsn().is_none(), "no slot may be created");
 
     // The owner (walpost's usual test role) creates the publication walpost asked for.

@@ -475,10 +475,7 @@ fn chaos_run() {
     let pg_proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port()))).expect("postgres proxy");
     let kafka_proxy = Proxy::bind().expect("kafka proxy");
     let kafka = Kafka::start(KafkaOptions {
-        extra_props: vec![(
-            "advertised.listeners".into(),
-            format!("PLAINTEXT://127.0.0.1:{}", kafka_proxy.port()),
-        )],
+        extra_props: vec![("advertised.listeners".into(), format!("PLAINTEXT://127.0.0.1:{}", kafka_proxy.port()))],
     })
     .expect("start kafka");
     kafka_proxy.set_upstream(SocketAddr::from(([127, 0, 0, 1], kafka.port())));
@@ -553,9 +550,8 @@ fn chaos_run() {
         let injected = t.elapsed();
         let at = chaos.boundaries.last().map_or(0, |b| b.confirmed);
         let t_rec = Instant::now();
-        let recovered = testkit::wait_until(Duration::from_secs(120), || {
-            chaos.slot_state().is_some_and(|(lsn, _)| lsn > at)
-        });
+        let recovered =
+            testkit::wait_until(Duration::from_secs(120), || chaos.slot_state().is_some_and(|(lsn, _)| lsn > at));
         if !recovered {
             chaos.assert_walpost_alive();
             panic!(
@@ -636,9 +632,8 @@ fn chaos_run() {
         let end = commit_end(id);
         // The latest fault k with: this copy written after k began, the previous copy
         // before the fault after k, and the transaction unconfirmed at k.
-        let by = (0..nb)
-            .rev()
-            .find(|&k| r.offset >= high(k) && prev < high(k + 1) && end > chaos.boundaries[k].confirmed);
+        let by =
+            (0..nb).rev().find(|&k| r.offset >= high(k) && prev < high(k + 1) && end > chaos.boundaries[k].confirmed);
         match by {
             Some(k) => {
                 let b = &chaos.boundaries[k];
@@ -721,7 +716,11 @@ fn chaos_run() {
     assert!(a.phantoms.is_empty(), "phantom events: {:?}", &a.phantoms[..a.phantoms.len().min(10)]);
     assert!(a.reordered.is_empty(), "reordered: {:?}", &a.reordered[..a.reordered.len().min(10)]);
     assert!(a.wrong_content.is_empty(), "wrong content: {:?}", &a.wrong_content[..a.wrong_content.len().min(10)]);
-    assert!(unexplained.is_empty(), "duplicates not explained by a fault: {:?}", &unexplained[..unexplained.len().min(10)]);
+    assert!(
+        unexplained.is_empty(),
+        "duplicates not explained by a fault: {:?}",
+        &unexplained[..unexplained.len().min(10)]
+    );
     for &(fault, n) in &profile.plan {
         assert_eq!(chaos.counts.get(&fault).copied().unwrap_or(0), n, "{}", fault.name());
     }

@@ -40,10 +40,7 @@ fn streams_10k_events_exactly_once_in_commit_order() {
     let a = audit(&w, &records);
     assert_clean(&a, false);
     assert_eq!(records.len(), 10_000);
-    assert_eq!(
-        topics_with_prefix(&w.kafka_bootstrap, &w.topic_prefix),
-        vec![w.topic("order"), w.topic("payment")]
-    );
+    assert_eq!(topics_with_prefix(&w.kafka_bootstrap, &w.topic_prefix), vec![w.topic("order"), w.topic("payment")]);
     let after = before + 600_000;
     for r in &records {
         let key = r.key.as_deref().unwrap();
@@ -322,11 +319,7 @@ fn idle_outbox_confirms_while_other_tables_write() {
     let target = parse_lsn(&w.sql("SELECT pg_current_wal_lsn()")).unwrap();
     assert!(target > start + 1_000_000, "the noise did not write WAL");
     let advanced = testkit::wait_until(Duration::from_secs(60), || w.confirmed_flush_lsn().unwrap() >= target);
-    assert!(
-        advanced,
-        "confirmed_flush_lsn stayed at {:X}, WAL is at {target:X}",
-        w.confirmed_flush_lsn().unwrap()
-    );
+    assert!(advanced, "confirmed_flush_lsn stayed at {:X}, WAL is at {target:X}", w.confirmed_flush_lsn().unwrap());
 }
 
 /// The crash seam "after Kafka ack, before confirm": walpost dies after Kafka has the

@@ -12,7 +12,8 @@ const WAIT: Duration = Duration::from_secs(120);
 /// Runs walpost with `args` and expects it to stop by itself with a failure; returns its log.
 fn run_expecting_failure(args: &[String]) -> String {
     let mut p = Walpost::start(args, &[]);
-    let status = p.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| panic!("walpost kept running:\n{}", p.log_text()));
+    let status =
+        p.wait_exit(Duration::from_secs(60)).unwrap_or_else(|| panic!("walpost kept running:\n{}", p.log_text()));
     assert!(!status.success(), "walpost exited 0:\n{}", p.log_text());
     p.log_text()
 }
@@ -20,11 +21,8 @@ fn run_expecting_failure(args: &[String]) -> String {
 #[test]
 fn wal_level_replica_is_named_with_the_fix() {
     let pg: &'static Postgres = Box::leak(Box::new(
-        Postgres::start(PgOptions {
-            extra_conf: vec![("wal_level".into(), "replica".into())],
-            ..PgOptions::default()
-        })
-        .expect("start postgres"),
+        Postgres::start(PgOptions { extra_conf: vec![("wal_level".into(), "replica".into())], ..PgOptions::default() })
+            .expect("start postgres"),
     ));
     let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "err-wal-level");
     let log = run_expecting_failure(&w.args());
@@ -93,7 +91,11 @@ fn unknown_config_key_and_refused_kafka_property_are_named() {
     std::fs::write(&file, "postgres = 'postgres://u@h/d'\nslot_name = 'x'\n").unwrap();
     let log = run_expecting_failure(&["--config".into(), file.display().to_string(), "run".into()]);
     assert!(log.contains("slot_name"), "{log}");
-    std::fs::write(&file, "postgres = 'postgres://u@h/d'\n[kafka]\nbrokers = 'k:1'\n[kafka.properties]\n'enable.idempotence' = 'false'\n").unwrap();
+    std::fs::write(
+        &file,
+        "postgres = 'postgres://u@h/d'\n[kafka]\nbrokers = 'k:1'\n[kafka.properties]\n'enable.idempotence' = 'false'\n",
+    )
+    .unwrap();
     let log = run_expecting_failure(&["--config".into(), file.display().to_string(), "run".into()]);
     assert!(log.contains("enable.idempotence=false is refused"), "{log}");
 }

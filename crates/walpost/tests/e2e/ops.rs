@@ -44,10 +44,7 @@ fn with_config(w: &World, config: &str, extra: &[&str]) -> Vec<String> {
 
 fn walpost_cmd(args: &[String]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_walpost")).args(args).output().expect("run walpost");
-    (
-        out.status.success(),
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-    )
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
 fn sub_args(w: &World, sub: &[&str]) -> Vec<String> {

@@ -50,7 +50,8 @@ fn old_partition(w: &World, offset: i32) -> String {
     let (_, to) = day(w, offset + 1);
     let name = format!("outbox_p{ymd}");
     // As the table owner (walpost's role), like the partitions retention creates itself.
-    let create = format!("CREATE TABLE events.{name} PARTITION OF events.outbox FOR VALUES FROM ('{from}') TO ('{to}')");
+    let create =
+        format!("CREATE TABLE events.{name} PARTITION OF events.outbox FOR VALUES FROM ('{from}') TO ('{to}')");
     w.pg.psql_as(&w.role, &w.db, &create).unwrap_or_else(|e| panic!("{create}: {e}"));
     name
 }
@@ -124,7 +125,8 @@ impl Pass {
 }
 
 fn retention_args(w: &World, slot: &str, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = vec!["retention".into(), "--postgres".into(), w.url.clone(), "--slot".into(), slot.into()];
+    let mut args: Vec<String> =
+        vec!["retention".into(), "--postgres".into(), w.url.clone(), "--slot".into(), slot.into()];
     args.extend(extra.iter().map(|s| s.to_string()));
     args
 }
@@ -260,7 +262,10 @@ fn migrations_on_an_empty_database_build_the_partitioned_outbox() {
         w.sql("SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication WHERE pubname = 'walpost_outbox'"),
         "t|f|f|f|t"
     );
-    assert_eq!(w.sql("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'walpost_outbox'"), "events.outbox");
+    assert_eq!(
+        w.sql("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'walpost_outbox'"),
+        "events.outbox"
+    );
     // Idempotent: both migrations again change nothing.
     let before = w.sql("SELECT count(*) FROM pg_class");
     apply_0002(&w);
@@ -307,7 +312,10 @@ fn pass_creates_partitions_ahead_and_boundary_rows_land_in_the_right_partition()
     };
     assert_eq!(landed(&format!("'{d5}'")), format!("events.{}", expected[5]));
     assert_eq!(landed(&format!("'{d5}'::timestamptz - interval '1 microsecond'")), format!("events.{}", expected[4]));
-    assert_eq!(landed(&format!("'{d5}'::timestamptz + interval '1 day' - interval '1 microsecond'")), format!("events.{}", expected[5]));
+    assert_eq!(
+        landed(&format!("'{d5}'::timestamptz + interval '1 day' - interval '1 microsecond'")),
+        format!("events.{}", expected[5])
+    );
     // The partition walpost created has the table's key and indexes.
     assert_eq!(
         w.sql(&format!("SELECT count(*) FROM pg_index WHERE indrelid = 'events.{}'::regclass", expected[6])),
@@ -445,7 +453,8 @@ fn run_task_keeps_partitions_ahead_and_drops_expired_ones_while_streaming() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let expired = old_partition(&w, -10);
     insert_at(&w, 200, &format!("'{}'::timestamptz + interval '3 hours'", day(&w, -10).1), "old");
-    let cfg = config_file(&w, "[retention]\nenabled = true\ninterval_secs = 1\ndays_ahead = 5\nlock_timeout_ms = 500\n");
+    let cfg =
+        config_file(&w, "[retention]\nenabled = true\ninterval_secs = 1\ndays_ahead = 5\nlock_timeout_ms = 500\n");
     let port = testkit::free_port();
     let mut args = w.args();
     args.extend(["--config".into(), cfg, "--metrics-addr".into(), format!("127.0.0.1:{port}")]);
@@ -500,7 +509,8 @@ fn busy_partition_is_skipped_on_lock_timeout_and_default_partition_is_reported()
     let w = partitioned_world("ret-locks");
     let expired = old_partition(&w, -9);
     insert_at(&w, 10, &format!("'{}'::timestamptz + interval '1 hour'", day(&w, -9).1), "old");
-    w.pg.psql_as(&w.role, &w.db, "CREATE TABLE events.outbox_default PARTITION OF events.outbox DEFAULT").expect("default partition");
+    w.pg.psql_as(&w.role, &w.db, "CREATE TABLE events.outbox_default PARTITION OF events.outbox DEFAULT")
+        .expect("default partition");
     insert_at(&w, 3, "'2001-01-01 00:00:00+00'", "ancient");
     let cfg = config_file(&w, "[retention]\nlock_timeout_ms = 300\n");
 

@@ -298,7 +298,14 @@ fn import_debezium_prints_a_config_walpost_accepts() {
     let toml_path = dir.join("walpost.toml");
     std::fs::write(&toml_path, stdout.as_bytes()).unwrap();
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_walpost"))
-        .args(["--config", toml_path.to_str().unwrap(), "slot", "status", "--postgres", "postgres://u@127.0.0.1:1/shop"])
+        .args([
+            "--config",
+            toml_path.to_str().unwrap(),
+            "slot",
+            "status",
+            "--postgres",
+            "postgres://u@127.0.0.1:1/shop",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&check.stderr);

@@ -112,11 +112,7 @@ fn kill9_during_snapshot_then_restart_loses_nothing() {
     let a = audit(&w, &records);
     assert!(a.lost.is_empty() && a.phantoms.is_empty() && a.wrong_content.is_empty(), "{a:?}");
     assert!(a.reordered.is_empty(), "{:?}", a.reordered);
-    assert!(
-        second.log_text().contains("an earlier snapshot did not finish"),
-        "{}",
-        second.log_text()
-    );
+    assert!(second.log_text().contains("an earlier snapshot did not finish"), "{}", second.log_text());
 }
 
 /// Issue 4, test 4: `initial_only` exits 0 after publishing every row (and creates no

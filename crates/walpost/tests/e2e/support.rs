@@ -120,10 +120,8 @@ impl World {
     }
 
     pub fn confirmed_flush_lsn(&self) -> Option<u64> {
-        let text = self.sql(&format!(
-            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '{}'",
-            self.slot
-        ));
+        let text = self
+            .sql(&format!("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '{}'", self.slot));
         parse_lsn(&text)
     }
 
@@ -133,9 +131,8 @@ impl World {
 
     /// Every committed outbox row: id -> (aggregate_type, aggregate_id, event_type, payload text).
     pub fn committed_rows(&self) -> BTreeMap<i64, Row> {
-        let out = self.sql(
-            "SELECT id, aggregate_type, aggregate_id, event_type, payload::text FROM events.outbox ORDER BY id",
-        );
+        let out = self
+            .sql("SELECT id, aggregate_type, aggregate_id, event_type, payload::text FROM events.outbox ORDER BY id");
         out.lines()
             .filter(|l| !l.is_empty())
             .map(|l| {
