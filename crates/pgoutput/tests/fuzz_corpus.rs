@@ -21,7 +21,9 @@ fn fuzz_dir() -> PathBuf {
 }
 
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
     let mut out: Vec<_> = entries
         .flatten()
         .filter(|e| e.path().is_file())
@@ -101,7 +103,9 @@ fn check_decode_input(data: &[u8]) -> usize {
 fn check_copy_data_input(data: &[u8]) -> bool {
     let input = Bytes::copy_from_slice(data);
     let _ = wire::parse_standby_status_update(input.clone());
-    let Ok(msg) = wire::parse_copy_data(input.clone()) else { return false };
+    let Ok(msg) = wire::parse_copy_data(input.clone()) else {
+        return false;
+    };
     let mut out = BytesMut::new();
     match &msg {
         ReplicationMessage::XLogData(x) => {

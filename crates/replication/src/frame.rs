@@ -11,6 +11,10 @@ use bytes::{Buf, Bytes, BytesMut};
 /// not a reason to allocate.
 pub const MAX_FRAME_LEN: usize = 1 << 30;
 
+/// The most [`split_frame`] reserves ahead of a partial frame's bytes; larger frames
+/// grow the buffer as they arrive.
+pub const MAX_UPFRONT_RESERVE: usize = 1 << 20;
+
 /// One backend message: its tag byte and body (length header removed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
@@ -42,7 +46,9 @@ pub fn split_frame(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
         .ok_or(FrameError::BadLength { tag, len: i64::from(len) })?
         - 4;
     if buf.len() < 5 + body_len {
-        buf.reserve(5 + body_len - buf.len());
+        // Reserve for what is claimed, but only up to a bound: a hostile or corrupt
+        // length must not allocate a gigabyte before a single body byte arrives.
+        buf.reserve((5 + body_len - buf.len()).min(MAX_UPFRONT_RESERVE));
         return Ok(None);
     }
     buf.advance(5);
@@ -196,6 +202,20 @@ mod tests {
         v.extend_from_slice(&i32::try_from(body.len() + 4).unwrap().to_be_bytes());
         v.extend_from_slice(body);
         v
+    }
+
+    #[test]
+    fn regression_claimed_length_does_not_reserve_a_gigabyte_up_front() {
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(b"d");
+        buf.extend_from_slice(&i32::try_from(MAX_FRAME_LEN).unwrap().to_be_bytes());
+        buf.extend_from_slice(b"w");
+        assert_eq!(split_frame(&mut buf), Ok(None));
+        assert!(buf.capacity() <= 2 * MAX_UPFRONT_RESERVE, "reserved {} bytes", buf.capacity());
+        // A frame that does fit the reservation still completes.
+        let mut small = BytesMut::from(&frame(b'd', &[7; 100])[..10]);
+        assert_eq!(split_frame(&mut small), Ok(None));
+        assert!(small.capacity() >= 104);
     }
 
     #[test]

@@ -221,7 +221,9 @@ async fn malformed_pgoutput_inside_xlog_data_reaches_the_decoder_and_is_refused(
 #[tokio::test]
 async fn fuzz_regression_inputs_never_panic_the_client() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pgoutput/fuzz/regressions");
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let bytes = std::fs::read(e.path()).unwrap();
         let _ = run(frame(b'd', &bytes), 4).await;

@@ -562,7 +562,9 @@ fn find_psql(bin_dir: &Path) -> PathBuf {
     let mut best: Option<(u32, PathBuf)> = None;
     if let Ok(entries) = fs::read_dir("/usr/lib/postgresql") {
         for e in entries.flatten() {
-            let Ok(v) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(v) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
             let p = e.path().join("bin/psql");
             if p.is_file() && best.as_ref().is_none_or(|(bv, _)| v > *bv) {
                 best = Some((v, p));

@@ -205,7 +205,9 @@ fn connection(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) {
     let _ = client.set_nonblocking(false);
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     // Registered before connecting, so a cut during a stall closes held clients too.
-    let Ok(client_reg) = client.try_clone() else { return };
+    let Ok(client_reg) = client.try_clone() else {
+        return;
+    };
     shared.conns.lock().unwrap_or_else(|e| e.into_inner()).push((id, client_reg, None));
     shared.wait_while_stalled();
     if shared.refusing.load(Ordering::Relaxed) || !registered(shared, id) {

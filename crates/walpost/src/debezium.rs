@@ -250,8 +250,8 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
             }
         } else if let Some(reason) = NOT_NEEDED.iter().find(|(n, _)| *n == k).map(|(_, r)| *r) {
             notes.push(format!("{k} dropped: {reason}"));
-        } else if k.starts_with("walpost.other.") {
-            notes.push(format!("{} dropped: Debezium Server setting", &k["walpost.other.".len()..]));
+        } else if let Some(setting) = k.strip_prefix("walpost.other.") {
+            notes.push(format!("{setting} dropped: Debezium Server setting"));
         } else {
             not_carried.push((k, format!("{v}: no walpost equivalent")));
         }

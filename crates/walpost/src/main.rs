@@ -60,7 +60,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             }
             tokio::select! {
                 result = pipeline::run(&settings, metrics, shutdown) => result?,
-                // The slot was invalidated: nothing more can be streamed from it.
+                // The slot was invalidated or an outbox table stopped being streamed.
                 Ok(()) = fatal.changed() => {
                     let message = fatal.borrow().clone().unwrap_or_default();
                     return Err(PipelineError::Definite(message).into());

@@ -288,7 +288,9 @@ impl Metrics {
 impl Metrics {
     fn render_slot(&self, out: &mut String, name: &str) {
         let Ok(slot) = self.slot.lock() else { return };
-        let Some(st) = slot.as_ref().filter(|st| st.exists) else { return };
+        let Some(st) = slot.as_ref().filter(|st| st.exists) else {
+            return;
+        };
         match name {
             "walpost_slot_retained_bytes" => sample(out, name, st.retained_bytes),
             "walpost_slot_unconfirmed_bytes" => sample(out, name, st.unconfirmed_bytes),
@@ -347,7 +349,9 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<(
     tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
     tokio::spawn(async move {
         loop {
-            let Ok((mut conn, _)) = listener.accept().await else { continue };
+            let Ok((mut conn, _)) = listener.accept().await else {
+                continue;
+            };
             let metrics = metrics.clone();
             tokio::spawn(async move {
                 // The request line may arrive in several segments: read until it is whole

@@ -7,7 +7,10 @@
 //! - `warning` / `critical` when retained WAL bytes or the streaming lag (age of the
 //!   oldest unacknowledged transaction) pass their thresholds, or when `wal_status` is
 //!   `unreserved` (critical: the next checkpoint may remove WAL the slot needs);
-//! - `lost` is fatal: walpost stops with the error of runbooks/slot-lost.md.
+//! - `lost` is fatal: walpost stops with the error of runbooks/slot-lost.md;
+//! - an outbox table that no longer exists or is no longer streamed by the publication
+//!   is fatal too ([`OutboxWatch`]): runbooks/outbox-recreated.md.
+//!
 //! Alarms log once per change of level, then a reminder every `reminder_secs`;
 //! `/readyz` fails while the level is critical.
 //!
@@ -190,6 +193,7 @@ pub async fn run(s: Settings, metrics: Arc<Metrics>, fatal: watch::Sender<Option
     let mut level = AlarmLevel::Ok;
     let mut last_log = Instant::now();
     let mut sql: Option<ReplicationClient> = None;
+    let mut outboxes = OutboxWatch::default();
     let mut tick = tokio::time::interval(s.monitor_interval);
     loop {
         tick.tick().await;
@@ -212,6 +216,21 @@ pub async fn run(s: Settings, metrics: Arc<Metrics>, fatal: watch::Sender<Option
             }
         };
         metrics.set_slot(&status);
+        // The pipeline streams only after its own checks passed (and it created the
+        // publication if missing): from then on a failing check is a change, not setup.
+        outboxes.armed |= metrics.is_streaming();
+        match outboxes.check(conn, &s).await {
+            Ok(None) => {}
+            Ok(Some(message)) => {
+                let _ = fatal.send(Some(message));
+                return;
+            }
+            Err(e) => {
+                tracing::debug!("outbox check failed: {e}");
+                sql = None;
+                continue;
+            }
+        }
         if !status.exists {
             continue;
         }
@@ -244,6 +263,60 @@ pub async fn run(s: Settings, metrics: Arc<Metrics>, fatal: watch::Sender<Option
                 level = new;
             }
         }
+    }
+}
+
+/// Watches that every outbox table still exists and is still streamed by the
+/// publication. Neither a DROP nor a publication change is in the replication stream:
+/// without this check, rows of a re-created outbox would never be decoded while the
+/// slot is confirmed past them, silently. Armed once the tables have been seen
+/// streamable or the pipeline streams, so a misconfiguration at start is reported by
+/// the pipeline's start-up checks instead.
+#[derive(Debug, Default)]
+struct OutboxWatch {
+    armed: bool,
+    oids: Vec<String>,
+}
+
+impl OutboxWatch {
+    /// `Ok(Some(message))`: fatal, stop with it. `Err`: the query failed (reconnect).
+    async fn check(&mut self, sql: &mut ReplicationClient, s: &Settings) -> Result<Option<String>, PipelineError> {
+        let mut oids = Vec::with_capacity(s.outboxes.len());
+        for outbox in &s.outboxes {
+            let r = sql
+                .simple_query(&format!(
+                    "SELECT to_regclass({})::oid::text AS oid",
+                    quote_literal(&outbox.table.quoted())
+                ))
+                .await?;
+            match r.first("oid") {
+                Some(oid) => oids.push(oid.to_owned()),
+                None if self.armed => {
+                    return Ok(Some(setup::outbox_changed_message(&setup::outbox_dropped(&outbox.table))));
+                }
+                None => return Ok(None),
+            }
+        }
+        match setup::publication_state(sql, s).await {
+            // Not created yet (the pipeline creates it); dropped, the walsender says so.
+            Ok(setup::Publication::Missing) => return Ok(None),
+            Ok(setup::Publication::Ready | setup::Publication::ReadyForAllTables) => {}
+            Err(PipelineError::Definite(why)) if self.armed => return Ok(Some(setup::outbox_changed_message(&why))),
+            Err(PipelineError::Definite(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        if self.armed && !self.oids.is_empty() && oids != self.oids {
+            // Replaced and published again (migrations/0002 does both in one
+            // transaction, losing nothing); a gap between the two would lose rows.
+            tracing::warn!(
+                table = %s.table,
+                "an outbox table was re-created while walpost was streaming and is in the publication again; rows written to it before it joined the publication were not streamed (see {})",
+                setup::OUTBOX_CHANGED_RUNBOOK
+            );
+        }
+        self.armed = true;
+        self.oids = oids;
+        Ok(None)
     }
 }
 
@@ -328,7 +401,9 @@ mod tests {
         let mut st = status(0, "reserved");
         st.oldest_transaction_age_secs = 61.0;
         match evaluate(&st, 0.0, &t()) {
-            Verdict::Level(AlarmLevel::Warning, reasons) => assert!(reasons[0].contains("long-transaction")),
+            Verdict::Level(AlarmLevel::Warning, reasons) => {
+                assert!(reasons[0].contains("long-transaction"))
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -138,6 +138,10 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         Ok(setup::Publication::Ready) => {
             Check::Ok(format!("publication \"{}\" publishes inserts of {}", s.publication, s.table))
         }
+        Ok(setup::Publication::ReadyForAllTables) => Check::Warn(format!(
+            "publication \"{}\" is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published",
+            s.publication, s.table
+        )),
         Err(e) => Check::Fail(e.to_string()),
     });
     out.push(match setup::slot_row(sql, &s.slot).await {

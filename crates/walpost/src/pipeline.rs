@@ -588,7 +588,9 @@ impl Session<'_> {
 
     /// A logical decoding message: an event when its prefix is configured.
     async fn on_message(&mut self, m: pgoutput::Message) -> Result<(), PipelineError> {
-        let Some(config) = &self.s.messages else { return Ok(()) };
+        let Some(config) = &self.s.messages else {
+            return Ok(());
+        };
         let prefix = String::from_utf8_lossy(&m.prefix);
         if !config.prefixes.iter().any(|p| *p == prefix) {
             return Ok(());
@@ -669,7 +671,9 @@ impl Session<'_> {
             }
         }
         match self.send_status(false).await {
-            Ok(()) => tracing::info!(confirmed = %self.checkpoint.flush_lsn(), "{why}: confirmed position sent"),
+            Ok(()) => {
+                tracing::info!(confirmed = %self.checkpoint.flush_lsn(), "{why}: confirmed position sent")
+            }
             Err(e) => tracing::warn!("{why}: could not send the final position: {e}"),
         }
         self.stream.close().await;

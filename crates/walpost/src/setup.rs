@@ -13,6 +13,8 @@ use crate::error::PipelineError;
 
 /// The runbook a lost slot points to.
 pub const SLOT_LOST_RUNBOOK: &str = "runbooks/slot-lost.md";
+/// The runbook an outbox table that stopped being streamed points to.
+pub const OUTBOX_CHANGED_RUNBOOK: &str = "runbooks/outbox-recreated.md";
 
 /// What pg_replication_slots says about our slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +126,8 @@ pub fn relation_of(table: &TableName, columns: impl IntoIterator<Item = (String,
 pub enum Publication {
     Missing,
     Ready,
+    /// Ready, but FOR ALL TABLES: every table's changes are decoded and sent.
+    ReadyForAllTables,
 }
 
 /// Checks an existing publication publishes inserts of the table; read-only.
@@ -155,12 +159,7 @@ pub async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Res
         )
         .await?;
         if covered.first("n") == Some("0") {
-            return Err(PipelineError::definite(format!(
-                "publication \"{}\" exists but does not include {table}: run ALTER PUBLICATION {} ADD TABLE {}, or choose another --publication",
-                s.publication,
-                quote_ident(&s.publication),
-                table.quoted()
-            )));
+            return Err(PipelineError::definite(publication_lacks_table(&s.publication, table)));
         }
     }
     // A partitioned outbox must be published through its root, or rows arrive under
@@ -187,15 +186,30 @@ pub async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Res
         )));
     }
     if r.first("alltables") == Some("true") {
-        tracing::warn!(publication = %s.publication, "publication is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published", s.table);
+        Ok(Publication::ReadyForAllTables)
+    } else {
+        Ok(Publication::Ready)
     }
-    Ok(Publication::Ready)
+}
+
+/// The error for a publication that exists without the outbox table in it.
+pub fn publication_lacks_table(publication: &str, table: &TableName) -> String {
+    format!(
+        "publication \"{publication}\" exists but does not include {table}: run ALTER PUBLICATION {} ADD TABLE {}, or choose another --publication",
+        quote_ident(publication),
+        table.quoted()
+    )
 }
 
 /// Creates the publication when missing; checks an existing one publishes our inserts.
 pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
-    if publication_state(sql, s).await? == Publication::Ready {
-        return Ok(());
+    match publication_state(sql, s).await? {
+        Publication::Ready => return Ok(()),
+        Publication::ReadyForAllTables => {
+            tracing::warn!(publication = %s.publication, "publication is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published", s.table);
+            return Ok(());
+        }
+        Publication::Missing => {}
     }
     let tables = s.outboxes.iter().map(|o| o.table.quoted()).collect::<Vec<_>>().join(", ");
     let create = format!(
@@ -276,4 +290,18 @@ pub fn slot_lost_message(slot: &str) -> String {
     format!(
         "replication slot \"{slot}\" was invalidated (wal_status = lost): PostgreSQL removed WAL it still needed, so events committed since its confirmed position may never reach Kafka; follow {SLOT_LOST_RUNBOOK}"
     )
+}
+
+/// The fatal error for an outbox table that stopped being streamed while walpost ran;
+/// `why` is what the check found (the table is gone, or the publication check's own
+/// error). Quoted verbatim in runbooks/outbox-recreated.md.
+pub fn outbox_changed_message(why: &str) -> String {
+    format!(
+        "{why}; this changed while walpost was streaming, and rows written since then are not in the replication stream (the slot may be confirmed past them), so walpost stopped: put the table back in the publication, backfill its rows with `walpost run --snapshot initial_only`, then restart walpost; follow {OUTBOX_CHANGED_RUNBOOK}"
+    )
+}
+
+/// The `why` of [`outbox_changed_message`] for a dropped table.
+pub fn outbox_dropped(table: &TableName) -> String {
+    format!("outbox table {table} no longer exists")
 }

@@ -149,7 +149,13 @@ pub fn producer_config(brokers: &str, properties: &BTreeMap<String, String>) -> 
             "partitioner is not murmur2_random: keys will not map to the same partitions as Java clients and Debezium"
         );
     }
-    cfg.set_log_level(RDKafkaLogLevel::Warning);
+    // librdkafka's own debug output (`debug` = "broker,msg,...") comes through only if
+    // the client's log level lets it; it is then logged at tracing's debug level.
+    cfg.set_log_level(if cfg.get("debug").is_some_and(|d| !d.is_empty()) {
+        RDKafkaLogLevel::Debug
+    } else {
+        RDKafkaLogLevel::Warning
+    });
     Ok(cfg)
 }
 
@@ -385,6 +391,14 @@ mod tests {
         assert_eq!(cfg.get("enable.idempotence"), Some("true"));
         assert_eq!(cfg.get("partitioner"), Some("murmur2_random"));
         assert_eq!(cfg.get("compression.type"), Some("lz4"));
+        assert!(matches!(cfg.log_level, RDKafkaLogLevel::Warning));
+    }
+
+    #[test]
+    fn librdkafka_debug_property_lets_its_debug_logs_through() {
+        let mut props = BTreeMap::new();
+        props.insert("debug".to_owned(), "broker,msg".to_owned());
+        assert!(matches!(producer_config("h:9092", &props).unwrap().log_level, RDKafkaLogLevel::Debug));
     }
 
     #[test]

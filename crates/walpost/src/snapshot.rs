@@ -278,7 +278,7 @@ impl Progress {
         let eta = if rate > 0.0 { (total - self.done) as f64 / rate } else { 0.0 };
         if self.tty {
             const WIDTH: u64 = 30;
-            let filled = if total == 0 { WIDTH } else { (self.done * WIDTH / total).min(WIDTH) };
+            let filled = (self.done * WIDTH).checked_div(total).map_or(WIDTH, |f| f.min(WIDTH));
             let bar = format!("{}{}", "#".repeat(filled as usize), ".".repeat((WIDTH - filled) as usize));
             let mut err = std::io::stderr();
             let _ = write!(err, "\rsnapshot [{bar}] {}/{} rows {:.0} rows/s ETA {:.0}s ", self.done, total, rate, eta);

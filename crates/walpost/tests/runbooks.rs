@@ -37,6 +37,19 @@ fn slot_lost_error_is_quoted_verbatim_in_its_runbook() {
 }
 
 #[test]
+fn outbox_changed_errors_are_quoted_verbatim_in_their_runbook() {
+    let table = walpost::config::TableName { schema: "events".into(), name: "outbox".into() };
+    let runbook = read("runbooks/outbox-recreated.md");
+    for why in
+        [walpost::setup::outbox_dropped(&table), walpost::setup::publication_lacks_table("walpost_outbox", &table)]
+    {
+        let message = walpost::setup::outbox_changed_message(&why);
+        assert!(message.contains("runbooks/outbox-recreated.md"));
+        assert!(runbook.contains(&message), "runbooks/outbox-recreated.md must quote:\n{message}");
+    }
+}
+
+#[test]
 fn poison_record_error_is_quoted_verbatim_in_its_runbook() {
     let r = walpost::sink::Rejection {
         event_id: "4711".into(),

@@ -619,7 +619,9 @@ fn chaos_run() {
     let mut forgotten = 0usize;
     for r in &records {
         let id = r.event_id();
-        let Some(prev) = previous.insert(id, r.offset) else { continue };
+        let Some(prev) = previous.insert(id, r.offset) else {
+            continue;
+        };
         duplicates += 1;
         let tp = (r.topic.clone(), r.partition);
         let high = |k: usize| -> i64 {

@@ -21,7 +21,9 @@ fn own_pg(extra: &[(&str, &str)]) -> &'static Postgres {
 }
 
 fn http_get(port: u16, path: &str) -> (u16, String) {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return (0, String::new()) };
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
     let _ = s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
@@ -255,7 +257,8 @@ fn slot_cli_creates_reports_and_drops() {
     assert!(w.confirmed_flush_lsn().is_none());
 }
 
-/// The runbooks' SQL blocks run against a real server (slot "walpost" present).
+/// The runbooks' SQL blocks run against a real server (slot "walpost" and an empty
+/// publication "walpost_outbox" present).
 #[test]
 fn runbook_sql_runs_against_a_real_server() {
     let pg = own_pg(&[]);
@@ -267,6 +270,8 @@ fn runbook_sql_runs_against_a_real_server() {
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         w.sql("SELECT pg_create_logical_replication_slot('walpost', 'pgoutput') WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'walpost')");
+        // The default publication, without the table (as after a re-created outbox).
+        w.sql("DROP PUBLICATION IF EXISTS walpost_outbox; CREATE PUBLICATION walpost_outbox;");
         let mut in_block = false;
         let mut block = String::new();
         for line in text.lines() {

@@ -371,7 +371,9 @@ pub fn read_all(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !remaining.is_empty() {
         assert!(Instant::now() < deadline, "timed out reading {prefix}: still waiting for {remaining:?}");
-        let Some(result) = c.poll(Duration::from_millis(500)) else { continue };
+        let Some(result) = c.poll(Duration::from_millis(500)) else {
+            continue;
+        };
         let m = result.expect("consume");
         let key = (m.topic().to_owned(), m.partition());
         out.push(Consumed {
@@ -413,8 +415,8 @@ pub fn audit(w: &World, records: &[Consumed]) -> Audit {
     let rows = w.committed_rows();
     let mut a = Audit::default();
     let mut seen = HashSet::new();
-    // Per key: ids in partition-offset order, first copies only.
-    let mut per_key: HashMap<(String, Vec<u8>), Vec<i64>> = HashMap::new();
+    // Per key: (id, partition, offset) in partition-offset order, first copies only.
+    let mut per_key: HashMap<(String, Vec<u8>), Vec<(i64, i32, i64)>> = HashMap::new();
     let mut partition_of_key: HashMap<(String, Vec<u8>), i32> = HashMap::new();
     for r in records {
         let id = r.event_id();
@@ -438,11 +440,19 @@ pub fn audit(w: &World, records: &[Consumed]) -> Audit {
             a.duplicates += 1;
             continue;
         }
-        per_key.entry(key).or_default().push(id);
+        per_key.entry(key).or_default().push((id, r.partition, r.offset));
     }
     for (key, ids) in &per_key {
-        if ids.windows(2).any(|w| w[0] >= w[1]) {
-            a.reordered.push(format!("key {:?}: ids out of commit order", String::from_utf8_lossy(&key.1)));
+        if let Some(w) = ids.windows(2).find(|w| w[0].0 >= w[1].0) {
+            a.reordered.push(format!(
+                "key {:?}: ids out of commit order: id {} (partition {} offset {}) before id {} (offset {})",
+                String::from_utf8_lossy(&key.1),
+                w[0].0,
+                w[0].1,
+                w[0].2,
+                w[1].0,
+                w[1].2
+            ));
         }
     }
     a.lost = rows.keys().filter(|id| !seen.contains(id)).copied().collect();
