@@ -7,7 +7,7 @@ target/release/walpost-devservers), one backlog that every system drains:
   recv      pg_recvlogical (pgoutput proto_version 1, walpost's publication) -> /dev/null:
             the walsender's own rate, the ceiling for any pgoutput client
   walpost   target/release/walpost run, defaults (acks=all, idempotent, lz4, linger 5 ms)
-  walpost-16mib  the same with [pipeline] max_in_flight_bytes = 16 MiB (drain only)
+  walpost-nolz4  the same with compression.type = none (drain only): what lz4 costs
   kafka-floor    live only: the same record bursts produced straight to Kafka (floorgen.py)
   debezium  Debezium 3.6 embedded engine + PostgreSQL connector + Outbox Event Router,
             producing with acks=all + idempotence (bench/debezium/DebeziumBench.java)
@@ -209,6 +209,15 @@ class Kafka:
                 return
             time.sleep(0.1)
 
+    def first_append_ms(self, topics: list[str]) -> float | None:
+        """The broker's append time (LogAppendTime, ms since the epoch) of the earliest
+        record in the topics: when the first record was written, free of the polling
+        delay of watching high watermarks."""
+        req = {TopicPartition(t, p): OffsetSpec.for_timestamp(0) for t in topics for p in range(PARTITIONS)}
+        fs = self.admin.list_offsets(req, request_timeout=10)
+        stamps = [r.timestamp for r in (f.result() for f in fs.values()) if r.offset >= 0 and r.timestamp >= 0]
+        return float(min(stamps)) if stamps else None
+
     def high_watermarks(self, topics: list[str]) -> int:
         req = {TopicPartition(t, p): OffsetSpec.latest() for t in topics for p in range(PARTITIONS)}
         fs = self.admin.list_offsets(req, request_timeout=10)
@@ -367,6 +376,16 @@ def spawn(ctx: Ctx, name: str, argv: list[str], env=None) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(BENCH))
 
 
+def drop_slot(conn, slot: str) -> None:
+    """Drops a slot once the walsender of the stopped system has let go of it."""
+    deadline = time.monotonic() + 30
+    while conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone() == (True,):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"replication slot {slot} is still active 30 s after its consumer stopped")
+        time.sleep(0.1)
+    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
 def drain(ctx: Ctx, system: str, argv, env=None, slot=None, prefix=None, exits_itself=False,
           window=None, note="") -> Row:
     """Starts a system on the backlog and measures until the last record is acknowledged
@@ -378,6 +397,7 @@ def drain(ctx: Ctx, system: str, argv, env=None, slot=None, prefix=None, exits_i
     conn = psycopg.connect(ctx.url, autocommit=True)
     broker_cpu0 = proc_cpu(ctx.servers.broker_pid) if ctx.servers.broker_pid else None
     t0 = time.monotonic()
+    t0_wall_ms = time.time() * 1000
     p = spawn(ctx, f"drain-{system}", argv, env)
     tree = Tree(p.pid)
     ws_pid, ws_cpu = None, 0.0
@@ -443,6 +463,10 @@ def drain(ctx: Ctx, system: str, argv, env=None, slot=None, prefix=None, exits_i
             note = (note + f"; exit code {rc} at SIGTERM").strip("; ")
     conn.close()
     elapsed = done_at - t0
+    # Start to the first record's append on the broker (its LogAppendTime); the polled
+    # high watermark above is the fallback, late by up to one polling round.
+    appended = ctx.kafka.first_append_ms(topics) if topics else None
+    first_ack_ms = (appended - t0_wall_ms) if appended else ((first - t0) * 1000 if first else 0)
     events = acked if window is not None else ctx.events
     per_byte = ctx.payload_bytes / ctx.events
     r = Row(
@@ -453,7 +477,7 @@ def drain(ctx: Ctx, system: str, argv, env=None, slot=None, prefix=None, exits_i
         cpu_s=cpu, cpu_s_per_m=cpu / events * 1e6 if events else 0,
         walsender_cpu_s_per_m=ws_cpu / events * 1e6 if events and slot else 0,
         broker_cpu_s_per_m=broker_cpu / events * 1e6 if events and topics else 0,
-        peak_rss_mb=rss, first_ack_ms=((first - t0) * 1000) if first else 0, load1=load, notes=note,
+        peak_rss_mb=rss, first_ack_ms=first_ack_ms, load1=load, notes=note,
     )
     log(f"drain {system}: {events} events in {elapsed:.2f} s = {r.events_per_s:,.0f}/s, "
         f"cpu {cpu:.2f} s, rss {rss:.1f} MB, first ack {r.first_ack_ms:.0f} ms")
@@ -660,10 +684,11 @@ def write_results(ctx: Ctx, machine: str) -> None:
         scope = "" if ctx.events >= 1_000_000 else f" (this run drained {ctx.events:,} events; the target is for 1M)"
         dzr = f"; Debezium: {dz.peak_rss_mb:,.0f} MB" if dz else ""
         lines.append(f"- peak RSS ≤ 64 MB: {wp.peak_rss_mb:.1f} MB{dzr}{scope} → {verdict(wp.peak_rss_mb <= 64)}")
-        w16 = by.get(("walpost-16mib", "drain", 0))
-        if w16:
-            lines.append(f"  - same binary with `[pipeline] max_in_flight_bytes = 16777216`: peak RSS {w16.peak_rss_mb:.1f} MB "
-                         f"at {w16.events_per_s:,.0f} events/s (default: {wp.events_per_s:,.0f} events/s)")
+        nc = by.get(("walpost-nolz4", "drain", 0))
+        if nc:
+            lines.append(f"  - same binary with `compression.type = none`: {nc.events_per_s:,.0f} events/s, "
+                         f"broker {fmt(nc.broker_cpu_s_per_m, 1)} CPU s / M events, peak RSS {nc.peak_rss_mb:.1f} MB "
+                         f"(lz4, the default: {wp.events_per_s:,.0f} events/s, broker {fmt(wp.broker_cpu_s_per_m, 1)})")
         dzf = f" (Debezium: {dz.first_ack_ms:,.0f} ms)" if dz else ""
         lines.append(f"- start → first acknowledged record ≤ 100 ms: {wp.first_ack_ms:.0f} ms{dzf} → {verdict(wp.first_ack_ms <= 100)}")
     l5 = by.get(("walpost", "live", 5000.0))
@@ -694,7 +719,7 @@ def chart(ctx: Ctx, path: Path) -> None:
     drains = [r for r in ctx.rows if r.mode == "drain"]
     lives = [r for r in ctx.rows if r.mode == "live"]
     colors = {"recv": "#999999", "kafka-floor": "#bbbbbb", "walpost": "#1f77b4", "debezium": "#d62728",
-              "relay002": "#ff7f0e", "walpost-16mib": "#6baed6", "relay001": "#8c564b"}
+              "relay002": "#ff7f0e", "walpost-nolz4": "#6baed6", "relay001": "#8c564b"}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.2))
     names = [r.system for r in drains]
     vals = [r.events_per_s for r in drains]
@@ -737,7 +762,7 @@ def main() -> int:
     ap.add_argument("--relay-live-rates", default="100", help="events/s for the relays' live phase")
     ap.add_argument("--live-seconds", type=float)
     ap.add_argument("--relay-seconds", type=float, help="drain window for the relays")
-    ap.add_argument("--systems", default="recv,walpost,walpost-16mib,kafka-floor,debezium,relay002,relay001")
+    ap.add_argument("--systems", default="recv,walpost,walpost-nolz4,kafka-floor,debezium,relay002,relay001")
     ap.add_argument("--walpost-kafka-property", action="append", default=[], metavar="K=V")
     ap.add_argument("--walpost-bin", default=str(ROOT / "target/release/walpost"))
     ap.add_argument("--walpost-config", help="a walpost TOML file (e.g. [pipeline] settings)")
@@ -777,7 +802,7 @@ def main() -> int:
             c.execute((ROOT / "migrations/0001_events_outbox.sql").read_text())
             c.execute(workload.filler_sql(SEED))
         kafka = Kafka(servers.brokers)
-        kafka.create_topics([p + t for p in ("wp.", "wp16.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
+        kafka.create_topics([p + t for p in ("wp.", "wpnc.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
         warm_up_broker(servers.brokers)
         ctx = Ctx(args=args, servers=servers, kafka=kafka, url=url, events=args.events, payload_bytes=0, workdir=workdir)
 
@@ -797,12 +822,12 @@ def main() -> int:
                          " WITH (publish = 'insert', publish_via_partition_root = true)")
         if "recv" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('recv', 'pgoutput')")
-        # walpost-16mib: the same binary with [pipeline] max_in_flight_bytes = 16 MiB instead
-        # of the default 32 MiB (the memory target's knob); drain only.
-        wp16_conf = workdir / "walpost-16mib.toml"
-        wp16_conf.write_text("[pipeline]\nmax_in_flight_bytes = 16777216\n")
-        if "walpost-16mib" in systems:
-            conn.execute("SELECT pg_create_logical_replication_slot('wp16', 'pgoutput')")
+        # walpost-nolz4: the same binary without producer compression (lz4 is the default):
+        # what compression costs walpost and the broker per event; drain only.
+        wpnc_conf = workdir / "walpost-nolz4.toml"
+        wpnc_conf.write_text('[kafka.properties]\n"compression.type" = "none"\n')
+        if "walpost-nolz4" in systems:
+            conn.execute("SELECT pg_create_logical_replication_slot('wpnc', 'pgoutput')")
         if "debezium" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
             # warm the page cache for the JVM's jars like walpost's binary (run once above)
@@ -826,13 +851,13 @@ def main() -> int:
                 "-o", "proto_version=1", "-o", "publication_names=walpost_outbox",
                 "--endpos", str(endpos), "-F", "0", "--no-loop", "-f", "/dev/null"],
                 slot="recv", exits_itself=True, note="pgoutput to /dev/null, no Kafka")
-            conn.execute("SELECT pg_drop_replication_slot('recv')")
+            drop_slot(conn, "recv")
         if "walpost" in systems:
             drain(ctx, "walpost", walpost_argv(ctx, "wp", "wp."), slot="wp", prefix="wp.")
-        if "walpost-16mib" in systems:
-            drain(ctx, "walpost-16mib", walpost_argv(ctx, "wp16", "wp16.", str(wp16_conf)), slot="wp16", prefix="wp16.",
-                  note="max_in_flight_bytes = 16 MiB (default 32 MiB)")
-            conn.execute("SELECT pg_drop_replication_slot('wp16')")
+        if "walpost-nolz4" in systems:
+            drain(ctx, "walpost-nolz4", walpost_argv(ctx, "wpnc", "wpnc.", str(wpnc_conf)), slot="wpnc", prefix="wpnc.",
+                  note="compression.type = none (default lz4)")
+            drop_slot(conn, "wpnc")
         dbz_offsets = workdir / "debezium.offsets"
         if "debezium" in systems:
             argv, env = debezium_cmd(ctx, "dbz", "dbz.", dbz_offsets)
@@ -840,7 +865,7 @@ def main() -> int:
         if "walpost" in systems and rates:
             live(ctx, "walpost", walpost_argv(ctx, "wp", "wp."), None, "wp.", rates, slot="wp", ready=1.0)
         if "walpost" in systems:
-            conn.execute("SELECT pg_drop_replication_slot('wp')")
+            drop_slot(conn, "wp")
         if "kafka-floor" in systems and rates:
             live(ctx, "kafka-floor", None, None, "floor.", rates, ready=0,
                  note="no PostgreSQL: floorgen.py produces the bursts itself (walpost's producer settings)")
@@ -848,7 +873,7 @@ def main() -> int:
             argv, env = debezium_cmd(ctx, "dbz", "dbz.", workdir / "debezium-live.offsets")
             live(ctx, "debezium", argv, env, "dbz.", rates, slot="dbz", ready=5.0)
         if "debezium" in systems:
-            conn.execute("SELECT pg_drop_replication_slot('dbz')")
+            drop_slot(conn, "dbz")
 
         # Relays: a fixed window on the (still unpublished) backlog; draining it entirely
         # would take events / 200 s (seed 002) and events / 25 s (seed 001).

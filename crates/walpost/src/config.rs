@@ -536,7 +536,7 @@ impl Settings {
             metrics_addr,
             snapshot,
             snapshot_filter,
-            max_in_flight_bytes: positive("pipeline.max_in_flight_bytes", p.max_in_flight_bytes, 32 << 20)?,
+            max_in_flight_bytes: positive("pipeline.max_in_flight_bytes", p.max_in_flight_bytes, 16 << 20)?,
             max_in_flight_records: positive("pipeline.max_in_flight_records", p.max_in_flight_records, 50_000)?,
             status_interval: Duration::from_secs(positive(
                 "pipeline.status_interval_secs",

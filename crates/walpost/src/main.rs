@@ -10,6 +10,9 @@ use walpost::error::PipelineError;
 use walpost::metrics::{self, Metrics};
 use walpost::{monitor, ops, pipeline};
 
+/// How long after start-up the slot monitor, retention and heartbeat tasks begin.
+const BACKGROUND_START_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -53,11 +56,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
             );
             let shutdown = shutdown_signal()?;
             let (fatal_tx, mut fatal) = tokio::sync::watch::channel(None);
-            tokio::spawn(monitor::run(settings.clone(), metrics.clone(), fatal_tx));
-            tokio::spawn(walpost::retention::task(settings.clone(), metrics.clone(), shutdown.clone()));
-            if let Some(every) = settings.heartbeat_interval {
-                tokio::spawn(monitor::heartbeat(settings.clone(), every));
-            }
+            // The background tasks start a moment later, so their connections do not
+            // compete with the pipeline's on the way to the first record.
+            let background = (settings.clone(), metrics.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                let (settings, metrics, shutdown) = background;
+                tokio::time::sleep(BACKGROUND_START_DELAY).await;
+                tokio::spawn(monitor::run(settings.clone(), metrics.clone(), fatal_tx));
+                tokio::spawn(walpost::retention::task(settings.clone(), metrics, shutdown));
+                if let Some(every) = settings.heartbeat_interval {
+                    tokio::spawn(monitor::heartbeat(settings, every));
+                }
+            });
             tokio::select! {
                 result = pipeline::run(&settings, metrics, shutdown) => result?,
                 // The slot was invalidated or an outbox table stopped being streamed.

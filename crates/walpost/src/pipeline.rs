@@ -118,19 +118,30 @@ async fn session(
     metrics: &Arc<Metrics>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<SessionEnd, PipelineError> {
-    let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
-    setup::preflight(&mut sql, s).await?;
-    if s.snapshot != SnapshotMode::Never {
-        snapshot::validate_filter(&mut sql, s).await?;
-    }
+    // The producer first: its broker connection and idempotent producer id are set up
+    // in the background while PostgreSQL is checked, so the first record does not wait.
     let (sink, mut reports) = KafkaSink::new(producer_config, metrics.clone()).map_err(PipelineError::definite)?;
+    let checked = async {
+        let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+        setup::preflight(&mut sql, s).await?;
+        if s.snapshot != SnapshotMode::Never {
+            snapshot::validate_filter(&mut sql, s).await?;
+        }
+        Ok::<_, PipelineError>(sql)
+    };
     if s.snapshot == SnapshotMode::InitialOnly {
+        let mut sql = checked.await?;
         // A backfill: read in a fresh snapshot, no slot (it would only pin WAL).
         let rows = snapshot::run(&mut sql, s, None, &sink, &mut reports, metrics).await?;
         tracing::info!(rows, "--snapshot initial_only: every row is acknowledged by Kafka; exiting");
         sql.close().await;
         return Ok(SessionEnd::Shutdown);
     }
+    // The replication connection is opened while PostgreSQL is checked (each connection
+    // costs a backend start and an authentication); a failed check is reported first.
+    let (checked, repl) = tokio::join!(checked, ReplicationClient::connect(&s.postgres));
+    let mut sql = checked?;
+    let mut repl = repl?;
     let mut slot = setup::slot_row(&mut sql, &s.slot).await?;
     let snapshots = matches!(s.snapshot, SnapshotMode::Initial | SnapshotMode::WhenNeeded);
     if snapshots && snapshot::unfinished(&mut sql, s).await? {
@@ -153,7 +164,6 @@ async fn session(
         slot = None;
     }
 
-    let mut repl = ReplicationClient::connect(&s.postgres).await?;
     let system = repl.identify_system().await?;
     tracing::debug!(system_id = %system.system_id, timeline = system.timeline, wal = %system.xlog_pos, "connected for replication");
     let start = match slot {

@@ -101,6 +101,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("compression.type", "lz4"),
     ("linger.ms", "5"),
     ("client.id", "walpost"),
+    // Connect to the brokers at once rather than on the first record: the idempotent
+    // producer id is then requested while PostgreSQL is being checked, instead of by
+    // librdkafka's 500 ms retry timer after the first record (start-to-first-ack).
+    ("enable.sparse.connections", "false"),
 ];
 
 /// Refuses settings that would break per-aggregate order, durability, or the one
