@@ -281,6 +281,9 @@ pub struct PipelineFile {
     pub shutdown_timeout_secs: Option<u64>,
     /// Longest wait between reconnect attempts, in seconds.
     pub max_backoff_secs: Option<u64>,
+    /// Restart the producer when Kafka acknowledges nothing for this long while records
+    /// wait, in seconds.
+    pub delivery_timeout_secs: Option<u64>,
 }
 
 /// A schema-qualified table name.
@@ -334,6 +337,8 @@ pub struct Settings {
     pub status_interval: Duration,
     pub shutdown_timeout: Duration,
     pub max_backoff: Duration,
+    /// See [`PipelineFile::delivery_timeout_secs`].
+    pub delivery_timeout: Duration,
     pub monitor_interval: Duration,
     pub thresholds: crate::monitor::Thresholds,
     pub alarm_reminder: Duration,
@@ -549,6 +554,11 @@ impl Settings {
                 30,
             )?),
             max_backoff: Duration::from_secs(positive("pipeline.max_backoff_secs", p.max_backoff_secs, 30)?),
+            delivery_timeout: Duration::from_secs(positive(
+                "pipeline.delivery_timeout_secs",
+                p.delivery_timeout_secs,
+                60,
+            )?),
             monitor_interval: Duration::from_secs(positive("monitor.interval_secs", m.interval_secs, 10)?),
             thresholds,
             alarm_reminder: Duration::from_secs(positive("monitor.reminder_secs", m.reminder_secs, 300)?),

@@ -227,6 +227,7 @@ async fn session(
         last_status: Instant::now(),
         in_flight_bytes: 0,
         acked_since_status: false,
+        last_delivery: Instant::now(),
     };
     let result = session.stream_loop(shutdown).await;
     match &result {
@@ -276,6 +277,8 @@ struct Session<'a> {
     sent_flush: Lsn,
     last_status: Instant,
     in_flight_bytes: u64,
+    /// The last delivery report, or when records started waiting after none did.
+    last_delivery: Instant,
     /// Kafka acknowledged records since the last status update (for the failpoint).
     acked_since_status: bool,
 }
@@ -296,6 +299,7 @@ impl Session<'_> {
                 Some(report) = self.reports.recv() => self.on_delivery(report).await?,
                 _ = tick.tick() => {
                     self.metrics.set_lag_from(self.checkpoint.oldest_pending_commit_ms());
+                    self.check_delivery_progress()?;
                     self.maybe_send_status(false).await?
                 }
                 message = self.stream.next(), if can_read => match message? {
@@ -307,7 +311,27 @@ impl Session<'_> {
         }
     }
 
+    /// librdkafka never expires a record (message.timeout.ms = 0), so a producer that
+    /// stops acknowledging (a broker gone for good, or the client stuck after a broker
+    /// restart) is restarted here: the session ends, the producer is dropped with what
+    /// it still holds, and the next session re-sends from the confirmed position. What
+    /// reached the broker is a prefix of each partition's records, so nothing is
+    /// reordered.
+    fn check_delivery_progress(&self) -> Result<(), PipelineError> {
+        let waiting = self.checkpoint.in_flight_records();
+        let silent = self.last_delivery.elapsed();
+        if waiting > 0 && silent >= self.s.delivery_timeout {
+            return Err(PipelineError::transient(format!(
+                "Kafka acknowledged no record for {} s while {waiting} records waited; restarting the producer from the last confirmed position {}",
+                silent.as_secs(),
+                self.checkpoint.flush_lsn()
+            )));
+        }
+        Ok(())
+    }
+
     async fn on_delivery(&mut self, report: Delivery) -> Result<(), PipelineError> {
+        self.last_delivery = Instant::now();
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(report.bytes());
         match report {
             Delivery::Delivered { txn, .. } => {
@@ -417,6 +441,10 @@ impl Session<'_> {
                 );
                 return Box::pin(self.send(txn, &dlq, None)).await;
             }
+        }
+        if self.checkpoint.in_flight_records() == 0 {
+            // Nothing was waiting: the silence the watchdog measures starts now.
+            self.last_delivery = Instant::now();
         }
         self.checkpoint.record_sent(txn).map_err(PipelineError::definite)?;
         self.in_flight_bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);

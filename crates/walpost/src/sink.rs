@@ -105,6 +105,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     // producer id is then requested while PostgreSQL is being checked, instead of by
     // librdkafka's 500 ms retry timer after the first record (start-to-first-ack).
     ("enable.sparse.connections", "false"),
+    // Records never expire inside librdkafka: an expired queued record followed by a
+    // delivered later one is a gap the idempotent producer does not prevent. A stalled
+    // producer is restarted by the pipeline instead ([pipeline] delivery_timeout_secs).
+    ("message.timeout.ms", "0"),
 ];
 
 /// Refuses settings that would break per-aggregate order, durability, or the one
@@ -122,6 +126,9 @@ pub fn refuse_property(key: &str, value: &str) -> Option<&'static str> {
             Some("more than 5 in-flight requests breaks idempotent ordering")
         }
         "transactional.id" => Some("Kafka transactions are not used by walpost"),
+        "message.timeout.ms" | "delivery.timeout.ms" if v != "0" => Some(
+            "a record that expires in the producer's queue can leave a gap a later record skips over; set [pipeline] delivery_timeout_secs instead",
+        ),
         "enable.gapless.guarantee" if v != "true" => {
             Some("without it a failed batch can leave a gap that a later batch of the same partition skips over")
         }
@@ -375,13 +382,21 @@ mod tests {
             ("max.in.flight.requests.per.connection", "10"),
             ("transactional.id", "x"),
             ("bootstrap.servers", "h:1"),
+            ("message.timeout.ms", "30000"),
+            ("delivery.timeout.ms", "120000"),
         ] {
             let mut props = BTreeMap::new();
             props.insert(k.to_owned(), v.to_owned());
             let err = producer_config("h:9092", &props).unwrap_err().to_string();
             assert!(err.contains(k), "{err}");
         }
-        for (k, v) in [("acks", "all"), ("acks", "-1"), ("max.in.flight", "5"), ("compression.type", "zstd")] {
+        for (k, v) in [
+            ("acks", "all"),
+            ("acks", "-1"),
+            ("max.in.flight", "5"),
+            ("compression.type", "zstd"),
+            ("message.timeout.ms", "0"),
+        ] {
             let mut props = BTreeMap::new();
             props.insert(k.to_owned(), v.to_owned());
             assert!(producer_config("h:9092", &props).is_ok(), "{k}={v}");

@@ -494,10 +494,17 @@ fn chaos_run() {
         }
     }
     assert!(args.iter().any(|a| a.contains(&via_proxy)), "{args:?}");
+    // CHAOS_KAFKA_DEBUG=broker,topic,eos: librdkafka's debug contexts in walpost's log.
+    if let Ok(contexts) = std::env::var("CHAOS_KAFKA_DEBUG") {
+        args.extend(["--kafka-property".to_string(), format!("debug={contexts}")]);
+    }
     // Faults come every few seconds, so sessions rarely live the 30 s that reset the
     // reconnect backoff: cap it at 2 s (default 30 s) to keep the run short.
     let config = std::env::temp_dir().join(format!("{}.toml", testkit::unique_name("chaos")));
-    std::fs::write(&config, "[pipeline]\nmax_backoff_secs = 2\n").expect("write walpost config");
+    // A producer silent for 10 s is restarted (default 60 s): Kafka restarts (10-15 s) and
+    // long stalls exercise that path too.
+    std::fs::write(&config, "[pipeline]\nmax_backoff_secs = 2\ndelivery_timeout_secs = 10\n")
+        .expect("write walpost config");
     let env = vec![("WALPOST_CONFIG".to_string(), config.to_string_lossy().into_owned())];
     let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let walpost = Walpost::start(&args, &env_ref);

@@ -260,6 +260,49 @@ fn kafka_outage_of_10s_loses_nothing() {
     assert_clean(&audit(&w, &records), true);
 }
 
+/// Kafka acknowledges nothing for longer than `[pipeline] delivery_timeout_secs`: walpost
+/// drops the producer and restarts from the confirmed position, again and again while the
+/// broker is away (librdkafka never expires a record, which could leave a gap a later
+/// record skips over). Found by the chaos run: a producer that stayed silent after a
+/// broker restart held walpost for minutes. Once the broker is back, every event arrives,
+/// per-aggregate order intact.
+#[test]
+fn regression_silent_producer_is_restarted_after_the_delivery_timeout() {
+    let mut kafka = own_kafka();
+    let w = World::on(testkit::shared_postgres(), &kafka.bootstrap(), "core-kafka-silent");
+    let config = std::env::temp_dir().join(format!("{}.toml", testkit::unique_name("silent")));
+    std::fs::write(&config, "[pipeline]\ndelivery_timeout_secs = 3\nmax_backoff_secs = 2\n").unwrap();
+    let walpost = Walpost::start(&w.args(), &[("WALPOST_CONFIG", config.to_str().unwrap())]);
+    assert!(w.wait_for_slot(WAIT));
+    insert_batches(&w, 0, 5, 20, 20, &["order", "payment"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 100, WAIT);
+
+    kafka.stop().expect("stop kafka");
+    insert_batches(&w, 5, 10, 20, 20, &["order", "payment"]);
+    let restarted = |log: &str| {
+        log.contains("Kafka acknowledged no record for ")
+            && log.contains("records waited; restarting the producer from the last confirmed position")
+    };
+    assert!(
+        testkit::wait_until(Duration::from_secs(60), || restarted(&walpost.log_text())),
+        "no producer restart logged:\n{}",
+        walpost.log_text()
+    );
+    kafka.start_again().expect("start kafka again");
+    insert_batches(&w, 15, 5, 20, 20, &["order", "payment"]);
+    // Confirmed past the last commit: every event is acknowledged (duplicates included,
+    // so counting records alone could stop short of the last ones).
+    let end = parse_lsn(&w.sql("SELECT pg_current_wal_lsn()")).unwrap();
+    assert!(
+        testkit::wait_until(WAIT, || w.confirmed_flush_lsn().unwrap() >= end),
+        "not confirmed after the broker came back:\n{}",
+        walpost.log_text()
+    );
+    let records = read_all(&w.kafka_bootstrap, &w.topic_prefix);
+    assert_eq!(w.committed_rows().len(), 400);
+    assert_clean(&audit(&w, &records), true);
+}
+
 /// Issue 2, test 5: PostgreSQL restarts (fast shutdown) mid-stream; walpost reconnects
 /// by itself and loses nothing.
 #[test]
