@@ -12,7 +12,7 @@
 //! - Only INSERTs into the configured table become records; a row that cannot be
 //!   routed stops the pipeline instead of being skipped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -228,6 +228,8 @@ async fn session(
         in_flight_bytes: 0,
         acked_since_status: false,
         last_delivery: Instant::now(),
+        settled_topics: HashSet::new(),
+        shutdown: shutdown.clone(),
     };
     let result = session.stream_loop(shutdown).await;
     match &result {
@@ -279,6 +281,10 @@ struct Session<'a> {
     in_flight_bytes: u64,
     /// The last delivery report, or when records started waiting after none did.
     last_delivery: Instant,
+    /// Topics that have acknowledged a record in this session (see [`Session::send`]).
+    settled_topics: HashSet<Arc<str>>,
+    /// Seen by waits outside the main loop ([`Session::await_all_acks`]).
+    shutdown: watch::Receiver<bool>,
     /// Kafka acknowledged records since the last status update (for the failpoint).
     acked_since_status: bool,
 }
@@ -318,16 +324,19 @@ impl Session<'_> {
     /// reached the broker is a prefix of each partition's records, so nothing is
     /// reordered.
     fn check_delivery_progress(&self) -> Result<(), PipelineError> {
-        let waiting = self.checkpoint.in_flight_records();
-        let silent = self.last_delivery.elapsed();
-        if waiting > 0 && silent >= self.s.delivery_timeout {
-            return Err(PipelineError::transient(format!(
-                "Kafka acknowledged no record for {} s while {waiting} records waited; restarting the producer from the last confirmed position {}",
-                silent.as_secs(),
-                self.checkpoint.flush_lsn()
-            )));
+        if self.checkpoint.in_flight_records() > 0 && self.last_delivery.elapsed() >= self.s.delivery_timeout {
+            return Err(self.stalled());
         }
         Ok(())
+    }
+
+    fn stalled(&self) -> PipelineError {
+        PipelineError::transient(format!(
+            "Kafka acknowledged no record for {} s while {} records waited; restarting the producer from the last confirmed position {}",
+            self.last_delivery.elapsed().as_secs(),
+            self.checkpoint.in_flight_records(),
+            self.checkpoint.flush_lsn()
+        ))
     }
 
     async fn on_delivery(&mut self, report: Delivery) -> Result<(), PipelineError> {
@@ -418,7 +427,19 @@ impl Session<'_> {
 
     /// Hands a record to Kafka as part of `txn`; a rejection found before sending goes
     /// the same way as one reported later.
+    ///
+    /// The first record for a topic in a session goes alone: everything before it is
+    /// acknowledged first, and it is acknowledged before anything else is sent. A topic
+    /// the broker has just created (auto-create) can take one produce request and refuse
+    /// an earlier one that arrived before the creation was applied; the refused records
+    /// are never written (KAFKA-15591), and sending them again after the later ones would
+    /// reorder an aggregate. One acknowledged record means the creation is applied for
+    /// every partition of the topic.
     async fn send(&mut self, txn: TxnSeq, record: &Record, timestamp_ms: Option<i64>) -> Result<(), PipelineError> {
+        let first_for_topic = !self.settled_topics.contains(&record.topic);
+        if first_for_topic {
+            self.await_all_acks().await?;
+        }
         match self.sink.send(txn, record, timestamp_ms).await {
             Ok(()) => {}
             Err(SendError::Retryable(e)) => {
@@ -449,7 +470,35 @@ impl Session<'_> {
         self.checkpoint.record_sent(txn).map_err(PipelineError::definite)?;
         self.in_flight_bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
         self.metrics.set_in_flight(self.checkpoint.in_flight_records());
+        if first_for_topic && self.await_all_acks().await? {
+            self.settled_topics.insert(record.topic.clone());
+        }
         Ok(())
+    }
+
+    /// Handles delivery reports until Kafka has answered for every record handed to it,
+    /// within the delivery timeout.
+    /// `Ok(false)`: a shutdown was requested before everything was acknowledged (the
+    /// main loop then sees it and finishes the session).
+    async fn await_all_acks(&mut self) -> Result<bool, PipelineError> {
+        let deadline = tokio::time::Instant::now() + self.s.delivery_timeout;
+        let mut shutdown = self.shutdown.clone();
+        while self.checkpoint.in_flight_records() > 0 {
+            if *shutdown.borrow() {
+                return Ok(false);
+            }
+            let report = tokio::select! {
+                biased;
+                _ = shutdown.changed() => return Ok(false),
+                report = tokio::time::timeout_at(deadline, self.reports.recv()) => report,
+            };
+            match report {
+                Ok(Some(report)) => Box::pin(self.on_delivery(report)).await?,
+                Ok(None) => return Err(PipelineError::transient("the Kafka client stopped reporting deliveries")),
+                Err(_) => return Err(self.stalled()),
+            }
+        }
+        Ok(true)
     }
 
     /// A row or message that cannot be routed: dead letter or halt, by configuration.

@@ -186,6 +186,9 @@ pub fn classify(error: &KafkaError) -> Option<(&'static str, &'static str)> {
             "create the topic, or enable auto.create.topics.enable on the brokers"
         }
         C::InvalidRecord | C::InvalidMessage => "the broker refused the record's format; check broker logs",
+        C::InvalidTimestamp => {
+            "the record's timestamp is outside what the topic accepts (message.timestamp.before.max.ms / after.max.ms): fix the topic's limits or the timestamp column"
+        }
         C::PolicyViolation => "the broker's create-topic or record policy refused it; check broker logs",
         _ => return None,
     };
@@ -203,6 +206,7 @@ fn code_name(code: RDKafkaErrorCode) -> &'static str {
         C::InvalidTopic => "invalid_topic",
         C::UnknownTopic | C::UnknownTopicOrPartition => "unknown_topic",
         C::InvalidRecord | C::InvalidMessage => "invalid_record",
+        C::InvalidTimestamp => "invalid_timestamp",
         C::PolicyViolation => "policy_violation",
         _ => "other",
     }

@@ -16,6 +16,7 @@
 //! Memory: one FETCH chunk plus the in-flight window of the producer, whatever the
 //! table size.
 
+use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -145,6 +146,7 @@ pub async fn run(
     let mut progress = Progress::new(estimate);
     let mut in_flight: u64 = 0;
     let mut sent: u64 = 0;
+    let mut settled_topics: HashSet<Arc<str>> = HashSet::new();
     for outbox in &s.outboxes {
         let table = &outbox.table;
         let mut router = Router::new(outbox.router.clone()).map_err(PipelineError::definite)?;
@@ -174,7 +176,7 @@ pub async fn run(
             let Some(rel) = resolved.as_ref() else { break };
             for row in chunk.rows {
                 while in_flight >= s.max_in_flight_records {
-                    in_flight -= wait_delivery(reports).await?;
+                    in_flight -= wait_delivery(reports, s).await?;
                     progress.acked(metrics);
                 }
                 let values: Vec<ColumnValue> =
@@ -184,6 +186,16 @@ pub async fn run(
                     .route(rel, &tuple)
                     .map_err(|e| PipelineError::definite(format!("cannot route a snapshot row of {table}: {e}")))?;
                 record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true")));
+                // The first record for a topic goes alone, as in the stream (see
+                // pipeline::Session::send): a just auto-created topic can refuse an
+                // earlier request for good while it takes a later one (KAFKA-15591).
+                let first_for_topic = !settled_topics.contains(&record.topic);
+                if first_for_topic {
+                    while in_flight > 0 {
+                        in_flight -= wait_delivery(reports, s).await?;
+                        progress.acked(metrics);
+                    }
+                }
                 match sink.send(TxnSeq(0), &record, None).await {
                     Ok(()) => {}
                     Err(SendError::Retryable(e)) => {
@@ -193,13 +205,18 @@ pub async fn run(
                 }
                 in_flight += 1;
                 sent += 1;
+                if first_for_topic {
+                    in_flight -= wait_delivery(reports, s).await?;
+                    progress.acked(metrics);
+                    settled_topics.insert(record.topic.clone());
+                }
             }
             progress.tick(false);
         }
         sql.simple_query("CLOSE walpost_snapshot").await?;
     }
     while in_flight > 0 {
-        in_flight -= wait_delivery(reports).await?;
+        in_flight -= wait_delivery(reports, s).await?;
         progress.acked(metrics);
     }
     sql.simple_query("COMMIT").await?;
@@ -221,9 +238,16 @@ fn snapshot_rejected(r: &crate::sink::Rejection) -> PipelineError {
     ))
 }
 
-/// Waits for one delivery report; returns 1 when delivered, an error otherwise.
-async fn wait_delivery(reports: &mut mpsc::UnboundedReceiver<Delivery>) -> Result<u64, PipelineError> {
-    match reports.recv().await {
+/// Waits for one delivery report, at most `[pipeline] delivery_timeout_secs`; returns 1
+/// when delivered, an error otherwise.
+async fn wait_delivery(reports: &mut mpsc::UnboundedReceiver<Delivery>, s: &Settings) -> Result<u64, PipelineError> {
+    let Ok(report) = tokio::time::timeout(s.delivery_timeout, reports.recv()).await else {
+        return Err(PipelineError::transient(format!(
+            "Kafka acknowledged no snapshot record for {} s; the snapshot starts over",
+            s.delivery_timeout.as_secs()
+        )));
+    };
+    match report {
         Some(Delivery::Delivered { .. }) => Ok(1),
         Some(Delivery::Retryable { error, .. }) => Err(PipelineError::transient(format!(
             "Kafka did not acknowledge a snapshot record ({error}); the snapshot starts over"
