@@ -149,7 +149,7 @@ fn kill9_five_times_loses_nothing_and_duplicates_only_unconfirmed() {
     writer.join().unwrap();
     let expected = w.committed_rows().len();
     assert_eq!(expected, 400 * 40);
-    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, expected, WAIT);
+    let records = consume_every_committed(&w, WAIT);
     let a = audit(&w, &records);
     assert_clean(&a, true);
 
@@ -255,8 +255,7 @@ fn kafka_outage_of_10s_loses_nothing() {
     std::thread::sleep(Duration::from_secs(10));
     kafka.start_again().expect("start kafka again");
     writer.join().unwrap();
-    let expected = w.committed_rows().len();
-    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, expected, WAIT);
+    let records = consume_every_committed(&w, WAIT);
     assert_clean(&audit(&w, &records), true);
 }
 
@@ -324,8 +323,7 @@ fn postgres_fast_restart_reconnects_and_loses_nothing() {
     std::thread::sleep(Duration::from_secs(2));
     pg.restart(StopMode::Fast).expect("restart postgres");
     writer.join().unwrap();
-    let expected = w.committed_rows().len();
-    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, expected, WAIT);
+    let records = consume_every_committed(&w, WAIT);
     assert_clean(&audit(&w, &records), true);
     assert!(walpost.log_text().contains("reconnecting"), "no reconnect logged:\n{}", walpost.log_text());
 }

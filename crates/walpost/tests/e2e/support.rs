@@ -351,6 +351,22 @@ pub fn consume_at_least(bootstrap: &str, prefix: &str, expected: usize, timeout:
     }
 }
 
+/// Reads the topics until every committed outbox row is there, or `timeout` passes (the
+/// audit then names what is missing). For runs with duplicates: counting records, as
+/// [`consume_at_least`] does, can stop before the last unique record has arrived.
+pub fn consume_every_committed(w: &World, timeout: Duration) -> Vec<Consumed> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let committed = w.committed_rows();
+        let records = read_all(&w.kafka_bootstrap, &w.topic_prefix);
+        let seen: HashSet<i64> = records.iter().map(Consumed::event_id).collect();
+        if committed.keys().all(|id| seen.contains(id)) || Instant::now() > deadline {
+            return records;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// Reads every record currently in the topics with `prefix`, from offset 0 to the high watermark.
 pub fn read_all(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
     let highs = high_watermarks(bootstrap, prefix);
