@@ -297,8 +297,11 @@ fn mapped_column_renamed_mid_stream_halts_then_the_fix_delivers_everything() {
     insert_batches(&w, 0, 1, 5, 5, &["order"]);
     consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 5, WAIT);
     w.sql("ALTER TABLE events.outbox RENAME COLUMN aggregate_id TO agg_id");
-    let lsn_rename = lsn_now(&w);
     w.sql("INSERT INTO events.outbox (aggregate_type, agg_id, event_type, payload) VALUES ('order', gen_random_uuid(), 'After', '{}')");
+    // After the row's commit. While idle, walpost may confirm a keepalive position past
+    // the ALTER's own WAL (nothing to publish there); what it must never confirm is the
+    // row's transaction (the CI run of 2026-11-30 confirmed between the two: correct).
+    let lsn_row = lsn_now(&w);
     let status = p.wait_exit(Duration::from_secs(60)).expect("walpost must halt");
     assert_exit_failure("column renamed", status, &p.log_text());
     let e = last_error("column renamed", &p.log_text());
@@ -306,7 +309,16 @@ fn mapped_column_renamed_mid_stream_halts_then_the_fix_delivers_everything() {
         e.contains("table events.outbox has no column \"aggregate_id\" (set by table.field.event.key): add the column or point table.field.event.key at an existing one"),
         "{e}"
     );
-    assert!(w.confirmed_flush_lsn().unwrap() <= lsn_rename, "confirmed past the renamed column's first row");
+    // The row's commit record (the error names it): a slot confirmed past its start would
+    // skip the transaction on the next start.
+    let commit_lsn = e
+        .split("transaction committing at ")
+        .nth(1)
+        .and_then(|rest| parse_lsn(rest.split(':').next().unwrap_or_default()))
+        .unwrap_or_else(|| panic!("no commit LSN in: {e}"));
+    assert!(commit_lsn < lsn_row, "{e}");
+    let confirmed = w.confirmed_flush_lsn().unwrap();
+    assert!(confirmed <= commit_lsn, "confirmed {confirmed:X} past the renamed column's first row ({e})");
 
     let _fixed = Walpost::start(&with_flag(w.args(), "--key-field", "agg_id"), &[]);
     let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 6, WAIT);
