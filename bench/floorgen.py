@@ -5,11 +5,13 @@ outbox transaction, keys over 1,000 aggregates, 5 topics) are produced by librdk
 walpost's producer settings (acks=all, idempotence, lz4, linger.ms=5, murmur2_random). The
 wall clock just before the burst stands in for the commit time. The same latency consumer
 measures it, so this row shows what the broker (and the measurement) add on this machine
-whatever the system in front of it. Output (--out): "t send_ns" lines; a JSON summary on stdout.
+whatever the system in front of it. run.py runs the PostgreSQL insert load of the same rate
+beside it (livegen.py, no replication slot), so the floor shares the cores as walpost does. Output (--out): "t send_ns" lines; a JSON summary on stdout.
 """
 
 import argparse
 import json
+import random
 import sys
 import time
 
@@ -37,7 +39,10 @@ def main() -> int:
             "partitioner": "murmur2_random",
         }
     )
-    filler = ("0123456789abcdef" * 48)[:768]
+    # incompressible like the workload's payloads (hex noise): lz4 must not make the
+    # floor's records cheaper for the broker than walpost's
+    rng = random.Random(42)
+    fillers = ["%0768x" % rng.getrandbits(768 * 4) for _ in range(64)]
     ntx = max(1, int(args.rate * args.seconds / 100))
     period = 100 / args.rate
     sent = {}
@@ -52,7 +57,7 @@ def main() -> int:
         for i in range(100):
             g = t * 100 + i
             agg = (g * 7919) % 1000
-            value = ('{"t": %d, "seq": %d, "data": {"trace": "%s"}, "version": 1}' % (t, g, filler)).encode()
+            value = ('{"t": %d, "seq": %d, "data": {"trace": "%s"}, "version": 1}' % (t, g, fillers[g % 64])).encode()
             while True:
                 try:
                     p.produce(args.topic_prefix + workload.TYPES[agg % 5], value, key=str(agg))

@@ -9,6 +9,7 @@ target/release/walpost-devservers), one backlog that every system drains:
   walpost   target/release/walpost run, defaults (acks=all, idempotent, lz4, linger 5 ms)
   walpost-nolz4  the same with compression.type = none (drain only): what lz4 costs
   kafka-floor    live only: the same record bursts produced straight to Kafka (floorgen.py)
+                 while PostgreSQL takes the same insert load: the machine's floor without CDC
   debezium  Debezium 3.6 embedded engine + PostgreSQL connector + Outbox Event Router,
             producing with acks=all + idempotence (bench/debezium/DebeziumBench.java)
   relay002  polling relay of seed 002 (FOR UPDATE SKIP LOCKED LIMIT 100 every 500 ms)
@@ -16,7 +17,11 @@ target/release/walpost-devservers), one backlog that every system drains:
 
 Each of recv, walpost and debezium has its own logical slot, created before the backlog is
 inserted, so the same backlog (the same WAL) is in every slot. The relays read the table.
-Then a live phase per system: fixed event rates, commit -> Kafka latency per record.
+Then a live phase per system: fixed event rates, commit -> Kafka latency per record. Each
+Kafka system's live phase opens with one unreported period (at least 30 s) at its first rate: the broker
+(a JVM) is slow for its first minute of a new request shape, which would otherwise land on
+whichever system comes first (measured: walpost's first 5k/s period after a floor-shaped
+warm-up had p99 300-570 ms, the next ones 46-80 ms).
 
 Outputs bench/results/{results.md,results.csv,chart.png,machine.txt} (and a copy under
 bench/results/<profile>/).
@@ -495,10 +500,13 @@ def percentile(sorted_vals: list[float], q: float) -> float:
 
 
 def live(ctx: Ctx, system: str, argv, env, prefix: str, rates: list[float], slot=None,
-         ready=None, note="") -> None:
+         ready=None, note="", receiver=None, settle=True) -> None:
     """Starts a system on a caught-up source, then for each rate: a latency consumer, the
     load generator for live_seconds, and commit -> receive latency per record.
-    argv None: no system, the generator produces to Kafka itself (the Kafka floor)."""
+    argv None and no receiver: no system, the generator produces to Kafka itself (the Kafka
+    floor). receiver(t_min, expect, out): the argv of a latency receiver that reads the
+    source itself instead of Kafka (the live pg_recvlogical row, recvlat.py).
+    settle: one unreported period (at least 30 s) at the first rate before the measured ones."""
     topics = topics_of(prefix)
     conn = psycopg.connect(ctx.url, autocommit=True)
     if slot:
@@ -507,42 +515,59 @@ def live(ctx: Ctx, system: str, argv, env, prefix: str, rates: list[float], slot
         log(f"live {system}: slot {slot} advanced to the current WAL position ({time.monotonic() - t:.1f} s)")
     p = spawn(ctx, f"live-{system}", argv, env) if argv else None
     tree = Tree(p.pid) if p else None
-    if slot:
+    if slot and p:
         deadline = time.monotonic() + 60
         while slot_active_pid(conn, slot) is None:
             if time.monotonic() > deadline or p.poll() is not None:
                 raise SystemExit(f"live {system}: slot {slot} never became active")
             time.sleep(0.1)
     time.sleep(ready if ready is not None else 2.0)
-    for rate in rates:
+    periods = ([(rates[0], False)] if settle and rates else []) + [(r, True) for r in rates]
+    for rate, reported in periods:
+        secs = ctx.args.live_seconds if reported else max(30.0, ctx.args.live_seconds)
         ctx.t_base += 10_000_000
         load = loadavg()
         if tree:
             tree.sample()
         cpu0 = tree.cpu_s() if tree else 0
-        expect = int(rate * ctx.args.live_seconds / 100) * 100
-        lat_out = ctx.workdir / f"live-{system}-{int(rate)}.recv"
-        gen_out = ctx.workdir / f"live-{system}-{int(rate)}.commits"
-        cons = subprocess.Popen(
-            [PY, str(BENCH / "latency.py"), "--kafka-brokers", ctx.servers.brokers,
-             "--topics", ",".join(topics), "--expect", str(expect), "--out", str(lat_out)],
+        expect = int(rate * secs / 100) * 100
+        run_name = f"live-{system}-{int(rate)}-{ctx.t_base // 10_000_000}"  # the same rate may repeat
+        lat_out = ctx.workdir / f"{run_name}.recv"
+        gen_out = ctx.workdir / f"{run_name}.commits"
+        if receiver:
+            cons_argv = receiver(ctx.t_base, expect, lat_out)
+        else:
+            cons_argv = [PY, str(BENCH / "latency.py"), "--kafka-brokers", ctx.servers.brokers,
+                         "--topics", ",".join(topics), "--expect", str(expect), "--out", str(lat_out)]
+        cons = subprocess.Popen(cons_argv,
             stdout=subprocess.PIPE, stderr=open(ctx.workdir / "latency.log", "ab"), text=True, cwd=str(BENCH))
         assert cons.stdout is not None
         if cons.stdout.readline().strip() != "READY":
             raise SystemExit("latency consumer failed; see latency.log")
-        log(f"live {system}: {rate:.0f} events/s for {ctx.args.live_seconds} s (load {load})")
-        if p:
+        log(f"live {system}: {rate:.0f} events/s for {secs} s (load {load})"
+            + ("" if reported else ", settling: not reported"))
+        if p or receiver:
             gen_argv = [PY, str(BENCH / "livegen.py"), "--postgres", ctx.url, "--seed", str(SEED)]
         else:
             gen_argv = [PY, str(BENCH / "floorgen.py"), "--kafka-brokers", ctx.servers.brokers,
                         "--topic-prefix", prefix]
+        pg_load = None
+        if not (p or receiver):
+            # the floor: PostgreSQL takes the same insert load meanwhile (nothing decodes it)
+            pg_load = subprocess.Popen(
+                [PY, str(BENCH / "livegen.py"), "--postgres", ctx.url, "--seed", str(SEED),
+                 "--rate", str(rate), "--seconds", str(secs), "--t-base", str(ctx.t_base + 5_000_000),
+                 "--out", str(ctx.workdir / f"{run_name}.pgload")],
+                stdout=subprocess.DEVNULL, stderr=open(ctx.workdir / "livegen.log", "ab"), cwd=str(BENCH))
         gen = subprocess.run(
-            gen_argv + ["--rate", str(rate), "--seconds", str(ctx.args.live_seconds),
+            gen_argv + ["--rate", str(rate), "--seconds", str(secs),
                         "--t-base", str(ctx.t_base), "--out", str(gen_out)],
             stdout=subprocess.PIPE, stderr=open(ctx.workdir / "livegen.log", "ab"), text=True, cwd=str(BENCH),
             check=True)
+        if pg_load and pg_load.wait(60) != 0:
+            raise SystemExit("the floor's PostgreSQL load generator failed; see livegen.log")
         g = json.loads(gen.stdout.strip().splitlines()[-1])
-        grace = max(20.0, ctx.args.live_seconds)
+        grace = max(20.0, secs)
         try:
             cons.wait(grace)
         except subprocess.TimeoutExpired:
@@ -561,7 +586,7 @@ def live(ctx: Ctx, system: str, argv, env, prefix: str, rates: list[float], slot
             c = commits.get(int(t))
             if c is not None:
                 lats.append((int(ns) - c) / 1e6)
-                apps.append(int(ts) - c / 1e6)
+                apps.append(float(ts) - c / 1e6)
         lats.sort()
         apps.sort()
         r = Row(
@@ -578,7 +603,8 @@ def live(ctx: Ctx, system: str, argv, env, prefix: str, rates: list[float], slot
         log(f"live {system} @ {rate:.0f}/s: achieved {g['achieved_rate']:.0f}/s, delivered {len(lats)}/{g['events']}, "
             f"p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms, max {r.max_ms:.1f} ms "
             f"(to append: p50 {r.p50_append_ms:.1f}, p99 {r.p99_append_ms:.1f})")
-        ctx.rows.append(r)
+        if reported:
+            ctx.rows.append(r)
         time.sleep(1.0)
     if p:
         terminate(p)
@@ -656,8 +682,10 @@ def write_results(ctx: Ctx, machine: str) -> None:
     md += ["", "## Live: commit → Kafka latency at fixed rates", "",
            "Two measures per record: commit → *append* (the broker's LogAppendTime, ms resolution: the "
            "closest observable point to the acks=all acknowledgement) and commit → *receive* by the "
-           "latency consumer (adds the consumer's fetch hop). `kafka-floor` produces the same bursts "
-           "straight to the broker (no PostgreSQL): what the broker and the measurement cost by themselves.", "",
+           "latency consumer (adds the consumer's fetch hop). `recv` is commit → pg_recvlogical output "
+           "(no Kafka): what PostgreSQL adds. `kafka-floor` produces the same bursts straight to the broker "
+           "while PostgreSQL takes the same insert load (nothing decodes it): what the broker, the measurement "
+           "and the shared cores cost without any CDC.", "",
            "| system | target events/s | achieved events/s | delivered | append p50 ms | append p99 ms | append max ms | receive p50 ms | receive p99 ms | receive max ms | CPU s / M events | peak RSS MB | load (1/5/15 min) | notes |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
@@ -697,8 +725,12 @@ def write_results(ctx: Ctx, machine: str) -> None:
     if l5:
         ok = l5.p99_append_ms <= 20 and l5.delivered == l5.events
         fl = by.get(("kafka-floor", "live", 5000.0))
-        fls = (f"; the broker alone (kafka-floor) at the same rate: append p99 {fl.p99_append_ms:.1f} ms, "
+        fls = (f"; without CDC (kafka-floor: the broker beside the same PostgreSQL insert load): append p99 {fl.p99_append_ms:.1f} ms, "
                f"receive p99 {fl.p99_ms:.1f} ms") if fl else ""
+        rv5 = by.get(("recv", "live", 5000.0))
+        if rv5:
+            fls += (f"; PostgreSQL alone (commit → pg_recvlogical output): p50 {rv5.p50_append_ms:.1f} ms, "
+                    f"p99 {rv5.p99_append_ms:.1f} ms")
         lines.append(f"- live p99 commit → ack ≤ 20 ms at 5k events/s: commit → append p99 {l5.p99_append_ms:.1f} ms, "
                      f"commit → receive p99 {l5.p99_ms:.1f} ms (achieved {l5.rate_achieved:,.0f} events/s){fls} → {verdict(ok)}")
     md += lines
@@ -864,13 +896,24 @@ def main() -> int:
         if "debezium" in systems:
             argv, env = debezium_cmd(ctx, "dbz", "dbz.", dbz_offsets)
             drain(ctx, "debezium", argv, env, slot="dbz", prefix="dbz.")
+        if "recv" in systems and rates:
+            # commit -> pg_recvlogical output: what PostgreSQL itself adds to every pgoutput
+            # client's latency on this machine (no Kafka)
+            conn.execute("SELECT pg_create_logical_replication_slot('recvlive', 'pgoutput')")
+            recvlogical = f"{servers.pg_bindir}/pg_recvlogical"
+            live(ctx, "recv", None, None, "", rates, slot="recvlive", ready=0.5, settle=False,
+                 note="commit -> pg_recvlogical output, no Kafka (append columns = output time)",
+                 receiver=lambda t_min, expect, out: [
+                     PY, str(BENCH / "recvlat.py"), "--pg-recvlogical", recvlogical, "--postgres", url,
+                     "--slot", "recvlive", "--t-min", str(t_min), "--expect", str(expect), "--out", str(out)])
+            drop_slot(conn, "recvlive")
         if "walpost" in systems and rates:
             live(ctx, "walpost", walpost_argv(ctx, "wp", "wp."), None, "wp.", rates, slot="wp", ready=1.0)
         if "walpost" in systems:
             drop_slot(conn, "wp")
         if "kafka-floor" in systems and rates:
             live(ctx, "kafka-floor", None, None, "floor.", rates, ready=0,
-                 note="no PostgreSQL: floorgen.py produces the bursts itself (walpost's producer settings)")
+                 note="no CDC: floorgen.py produces the bursts (walpost's producer settings) beside the same PostgreSQL insert load")
         if "debezium" in systems and rates:
             argv, env = debezium_cmd(ctx, "dbz", "dbz.", workdir / "debezium-live.offsets")
             live(ctx, "debezium", argv, env, "dbz.", rates, slot="dbz", ready=5.0)
@@ -893,7 +936,7 @@ def main() -> int:
                 if name in systems:
                     cap = 200 if seed == "002" else 25
                     rr = [r for r in relay_rates if r <= cap] or [cap * 0.8]
-                    live(ctx, name, relay_argv(ctx, seed, f"r{seed}."), None, f"r{seed}.", rr, ready=1.0,
+                    live(ctx, name, relay_argv(ctx, seed, f"r{seed}."), None, f"r{seed}.", rr, ready=1.0, settle=False,
                          note=f"capacity {cap} events/s by design: {', '.join(f'{r:,.0f}' for r in rates)}/s not sustainable")
         conn.close()
         machine = machine_description(ctx)

@@ -16,7 +16,12 @@ const BACKGROUND_START_DELAY: std::time::Duration = std::time::Duration::from_se
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    // One thread runs the pipeline and drives its sockets: a record read from PostgreSQL
+    // is decoded and handed to librdkafka (which has its own threads) without waking
+    // another thread. With a multi-threaded runtime the pipeline ran on the main thread
+    // while a worker polled its sockets: a thread wake-up per read, visible in a profile
+    // of the live benchmark. Blocking calls go to spawn_blocking.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!("cannot start the async runtime: {e}");

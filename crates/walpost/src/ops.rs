@@ -187,9 +187,18 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
             return out;
         }
     };
-    let metadata = {
-        let client = admin.inner();
-        tokio::task::block_in_place(|| client.fetch_metadata(None, Duration::from_secs(10)))
+    // A blocking librdkafka call: off the (single-threaded) runtime.
+    let fetched = tokio::task::spawn_blocking(move || {
+        let metadata = admin.inner().fetch_metadata(None, Duration::from_secs(10));
+        (admin, metadata)
+    })
+    .await;
+    let (admin, metadata) = match fetched {
+        Ok(pair) => pair,
+        Err(e) => {
+            out.push(Check::Fail(format!("Kafka metadata request for {} failed: {e}", s.kafka_brokers)));
+            return out;
+        }
     };
     let md = match metadata {
         Ok(md) => md,

@@ -12,7 +12,7 @@
 //! - Only INSERTs into the configured table become records; a row that cannot be
 //!   routed stops the pipeline instead of being skipped.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ use crate::config::{OnPermanentError, OpInvalid, Settings};
 use crate::error::PipelineError;
 use crate::metrics::Metrics;
 use crate::setup;
-use crate::sink::{self, Delivery, KafkaSink, SendError};
+use crate::sink::{self, Delivery, KafkaSink, NewTopicBarrier, SendError};
 use crate::snapshot::{self, SnapshotMode};
 
 /// Crash seams for tests: `WALPOST_FAILPOINT=<name>` aborts the process there.
@@ -228,7 +228,7 @@ async fn session(
         in_flight_bytes: 0,
         acked_since_status: false,
         last_delivery: Instant::now(),
-        settled_topics: HashSet::new(),
+        new_topics: NewTopicBarrier::default(),
         shutdown: shutdown.clone(),
     };
     let result = session.stream_loop(shutdown).await;
@@ -281,8 +281,8 @@ struct Session<'a> {
     in_flight_bytes: u64,
     /// The last delivery report, or when records started waiting after none did.
     last_delivery: Instant,
-    /// Topics that have acknowledged a record in this session (see [`Session::send`]).
-    settled_topics: HashSet<Arc<str>>,
+    /// The first record for a topic in this session goes alone.
+    new_topics: NewTopicBarrier,
     /// Seen by waits outside the main loop ([`Session::await_all_acks`]).
     shutdown: watch::Receiver<bool>,
     /// Kafka acknowledged records since the last status update (for the failpoint).
@@ -426,17 +426,10 @@ impl Session<'_> {
     }
 
     /// Hands a record to Kafka as part of `txn`; a rejection found before sending goes
-    /// the same way as one reported later.
-    ///
-    /// The first record for a topic in a session goes alone: everything before it is
-    /// acknowledged first, and it is acknowledged before anything else is sent. A topic
-    /// the broker has just created (auto-create) can take one produce request and refuse
-    /// an earlier one that arrived before the creation was applied; the refused records
-    /// are never written (KAFKA-15591), and sending them again after the later ones would
-    /// reorder an aggregate. One acknowledged record means the creation is applied for
-    /// every partition of the topic.
+    /// the same way as one reported later. The first record for a topic in a session
+    /// goes alone ([`NewTopicBarrier`]).
     async fn send(&mut self, txn: TxnSeq, record: &Record, timestamp_ms: Option<i64>) -> Result<(), PipelineError> {
-        let first_for_topic = !self.settled_topics.contains(&record.topic);
+        let first_for_topic = self.new_topics.must_go_alone(&record.topic);
         if first_for_topic {
             self.await_all_acks().await?;
         }
@@ -471,7 +464,7 @@ impl Session<'_> {
         self.in_flight_bytes += record.value.as_ref().map_or(0, |v| v.len() as u64);
         self.metrics.set_in_flight(self.checkpoint.in_flight_records());
         if first_for_topic && self.await_all_acks().await? {
-            self.settled_topics.insert(record.topic.clone());
+            self.new_topics.settled(&record.topic);
         }
         Ok(())
     }
@@ -600,13 +593,12 @@ impl Session<'_> {
                     .as_ref()
                     .ok_or_else(|| PipelineError::definite("pgoutput protocol: Insert outside a transaction"))?;
                 let (seq, ts, final_lsn) = (txn.seq, txn.commit_time_ms, txn.final_lsn);
-                let (outbox, routed) = match self.relations.get(&insert.relation_oid) {
+                let routed = match self.relations.get(&insert.relation_oid) {
                     Some(RelationEntry::Outbox(i, rel)) => {
                         let router = self.routers.get_mut(*i).ok_or_else(|| PipelineError::definite("router index"))?;
-                        let routed = router.route(rel, &insert.tuple).map_err(|e| (e, router.salvage(rel, &insert.tuple)));
-                        (*i, routed)
+                        router.route(rel, &insert.tuple).map_err(|e| (e, router.salvage(rel, &insert.tuple)))
                     }
-                    Some(RelationEntry::Unroutable(i, e)) => (*i, Err((e.clone(), (None, None, None)))),
+                    Some(RelationEntry::Unroutable(_, e)) => Err((e.clone(), (None, None, None))),
                     Some(RelationEntry::Other) => return Ok(()),
                     None => {
                         return Err(PipelineError::definite(format!(
@@ -615,7 +607,6 @@ impl Session<'_> {
                         )))
                     }
                 };
-                let _ = outbox;
                 match routed {
                     Ok(record) => self.send(seq, &record, Some(ts)).await?,
                     Err((e, salvage)) => self.unroutable(seq, e, salvage, final_lsn).await?,

@@ -12,7 +12,7 @@
 //! retries; `murmur2_random` puts a key in the same partition as Java clients and
 //! Debezium. Settings that would break ordering or durability are refused.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -291,6 +291,34 @@ impl ProducerContext for SinkContext {
         };
         // The receiver is gone only when the pipeline has stopped; nothing to confirm then.
         let _ = self.reports.send(report);
+    }
+}
+
+/// Which topics have acknowledged a record since the producer was created.
+///
+/// The first record for a topic goes alone: everything in flight is acknowledged
+/// first, then that record is sent and acknowledged before anything else. A topic the
+/// broker has just created (auto-create) can take one produce request and refuse an
+/// earlier one that arrived before the creation was applied; the refused records are
+/// never written (KAFKA-15591), and sending them again after the later ones would
+/// reorder an aggregate. One acknowledged record means the creation is applied for every
+/// partition of the topic. Callers own the waiting (the stream and the snapshot handle
+/// delivery reports differently); this type owns the rule.
+#[derive(Debug, Default)]
+pub struct NewTopicBarrier {
+    settled: HashSet<Arc<str>>,
+}
+
+impl NewTopicBarrier {
+    /// True when no record for `topic` was acknowledged yet: wait for everything in
+    /// flight, send the record, and wait for it before sending anything else.
+    pub fn must_go_alone(&self, topic: &Arc<str>) -> bool {
+        !self.settled.contains(topic)
+    }
+
+    /// A record for `topic` was acknowledged.
+    pub fn settled(&mut self, topic: &Arc<str>) {
+        self.settled.insert(topic.clone());
     }
 }
 

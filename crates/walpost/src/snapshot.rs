@@ -16,7 +16,6 @@
 //! Memory: one FETCH chunk plus the in-flight window of the producer, whatever the
 //! table size.
 
-use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +30,7 @@ use crate::checkpoint::TxnSeq;
 use crate::config::Settings;
 use crate::error::PipelineError;
 use crate::metrics::Metrics;
-use crate::sink::{Delivery, KafkaSink, SendError};
+use crate::sink::{Delivery, KafkaSink, NewTopicBarrier, SendError};
 
 /// When to snapshot the rows already in the outbox (Debezium's snapshot.mode names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -146,7 +145,7 @@ pub async fn run(
     let mut progress = Progress::new(estimate);
     let mut in_flight: u64 = 0;
     let mut sent: u64 = 0;
-    let mut settled_topics: HashSet<Arc<str>> = HashSet::new();
+    let mut new_topics = NewTopicBarrier::default();
     for outbox in &s.outboxes {
         let table = &outbox.table;
         let mut router = Router::new(outbox.router.clone()).map_err(PipelineError::definite)?;
@@ -186,10 +185,7 @@ pub async fn run(
                     .route(rel, &tuple)
                     .map_err(|e| PipelineError::definite(format!("cannot route a snapshot row of {table}: {e}")))?;
                 record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true")));
-                // The first record for a topic goes alone, as in the stream (see
-                // pipeline::Session::send): a just auto-created topic can refuse an
-                // earlier request for good while it takes a later one (KAFKA-15591).
-                let first_for_topic = !settled_topics.contains(&record.topic);
+                let first_for_topic = new_topics.must_go_alone(&record.topic);
                 if first_for_topic {
                     while in_flight > 0 {
                         in_flight -= wait_delivery(reports, s).await?;
@@ -208,7 +204,7 @@ pub async fn run(
                 if first_for_topic {
                     in_flight -= wait_delivery(reports, s).await?;
                     progress.acked(metrics);
-                    settled_topics.insert(record.topic.clone());
+                    new_topics.settled(&record.topic);
                 }
             }
             progress.tick(false);

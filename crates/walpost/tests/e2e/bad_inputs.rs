@@ -232,10 +232,7 @@ fn key_column_of_any_type_is_keyed_by_its_text_form() {
 fn null_key_halts_then_dead_letter_diverts_it_and_nothing_is_lost() {
     let w = World::new("bad-nullkey");
     w.sql("ALTER TABLE events.outbox ALTER COLUMN aggregate_id DROP NOT NULL");
-    let mut p = w.start_walpost();
-    assert!(w.wait_for_slot(WAIT));
-    insert_batches(&w, 0, 1, 5, 5, &["order"]);
-    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 5, WAIT);
+    let mut p = w.streaming_walpost(5, WAIT);
     let (null_id, lsn_null) = insert(&w, "'order'", "NULL", "{\"n\": 1}");
     let status = p.wait_exit(Duration::from_secs(60)).expect("walpost must halt on a NULL key");
     assert_exit_failure("NULL key", status, &p.log_text());
@@ -292,10 +289,7 @@ fn invalid_topic_after_routing_halts_and_confirms_nothing_past_it() {
 #[test]
 fn mapped_column_renamed_mid_stream_halts_then_the_fix_delivers_everything() {
     let w = World::new("bad-rename");
-    let mut p = w.start_walpost();
-    assert!(w.wait_for_slot(WAIT));
-    insert_batches(&w, 0, 1, 5, 5, &["order"]);
-    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 5, WAIT);
+    let mut p = w.streaming_walpost(5, WAIT);
     w.sql("ALTER TABLE events.outbox RENAME COLUMN aggregate_id TO agg_id");
     w.sql("INSERT INTO events.outbox (aggregate_type, agg_id, event_type, payload) VALUES ('order', gen_random_uuid(), 'After', '{}')");
     // After the row's commit. While idle, walpost may confirm a keepalive position past
@@ -334,10 +328,7 @@ fn mapped_column_renamed_mid_stream_halts_then_the_fix_delivers_everything() {
 #[test]
 fn regression_outbox_dropped_mid_stream_halts_walpost() {
     let w = World::new("bad-drop");
-    let mut p = w.start_walpost();
-    assert!(w.wait_for_slot(WAIT));
-    insert_batches(&w, 0, 1, 5, 5, &["order"]);
-    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 5, WAIT);
+    let mut p = w.streaming_walpost(5, WAIT);
     w.sql("DROP TABLE events.outbox");
     let status =
         p.wait_exit(OUTBOX_CHECK).unwrap_or_else(|| panic!("walpost kept running after the DROP:\n{}", p.log_text()));
@@ -361,10 +352,7 @@ fn regression_outbox_dropped_mid_stream_halts_walpost() {
 #[test]
 fn regression_outbox_recreated_mid_stream_halts_and_the_runbook_recovers_every_row() {
     let w = World::new("bad-recreate");
-    let mut p = w.start_walpost();
-    assert!(w.wait_for_slot(WAIT));
-    insert_batches(&w, 0, 1, 5, 5, &["order"]);
-    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 5, WAIT);
+    let mut p = w.streaming_walpost(5, WAIT);
 
     // Dropped and re-created in one go (ids continue past the old table's, so the
     // audit below can tell the tables' rows apart), then written to at once.
@@ -472,10 +460,7 @@ fn payload_over_the_brokers_topic_limit_halts_then_is_delivered_after_the_fix() 
             "max.message.bytes=2000",
         ],
     );
-    let mut p = w.start_walpost();
-    assert!(w.wait_for_slot(WAIT));
-    insert_batches(&w, 0, 1, 3, 3, &["order"]);
-    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 3, WAIT);
+    let mut p = w.streaming_walpost(3, WAIT);
     let big_id = w.sql(
         "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('order', '00000000-0000-4000-8000-000000000001', 'Big',

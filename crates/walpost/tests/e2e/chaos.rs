@@ -46,8 +46,6 @@ use testkit::{Kafka, KafkaOptions, PgOptions, Postgres, Proxy, StopMode};
 
 use crate::support::*;
 
-type Highs = HashMap<(String, i32), i64>;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
     Kill,

@@ -137,7 +137,7 @@ fn kill9_five_times_loses_nothing_and_duplicates_only_unconfirmed() {
         })
     };
     // (confirmed LSN, high watermarks) at each crash.
-    let mut crashes: Vec<(u64, HashMap<(String, i32), i64>)> = Vec::new();
+    let mut crashes: Vec<(u64, Highs)> = Vec::new();
     for _ in 0..5 {
         std::thread::sleep(Duration::from_millis(400 + rng.below(1200)));
         walpost.kill9();

@@ -3,6 +3,8 @@
 //!
 //! Each test gets its own database, slot, publication and topic prefix on a shared
 //! cluster and broker; tests that stop a server start their own.
+// Test crates: helpers outside #[test] functions may fail loudly too.
+#![allow(clippy::unwrap_used)]
 
 mod bad_inputs;
 mod chaos;

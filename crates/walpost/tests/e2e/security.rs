@@ -55,10 +55,10 @@ fn tls_verify_full_md5_and_unix_socket_all_stream() {
     assert!(stream_once(&w, &verify_full, 0, 10), "verify-full must stream over TLS");
 
     // md5 authentication (a role whose password is stored as md5).
-    w.sql(&format!(
+    w.sql(
         "SET password_encryption = 'md5'; CREATE ROLE md5user LOGIN REPLICATION PASSWORD 'pw-md5';
-         GRANT USAGE ON SCHEMA events TO md5user; GRANT SELECT ON events.outbox TO md5user;"
-    ));
+         GRANT USAGE ON SCHEMA events TO md5user; GRANT SELECT ON events.outbox TO md5user;",
+    );
     let md5 = format!("{}?sslmode=disable", pg.url_for("md5user", "pw-md5", &w.db));
     assert!(!stream_once(&w, &md5, 1, 20), "sslmode=disable must not use TLS");
 

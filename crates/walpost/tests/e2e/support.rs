@@ -115,6 +115,16 @@ impl World {
         Walpost::start(&self.args(), &[])
     }
 
+    /// walpost started and known to stream: its slot exists and one transaction of
+    /// `events` rows (aggregate type "order") has reached Kafka.
+    pub fn streaming_walpost(&self, events: u32, timeout: Duration) -> Walpost {
+        let p = self.start_walpost();
+        assert!(self.wait_for_slot(timeout), "slot not created:\n{}", p.log_text());
+        insert_batches(self, 0, 1, events, events, &["order"]);
+        consume_at_least(&self.kafka_bootstrap, &self.topic_prefix, events as usize, timeout);
+        p
+    }
+
     pub fn topic(&self, aggregate_type: &str) -> String {
         format!("{}{}", self.topic_prefix, aggregate_type)
     }
@@ -318,7 +328,10 @@ pub fn topics_with_prefix(bootstrap: &str, prefix: &str) -> Vec<String> {
 }
 
 /// Sum of high watermarks of every partition of the topics with `prefix`.
-pub fn high_watermarks(bootstrap: &str, prefix: &str) -> HashMap<(String, i32), i64> {
+/// High watermark per (topic, partition).
+pub type Highs = HashMap<(String, i32), i64>;
+
+pub fn high_watermarks(bootstrap: &str, prefix: &str) -> Highs {
     let c = consumer(bootstrap);
     let md = c.fetch_metadata(None, Duration::from_secs(10)).expect("metadata");
     let mut out = HashMap::new();
@@ -372,7 +385,7 @@ pub fn read_all(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
     let highs = high_watermarks(bootstrap, prefix);
     let c = consumer(bootstrap);
     let mut tpl = TopicPartitionList::new();
-    let mut remaining: HashMap<(String, i32), i64> = HashMap::new();
+    let mut remaining: Highs = HashMap::new();
     for ((topic, partition), high) in &highs {
         if *high > 0 {
             tpl.add_partition_offset(topic, *partition, Offset::Beginning).unwrap();
@@ -432,7 +445,8 @@ pub fn audit(w: &World, records: &[Consumed]) -> Audit {
     let mut a = Audit::default();
     let mut seen = HashSet::new();
     // Per key: (id, partition, offset) in partition-offset order, first copies only.
-    let mut per_key: HashMap<(String, Vec<u8>), Vec<(i64, i32, i64)>> = HashMap::new();
+    type IdPartitionOffset = (i64, i32, i64);
+    let mut per_key: HashMap<(String, Vec<u8>), Vec<IdPartitionOffset>> = HashMap::new();
     let mut partition_of_key: HashMap<(String, Vec<u8>), i32> = HashMap::new();
     for r in records {
         let id = r.event_id();
