@@ -20,8 +20,8 @@ inserted, so the same backlog (the same WAL) is in every slot. The relays read t
 Then a live phase per system: fixed event rates, commit -> Kafka latency per record. Each
 Kafka system's live phase opens with one unreported period (at least 30 s) at its first rate: the broker
 (a JVM) is slow for its first minute of a new request shape, which would otherwise land on
-whichever system comes first (measured: walpost's first 5k/s period after a floor-shaped
-warm-up had p99 300-570 ms, the next ones 46-80 ms).
+whichever system comes first (measured: walpost's first 5k/s period had p99 250-570 ms,
+the next ones 46-86 ms).
 
 Outputs bench/results/{results.md,results.csv,chart.png,machine.txt} (and a copy under
 bench/results/<profile>/).
