@@ -5,7 +5,8 @@ One run, one PostgreSQL (wal_level=logical) and one Kafka broker (started by
 target/release/walpost-devservers), one backlog that every system drains:
 
   recv      pg_recvlogical (pgoutput proto_version 1, walpost's publication) -> /dev/null:
-            the walsender's own rate, the ceiling for any pgoutput client
+            the walsender's own rate, the ceiling for any pgoutput client; drained twice
+            (`recv` first, `recv-again` after walpost's drains), the faster one is the ceiling
   walpost   target/release/walpost run, defaults (acks=all, idempotent, lz4, linger 5 ms)
   walpost-nolz4  the same with compression.type = none (drain only): what lz4 costs
   kafka-floor    live only: the same record bursts produced straight to Kafka (floorgen.py)
@@ -697,7 +698,9 @@ def write_results(ctx: Ctx, machine: str) -> None:
     # targets
     md += ["", "## Targets (issue 8), from this run", ""]
     wp = by.get(("walpost", "drain", 0))
-    rv = by.get(("recv", "drain", 0))
+    # the ceiling: the faster of the two pg_recvlogical drains (before and after walpost's)
+    rv = max((r for r in (by.get(("recv", "drain", 0)), by.get(("recv-again", "drain", 0))) if r),
+             key=lambda r: r.events_per_s, default=None)
     dz = by.get(("debezium", "drain", 0))
     lines = []
 
@@ -706,7 +709,8 @@ def write_results(ctx: Ctx, machine: str) -> None:
 
     if wp and rv:
         ratio = wp.events_per_s / rv.events_per_s
-        lines.append(f"- drain ≥ 0.9 × pg_recvlogical: {wp.events_per_s:,.0f} / {rv.events_per_s:,.0f} = {ratio:.2f} × → {verdict(ratio >= 0.9)}")
+        lines.append(f"- drain ≥ 0.9 × pg_recvlogical: {wp.events_per_s:,.0f} / {rv.events_per_s:,.0f} ({rv.system}, "
+                     f"the faster pg_recvlogical drain) = {ratio:.2f} × → {verdict(ratio >= 0.9)}")
     if wp and dz:
         ratio = wp.events_per_s / dz.events_per_s
         lines.append(f"- drain ≥ 3 × Debezium: {wp.events_per_s:,.0f} / {dz.events_per_s:,.0f} = {ratio:.1f} × → {verdict(ratio >= 3)}")
@@ -752,7 +756,7 @@ def chart(ctx: Ctx, path: Path) -> None:
 
     drains = [r for r in ctx.rows if r.mode == "drain"]
     lives = [r for r in ctx.rows if r.mode == "live"]
-    colors = {"recv": "#999999", "kafka-floor": "#bbbbbb", "walpost": "#1f77b4", "debezium": "#d62728",
+    colors = {"recv": "#999999", "recv-again": "#777777", "kafka-floor": "#bbbbbb", "walpost": "#1f77b4", "debezium": "#d62728",
               "relay002": "#ff7f0e", "walpost-nolz4": "#6baed6", "relay001": "#8c564b"}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.2))
     names = [r.system for r in drains]
@@ -856,6 +860,7 @@ def main() -> int:
                          " WITH (publish = 'insert', publish_via_partition_root = true)")
         if "recv" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('recv', 'pgoutput')")
+            conn.execute("SELECT pg_create_logical_replication_slot('recv2', 'pgoutput')")
         # walpost-nolz4: the same binary without producer compression (lz4 is the default):
         # what compression costs walpost and the broker per event; drain only.
         wpnc_conf = workdir / "walpost-nolz4.toml"
@@ -879,19 +884,26 @@ def main() -> int:
             f"{ctx.payload_bytes / 1e6:,.0f} MB of payload")
         time.sleep(3)
 
-        if "recv" in systems:
-            drain(ctx, "recv", [
-                f"{servers.pg_bindir}/pg_recvlogical", "-d", url, "--slot", "recv", "--start",
+        def recv_drain(name: str, slot: str, note: str) -> None:
+            drain(ctx, name, [
+                f"{servers.pg_bindir}/pg_recvlogical", "-d", url, "--slot", slot, "--start",
                 "-o", "proto_version=1", "-o", "publication_names=walpost_outbox",
                 "--endpos", str(endpos), "-F", "0", "--no-loop", "-f", "/dev/null"],
-                slot="recv", exits_itself=True, note="pgoutput to /dev/null, no Kafka")
-            drop_slot(conn, "recv")
+                slot=slot, exits_itself=True, note=note)
+            drop_slot(conn, slot)
+
+        if "recv" in systems:
+            recv_drain("recv", "recv", "pgoutput to /dev/null, no Kafka")
         if "walpost" in systems:
             drain(ctx, "walpost", walpost_argv(ctx, "wp", "wp."), slot="wp", prefix="wp.")
         if "walpost-nolz4" in systems:
             drain(ctx, "walpost-nolz4", walpost_argv(ctx, "wpnc", "wpnc.", str(wpnc_conf)), slot="wpnc", prefix="wpnc.",
                   note="compression.type = none (default lz4)")
             drop_slot(conn, "wpnc")
+        if "recv" in systems:
+            # The ceiling measured again after the Kafka systems: recv otherwise always
+            # drains first, right after the backlog's CHECKPOINT (an order effect check).
+            recv_drain("recv-again", "recv2", "the same as recv, drained after walpost")
         dbz_offsets = workdir / "debezium.offsets"
         if "debezium" in systems:
             argv, env = debezium_cmd(ctx, "dbz", "dbz.", dbz_offsets)
