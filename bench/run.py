@@ -509,6 +509,7 @@ def live(ctx: Ctx, system: str, argv, env, prefix: str, rates: list[float], slot
     source itself instead of Kafka (the live pg_recvlogical row, recvlat.py).
     settle: one unreported period (at least 30 s) at the first rate before the measured ones."""
     topics = topics_of(prefix)
+    floor = argv is None and receiver is None  # the generator produces to Kafka itself
     conn = psycopg.connect(ctx.url, autocommit=True)
     if slot:
         t = time.monotonic()
@@ -547,22 +548,20 @@ def live(ctx: Ctx, system: str, argv, env, prefix: str, rates: list[float], slot
             raise SystemExit("latency consumer failed; see latency.log")
         log(f"live {system}: {rate:.0f} events/s for {secs} s (load {load})"
             + ("" if reported else ", settling: not reported"))
-        if p or receiver:
-            gen_argv = [PY, str(BENCH / "livegen.py"), "--postgres", ctx.url, "--seed", str(SEED)]
-        else:
-            gen_argv = [PY, str(BENCH / "floorgen.py"), "--kafka-brokers", ctx.servers.brokers,
-                        "--topic-prefix", prefix]
+        livegen = [PY, str(BENCH / "livegen.py"), "--postgres", ctx.url, "--seed", str(SEED),
+                   "--rate", str(rate), "--seconds", str(secs)]
         pg_load = None
-        if not (p or receiver):
-            # the floor: PostgreSQL takes the same insert load meanwhile (nothing decodes it)
+        if floor:
+            gen_argv = [PY, str(BENCH / "floorgen.py"), "--kafka-brokers", ctx.servers.brokers,
+                        "--topic-prefix", prefix, "--rate", str(rate), "--seconds", str(secs)]
+            # PostgreSQL takes the same insert load meanwhile (nothing decodes it)
             pg_load = subprocess.Popen(
-                [PY, str(BENCH / "livegen.py"), "--postgres", ctx.url, "--seed", str(SEED),
-                 "--rate", str(rate), "--seconds", str(secs), "--t-base", str(ctx.t_base + 5_000_000),
-                 "--out", str(ctx.workdir / f"{run_name}.pgload")],
+                livegen + ["--t-base", str(ctx.t_base + 5_000_000), "--out", str(ctx.workdir / f"{run_name}.pgload")],
                 stdout=subprocess.DEVNULL, stderr=open(ctx.workdir / "livegen.log", "ab"), cwd=str(BENCH))
+        else:
+            gen_argv = livegen
         gen = subprocess.run(
-            gen_argv + ["--rate", str(rate), "--seconds", str(secs),
-                        "--t-base", str(ctx.t_base), "--out", str(gen_out)],
+            gen_argv + ["--t-base", str(ctx.t_base), "--out", str(gen_out)],
             stdout=subprocess.PIPE, stderr=open(ctx.workdir / "livegen.log", "ab"), text=True, cwd=str(BENCH),
             check=True)
         if pg_load and pg_load.wait(60) != 0:

@@ -383,15 +383,6 @@ impl KafkaSink {
             }
         }
     }
-
-    /// Waits (bounded) for every queued record to be delivered or failed.
-    pub fn flush(&self, timeout: Duration) -> Result<(), String> {
-        self.producer.flush(timeout).map_err(|e| e.to_string())
-    }
-
-    pub fn in_flight(&self) -> i32 {
-        self.producer.in_flight_count()
-    }
 }
 
 /// Failure to hand a record to the producer.
