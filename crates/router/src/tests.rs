@@ -1,5 +1,6 @@
 use super::*;
 use pgoutput::Column;
+use std::collections::HashSet;
 
 const TEXT: u32 = 25;
 const JSONB: u32 = 3802;
@@ -541,5 +542,161 @@ fn regression_empty_additional_placement_is_refused() {
     for text in ["", " ", ",", "a:header,,b:header"] {
         let err = AdditionalField::parse_list(text).unwrap_err();
         assert!(err.contains("table.fields.additional.placement"), "{text:?}: {err}");
+    }
+}
+
+// ---- regressions of issue 19 ----
+
+#[test]
+fn regression_a_row_cannot_route_outside_topics_allow() {
+    // Before: a value route.topic.regex did not match became the topic as it was.
+    let config =
+        RouterConfig { topic_regex: Some("(?<routedByValue>[a-z]+)Aggregate".into()), ..RouterConfig::default() };
+    let mut strict = router(config.clone());
+    let rel = strict.resolve(&relation(SEED_000)).unwrap();
+    let rec = strict.route(&rel, &seed_row(text("orderAggregate"), text("k"), text("{}"))).unwrap();
+    assert_eq!(&*rec.topic, "outbox.event.order");
+    let err = strict.route(&rel, &seed_row(text("billing.payments"), text("k"), text("{}"))).unwrap_err();
+    assert_eq!(err.class(), "route_no_match", "{err}");
+    assert!(err.to_string().contains("route.topic.regex.fallthrough"), "{err}");
+    // Debezium's use-as-is, on request, still inside the guard.
+    let mut lenient = router(RouterConfig { topic_regex_fallthrough: true, ..config.clone() });
+    let err = lenient.route(&rel, &seed_row(text("billing.payments"), text("k"), text("{}"))).unwrap_err();
+    assert_eq!(err.class(), "topic_not_allowed", "{err}");
+    let rec = lenient.route(&rel, &seed_row(text("outbox.event.legacy"), text("k"), text("{}"))).unwrap();
+    assert_eq!(&*rec.topic, "outbox.event.legacy");
+    let mut open = router(RouterConfig {
+        topic_regex_fallthrough: true,
+        topics_allow: Some(vec!["outbox.".into(), "re:billing\\.[a-z]+".into()]),
+        ..config
+    });
+    let rec = open.route(&rel, &seed_row(text("billing.payments"), text("k"), text("{}"))).unwrap();
+    assert_eq!(&*rec.topic, "billing.payments");
+}
+
+#[test]
+fn regression_a_row_cannot_route_to_a_kafka_internal_topic() {
+    for (pattern, value) in [("${routedByValue}", "__consumer_offsets"), ("_${routedByValue}", "_transaction_state")] {
+        let mut r = router(RouterConfig {
+            topic_pattern: pattern.into(),
+            topics_allow: Some(vec!["*".into()]),
+            ..RouterConfig::default()
+        });
+        let rel = r.resolve(&relation(SEED_000)).unwrap();
+        let err = r.route(&rel, &seed_row(text(value), text("k"), text("{}"))).unwrap_err();
+        assert_eq!(err.class(), "topic_not_allowed", "{err}");
+        assert!(err.to_string().contains("'__'"), "{err}");
+        assert_eq!(err.event_id(), Some("42"));
+    }
+}
+
+/// The message of every RouteError variant, produced the way the router produces it, with
+/// a canary in the row: absent unless log_values, present with it where a value applies.
+#[test]
+fn regression_errors_carry_no_column_value_unless_log_values() {
+    const CANARY: &str = "canary-secret@example.com";
+    const CANARY_TOPIC: &str = "canary-secret.example.com";
+    fn variant(e: &RouteError) -> &'static str {
+        match e {
+            RouteError::MissingColumn { .. } => "MissingColumn",
+            RouteError::NullField { .. } => "NullField",
+            RouteError::EmptyPayload { .. } => "EmptyPayload",
+            RouteError::UnchangedToast { .. } => "UnchangedToast",
+            RouteError::InvalidTopic { .. } => "InvalidTopic",
+            RouteError::TopicNotAllowed { .. } => "TopicNotAllowed",
+            RouteError::RouteNoMatch { .. } => "RouteNoMatch",
+            RouteError::ColumnCountMismatch { .. } => "ColumnCountMismatch",
+            RouteError::BadValue { .. } => "BadValue",
+            RouteError::BadRegex(_) => "BadRegex",
+            RouteError::InvalidOption { .. } => "InvalidOption",
+        }
+    }
+    const VARIANTS: usize = 11;
+    let cols = [
+        ("id", TEXT),
+        ("aggregate_type", TEXT),
+        ("aggregate_id", TEXT),
+        ("event_type", TEXT),
+        ("payload", JSONB),
+        ("occurred_at", 1184),
+        ("shard", INT4),
+        ("urgent", BOOL),
+        ("headers", JSONB),
+    ];
+    // id 42, route, key, type, payload, timestamp, partition, bool header, JSON headers.
+    let row = |values: [ColumnValue; 9]| TupleData::from_values(&values);
+    let canary = || text(CANARY);
+    let good = || {
+        [
+            text("42"),
+            text("order"),
+            canary(),
+            canary(),
+            text("{\"email\": \"canary-secret@example.com\"}"),
+            text("2026-11-29 08:00:00+00"),
+            text("1"),
+            text("t"),
+            text("{}"),
+        ]
+    };
+    for log_values in [false, true] {
+        let config = RouterConfig {
+            log_values,
+            timestamp_field: Some("occurred_at".into()),
+            headers_field: Some("headers".into()),
+            additional: AdditionalField::parse_list("shard:partition,urgent:header").unwrap(),
+            ..RouterConfig::default()
+        };
+        let mut r = router(config.clone());
+        let rel = r.resolve(&relation_typed(&cols)).unwrap();
+        assert!(r.route(&rel, &row(good())).is_ok());
+        let with = |i: usize, v: ColumnValue| {
+            let mut values = good();
+            values[i] = v;
+            row(values)
+        };
+        // (error, canary that must not leak, whether a value applies)
+        let mut cases: Vec<(RouteError, &str, bool)> = vec![
+            (r.resolve(&relation(&["id", "aggregate_type", "payload", "event_type"])).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(2, ColumnValue::Null)).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(4, text("  "))).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(2, ColumnValue::UnchangedToast)).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(1, canary())).unwrap_err(), CANARY, true),
+            (r.route(&rel, &TupleData::from_values(&[canary()])).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(5, canary())).unwrap_err(), CANARY, true),
+            (r.route(&rel, &with(6, canary())).unwrap_err(), CANARY, true),
+            (r.route(&rel, &with(7, canary())).unwrap_err(), CANARY, true),
+            (r.route(&rel, &with(8, canary())).unwrap_err(), CANARY, true),
+            (
+                r.route_json(&Bytes::from_static(b"canary-secret@example.com"), "message prefix m").unwrap_err(),
+                CANARY,
+                true,
+            ),
+            (Router::new(RouterConfig { topic_regex: Some("(".into()), ..config.clone() }).unwrap_err(), CANARY, false),
+            (Router::new(RouterConfig { topics_allow: Some(vec![]), ..config.clone() }).unwrap_err(), CANARY, false),
+        ];
+        let mut no_match =
+            router(RouterConfig { topic_regex: Some("(?<routedByValue>[a-z]+)".into()), ..config.clone() });
+        cases.push((no_match.route(&rel, &with(1, canary())).unwrap_err(), CANARY, true));
+        let mut fallthrough = router(RouterConfig {
+            topic_regex: Some("(?<routedByValue>[a-z]+)".into()),
+            topic_regex_fallthrough: true,
+            ..config.clone()
+        });
+        cases.push((fallthrough.route(&rel, &with(1, text(CANARY_TOPIC))).unwrap_err(), CANARY_TOPIC, true));
+        let mut seen = HashSet::new();
+        for (err, secret, value_applies) in &cases {
+            seen.insert(variant(err));
+            let message = err.to_string();
+            if log_values && *value_applies {
+                assert!(message.contains(secret), "log_values shows the value: {message}");
+            } else {
+                assert!(!message.contains(secret), "log_values = {log_values}: {message}");
+            }
+            if err.event_id().is_some() {
+                assert!(message.contains("event id 42"), "{message}");
+            }
+        }
+        assert_eq!(seen.len(), VARIANTS, "every variant is rendered: {seen:?}");
     }
 }

@@ -267,3 +267,85 @@ impl TopicPattern {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(entries: &[&str]) -> TopicGuard {
+        TopicGuard::new(entries).unwrap()
+    }
+
+    #[test]
+    fn default_guard_is_the_literal_prefix_of_the_pattern() {
+        let g = TopicGuard::from_config(&RouterConfig::default()).unwrap();
+        assert_eq!(g.check("outbox.event.order"), Ok(()));
+        assert_eq!(g.check("outbox.events"), Err(TopicRejection::NotAllowed));
+        assert_eq!(g.check("billing.order"), Err(TopicRejection::NotAllowed));
+        assert_eq!(g.check("__consumer_offsets"), Err(TopicRejection::Internal));
+        assert!(matches!(g.check("outbox.event.a b"), Err(TopicRejection::Invalid(_))));
+        assert!(!g.allows_any());
+        // `\$` is a literal dollar sign: part of the prefix, which no topic can have.
+        let escaped = RouterConfig { topic_pattern: "a\\$b.${routedByValue}".into(), ..RouterConfig::default() };
+        assert_eq!(TopicGuard::from_config(&escaped).unwrap_err().class(), "invalid_option");
+        let dotted = RouterConfig { topic_pattern: "a\\.b.${routedByValue}".into(), ..RouterConfig::default() };
+        assert_eq!(TopicGuard::from_config(&dotted).unwrap().check("a.b.x"), Ok(()));
+        let fixed = RouterConfig { topic_pattern: "all-events".into(), ..RouterConfig::default() };
+        let g = TopicGuard::from_config(&fixed).unwrap();
+        assert_eq!(g.check("all-events"), Ok(()));
+        assert_eq!(g.check("other"), Err(TopicRejection::NotAllowed));
+    }
+
+    #[test]
+    fn a_pattern_starting_with_a_reference_needs_topics_allow() {
+        let c = RouterConfig { topic_pattern: "${routedByValue}.events".into(), ..RouterConfig::default() };
+        let err = TopicGuard::from_config(&c).unwrap_err();
+        assert_eq!(err.class(), "invalid_option");
+        assert!(err.to_string().starts_with("topics.allow: "), "{err}");
+        let c = RouterConfig { topics_allow: Some(vec!["orders.".into()]), ..c };
+        assert_eq!(TopicGuard::from_config(&c).unwrap().check("orders.events"), Ok(()));
+    }
+
+    #[test]
+    fn entries_prefix_regex_and_any() {
+        let g = guard(&["orders.", r"re:^billing\.(eu|us)\.[a-z]+$", "  audit  "]);
+        for ok in ["orders.placed", "orders.", "billing.eu.paid", "audit", "audit.x"] {
+            assert_eq!(g.check(ok), Ok(()), "{ok}");
+        }
+        for refused in ["order", "billing.asia.paid", "billing.eu.Paid", "xorders.placed", "billing.eu.paid.x"] {
+            assert_eq!(g.check(refused), Err(TopicRejection::NotAllowed), "{refused}");
+        }
+        // A regex is matched against the whole name even without anchors.
+        assert_eq!(guard(&["re:billing"]).check("billing.x"), Err(TopicRejection::NotAllowed));
+        let any = guard(&["*"]);
+        assert!(any.allows_any());
+        assert_eq!(any.check("anything.at-all"), Ok(()));
+        for internal in ["__consumer_offsets", "__transaction_state", "__x"] {
+            assert_eq!(any.check(internal), Err(TopicRejection::Internal), "{internal}");
+            assert_eq!(guard(&["re:.*"]).check(internal), Err(TopicRejection::Internal), "{internal}");
+        }
+        assert!(matches!(any.check(""), Err(TopicRejection::Invalid(_))));
+        assert!(matches!(any.check(&"x".repeat(250)), Err(TopicRejection::Invalid(_))));
+    }
+
+    #[test]
+    fn bad_entries_are_refused_naming_the_option() {
+        let empty: &[&str] = &[];
+        for entries in [empty, &[""], &["re:("], &["__internal"], &["a b"], &["orders", " "]] {
+            let err = TopicGuard::new(entries).unwrap_err();
+            assert_eq!(err.class(), "invalid_option", "{entries:?}");
+            assert!(err.to_string().starts_with("topics.allow: "), "{entries:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn rejections_never_contain_the_topic() {
+        let topic = "canary-secret.example.com";
+        let err = guard(&["orders."]).check(topic).unwrap_err();
+        assert!(!err.to_string().contains("canary"), "{err}");
+        assert_eq!(err.class(), "topic_not_allowed");
+        let err = validate_topic("canary-secret@example.com").unwrap_err();
+        assert!(!err.to_string().contains("canary"), "{err}");
+        assert_eq!(err.class(), "invalid_topic");
+    }
+}

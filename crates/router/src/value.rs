@@ -273,3 +273,155 @@ fn days_since_epoch(text: &[u8]) -> Result<i64, &'static str> {
     let zoned = date.to_zoned(jiff::tz::TimeZone::UTC).map_err(|_| EXPECTED)?;
     Ok(zoned.timestamp().as_second().div_euclid(86_400))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(kind: Kind, text: Option<&str>) -> Result<String, &'static str> {
+        let mut out = Vec::new();
+        let text = text.map(|t| Bytes::copy_from_slice(t.as_bytes()));
+        write_json(&mut out, kind, text.as_ref())?;
+        Ok(String::from_utf8(out).unwrap_or_default())
+    }
+
+    fn forms(kind: Kind, text: &str) -> (Vec<u8>, Vec<u8>, String) {
+        let b = Bytes::copy_from_slice(text.as_bytes());
+        (
+            plain(kind, &b).map(|v| v.to_vec()).unwrap_or_default(),
+            header(kind, &b).map(|v| v.to_vec()).unwrap_or_default(),
+            json(kind, Some(text)).unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn kinds_from_type_and_modifier() {
+        assert_eq!(Kind::of(oid::TEXT, -1), Kind::Text);
+        assert_eq!(Kind::of(oid::VARCHAR, 259), Kind::Text);
+        assert_eq!(Kind::of(oid::UUID, -1), Kind::Text);
+        assert_eq!(Kind::of(oid::INT8, -1), Kind::Integer);
+        assert_eq!(Kind::of(oid::NUMERIC, -1), Kind::Float);
+        assert_eq!(Kind::of(oid::JSON, -1), Kind::Json);
+        assert_eq!(Kind::of(oid::JSONB, -1), Kind::Json);
+        assert_eq!(Kind::of(oid::TIMESTAMP, 0), Kind::Timestamp { micros: false });
+        assert_eq!(Kind::of(oid::TIMESTAMP, 3), Kind::Timestamp { micros: false });
+        assert_eq!(Kind::of(oid::TIMESTAMP, 4), Kind::Timestamp { micros: true });
+        assert_eq!(Kind::of(oid::TIMESTAMP, 6), Kind::Timestamp { micros: true });
+        assert_eq!(Kind::of(oid::TIMESTAMP, -1), Kind::Timestamp { micros: true });
+        assert_eq!(Kind::of(oid::TIMESTAMPTZ, 3), Kind::TimestampTz { digits: 3 });
+        assert_eq!(Kind::of(oid::TIMESTAMPTZ, -1), Kind::TimestampTz { digits: 6 });
+        assert_eq!(Kind::of(oid::DATE, -1), Kind::Date);
+    }
+
+    /// (kind, PostgreSQL text, key/value bytes, header bytes, envelope JSON).
+    type FormCase = (Kind, &'static str, &'static [u8], &'static [u8], &'static str);
+
+    #[test]
+    fn forms_table() {
+        let ms = Kind::Timestamp { micros: false };
+        let us = Kind::Timestamp { micros: true };
+        let cases: &[FormCase] = &[
+            (Kind::Text, "ac\"me\n", b"ac\"me\n", b"ac\"me\n", r#""ac\"me\n""#),
+            (
+                Kind::Text,
+                "5f0c6b1e-0000-4000-8000-000000000001",
+                b"5f0c6b1e-0000-4000-8000-000000000001",
+                b"5f0c6b1e-0000-4000-8000-000000000001",
+                r#""5f0c6b1e-0000-4000-8000-000000000001""#,
+            ),
+            (Kind::Json, r#"{"a": [1, 2]}"#, br#"{"a": [1, 2]}"#, br#"{"a": [1, 2]}"#, r#"{"a": [1, 2]}"#),
+            (
+                Kind::Integer,
+                "-9223372036854775808",
+                b"-9223372036854775808",
+                b"-9223372036854775808",
+                "-9223372036854775808",
+            ),
+            (Kind::Float, "1.5", b"1.5", b"1.5", "1.5"),
+            (Kind::Float, "NaN", b"NaN", b"NaN", r#""NaN""#),
+            (Kind::Float, "-Infinity", b"-Infinity", b"-Infinity", r#""-Infinity""#),
+            (Kind::Bool, "t", b"true", b"true", "true"),
+            (Kind::Bool, "f", b"false", b"false", "false"),
+            (Kind::Bytea, r"\x6120ff", b"a \xff", b"YSD/", r#""YSD/""#),
+            (Kind::Bytea, r"\x", b"", b"", r#""""#),
+            (Kind::Bytea, r"a\\b\000", b"a\\b\x00", b"YVxiAA==", r#""YVxiAA==""#),
+            (ms, "2019-03-24 20:52:59.123", b"1553460779123", b"1553460779123", "1553460779123"),
+            (us, "2019-03-24 20:52:59.123456", b"1553460779123456", b"1553460779123456", "1553460779123456"),
+            (us, "1969-12-31 23:59:59.999999", b"-1", b"-1", "-1"),
+            (
+                Kind::TimestampTz { digits: 6 },
+                "2026-11-29 09:00:00.25+01",
+                b"2026-11-29T08:00:00.250000Z",
+                b"2026-11-29T08:00:00.250000Z",
+                r#""2026-11-29T08:00:00.250000Z""#,
+            ),
+            (
+                Kind::TimestampTz { digits: 3 },
+                "2026-11-29 02:30:00-05:30",
+                b"2026-11-29T08:00:00.000Z",
+                b"2026-11-29T08:00:00.000Z",
+                r#""2026-11-29T08:00:00.000Z""#,
+            ),
+            (
+                Kind::TimestampTz { digits: 0 },
+                "2026-11-29 08:00:00+00",
+                b"2026-11-29T08:00:00Z",
+                b"2026-11-29T08:00:00Z",
+                r#""2026-11-29T08:00:00Z""#,
+            ),
+            (Kind::TimestampTz { digits: 6 }, "infinity", b"infinity", b"infinity", r#""infinity""#),
+            (Kind::Date, "1970-01-02", b"1", b"1", "1"),
+            (Kind::Date, "1969-12-31", b"-1", b"-1", "-1"),
+        ];
+        for (kind, text, plain_form, header_form, json_form) in cases {
+            let (p, h, j) = forms(*kind, text);
+            assert_eq!(
+                (p.as_slice(), h.as_slice(), j.as_str()),
+                (*plain_form, *header_form, *json_form),
+                "{kind:?} {text}"
+            );
+        }
+        assert_eq!(json(Kind::Bool, None), Ok("null".into()));
+    }
+
+    #[test]
+    fn bad_values_are_errors_not_panics() {
+        let cases: &[(Kind, &[u8])] = &[
+            (Kind::Bool, b"yes"),
+            (Kind::Bytea, b"\\x6"),
+            (Kind::Bytea, b"\\xzz"),
+            (Kind::Bytea, b"\\400"),
+            (Kind::Bytea, b"\\9"),
+            (Kind::Bytea, b"ab\\"),
+            (Kind::Timestamp { micros: true }, b"infinity"),
+            (Kind::Timestamp { micros: false }, b"\xff\xfe"),
+            (Kind::TimestampTz { digits: 6 }, b"29/11/2026 08:00"),
+            (Kind::Date, b"infinity"),
+            (Kind::Date, b"2026-02-30"),
+        ];
+        for (kind, text) in cases {
+            let b = Bytes::copy_from_slice(text);
+            assert!(plain(*kind, &b).is_err(), "{kind:?} {text:?}");
+            assert!(header(*kind, &b).is_err(), "{kind:?} {text:?}");
+            assert!(write_json(&mut Vec::new(), *kind, Some(&b)).is_err(), "{kind:?} {text:?}");
+        }
+    }
+
+    #[test]
+    fn text_forms_are_slices_not_copies() {
+        let b = Bytes::from_static(b"order-1");
+        for kind in [Kind::Text, Kind::Json, Kind::Integer, Kind::Float] {
+            assert_eq!(plain(kind, &b).map(|v| v.as_ptr()), Ok(b.as_ptr()));
+        }
+        let escape = Bytes::from_static(b"no backslash");
+        assert_eq!(decode_bytea(&escape).map(|v| v.as_ptr()), Ok(escape.as_ptr()));
+    }
+
+    #[test]
+    fn empty_payload_is_javas_trim() {
+        assert!(is_empty_payload(Kind::Json, b""));
+        assert!(is_empty_payload(Kind::Text, b" \t\r\n\x00"));
+        assert!(!is_empty_payload(Kind::Text, b" x "));
+        assert!(!is_empty_payload(Kind::Bytea, b""), "a bytea payload is empty only when NULL");
+    }
+}
