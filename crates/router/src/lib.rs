@@ -715,4 +715,6 @@ fn expand_json_headers(json: &[u8], headers: &mut Vec<(Arc<str>, Bytes)>) -> Res
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
