@@ -5,7 +5,7 @@
 //! bytes`, `time.precision.mode = adaptive`), then a converter writes it. Three forms
 //! follow from that:
 //!
-//! | column type | [`plain`] (key, value, route value) | [`header`] (Kafka's `SimpleHeaderConverter`) | [`write_json`] (envelope, `JsonConverter` without schemas) |
+//! | column type | key, value, route value | header (Kafka's `SimpleHeaderConverter`) | envelope field (`JsonConverter` without schemas) |
 //! |---|---|---|---|
 //! | text, varchar, uuid, other types | the text | the text | a JSON string |
 //! | json, jsonb | the text | the text | the JSON text itself (a document, not a string) |
@@ -17,6 +17,11 @@
 //! | timestamp(4..6), timestamp | epoch microseconds | epoch microseconds | number |
 //! | timestamptz(p) | ISO-8601 in UTC, `p` fraction digits (6 when unset) | the same | string |
 //! | date | days since the epoch | the same | number |
+//!
+//! Headers: Kafka Connect's default header converter, `SimpleHeaderConverter`, writes
+//! `Values.convertToString` of the value: booleans and numbers as Java prints them, and
+//! bytes (`byte[]` or `ByteBuffer`, which is what Debezium makes of a bytea) as standard
+//! base64 with padding; so a bytea header is base64 here too, the same text JSON gives it.
 //!
 //! A bytea arrives as `\x` + hex (`bytea_output = hex`, the default) or in the `escape`
 //! format (printable bytes as themselves, `\\`, `\ooo`); both are decoded. A value in
