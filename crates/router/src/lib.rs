@@ -523,7 +523,8 @@ impl Router {
             self.topics.clear();
         }
         let topic: Arc<str> = topic.into();
-        self.topics.insert(route_value, topic.clone());
+        // A copy: the value is a slice of the whole WAL message, which the cache must not pin.
+        self.topics.insert(Bytes::copy_from_slice(&route_value), topic.clone());
         Ok(topic)
     }
 }
