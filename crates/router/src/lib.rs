@@ -1,113 +1,121 @@
 //! The Outbox Event Router: one INSERTed outbox row in, one Kafka record out.
 //!
-//! Semantics and option names follow Debezium's Outbox Event Router where they apply:
-//! - topic: the `route.by.field` value, rewritten by `route.topic.regex` /
-//!   `route.topic.replacement` (default `(?<routedByValue>.*)` ->
-//!   `outbox.event.${routedByValue}`); a value the regex does not match keeps its own
-//!   name, as Debezium's RegexRouter does;
-//! - key: text form of `table.field.event.key`;
-//! - value: the `table.field.event.payload` bytes exactly as PostgreSQL sent them (JSON
-//!   text of a json/jsonb column, the string of a text column, the bytes of bytea),
-//!   never re-serialised; `table.fields.additional.placement` `:envelope` wraps it as
-//!   `{"payload": <payload>, "<alias>": <value>}` (the payload still copied verbatim);
-//! - headers: `id` (always), `eventType` (`table.field.event.type`), `:header`
-//!   placements, and one header per key of a JSON headers column
-//!   (`table.field.event.headers`, seed 002's `headers JSONB`; string values unquoted,
-//!   so a W3C `traceparent` arrives intact);
-//! - timestamp: `table.field.event.timestamp` if set, else the commit time;
-//! - partition: a `:partition` placement (an integer column), else the partitioner.
+//! Semantics and option names follow Debezium's Outbox Event Router
+//! (`outbox-event-router.adoc`); CONFORMANCE.md beside this crate lists every case the
+//! conformance suite (`tests/conformance.rs`) checks and every deliberate difference.
+//!
+//! - topic: the `route.by.field` value matched by `route.topic.regex` (whole value, default
+//!   `(?<routedByValue>.*)`) and rewritten by `route.topic.replacement` (default
+//!   `outbox.event.${routedByValue}`; Java's replacement syntax: `$1`, `${name}`, `\$`).
+//!   A value the regex does not match is a [`RouteError::RouteNoMatch`]; with
+//!   `route.topic.regex.fallthrough = true` it is used as the topic unchanged, as
+//!   Debezium's RegexRouter does. Every topic then passes the [`TopicGuard`].
+//! - key: `table.field.event.key`; value: `table.field.event.payload`. Text, json, jsonb,
+//!   uuid and numbers are the bytes PostgreSQL sent (never re-serialised); bytea is
+//!   decoded from its text form to its bytes (see [`value`] for every type).
+//! - value shape: with any `:envelope` placement configured the value is
+//!   `{"payload": <payload>, "<alias>": <value>, ...}` for every row, whether or not the
+//!   row's table has the column (`table.field.additional.missing = ignore` leaves the
+//!   field out, not the envelope); json/jsonb payloads are copied into it verbatim.
+//! - tombstone: with `route.tombstone.on.empty.payload = true` a NULL payload, or a text
+//!   one that is empty after trimming, is a record with no value, envelope or not.
+//!   Without it, such a row is [`RouteError::EmptyPayload`] (Debezium would emit it).
+//! - headers: `id` (always), `:header` placements, one per key of a JSON object column
+//!   (`table.field.event.headers`, a walpost extension; strings unquoted, so a W3C
+//!   `traceparent` arrives intact), and `eventType` from
+//!   [`RouterConfig::event_type_header_field`] (a walpost extension, option
+//!   [`EVENT_TYPE_HEADER_OPTION`]: Debezium 0.9-1.1 put its `table.field.event.type`
+//!   column into the value envelope, and Debezium 1.2 and later neither document nor read
+//!   that option). Header values are what Kafka's `SimpleHeaderConverter` writes for
+//!   Debezium's value: booleans `true`/`false`, bytea in base64. A NULL header column adds
+//!   no header.
+//! - timestamp: `table.field.event.timestamp` (timestamp or timestamptz, in ms; NULL:
+//!   none), else the caller's commit time. Parsed with `jiff`.
+//! - partition: a `:partition` placement (an integer column; NULL: none), else the
+//!   partitioner.
+//!
+//! walpost's own options beside Debezium's: [`RouterConfig::topics_allow`]
+//! (`topics.allow`), [`RouterConfig::topic_regex_fallthrough`]
+//! (`route.topic.regex.fallthrough`), [`RouterConfig::log_values`] (`log_values`),
+//! [`RouterConfig::headers_field`] and [`RouterConfig::event_type_header_field`].
+//! [`DEBEZIUM_OPTIONS_IMPLEMENTED`] and [`DEBEZIUM_OPTIONS_NOT_IMPLEMENTED`] list
+//! Debezium's.
 //!
 //! Invariants:
 //! - Columns are found by name in the relation the server last described, so columns
 //!   added or reordered mid-stream do not break routing.
-//! - A row that cannot be routed (NULL key, NULL route value, invalid topic, NULL payload
-//!   without `route.tombstone.on.empty.payload`, missing column) is an error naming the
-//!   table, column and config key, never a silently dropped event.
-//! - Key and payload bytes are `Bytes` slices of the decoded message: no copies.
+//! - A row that cannot be routed is an error naming the table, column, option and event
+//!   id, never a silently dropped event; the error carries no column value unless
+//!   `log_values` is set.
+//! - Every topic a record gets is a valid Kafka name, outside Kafka's internal `__` topics,
+//!   and allowed by `topics.allow`.
+//! - Key and payload bytes of text-like columns are `Bytes` slices of the decoded message:
+//!   no copies. No input panics.
 
-use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use pgoutput::{ColumnValue, Relation, TupleData};
 use regex::Regex;
 
+mod error;
+mod options;
+mod topic;
+pub mod value;
+
+pub use error::RouteError;
+pub use options::{
+    AdditionalField, Placement, ADDITIONAL_PLACEMENT, DEBEZIUM_OPTIONS_IMPLEMENTED, DEBEZIUM_OPTIONS_NOT_IMPLEMENTED,
+};
+pub use topic::{
+    validate_topic, TopicGuard, TopicRejection, INTERNAL_TOPIC_PREFIX, TOPICS_ALLOW_ANY, TOPICS_ALLOW_REGEX,
+};
+pub use value::{decode_bytea, parse_timestamp, parse_timestamp_ms};
+
+use error::display_text;
+use topic::TopicPattern;
+use value::Kind;
+
 /// Header carrying the event id (Debezium: `id`).
 pub const HEADER_ID: &str = "id";
-/// Header carrying the event type.
+/// Header carrying the event type (a walpost extension).
 pub const HEADER_EVENT_TYPE: &str = "eventType";
 /// The placeholder in the topic pattern.
 pub const ROUTED_BY_VALUE: &str = "${routedByValue}";
 /// Debezium's default `route.topic.regex`.
 pub const DEFAULT_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
-
-/// Where an additional column goes (`table.fields.additional.placement`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
-    Header(String),
-    Envelope(String),
-    Partition,
-}
-
-/// One `col:target[:alias]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdditionalField {
-    pub column: String,
-    pub placement: Placement,
-}
-
-impl AdditionalField {
-    /// Parses Debezium's comma-separated `col:header[:alias],col:envelope[:alias],col:partition`.
-    pub fn parse_list(text: &str) -> Result<Vec<AdditionalField>, String> {
-        text.split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(|entry| {
-                let parts: Vec<&str> = entry.split(':').map(str::trim).collect();
-                let (column, target, alias) = match parts.as_slice() {
-                    [c, t] => (*c, *t, None),
-                    [c, t, a] => (*c, *t, Some(*a)),
-                    _ => return Err(format!("'{entry}' is not column:header|envelope|partition[:alias]")),
-                };
-                if column.is_empty() {
-                    return Err(format!("'{entry}' has no column name"));
-                }
-                let alias = alias.unwrap_or(column).to_owned();
-                let placement = match target {
-                    "header" => Placement::Header(alias),
-                    "envelope" => Placement::Envelope(alias),
-                    "partition" => Placement::Partition,
-                    other => {
-                        return Err(format!("'{entry}': placement '{other}' is not header, envelope or partition"))
-                    }
-                };
-                Ok(AdditionalField { column: column.to_owned(), placement })
-            })
-            .collect()
-    }
-}
+/// walpost's option naming the column of the `eventType` header
+/// ([`RouterConfig::event_type_header_field`]); it replaces `table.field.event.type`.
+pub const EVENT_TYPE_HEADER_OPTION: &str = "table.field.event.type.header";
 
 /// Which columns mean what, and how topics are named.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterConfig {
     /// `route.by.field`.
     pub route_by_field: String,
-    /// `route.topic.regex`; `None` is Debezium's default (the whole value).
+    /// `route.topic.regex`; `None` is Debezium's default, [`DEFAULT_TOPIC_REGEX`].
     pub topic_regex: Option<String>,
+    /// `route.topic.regex.fallthrough` (walpost): a route value the regex does not match
+    /// becomes the topic as it is (Debezium's behaviour) instead of an error.
+    pub topic_regex_fallthrough: bool,
     /// `route.topic.replacement`.
     pub topic_pattern: String,
+    /// `topics.allow` (walpost): topic prefixes, `re:<regex>` entries or `*`; `None`:
+    /// the literal prefix of [`RouterConfig::topic_pattern`]. See [`TopicGuard`].
+    pub topics_allow: Option<Vec<String>>,
     /// `table.field.event.key`.
     pub key_field: String,
     /// `table.field.event.payload`.
     pub payload_field: String,
     /// `table.field.event.id`.
     pub id_field: String,
-    /// Column copied into the `eventType` header; `None` for none.
-    pub event_type_field: Option<String>,
+    /// [`EVENT_TYPE_HEADER_OPTION`] (walpost): column copied into the `eventType` header;
+    /// `None` for none, which is Debezium's output.
+    pub event_type_header_field: Option<String>,
     /// `table.field.event.timestamp`: record timestamp from this column.
     pub timestamp_field: Option<String>,
-    /// A JSON object column whose keys become headers.
+    /// `table.field.event.headers` (walpost): a JSON object column whose keys become headers.
     pub headers_field: Option<String>,
     /// `table.fields.additional.placement`.
     pub additional: Vec<AdditionalField>,
@@ -115,6 +123,9 @@ pub struct RouterConfig {
     pub additional_missing_ignore: bool,
     /// `route.tombstone.on.empty.payload`.
     pub tombstone_on_empty_payload: bool,
+    /// `log_values` (walpost): errors may show the column value or topic they are about.
+    /// Off by default: errors then name only the table, column, option and event id.
+    pub log_values: bool,
 }
 
 impl Default for RouterConfig {
@@ -122,84 +133,36 @@ impl Default for RouterConfig {
         RouterConfig {
             route_by_field: "aggregate_type".into(),
             topic_regex: None,
+            topic_regex_fallthrough: false,
             topic_pattern: format!("outbox.event.{ROUTED_BY_VALUE}"),
+            topics_allow: None,
             key_field: "aggregate_id".into(),
             payload_field: "payload".into(),
             id_field: "id".into(),
-            event_type_field: Some("event_type".into()),
+            event_type_header_field: Some("event_type".into()),
             timestamp_field: None,
             headers_field: None,
             additional: Vec::new(),
             additional_missing_ignore: false,
             tombstone_on_empty_payload: false,
+            log_values: false,
         }
     }
 }
 
-/// A row that cannot become a record.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum RouteError {
-    #[error("table {table} has no column \"{column}\" (set by {config_key}): add the column or point {config_key} at an existing one")]
-    MissingColumn { table: String, column: String, config_key: &'static str },
-    #[error("column \"{column}\" of {table} (set by {config_key}) is NULL in this row: the event cannot be routed")]
-    NullField { table: String, column: String, config_key: &'static str },
-    #[error(
-        "the payload column \"{column}\" of {table} is NULL or empty and route.tombstone.on.empty.payload is false"
-    )]
-    EmptyPayload { table: String, column: String },
-    #[error("column \"{column}\" of {table} arrived as an unchanged TOAST value, which an INSERT never carries")]
-    UnchangedToast { table: String, column: String },
-    #[error("topic name '{topic}' produced by route.topic.replacement is not a valid Kafka topic: {reason}")]
-    InvalidTopic { topic: String, reason: &'static str },
-    #[error("row has {got} columns but relation {table} describes {expected}")]
-    ColumnCountMismatch { table: String, got: usize, expected: usize },
-    #[error("column \"{column}\" of {table} ({config_key}) has value '{value}', which is not {expected}")]
-    BadValue { table: String, column: String, config_key: &'static str, value: String, expected: &'static str },
-    #[error("route.topic.regex '{0}' is not a valid regular expression")]
-    BadRegex(String),
-}
-
-impl RouteError {
-    /// A short, stable class name for metrics and dead-letter headers.
-    pub fn class(&self) -> &'static str {
-        match self {
-            RouteError::MissingColumn { .. } => "missing_column",
-            RouteError::NullField { .. } => "null_field",
-            RouteError::EmptyPayload { .. } => "empty_payload",
-            RouteError::UnchangedToast { .. } => "unchanged_toast",
-            RouteError::InvalidTopic { .. } => "invalid_topic",
-            RouteError::ColumnCountMismatch { .. } => "column_count",
-            RouteError::BadValue { .. } => "bad_value",
-            RouteError::BadRegex(_) => "bad_regex",
-        }
-    }
+/// A column's position and what Debezium would make of its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Col {
+    index: usize,
+    kind: Kind,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ResolvedExtra {
-    index: usize,
+    col: Col,
+    column: String,
     placement: Placement,
     name: Arc<str>,
-    json: JsonKind,
-}
-
-/// How a column's text form is written into a JSON envelope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum JsonKind {
-    /// json/jsonb and numbers: the text is already JSON.
-    Raw,
-    /// bool: `t`/`f`.
-    Bool,
-    /// Anything else: a JSON string.
-    String,
-}
-
-fn json_kind(type_oid: u32) -> JsonKind {
-    match type_oid {
-        114 | 3802 | 20 | 21 | 23 | 700 | 701 | 1700 => JsonKind::Raw,
-        16 => JsonKind::Bool,
-        _ => JsonKind::String,
-    }
 }
 
 /// A relation's column positions for the mapped fields.
@@ -207,14 +170,13 @@ fn json_kind(type_oid: u32) -> JsonKind {
 pub struct ResolvedRelation {
     pub table: String,
     columns: usize,
-    id: usize,
-    key: usize,
-    route: usize,
-    payload: usize,
-    payload_json: JsonKind,
-    event_type: Option<usize>,
-    timestamp: Option<usize>,
-    headers: Option<usize>,
+    id: Col,
+    key: Col,
+    route: Col,
+    payload: Col,
+    event_type: Option<Col>,
+    timestamp: Option<Col>,
+    headers: Option<Col>,
     extra: Vec<ResolvedExtra>,
 }
 
@@ -226,7 +188,7 @@ pub struct Record {
     /// `None` is a tombstone.
     pub value: Option<Bytes>,
     pub headers: Vec<(Arc<str>, Bytes)>,
-    /// Event id in text form (for error messages and dead letters; never logged with payloads).
+    /// Event id as in the `id` header (for error messages and dead letters).
     pub event_id: Bytes,
     /// From `table.field.event.timestamp` (ms since the Unix epoch); `None`: commit time.
     pub timestamp_ms: Option<i64>,
@@ -238,7 +200,11 @@ pub struct Record {
 #[derive(Debug)]
 pub struct Router {
     config: RouterConfig,
-    regex: Option<Regex>,
+    regex: Regex,
+    pattern: TopicPattern,
+    guard: TopicGuard,
+    /// Decided by the configuration alone: any `:envelope` placement.
+    envelope: bool,
     topics: HashMap<Bytes, Arc<str>>,
     header_id: Arc<str>,
     header_type: Arc<str>,
@@ -248,17 +214,45 @@ pub struct Router {
 /// cleared instead of growing without bound.
 const TOPIC_CACHE_LIMIT: usize = 4096;
 
+const TIMESTAMP_KEY: &str = "table.field.event.timestamp";
+
 impl Router {
-    /// Builds a router; fails only on an invalid `route.topic.regex`.
+    /// Builds a router; fails on an invalid `route.topic.regex`, `route.topic.replacement`,
+    /// `topics.allow` or envelope field names.
     pub fn new(config: RouterConfig) -> Result<Router, RouteError> {
-        let regex = match config.topic_regex.as_deref() {
-            None => None,
-            Some(r) if r == DEFAULT_TOPIC_REGEX => None,
-            Some(r) => Some(Regex::new(&format!("^(?:{r})$")).map_err(|_| RouteError::BadRegex(r.to_owned()))?),
-        };
+        let regex_text = config.topic_regex.as_deref().unwrap_or(DEFAULT_TOPIC_REGEX);
+        // Debezium's RegexRouter matches the whole value (Java's `matches`).
+        let regex =
+            Regex::new(&format!("^(?:{regex_text})$")).map_err(|_| RouteError::BadRegex(regex_text.to_owned()))?;
+        if config.topic_pattern.is_empty() {
+            return Err(RouteError::InvalidOption {
+                key: "route.topic.replacement",
+                reason: "it is empty; write a topic pattern such as outbox.event.${routedByValue}".into(),
+            });
+        }
+        let pattern = TopicPattern::parse(&config.topic_pattern, &regex)
+            .map_err(|reason| RouteError::InvalidOption { key: "route.topic.replacement", reason })?;
+        let guard = TopicGuard::from_config(&config)?;
+        let mut envelope_names = HashSet::from(["payload"]);
+        for a in &config.additional {
+            if let Placement::Envelope(alias) = &a.placement {
+                if !envelope_names.insert(alias.as_str()) {
+                    return Err(RouteError::InvalidOption {
+                        key: ADDITIONAL_PLACEMENT,
+                        reason: format!(
+                            "the envelope would have two fields named '{alias}' (its payload field is named payload)"
+                        ),
+                    });
+                }
+            }
+        }
+        let envelope = envelope_names.len() > 1;
         Ok(Router {
             config,
             regex,
+            pattern,
+            guard,
+            envelope,
             topics: HashMap::new(),
             header_id: Arc::from(HEADER_ID),
             header_type: Arc::from(HEADER_EVENT_TYPE),
@@ -269,11 +263,23 @@ impl Router {
         &self.config
     }
 
+    /// The topic guard every record passes; also for topics the caller names itself.
+    pub fn topic_guard(&self) -> &TopicGuard {
+        &self.guard
+    }
+
     /// Finds the mapped columns in a Relation message.
     pub fn resolve(&self, relation: &Relation) -> Result<ResolvedRelation, RouteError> {
         let table =
             format!("{}.{}", String::from_utf8_lossy(&relation.namespace), String::from_utf8_lossy(&relation.name));
-        let position = |column: &str| relation.columns.iter().position(|c| c.name.as_ref() == column.as_bytes());
+        let position = |column: &str| {
+            relation
+                .columns
+                .iter()
+                .enumerate()
+                .find(|(_, c)| c.name.as_ref() == column.as_bytes())
+                .map(|(index, c)| Col { index, kind: Kind::of(c.type_oid, c.type_modifier) })
+        };
         let find = |column: &str, config_key: &'static str| {
             position(column).ok_or_else(|| RouteError::MissingColumn {
                 table: table.clone(),
@@ -286,34 +292,31 @@ impl Router {
             None => Ok(None),
         };
         let c = &self.config;
-        let payload = find(&c.payload_field, "table.field.event.payload")?;
         let mut extra = Vec::with_capacity(c.additional.len());
         for a in &c.additional {
-            let Some(index) = position(&a.column) else {
+            let Some(col) = position(&a.column) else {
                 if c.additional_missing_ignore {
                     continue;
                 }
                 return Err(RouteError::MissingColumn {
                     table: table.clone(),
                     column: a.column.clone(),
-                    config_key: "table.fields.additional.placement",
+                    config_key: ADDITIONAL_PLACEMENT,
                 });
             };
             let name: Arc<str> = match &a.placement {
                 Placement::Header(alias) | Placement::Envelope(alias) => Arc::from(alias.as_str()),
                 Placement::Partition => Arc::from(a.column.as_str()),
             };
-            let type_oid = relation.columns.get(index).map_or(0, |c| c.type_oid);
-            extra.push(ResolvedExtra { index, placement: a.placement.clone(), name, json: json_kind(type_oid) });
+            extra.push(ResolvedExtra { col, column: a.column.clone(), placement: a.placement.clone(), name });
         }
         Ok(ResolvedRelation {
             id: find(&c.id_field, "table.field.event.id")?,
             key: find(&c.key_field, "table.field.event.key")?,
             route: find(&c.route_by_field, "route.by.field")?,
-            payload_json: json_kind(relation.columns.get(payload).map_or(0, |c| c.type_oid)),
-            payload,
-            event_type: optional(&c.event_type_field, "table.field.event.type")?,
-            timestamp: optional(&c.timestamp_field, "table.field.event.timestamp")?,
+            payload: find(&c.payload_field, "table.field.event.payload")?,
+            event_type: optional(&c.event_type_header_field, EVENT_TYPE_HEADER_OPTION)?,
+            timestamp: optional(&c.timestamp_field, TIMESTAMP_KEY)?,
             headers: optional(&c.headers_field, "table.field.event.headers")?,
             extra,
             columns: relation.columns.len(),
@@ -330,146 +333,105 @@ impl Router {
                 expected: rel.columns,
             });
         }
-        let mut id = None;
-        let mut key = None;
-        let mut route = None;
-        let mut payload = None;
-        let mut event_type = None;
-        let mut timestamp = None;
-        let mut headers_json = None;
-        let mut extra: Vec<Option<ColumnValue>> = vec![None; rel.extra.len()];
-        // One pass over the row; a column may fill several roles (e.g. key = id).
-        for (index, value) in row.iter().enumerate() {
-            if index == rel.payload {
-                payload = Some(value.clone());
-            }
-            if index == rel.key {
-                key = Some(value.clone());
-            }
-            if index == rel.route {
-                route = Some(value.clone());
-            }
-            if index == rel.id {
-                id = Some(value.clone());
-            }
-            if Some(index) == rel.event_type {
-                event_type = Some(value.clone());
-            }
-            if Some(index) == rel.timestamp {
-                timestamp = Some(value.clone());
-            }
-            if Some(index) == rel.headers {
-                headers_json = Some(value.clone());
-            }
-            for (slot, e) in extra.iter_mut().zip(&rel.extra) {
-                if e.index == index {
-                    *slot = Some(value.clone());
-                }
-            }
-        }
+        // One pass over the row: a column's bytes are then cheap `Bytes` clones.
+        let cells: Vec<ColumnValue> = row.iter().collect();
         let c = &self.config;
-        let required = |v: Option<ColumnValue>, column: &str, config_key: &'static str| {
-            bytes_of(v, &rel.table, column)?.ok_or_else(|| RouteError::NullField {
-                table: rel.table.clone(),
-                column: column.to_owned(),
-                config_key,
-            })
+        let mut rr = RowReader { cells: &cells, table: &rel.table, log_values: c.log_values, event_id: None };
+        // The event id first: every later error names it.
+        let event_id = rr.required(rel.id, &c.id_field, "table.field.event.id", Form::Header)?;
+        rr.event_id = Some(display_text(&event_id));
+        let key = rr.required(rel.key, &c.key_field, "table.field.event.key", Form::Plain)?;
+        let route_value = rr.required(rel.route, &c.route_by_field, "route.by.field", Form::Plain)?;
+        let payload = rr.cell(rel.payload, &c.payload_field)?;
+        let tombstone = match payload {
+            None => true,
+            Some(Cell::Text(text)) => value::is_empty_payload(rel.payload.kind, text),
+            Some(Cell::Binary(_)) => false,
         };
-        let key = required(key, &c.key_field, "table.field.event.key")?;
-        let route_value = required(route, &c.route_by_field, "route.by.field")?;
-        let event_id = required(id, &c.id_field, "table.field.event.id")?;
-        let payload = bytes_of(payload, &rel.table, &c.payload_field)?.filter(|p| !p.is_empty());
-        if payload.is_none() && !c.tombstone_on_empty_payload {
-            return Err(RouteError::EmptyPayload { table: rel.table.clone(), column: c.payload_field.clone() });
+        if tombstone && !c.tombstone_on_empty_payload {
+            return Err(RouteError::EmptyPayload {
+                table: rel.table.clone(),
+                column: c.payload_field.clone(),
+                event_id: rr.event_id.clone(),
+            });
         }
         let mut headers = Vec::with_capacity(2 + rel.extra.len());
         headers.push((self.header_id.clone(), event_id.clone()));
-        if let Some(col) = &c.event_type_field {
-            if let Some(t) = bytes_of(event_type, &rel.table, col)? {
+        if let (Some(col), Some(column)) = (rel.event_type, &c.event_type_header_field) {
+            if let Some(t) = rr.render(col, column, EVENT_TYPE_HEADER_OPTION, Form::Header)? {
                 headers.push((self.header_type.clone(), t));
             }
         }
-        let timestamp_ms = match (&c.timestamp_field, timestamp) {
-            (Some(col), Some(v)) => match bytes_of(Some(v), &rel.table, col)? {
-                Some(text) => Some(parse_timestamp_ms(&text).ok_or_else(|| RouteError::BadValue {
-                    table: rel.table.clone(),
-                    column: col.clone(),
-                    config_key: "table.field.event.timestamp",
-                    value: String::from_utf8_lossy(&text).into_owned(),
-                    expected: "a timestamp (YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM]])",
-                })?),
-                None => None,
-            },
+        let timestamp_ms = match (rel.timestamp, &c.timestamp_field) {
+            (Some(col), Some(column)) => rr.timestamp_ms(col, column)?,
             _ => None,
         };
-        if let (Some(col), Some(v)) = (&c.headers_field, headers_json) {
-            if let Some(json) = bytes_of(Some(v), &rel.table, col)? {
-                expand_json_headers(&json, &mut headers).map_err(|expected| RouteError::BadValue {
-                    table: rel.table.clone(),
-                    column: col.clone(),
-                    config_key: "table.field.event.headers",
-                    value: "(not shown)".into(),
-                    expected,
-                })?;
+        if let (Some(col), Some(column)) = (rel.headers, &c.headers_field) {
+            match rr.cell(col, column)? {
+                None => {}
+                Some(Cell::Text(json) | Cell::Binary(json)) => {
+                    expand_json_headers(json, &mut headers)
+                        .map_err(|expected| rr.bad_value(column, "table.field.event.headers", json, expected))?;
+                }
             }
         }
         let mut partition = None;
-        let mut envelope: Vec<(&ResolvedExtra, Option<Bytes>)> = Vec::new();
-        for (e, v) in rel.extra.iter().zip(extra) {
-            let v = bytes_of(v, &rel.table, &e.name)?;
+        let mut envelope_fields: Vec<(&ResolvedExtra, Option<Cell<'_>>)> = Vec::new();
+        for e in &rel.extra {
             match &e.placement {
                 Placement::Header(_) => {
-                    if let Some(v) = v {
+                    if let Some(v) = rr.render(e.col, &e.column, ADDITIONAL_PLACEMENT, Form::Header)? {
                         headers.push((e.name.clone(), v));
                     }
                 }
-                Placement::Envelope(_) => envelope.push((e, v)),
+                Placement::Envelope(_) => envelope_fields.push((e, rr.cell(e.col, &e.column)?)),
                 Placement::Partition => {
-                    let text = v.unwrap_or_default();
-                    let p = std::str::from_utf8(&text).ok().and_then(|t| t.parse::<i32>().ok()).filter(|p| *p >= 0);
-                    partition = Some(p.ok_or_else(|| RouteError::BadValue {
-                        table: rel.table.clone(),
-                        column: e.name.to_string(),
-                        config_key: "table.fields.additional.placement",
-                        value: String::from_utf8_lossy(&text).into_owned(),
-                        expected: "a non-negative integer partition number",
-                    })?);
+                    if let Some(p) = rr.partition(e.col, &e.column)? {
+                        partition = Some(p);
+                    }
                 }
             }
         }
-        let value = if envelope.is_empty() {
-            payload
-        } else {
-            Some(build_envelope(payload.as_ref(), rel.payload_json, &envelope))
+        let value = match payload {
+            Some(cell) if !tombstone => Some(if self.envelope {
+                rr.envelope(rel.payload, &c.payload_field, cell, &envelope_fields)?
+            } else {
+                rr.render_cell(cell, rel.payload, &c.payload_field, "table.field.event.payload", Form::Plain)?
+            }),
+            _ => None,
         };
-        let topic = self.topic_for(route_value)?;
+        let event = rr.event_id.take();
+        let topic = self.topic_for(route_value, &rel.table, &event)?;
         Ok(Record { topic, key, value, headers, event_id, timestamp_ms, partition })
     }
 
     /// The id, key and payload of a row that could not be routed, as far as they can be
-    /// read: for dead-letter records.
+    /// read (in the forms [`Router::route`] gives them): for dead-letter records.
     pub fn salvage(&self, rel: &ResolvedRelation, row: &TupleData) -> (Option<Bytes>, Option<Bytes>, Option<Bytes>) {
-        let get = |i: usize| match row.get(i) {
-            Some(ColumnValue::Text(b)) | Some(ColumnValue::Binary(b)) => Some(b),
+        let cells: Vec<ColumnValue> = row.iter().collect();
+        let get = |col: Col, form: Form| match cells.get(col.index) {
+            Some(ColumnValue::Text(b)) => Some(form.render(col.kind, b).unwrap_or_else(|_| b.clone())),
+            Some(ColumnValue::Binary(b)) => Some(b.clone()),
             _ => None,
         };
-        (get(rel.id), get(rel.key), get(rel.payload))
+        (get(rel.id, Form::Header), get(rel.key, Form::Plain), get(rel.payload, Form::Plain))
     }
 
     /// Routes a table-less event: a JSON object written with `pg_logical_emit_message`,
     /// whose fields are named by the same options as an outbox table's columns
-    /// (`route.by.field`, `table.field.event.key`, `...id`, `...payload`, `...type`).
-    /// The payload is the field's JSON text, a slice of `content` (no copy).
+    /// (`route.by.field`, `table.field.event.key`, `...id`, `...payload`, and the event
+    /// type header's). The payload is the field's JSON text, a slice of `content`.
     pub fn route_json(&mut self, content: &Bytes, source: &str) -> Result<Record, RouteError> {
+        let c = &self.config;
         let map: HashMap<String, &serde_json::value::RawValue> =
             serde_json::from_slice(content).map_err(|_| RouteError::BadValue {
                 table: source.to_owned(),
                 column: "(message content)".into(),
                 config_key: "messages.prefix.include",
-                value: "(not shown)".into(),
+                event_id: None,
+                value: c.log_values.then(|| display_text(content)),
                 expected: "a JSON object",
             })?;
-        let c = &self.config;
         // Strings are unescaped (a key or topic is the string, not its JSON quoting);
         // numbers and other values keep their JSON text.
         let text = |name: &str| -> Option<Bytes> {
@@ -482,118 +444,262 @@ impl Router {
                 Err(_) => Some(Bytes::copy_from_slice(raw.as_bytes())),
             }
         };
-        let required = |name: &str, config_key: &'static str| {
-            text(name).ok_or_else(|| RouteError::NullField {
-                table: source.to_owned(),
-                column: name.to_owned(),
-                config_key,
-            })
+        let null_field = |name: &str, config_key: &'static str, event_id: &Option<Box<str>>| RouteError::NullField {
+            table: source.to_owned(),
+            column: name.to_owned(),
+            config_key,
+            event_id: event_id.clone(),
         };
-        let key = required(&c.key_field, "table.field.event.key")?;
-        let route_value = required(&c.route_by_field, "route.by.field")?;
-        let event_id = required(&c.id_field, "table.field.event.id")?;
+        let event_id = text(&c.id_field).ok_or_else(|| null_field(&c.id_field, "table.field.event.id", &None))?;
+        let event = Some(display_text(&event_id));
+        let key = text(&c.key_field).ok_or_else(|| null_field(&c.key_field, "table.field.event.key", &event))?;
+        let route_value =
+            text(&c.route_by_field).ok_or_else(|| null_field(&c.route_by_field, "route.by.field", &event))?;
         let payload = map.get(c.payload_field.as_str()).map(|raw| raw.get()).filter(|raw| *raw != "null").map(|raw| {
-            let offset = raw.as_ptr() as usize - content.as_ptr() as usize;
-            content.slice(offset..offset + raw.len())
+            let offset = (raw.as_ptr() as usize).saturating_sub(content.as_ptr() as usize);
+            content.slice(offset..offset.saturating_add(raw.len()).min(content.len()))
         });
         if payload.is_none() && !c.tombstone_on_empty_payload {
-            return Err(RouteError::EmptyPayload { table: source.to_owned(), column: c.payload_field.clone() });
+            return Err(RouteError::EmptyPayload {
+                table: source.to_owned(),
+                column: c.payload_field.clone(),
+                event_id: event,
+            });
         }
         let mut headers = vec![(self.header_id.clone(), event_id.clone())];
-        if let Some(t) = c.event_type_field.as_deref().and_then(text) {
+        if let Some(t) = c.event_type_header_field.as_deref().and_then(text) {
             headers.push((self.header_type.clone(), t));
         }
-        let topic = self.topic_for(route_value)?;
+        let topic = self.topic_for(route_value, source, &event)?;
         Ok(Record { topic, key, value: payload, headers, event_id, timestamp_ms: None, partition: None })
     }
 
-    fn topic_for(&mut self, route_value: Bytes) -> Result<Arc<str>, RouteError> {
+    fn topic_for(
+        &mut self,
+        route_value: Bytes,
+        table: &str,
+        event_id: &Option<Box<str>>,
+    ) -> Result<Arc<str>, RouteError> {
         if let Some(t) = self.topics.get(&route_value) {
             return Ok(t.clone());
         }
+        let c = &self.config;
         let value = String::from_utf8_lossy(&route_value);
-        let topic = match &self.regex {
-            None => self.config.topic_pattern.replace(ROUTED_BY_VALUE, &value),
-            Some(re) => match re.captures(&value) {
-                Some(caps) => {
-                    let mut out = String::new();
-                    caps.expand(&self.config.topic_pattern, &mut out);
-                    out
-                }
-                // Debezium's RegexRouter leaves a non-matching name unchanged.
-                None => value.into_owned(),
-            },
+        let topic = match self.regex.captures(&value) {
+            Some(caps) => self.pattern.expand(&caps),
+            // Debezium's RegexRouter leaves a name it does not match unchanged.
+            None if c.topic_regex_fallthrough => value.clone().into_owned(),
+            None => {
+                return Err(RouteError::RouteNoMatch {
+                    table: table.to_owned(),
+                    column: c.route_by_field.clone(),
+                    event_id: event_id.clone(),
+                    value: c.log_values.then(|| display_text(&route_value)),
+                })
+            }
         };
-        validate_topic(&topic)?;
+        if let Err(rejection) = self.guard.check(&topic) {
+            let (table, column, event_id) = (table.to_owned(), c.route_by_field.clone(), event_id.clone());
+            let shown = c.log_values.then(|| display_text(topic.as_bytes()));
+            return Err(match rejection {
+                TopicRejection::Invalid(reason) => RouteError::InvalidTopic { table, column, event_id, topic: shown, reason },
+                TopicRejection::Internal => RouteError::TopicNotAllowed {
+                    table,
+                    column,
+                    event_id,
+                    topic: shown,
+                    reason: "names starting with '__' belong to Kafka's internal topics (such as __consumer_offsets) and are always refused",
+                },
+                TopicRejection::NotAllowed => RouteError::TopicNotAllowed {
+                    table,
+                    column,
+                    event_id,
+                    topic: shown,
+                    reason: "it matches no entry of topics.allow (by default the literal prefix of route.topic.replacement)",
+                },
+            });
+        }
         if self.topics.len() >= TOPIC_CACHE_LIMIT {
             self.topics.clear();
         }
         let topic: Arc<str> = topic.into();
-        self.topics.insert(route_value, topic.clone());
+        // A copy: the value is a slice of the whole WAL message, which the cache must not pin.
+        self.topics.insert(Bytes::copy_from_slice(&route_value), topic.clone());
         Ok(topic)
     }
 }
 
-fn bytes_of(value: Option<ColumnValue>, table: &str, column: &str) -> Result<Option<Bytes>, RouteError> {
-    match value {
-        None | Some(ColumnValue::Null) => Ok(None),
-        Some(ColumnValue::Text(b)) | Some(ColumnValue::Binary(b)) => Ok(Some(b)),
-        Some(ColumnValue::UnchangedToast) => {
-            Err(RouteError::UnchangedToast { table: table.to_owned(), column: column.to_owned() })
+/// A non-NULL column value as pgoutput sent it.
+#[derive(Debug, Clone, Copy)]
+enum Cell<'a> {
+    Text(&'a Bytes),
+    Binary(&'a Bytes),
+}
+
+/// Which bytes a value becomes: [`value::plain`] or [`value::header`].
+#[derive(Debug, Clone, Copy)]
+enum Form {
+    Plain,
+    Header,
+}
+
+impl Form {
+    fn render(self, kind: Kind, text: &Bytes) -> Result<Bytes, &'static str> {
+        match self {
+            Form::Plain => value::plain(kind, text),
+            Form::Header => value::header(kind, text),
         }
     }
 }
 
-/// `{"payload": <payload>, "<alias>": <value>, ...}`; the payload bytes are copied in
-/// verbatim when the column is JSON (no re-serialisation of the payload).
-fn build_envelope(
-    payload: Option<&Bytes>,
-    payload_kind: JsonKind,
-    fields: &[(&ResolvedExtra, Option<Bytes>)],
-) -> Bytes {
-    let mut out = Vec::with_capacity(payload.map_or(0, |p| p.len()) + 64 * (fields.len() + 1));
-    out.extend_from_slice(b"{\"payload\":");
-    write_json_value(&mut out, payload.map(|p| p.as_ref()), payload_kind);
-    for (field, value) in fields {
-        out.push(b',');
-        write_json_string(&mut out, field.name.as_bytes());
-        out.push(b':');
-        write_json_value(&mut out, value.as_deref(), field.json);
-    }
-    out.push(b'}');
-    Bytes::from(out)
+/// Reads one row's columns and words its errors (never with a value unless `log_values`).
+struct RowReader<'a> {
+    cells: &'a [ColumnValue],
+    table: &'a str,
+    log_values: bool,
+    event_id: Option<Box<str>>,
 }
 
-fn write_json_value(out: &mut Vec<u8>, value: Option<&[u8]>, kind: JsonKind) {
-    match (value, kind) {
-        (None, _) => out.extend_from_slice(b"null"),
-        (Some(v), JsonKind::Raw) => out.extend_from_slice(v),
-        (Some(v), JsonKind::Bool) => out.extend_from_slice(if v == b"t" || v == b"true" { b"true" } else { b"false" }),
-        (Some(v), JsonKind::String) => write_json_string(out, v),
+impl<'a> RowReader<'a> {
+    /// `None` for NULL.
+    fn cell(&self, col: Col, column: &str) -> Result<Option<Cell<'a>>, RouteError> {
+        match self.cells.get(col.index) {
+            None | Some(ColumnValue::Null) => Ok(None),
+            Some(ColumnValue::Text(b)) => Ok(Some(Cell::Text(b))),
+            Some(ColumnValue::Binary(b)) => Ok(Some(Cell::Binary(b))),
+            Some(ColumnValue::UnchangedToast) => Err(RouteError::UnchangedToast {
+                table: self.table.to_owned(),
+                column: column.to_owned(),
+                event_id: self.event_id.clone(),
+            }),
+        }
     }
-}
 
-fn write_json_string(out: &mut Vec<u8>, s: &[u8]) {
-    out.push(b'"');
-    for ch in String::from_utf8_lossy(s).chars() {
-        match ch {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            c if (c as u32) < 0x20 => {
-                let mut buf = String::new();
-                let _ = write!(buf, "\\u{:04x}", c as u32);
-                out.extend_from_slice(buf.as_bytes());
+    fn render_cell(
+        &self,
+        cell: Cell<'_>,
+        col: Col,
+        column: &str,
+        config_key: &'static str,
+        form: Form,
+    ) -> Result<Bytes, RouteError> {
+        match cell {
+            Cell::Text(text) => {
+                form.render(col.kind, text).map_err(|expected| self.bad_value(column, config_key, text, expected))
             }
-            c => {
-                let mut buf = [0u8; 4];
-                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            Cell::Binary(bytes) => Ok(bytes.clone()),
+        }
+    }
+
+    fn render(
+        &self,
+        col: Col,
+        column: &str,
+        config_key: &'static str,
+        form: Form,
+    ) -> Result<Option<Bytes>, RouteError> {
+        match self.cell(col, column)? {
+            None => Ok(None),
+            Some(cell) => self.render_cell(cell, col, column, config_key, form).map(Some),
+        }
+    }
+
+    fn required(&self, col: Col, column: &str, config_key: &'static str, form: Form) -> Result<Bytes, RouteError> {
+        self.render(col, column, config_key, form)?.ok_or_else(|| RouteError::NullField {
+            table: self.table.to_owned(),
+            column: column.to_owned(),
+            config_key,
+            event_id: self.event_id.clone(),
+        })
+    }
+
+    fn bad_value(&self, column: &str, config_key: &'static str, raw: &[u8], expected: &'static str) -> RouteError {
+        RouteError::BadValue {
+            table: self.table.to_owned(),
+            column: column.to_owned(),
+            config_key,
+            event_id: self.event_id.clone(),
+            value: self.log_values.then(|| display_text(raw)),
+            expected,
+        }
+    }
+
+    /// `table.field.event.timestamp`: NULL is no timestamp (the caller's commit time).
+    fn timestamp_ms(&self, col: Col, column: &str) -> Result<Option<i64>, RouteError> {
+        let text = match self.cell(col, column)? {
+            None => return Ok(None),
+            Some(Cell::Text(text)) => text,
+            Some(Cell::Binary(bytes)) => {
+                return Err(self.bad_value(column, TIMESTAMP_KEY, bytes, "a timestamp in text format"))
+            }
+        };
+        let ms = parse_timestamp_ms(text).map_err(|expected| self.bad_value(column, TIMESTAMP_KEY, text, expected))?;
+        if ms < 0 {
+            return Err(self.bad_value(
+                column,
+                TIMESTAMP_KEY,
+                text,
+                "a timestamp from 1970-01-01 00:00:00 UTC on (Kafka refuses negative record timestamps)",
+            ));
+        }
+        Ok(Some(ms))
+    }
+
+    /// A `:partition` placement: NULL is no explicit partition, as in Debezium.
+    fn partition(&self, col: Col, column: &str) -> Result<Option<i32>, RouteError> {
+        const EXPECTED: &str = "a non-negative integer partition number";
+        let text = match self.cell(col, column)? {
+            None => return Ok(None),
+            Some(Cell::Text(text) | Cell::Binary(text)) => text,
+        };
+        let p = std::str::from_utf8(text).ok().and_then(|t| t.trim().parse::<i32>().ok()).filter(|p| *p >= 0);
+        p.map(Some).ok_or_else(|| self.bad_value(column, ADDITIONAL_PLACEMENT, text, EXPECTED))
+    }
+
+    /// `{"payload": <payload>, "<alias>": <value>, ...}`; a json/jsonb payload is copied
+    /// in verbatim (no re-serialisation).
+    fn envelope(
+        &self,
+        payload_col: Col,
+        payload_column: &str,
+        payload: Cell<'_>,
+        fields: &[(&ResolvedExtra, Option<Cell<'_>>)],
+    ) -> Result<Bytes, RouteError> {
+        let size = match payload {
+            Cell::Text(b) | Cell::Binary(b) => b.len(),
+        };
+        let mut out = Vec::with_capacity(size + 64 * (fields.len() + 1));
+        out.extend_from_slice(b"{\"payload\":");
+        self.write_json(&mut out, payload_col, payload_column, "table.field.event.payload", Some(payload))?;
+        for (field, cell) in fields {
+            out.push(b',');
+            value::write_json_string(&mut out, field.name.as_bytes())
+                .map_err(|expected| self.bad_value(&field.column, ADDITIONAL_PLACEMENT, b"", expected))?;
+            out.push(b':');
+            self.write_json(&mut out, field.col, &field.column, ADDITIONAL_PLACEMENT, *cell)?;
+        }
+        out.push(b'}');
+        Ok(Bytes::from(out))
+    }
+
+    fn write_json(
+        &self,
+        out: &mut Vec<u8>,
+        col: Col,
+        column: &str,
+        config_key: &'static str,
+        cell: Option<Cell<'_>>,
+    ) -> Result<(), RouteError> {
+        match cell {
+            None => value::write_json(out, col.kind, None).map_err(|e| self.bad_value(column, config_key, b"", e)),
+            Some(Cell::Text(text)) => value::write_json(out, col.kind, Some(text))
+                .map_err(|expected| self.bad_value(column, config_key, text, expected)),
+            Some(Cell::Binary(bytes)) => {
+                value::write_json_binary(out, bytes);
+                Ok(())
             }
         }
     }
-    out.push(b'"');
 }
 
 /// One header per key of a JSON object; strings unquoted, other values as JSON text.
@@ -609,63 +715,7 @@ fn expand_json_headers(json: &[u8], headers: &mut Vec<(Arc<str>, Bytes)>) -> Res
     Ok(())
 }
 
-/// Parses PostgreSQL's ISO text form of timestamp/timestamptz (walpost's connections
-/// set DateStyle=ISO and TimeZone=UTC): `2026-11-29 08:00:00.123456+00`.
-pub fn parse_timestamp_ms(text: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(text).ok()?.trim();
-    let (date, rest) = s.split_once([' ', 'T'])?;
-    let mut d = date.split('-');
-    let (y, mo, da): (i64, i64, i64) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
-    // Split the time from an offset: the last '+' or '-' after the seconds.
-    let (time, offset_secs) = match rest.rfind(['+', '-']) {
-        Some(i) if i >= 8 => {
-            let (t, off) = rest.split_at(i);
-            let sign = if off.starts_with('-') { -1 } else { 1 };
-            let mut parts = off.get(1..)?.split(':');
-            let h: i64 = parts.next()?.parse().ok()?;
-            let m: i64 = parts.next().map_or(Some(0), |m| m.parse().ok())?;
-            let sec: i64 = parts.next().map_or(Some(0), |x| x.parse().ok())?;
-            (t, sign * (h * 3600 + m * 60 + sec))
-        }
-        _ => (rest, 0),
-    };
-    let mut t = time.split(':');
-    let (h, mi): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
-    let sec_text = t.next()?;
-    let (sec, frac) = sec_text.split_once('.').unwrap_or((sec_text, ""));
-    let sec: i64 = sec.parse().ok()?;
-    let millis: i64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 24 || mi > 59 || sec > 60 {
-        return None;
-    }
-    // Days from the civil date (proleptic Gregorian), as in Howard Hinnant's algorithm.
-    let yy = if mo <= 2 { y - 1 } else { y };
-    let era = yy.div_euclid(400);
-    let yoe = yy - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + da - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400 + h * 3600 + mi * 60 + sec - offset_secs) * 1000) + millis)
-}
-
-/// Kafka's rules for topic names: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.`/`..`.
-pub fn validate_topic(topic: &str) -> Result<(), RouteError> {
-    let invalid = |reason| Err(RouteError::InvalidTopic { topic: topic.to_owned(), reason });
-    if topic.is_empty() {
-        return invalid("it is empty");
-    }
-    if topic.len() > 249 {
-        return invalid("it is longer than 249 characters");
-    }
-    if topic == "." || topic == ".." {
-        return invalid("'.' and '..' are reserved");
-    }
-    if !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
-        return invalid("only ASCII letters, digits, '.', '_' and '-' are allowed");
-    }
-    Ok(())
-}
-
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 use super::*;
 use pgoutput::Column;
+use std::collections::HashSet;
 
 const TEXT: u32 = 25;
 const JSONB: u32 = 3802;
@@ -128,13 +129,16 @@ fn topic_regex_and_replacement_table() {
         (None, "all-events", "anything", "all-events"),
         (Some("(?<routedByValue>[a-z]+)_v(?<v>[0-9]+)"), "${routedByValue}.v${v}", "order_v2", "order.v2"),
         (Some("(.*)Aggregate"), "agg.$1", "OrderAggregate", "agg.Order"),
-        // No match: Debezium's RegexRouter keeps the value as the topic.
-        (Some("(.*)Aggregate"), "agg.$1", "payment", "payment"),
+        // Java's replacement syntax: `$1` then a literal digit when there is no group 12;
+        // `\$` is a literal dollar... which Kafka would refuse, so only the escape of a dot.
+        (Some("(.*)Aggregate"), "agg.$12", "OrderAggregate", "agg.Order2"),
+        (None, "outbox\\.$1", "order", "outbox.order"),
     ];
     for (regex, replacement, value, expected) in cases {
         let mut r = router(RouterConfig {
             topic_regex: regex.map(str::to_owned),
             topic_pattern: replacement.to_string(),
+            topics_allow: Some(vec!["*".into()]),
             ..RouterConfig::default()
         });
         let rel = r.resolve(&relation(SEED_000)).unwrap();
@@ -145,6 +149,19 @@ fn topic_regex_and_replacement_table() {
         Router::new(RouterConfig { topic_regex: Some("(".into()), ..RouterConfig::default() }),
         Err(RouteError::BadRegex(_))
     ));
+    for (pattern, regex) in
+        [("agg.$2", "(.*)Aggregate"), ("agg.${nope}", "(.*)"), ("agg.$x", "(.*)"), ("agg\\", "(.*)")]
+    {
+        let err = Router::new(RouterConfig {
+            topic_regex: Some(regex.into()),
+            topic_pattern: pattern.into(),
+            topics_allow: Some(vec!["agg.".into()]),
+            ..RouterConfig::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.class(), "invalid_option", "{pattern}: {err}");
+        assert!(err.to_string().starts_with("route.topic.replacement: "), "{err}");
+    }
 }
 
 #[test]
@@ -177,15 +194,26 @@ fn timestamp_parsing_table() {
         ("1970-01-01 00:00:01.5+00", Some(1500)),
         ("2000-01-01 00:00:00", Some(946_684_800_000)),
         ("2026-11-29 09:00:00+01", Some(1_795_939_200_000)),
+        ("2026-11-29 13:30:00+05:30", Some(1_795_939_200_000)),
         ("2026-11-29 02:30:00-05:30", Some(1_795_939_200_000)),
+        ("2026-11-29 07:59:50-00:00:10", Some(1_795_939_200_000)),
         ("2024-02-29 12:00:00.123456+00", Some(1_709_208_000_123)),
+        ("2024-02-29 12:00:00.123+00", Some(1_709_208_000_123)),
+        ("2024-02-29T12:00:00.999999Z", Some(1_709_208_000_999)),
         ("1969-12-31 23:59:59+00", Some(-1000)),
         ("2026-13-01 00:00:00+00", None),
+        ("2026-02-30 00:00:00+00", None),
+        ("2026-11-29 24:00:01+00", None),
+        ("0044-03-15 12:00:00+00 BC", None),
         ("not a time", None),
         ("", None),
     ];
     for (text, expected) in cases {
-        assert_eq!(parse_timestamp_ms(text.as_bytes()), *expected, "{text}");
+        assert_eq!(parse_timestamp_ms(text.as_bytes()).ok(), *expected, "{text}");
+    }
+    for infinite in ["infinity", "-infinity"] {
+        let err = parse_timestamp_ms(infinite.as_bytes()).unwrap_err();
+        assert!(err.contains("finite"), "{infinite}: {err}");
     }
 }
 
@@ -203,7 +231,7 @@ fn additional_placement_parsing() {
             AdditionalField { column: "trace".into(), placement: Placement::Header("trace".into()) },
         ]
     );
-    for bad in ["x", "x:body", ":header", "a:header:b:c"] {
+    for bad in ["x", "x:body", ":header", "a:header:b:c", "a::header"] {
         assert!(AdditionalField::parse_list(bad).is_err(), "{bad}");
     }
 }
@@ -222,7 +250,7 @@ fn additional_header_envelope_and_partition() {
         ("shard", INT4),
     ];
     let mut r = router(RouterConfig {
-        event_type_field: None,
+        event_type_header_field: None,
         additional: AdditionalField::parse_list(
             "event_type:header:type,tenant:envelope,version:envelope:v,urgent:envelope,shard:partition",
         )
@@ -280,7 +308,7 @@ fn missing_additional_column_error_or_ignore() {
 fn json_headers_column_expands_and_keeps_traceparent() {
     let cols = ["id", "aggregate_id", "type", "payload", "headers", "created_at", "aggregate_type"];
     let mut r = router(RouterConfig {
-        event_type_field: Some("type".into()),
+        event_type_header_field: Some("type".into()),
         headers_field: Some("headers".into()),
         ..RouterConfig::default()
     });
@@ -367,7 +395,7 @@ fn topic_cache_stays_bounded() {
 
 #[test]
 fn json_messages_route_with_the_same_options() {
-    let mut r = router(RouterConfig { event_type_field: Some("type".into()), ..RouterConfig::default() });
+    let mut r = router(RouterConfig { event_type_header_field: Some("type".into()), ..RouterConfig::default() });
     let content = Bytes::from_static(
         br#"{"id": 17, "aggregate_type": "order", "aggregate_id": "o-1", "type": "OrderPlaced", "payload": {"total": 5, "s": "a\"b"}}"#,
     );
@@ -398,4 +426,277 @@ fn salvage_reads_what_it_can() {
         (id.as_deref(), key.as_deref(), payload.as_deref()),
         (Some(&b"42"[..]), Some(&b"k"[..]), Some(&b"{}"[..]))
     );
+}
+
+// ---- regressions of issue 18 (written before the fixes) ----
+
+const BYTEA: u32 = 17;
+
+fn bytea_outbox() -> Relation {
+    relation_typed(&[
+        ("id", TEXT),
+        ("aggregate_type", TEXT),
+        ("aggregate_id", BYTEA),
+        ("event_type", TEXT),
+        ("payload", BYTEA),
+        ("blob", BYTEA),
+    ])
+}
+
+#[test]
+fn regression_bytea_key_and_value_are_raw_bytes_in_hex_and_escape_output() {
+    let mut r = router(RouterConfig::default());
+    let rel = r.resolve(&bytea_outbox()).unwrap();
+    // bytea_output = hex: '\x' then two hex digits per byte.
+    let row = TupleData::from_values(&[
+        text("1"),
+        text("order"),
+        text(r"\x6b2d01"),
+        text("T"),
+        text(r"\x00ff7b7d"),
+        ColumnValue::Null,
+    ]);
+    let rec = r.route(&rel, &row).unwrap();
+    assert_eq!(rec.key.as_ref(), b"k-\x01");
+    assert_eq!(rec.value.as_deref(), Some(&b"\x00\xff{}"[..]));
+    // bytea_output = escape: printable bytes as themselves, '\\' for a backslash, '\ooo' octal.
+    let row = TupleData::from_values(&[
+        text("2"),
+        text("order"),
+        text(r"k\\\001"),
+        text("T"),
+        text(r"\000a b\377"),
+        ColumnValue::Null,
+    ]);
+    let rec = r.route(&rel, &row).unwrap();
+    assert_eq!(rec.key.as_ref(), b"k\\\x01");
+    assert_eq!(rec.value.as_deref(), Some(&b"\x00a b\xff"[..]));
+}
+
+#[test]
+fn regression_bytea_in_an_envelope_is_base64() {
+    let mut r = router(RouterConfig {
+        additional: AdditionalField::parse_list("blob:envelope").unwrap(),
+        ..RouterConfig::default()
+    });
+    let rel = r.resolve(&bytea_outbox()).unwrap();
+    let row =
+        TupleData::from_values(&[text("1"), text("order"), text("k"), text("T"), text(r"\x7b7d"), text(r"\x6120ff")]);
+    let rec = r.route(&rel, &row).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(rec.value.as_deref().unwrap()).unwrap();
+    assert_eq!(v, serde_json::json!({"payload": "e30=", "blob": "YSD/"}));
+}
+
+#[test]
+fn regression_tombstone_on_empty_payload_with_an_envelope_placement() {
+    let mut r = router(RouterConfig {
+        tombstone_on_empty_payload: true,
+        additional: AdditionalField::parse_list("event_type:envelope:type").unwrap(),
+        ..RouterConfig::default()
+    });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    for payload in [ColumnValue::Null, text("")] {
+        let rec = r.route(&rel, &seed_row(text("order"), text("k"), payload)).unwrap();
+        assert_eq!(rec.value, None, "a tombstone, not an envelope around a null payload");
+        assert_eq!(rec.key.as_ref(), b"k");
+    }
+}
+
+#[test]
+fn regression_boolean_header_is_true_or_false() {
+    let cols = [
+        ("id", TEXT),
+        ("aggregate_type", TEXT),
+        ("aggregate_id", TEXT),
+        ("event_type", TEXT),
+        ("payload", JSONB),
+        ("urgent", BOOL),
+    ];
+    let mut r = router(RouterConfig {
+        additional: AdditionalField::parse_list("urgent:header").unwrap(),
+        ..RouterConfig::default()
+    });
+    let rel = r.resolve(&relation_typed(&cols)).unwrap();
+    for (pg, kafka) in [("t", "true"), ("f", "false")] {
+        let row = TupleData::from_values(&[text("1"), text("order"), text("k"), text("T"), text("{}"), text(pg)]);
+        let rec = r.route(&rel, &row).unwrap();
+        assert_eq!(header(&rec, "urgent"), Some(kafka.as_bytes()));
+    }
+}
+
+#[test]
+fn regression_envelope_shape_is_decided_by_configuration_not_by_the_row() {
+    let mut r = router(RouterConfig {
+        additional: AdditionalField::parse_list("nope:envelope:alias").unwrap(),
+        additional_missing_ignore: true,
+        ..RouterConfig::default()
+    });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let rec = r.route(&rel, &seed_row(text("order"), text("k"), text("{\"a\": 1}"))).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(rec.value.as_deref().unwrap()).unwrap();
+    assert_eq!(v, serde_json::json!({"payload": {"a": 1}}), "an envelope without the missing field");
+}
+
+#[test]
+fn regression_empty_additional_placement_is_refused() {
+    for text in ["", " ", ",", "a:header,,b:header"] {
+        let err = AdditionalField::parse_list(text).unwrap_err();
+        assert!(err.contains("table.fields.additional.placement"), "{text:?}: {err}");
+    }
+}
+
+// ---- regressions of issue 19 ----
+
+#[test]
+fn regression_a_row_cannot_route_outside_topics_allow() {
+    // Before: a value route.topic.regex did not match became the topic as it was.
+    let config =
+        RouterConfig { topic_regex: Some("(?<routedByValue>[a-z]+)Aggregate".into()), ..RouterConfig::default() };
+    let mut strict = router(config.clone());
+    let rel = strict.resolve(&relation(SEED_000)).unwrap();
+    let rec = strict.route(&rel, &seed_row(text("orderAggregate"), text("k"), text("{}"))).unwrap();
+    assert_eq!(&*rec.topic, "outbox.event.order");
+    let err = strict.route(&rel, &seed_row(text("billing.payments"), text("k"), text("{}"))).unwrap_err();
+    assert_eq!(err.class(), "route_no_match", "{err}");
+    assert!(err.to_string().contains("route.topic.regex.fallthrough"), "{err}");
+    // Debezium's use-as-is, on request, still inside the guard.
+    let mut lenient = router(RouterConfig { topic_regex_fallthrough: true, ..config.clone() });
+    let err = lenient.route(&rel, &seed_row(text("billing.payments"), text("k"), text("{}"))).unwrap_err();
+    assert_eq!(err.class(), "topic_not_allowed", "{err}");
+    let rec = lenient.route(&rel, &seed_row(text("outbox.event.legacy"), text("k"), text("{}"))).unwrap();
+    assert_eq!(&*rec.topic, "outbox.event.legacy");
+    let mut open = router(RouterConfig {
+        topic_regex_fallthrough: true,
+        topics_allow: Some(vec!["outbox.".into(), "re:billing\\.[a-z]+".into()]),
+        ..config
+    });
+    let rec = open.route(&rel, &seed_row(text("billing.payments"), text("k"), text("{}"))).unwrap();
+    assert_eq!(&*rec.topic, "billing.payments");
+}
+
+#[test]
+fn regression_a_row_cannot_route_to_a_kafka_internal_topic() {
+    for (pattern, value) in [("${routedByValue}", "__consumer_offsets"), ("_${routedByValue}", "_transaction_state")] {
+        let mut r = router(RouterConfig {
+            topic_pattern: pattern.into(),
+            topics_allow: Some(vec!["*".into()]),
+            ..RouterConfig::default()
+        });
+        let rel = r.resolve(&relation(SEED_000)).unwrap();
+        let err = r.route(&rel, &seed_row(text(value), text("k"), text("{}"))).unwrap_err();
+        assert_eq!(err.class(), "topic_not_allowed", "{err}");
+        assert!(err.to_string().contains("'__'"), "{err}");
+        assert_eq!(err.event_id(), Some("42"));
+    }
+}
+
+/// The message of every RouteError variant, produced the way the router produces it, with
+/// a canary in the row: absent unless log_values, present with it where a value applies.
+#[test]
+fn regression_errors_carry_no_column_value_unless_log_values() {
+    const CANARY: &str = "canary-secret@example.com";
+    const CANARY_TOPIC: &str = "canary-secret.example.com";
+    fn variant(e: &RouteError) -> &'static str {
+        match e {
+            RouteError::MissingColumn { .. } => "MissingColumn",
+            RouteError::NullField { .. } => "NullField",
+            RouteError::EmptyPayload { .. } => "EmptyPayload",
+            RouteError::UnchangedToast { .. } => "UnchangedToast",
+            RouteError::InvalidTopic { .. } => "InvalidTopic",
+            RouteError::TopicNotAllowed { .. } => "TopicNotAllowed",
+            RouteError::RouteNoMatch { .. } => "RouteNoMatch",
+            RouteError::ColumnCountMismatch { .. } => "ColumnCountMismatch",
+            RouteError::BadValue { .. } => "BadValue",
+            RouteError::BadRegex(_) => "BadRegex",
+            RouteError::InvalidOption { .. } => "InvalidOption",
+        }
+    }
+    const VARIANTS: usize = 11;
+    let cols = [
+        ("id", TEXT),
+        ("aggregate_type", TEXT),
+        ("aggregate_id", TEXT),
+        ("event_type", TEXT),
+        ("payload", JSONB),
+        ("occurred_at", 1184),
+        ("shard", INT4),
+        ("urgent", BOOL),
+        ("headers", JSONB),
+    ];
+    // id 42, route, key, type, payload, timestamp, partition, bool header, JSON headers.
+    let row = |values: [ColumnValue; 9]| TupleData::from_values(&values);
+    let canary = || text(CANARY);
+    let good = || {
+        [
+            text("42"),
+            text("order"),
+            canary(),
+            canary(),
+            text("{\"email\": \"canary-secret@example.com\"}"),
+            text("2026-11-29 08:00:00+00"),
+            text("1"),
+            text("t"),
+            text("{}"),
+        ]
+    };
+    for log_values in [false, true] {
+        let config = RouterConfig {
+            log_values,
+            timestamp_field: Some("occurred_at".into()),
+            headers_field: Some("headers".into()),
+            additional: AdditionalField::parse_list("shard:partition,urgent:header").unwrap(),
+            ..RouterConfig::default()
+        };
+        let mut r = router(config.clone());
+        let rel = r.resolve(&relation_typed(&cols)).unwrap();
+        assert!(r.route(&rel, &row(good())).is_ok());
+        let with = |i: usize, v: ColumnValue| {
+            let mut values = good();
+            values[i] = v;
+            row(values)
+        };
+        // (error, canary that must not leak, whether a value applies)
+        let mut cases: Vec<(RouteError, &str, bool)> = vec![
+            (r.resolve(&relation(&["id", "aggregate_type", "payload", "event_type"])).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(2, ColumnValue::Null)).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(4, text("  "))).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(2, ColumnValue::UnchangedToast)).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(1, canary())).unwrap_err(), CANARY, true),
+            (r.route(&rel, &TupleData::from_values(&[canary()])).unwrap_err(), CANARY, false),
+            (r.route(&rel, &with(5, canary())).unwrap_err(), CANARY, true),
+            (r.route(&rel, &with(6, canary())).unwrap_err(), CANARY, true),
+            (r.route(&rel, &with(7, canary())).unwrap_err(), CANARY, true),
+            (r.route(&rel, &with(8, canary())).unwrap_err(), CANARY, true),
+            (
+                r.route_json(&Bytes::from_static(b"canary-secret@example.com"), "message prefix m").unwrap_err(),
+                CANARY,
+                true,
+            ),
+            (Router::new(RouterConfig { topic_regex: Some("(".into()), ..config.clone() }).unwrap_err(), CANARY, false),
+            (Router::new(RouterConfig { topics_allow: Some(vec![]), ..config.clone() }).unwrap_err(), CANARY, false),
+        ];
+        let mut no_match =
+            router(RouterConfig { topic_regex: Some("(?<routedByValue>[a-z]+)".into()), ..config.clone() });
+        cases.push((no_match.route(&rel, &with(1, canary())).unwrap_err(), CANARY, true));
+        let mut fallthrough = router(RouterConfig {
+            topic_regex: Some("(?<routedByValue>[a-z]+)".into()),
+            topic_regex_fallthrough: true,
+            ..config.clone()
+        });
+        cases.push((fallthrough.route(&rel, &with(1, text(CANARY_TOPIC))).unwrap_err(), CANARY_TOPIC, true));
+        let mut seen = HashSet::new();
+        for (err, secret, value_applies) in &cases {
+            seen.insert(variant(err));
+            let message = err.to_string();
+            if log_values && *value_applies {
+                assert!(message.contains(secret), "log_values shows the value: {message}");
+            } else {
+                assert!(!message.contains(secret), "log_values = {log_values}: {message}");
+            }
+            if err.event_id().is_some() {
+                assert!(message.contains("event id 42"), "{message}");
+            }
+        }
+        assert_eq!(seen.len(), VARIANTS, "every variant is rendered: {seen:?}");
+    }
 }
