@@ -22,6 +22,9 @@ pub enum Error {
     Tls(String),
     #[error("PostgreSQL authentication failed: {0}")]
     Auth(String),
+    /// A name walpost was asked to put in a command is not a usable identifier.
+    #[error("{0}")]
+    Name(#[from] crate::sql::InvalidName),
     #[error("PostgreSQL: {0}")]
     Server(ServerMessage),
     #[error("PostgreSQL protocol violation: {0}")]
@@ -62,7 +65,7 @@ impl Error {
                     || code == "40001"
                     || code == "40P01"
             }
-            Error::TlsRefused(_) | Error::Tls(_) | Error::Auth(_) | Error::Protocol(_) => false,
+            Error::TlsRefused(_) | Error::Tls(_) | Error::Auth(_) | Error::Name(_) | Error::Protocol(_) => false,
         }
     }
 }

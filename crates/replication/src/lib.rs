@@ -13,10 +13,14 @@
 //!   the buffer, so it can sit in a `select!` beside timers and ack channels.
 //! - CopyData bodies are `Bytes` slices of the socket buffer (no copy).
 //! - Hostile bytes from the server are errors, never panics (see [`frame`]).
+//! - Every session starts with `standard_conforming_strings=on`, so quoted literals
+//!   ([`quote_literal`]) cannot be reinterpreted by a server setting; names put into
+//!   replication commands are checked first ([`validate_slot_name`], [`validate_identifier`]).
 
 mod config;
 mod error;
 pub mod frame;
+mod sql;
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -34,6 +38,7 @@ use tokio::net::{TcpStream, UnixStream};
 pub use config::{Config, ConfigError, Host, SslMode};
 pub use error::Error;
 pub use frame::ServerMessage;
+pub use sql::{quote_ident, quote_literal, validate_identifier, validate_slot_name, InvalidName, MAX_IDENTIFIER_BYTES};
 
 trait Transport: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Transport for T {}
@@ -154,6 +159,8 @@ impl ReplicationClient {
             // Text forms of timestamps (pgoutput and SQL alike) in one known format.
             ("DateStyle", "ISO"),
             ("TimeZone", "UTC"),
+            // A backslash in '...' is a backslash, whatever the server's default.
+            ("standard_conforming_strings", "on"),
         ];
         if replication {
             params.push(("replication", "database"));
@@ -317,7 +324,10 @@ impl ReplicationClient {
         snapshot: SlotSnapshot,
         failover: bool,
     ) -> Result<CreatedSlot, Error> {
+        sql::validate_slot_name(name)?;
+        sql::validate_identifier("output plugin", plugin)?;
         let ident = quote_ident(name);
+        let quoted_plugin = quote_ident(plugin);
         let sql = if self.server_major_version() >= 15 {
             let mut opts = vec![match snapshot {
                 SlotSnapshot::Export => "SNAPSHOT 'export'",
@@ -326,7 +336,7 @@ impl ReplicationClient {
             if failover {
                 opts.push("FAILOVER true");
             }
-            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {plugin} ({})", opts.join(", "))
+            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {quoted_plugin} ({})", opts.join(", "))
         } else {
             if failover {
                 return Err(Error::Protocol("failover slots need PostgreSQL 17 or later".into()));
@@ -335,7 +345,7 @@ impl ReplicationClient {
                 SlotSnapshot::Export => "EXPORT_SNAPSHOT",
                 SlotSnapshot::Nothing => "NOEXPORT_SNAPSHOT",
             };
-            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {plugin} {snap}")
+            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {quoted_plugin} {snap}")
         };
         let r = self.simple_query(&sql).await?;
         Ok(CreatedSlot {
@@ -351,6 +361,7 @@ impl ReplicationClient {
 
     /// DROP_REPLICATION_SLOT name (WAIT: waits while another process holds it).
     pub async fn drop_slot(&mut self, name: &str, wait: bool) -> Result<(), Error> {
+        sql::validate_slot_name(name)?;
         let sql = format!("DROP_REPLICATION_SLOT {}{}", quote_ident(name), if wait { " WAIT" } else { "" });
         self.simple_query(&sql).await.map(|_| ())
     }
@@ -358,17 +369,22 @@ impl ReplicationClient {
     /// START_REPLICATION SLOT slot LOGICAL start (options...), then stream.
     ///
     /// `options` are pgoutput options such as `("proto_version", "1")`,
-    /// `("publication_names", "\"walpost_outbox\"")`; values are quoted here.
+    /// `("publication_names", "\"walpost_outbox\"")`; values are quoted here, names
+    /// checked ([`validate_slot_name`], [`validate_identifier`]).
     pub async fn start_logical_replication(
         mut self,
         slot: &str,
         start: Lsn,
         options: &[(&str, &str)],
     ) -> Result<ReplicationStream, Error> {
+        sql::validate_slot_name(slot)?;
         let opts = options
             .iter()
-            .map(|(k, v)| format!("{} '{}'", quote_ident(k), v.replace('\'', "''")))
-            .collect::<Vec<_>>()
+            .map(|(k, v)| {
+                sql::validate_identifier("replication option", k)?;
+                Ok(format!("{} {}", quote_ident(k), sql::replication_literal("replication option value", v)?))
+            })
+            .collect::<Result<Vec<_>, InvalidName>>()?
             .join(", ");
         let sql = format!("START_REPLICATION SLOT {} LOGICAL {} ({})", quote_ident(slot), start, opts);
         frontend::query(&sql, &mut self.out).map_err(Error::Io)?;
@@ -507,11 +523,6 @@ fn parse_lsn(text: &str) -> Result<Lsn, Error> {
     text.parse().map_err(|_| Error::Protocol(format!("'{text}' is not an LSN")))
 }
 
-/// Double-quotes an identifier for replication commands.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
 /// The transport, whether it is TLS, and the tls-server-end-point channel binding data.
 type Opened = (Box<dyn Transport>, bool, Option<Vec<u8>>);
 
@@ -602,9 +613,4 @@ async fn tls_handshake(
         }
     })?;
     Ok(stream)
-}
-
-/// Single-quotes a string literal for SQL sent with the simple query protocol.
-pub fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
