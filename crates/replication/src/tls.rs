@@ -1,13 +1,19 @@
 //! TLS to the server: which certificates are trusted, the handshake, and the channel
 //! binding data SCRAM-SHA-256-PLUS needs.
 //!
-//! The chain is checked with `sslmode=verify-ca`/`verify-full` against `sslrootcert`
-//! (added to OpenSSL's default store) or the system's roots (`sslrootcert=system`); the
-//! host name (or IP address) too with `verify-full`.
+//! Invariants:
+//! - An `sslrootcert` file alone decides trust: the connector's store holds exactly the
+//!   certificates of that file, never the system's roots. `sslrootcert=system` uses the
+//!   system's roots (OpenSSL's default paths, `SSL_CERT_FILE`/`SSL_CERT_DIR`).
+//! - The chain is checked when [`Config::verifies_certificate`] says so; the host name
+//!   (or IP address) too with `sslmode=verify-full`.
 
+use std::path::Path;
 use std::pin::Pin;
 
 use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use openssl::x509::store::X509StoreBuilder;
+use openssl::x509::X509;
 use tokio::net::TcpStream;
 
 use crate::config::{Config, RootCert, SslMode};
@@ -17,13 +23,27 @@ fn tls_error<E: std::error::Error + Send + Sync + 'static>(context: &str, e: E) 
     Error::Tls { message: format!("{context}{e}"), source: Some(Box::new(e)) }
 }
 
+/// A certificate store holding exactly the certificates of the PEM file at `path`.
+fn store_from_file(path: &Path) -> Result<openssl::x509::store::X509Store, Error> {
+    let context = format!("cannot load sslrootcert {}: ", path.display());
+    let pem = std::fs::read(path).map_err(|e| tls_error(&context, e))?;
+    let certs = X509::stack_from_pem(&pem).map_err(|e| tls_error(&context, e))?;
+    if certs.is_empty() {
+        return Err(Error::tls(format!("{context}the file holds no PEM certificate")));
+    }
+    let mut store = X509StoreBuilder::new().map_err(|e| tls_error(&context, e))?;
+    for cert in certs {
+        store.add_cert(cert).map_err(|e| tls_error(&context, e))?;
+    }
+    Ok(store.build())
+}
+
 fn connector(config: &Config) -> Result<SslConnector, Error> {
+    // The builder loads the system's default verify paths; a root file replaces that store.
     let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(|e| tls_error("", e))?;
-    if matches!(config.sslmode, SslMode::VerifyCa | SslMode::VerifyFull) {
+    if config.verifies_certificate() {
         match &config.sslrootcert {
-            Some(RootCert::File(path)) => builder
-                .set_ca_file(path)
-                .map_err(|e| tls_error(&format!("cannot load sslrootcert {}: ", path.display()), e))?,
+            Some(RootCert::File(path)) => builder.set_cert_store(store_from_file(path)?),
             Some(RootCert::System) => {}
             None => {
                 return Err(Error::tls(format!(
