@@ -4,8 +4,9 @@ use crate::frame::{FrameError, ServerMessage};
 ///
 /// [`Error::is_transient`] splits them in two: transient errors (the network, a
 /// server restarting, a slot held by another process, a standby where a primary is
-/// wanted) are worth a reconnect with backoff; the rest (bad password, missing
-/// privilege, malformed bytes) will fail the same way again and need an operator.
+/// wanted) are worth a reconnect with backoff; the rest (bad password, a refusal to
+/// send a password, missing privilege, malformed bytes) will fail the same way again
+/// and need an operator.
 ///
 /// Texts name hosts as `host:port` or by redacted URL (see `Config::redacted`), never
 /// the password. Underlying errors stay reachable through `source()`; their text is
@@ -34,6 +35,11 @@ pub enum Error {
         #[source]
         source: Option<std::io::Error>,
     },
+    /// walpost would not authenticate the way the server asked: a password to a server
+    /// whose identity is not verified, a method `require_auth` excludes, or no channel
+    /// binding under `channel_binding=require`. Nothing secret was sent.
+    #[error("walpost did not authenticate to PostgreSQL at {host}: {reason}")]
+    AuthRefused { host: String, reason: String },
     /// The server does not satisfy `target_session_attrs` (a standby where a primary is
     /// wanted, ...). Transient: a failover may change it.
     #[error("PostgreSQL at {host} is {found}, and target_session_attrs={wanted} needs {needs}")]
@@ -124,19 +130,22 @@ impl Error {
                     && failures.iter().all(|f| !f.error.ends_host_search())
                     && failures.iter().any(|f| f.error.is_transient())
             }
-            Error::TlsRefused(_) | Error::Tls { .. } | Error::Auth { .. } | Error::Name(_) | Error::Protocol(_) => {
-                false
-            }
+            Error::TlsRefused(_)
+            | Error::Tls { .. }
+            | Error::Auth { .. }
+            | Error::AuthRefused { .. }
+            | Error::Name(_)
+            | Error::Protocol(_) => false,
         }
     }
 
     /// Whether a multi-host connection attempt stops at this error instead of trying
     /// the next host. As in libpq: once a server has been reached and authentication
-    /// failed (server SQLSTATE class 28, or walpost's side of it), the remaining hosts
-    /// are not tried.
+    /// failed (server SQLSTATE class 28, or walpost refused to authenticate), the
+    /// remaining hosts are not tried.
     pub fn ends_host_search(&self) -> bool {
         match self {
-            Error::Auth { .. } => true,
+            Error::Auth { .. } | Error::AuthRefused { .. } => true,
             Error::Server(m) => m.code.starts_with("28"),
             _ => false,
         }

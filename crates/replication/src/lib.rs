@@ -4,11 +4,22 @@
 //! Unix socket, to the first usable host of a libpq connection string ([`Config`]: URL or
 //! key/value form, several hosts, `target_session_attrs`, `PG*` variables, the password
 //! file). Negotiates TLS per libpq's `sslmode`, authenticates (trust, cleartext, md5,
-//! SCRAM-SHA-256[-PLUS]), runs the replication commands walpost
+//! SCRAM-SHA-256[-PLUS]) under an explicit policy, runs the replication commands walpost
 //! needs (IDENTIFY_SYSTEM, CREATE_REPLICATION_SLOT, DROP_REPLICATION_SLOT, plain SQL such
 //! as SHOW) and then turns into a [`ReplicationStream`] of XLogData and keepalive messages.
 //!
+//! Authentication policy (details in `auth.rs`): with `require_auth` given, libpq's rules
+//! apply as written. Without it, walpost never sends a cleartext password or an MD5
+//! response except over a Unix-domain socket or TLS with a verified certificate
+//! (`sslmode=verify-ca`/`verify-full`, or an `sslrootcert` file); such a request is
+//! refused with [`Error::AuthRefused`], which says how to allow it (`require_auth=password`
+//! or `require_auth=md5`, or verify-full TLS). SCRAM is always allowed. `channel_binding=require`
+//! accepts only SCRAM-SHA-256-PLUS over TLS. An `sslrootcert` file alone decides which
+//! certificates are trusted (no system roots); `sslrootcert=system` means the system's.
+//!
 //! Invariants:
+//! - Nothing secret is sent before the policy allows the server's request: the password
+//!   (or an MD5 hash of it) never reaches an unverified server by default.
 //! - Every session starts with `standard_conforming_strings=on`, so quoted literals
 //!   ([`quote_literal`]) cannot be reinterpreted by a server setting.
 //! - The stream never confirms anything by itself: standby status updates carry only
@@ -36,11 +47,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::{BufMut, Bytes, BytesMut};
 use pgoutput::wire::{self, ReplicationMessage};
 use pgoutput::Lsn;
-use postgres_protocol::authentication::sasl::{ChannelBinding as ScramBinding, ScramSha256};
+use postgres_protocol::authentication::sasl::ScramSha256;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use auth::Channel;
+use auth::{Channel, Completed, Request};
 pub use config::{
     AuthMethod, ChannelBinding, Config, ConfigError, Host, HostSpec, Keepalives, RequireAuth, RootCert, SslMode,
     TargetSessionAttrs, DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_DIRS,
@@ -180,20 +191,25 @@ impl ReplicationClient {
         }
         frontend::startup_message(params, &mut self.out).map_err(Error::Io)?;
         self.flush_out().await?;
+        let host = self.host.label();
         let mut scram: Option<ScramSha256> = None;
+        let mut completed = Completed::Nothing;
         loop {
             let frame = self.read_frame().await?;
             match frame.tag {
                 b'R' => {
                     let (code, data) = frame::parse_auth_request(&frame.body)?;
                     match code {
-                        0 => {}
+                        0 => auth::check_ok(config, &host, completed)?,
                         3 => {
+                            auth::check_request(config, &host, self.channel, Request::Cleartext)?;
                             let pw = require_password(config, &self.host)?;
                             frontend::password_message(pw.as_bytes(), &mut self.out).map_err(Error::Io)?;
                             self.flush_out().await?;
+                            completed = Completed::Password;
                         }
                         5 => {
+                            auth::check_request(config, &host, self.channel, Request::Md5)?;
                             let pw = require_password(config, &self.host)?;
                             let salt: [u8; 4] = data
                                 .get(..4)
@@ -206,30 +222,26 @@ impl ReplicationClient {
                             );
                             frontend::password_message(hash.as_bytes(), &mut self.out).map_err(Error::Io)?;
                             self.flush_out().await?;
+                            completed = Completed::Md5;
                         }
                         10 => {
-                            let pw = require_password(config, &self.host)?;
+                            auth::check_request(config, &host, self.channel, Request::Sasl)?;
                             let offers = |name: &[u8]| data.split(|&b| b == 0).any(|m| m == name);
-                            // Channel binding: SCRAM-SHA-256-PLUS over TLS when the server offers
-                            // it; over TLS without it, say so ('y') so a downgrade is detected;
-                            // without TLS there is nothing to bind to ('n').
-                            let (mechanism, binding) = match &self.tls_end_point {
-                                Some(end_point) if offers(b"SCRAM-SHA-256-PLUS") => {
-                                    ("SCRAM-SHA-256-PLUS", ScramBinding::tls_server_end_point(end_point.clone()))
-                                }
-                                _ if !offers(b"SCRAM-SHA-256") => {
-                                    return Err(Error::auth(
-                                        "server offers no SASL mechanism walpost supports (SCRAM-SHA-256)",
-                                    ))
-                                }
-                                _ if self.channel.is_tls() => ("SCRAM-SHA-256", ScramBinding::unrequested()),
-                                _ => ("SCRAM-SHA-256", ScramBinding::unsupported()),
-                            };
+                            let (mechanism, binding) = auth::choose_scram(
+                                config,
+                                &host,
+                                self.channel,
+                                self.tls_end_point.as_deref(),
+                                offers(b"SCRAM-SHA-256-PLUS"),
+                                offers(b"SCRAM-SHA-256"),
+                            )?;
+                            let pw = require_password(config, &self.host)?;
                             let s = ScramSha256::new(pw.as_bytes(), binding);
                             frontend::sasl_initial_response(mechanism, s.message(), &mut self.out)
                                 .map_err(Error::Io)?;
                             self.flush_out().await?;
                             scram = Some(s);
+                            completed = Completed::ScramUnfinished { plus: mechanism.ends_with("-PLUS") };
                         }
                         11 => {
                             let s = scram
@@ -247,6 +259,14 @@ impl ReplicationClient {
                                 message: format!("SCRAM server signature: {e}"),
                                 source: Some(e),
                             })?;
+                            if let Completed::ScramUnfinished { plus } = completed {
+                                completed = Completed::Scram { plus };
+                            }
+                        }
+                        7..=9 => {
+                            let request = if code == 9 { Request::Sspi } else { Request::Gss };
+                            auth::check_request(config, &host, self.channel, request)?;
+                            return Err(unsupported_method(code));
                         }
                         other => return Err(unsupported_method(other)),
                     }
