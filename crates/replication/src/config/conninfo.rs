@@ -60,14 +60,15 @@ fn keyword(key: &str) -> Option<&'static str> {
     KEYWORDS.iter().copied().find(|k| *k == key)
 }
 
-/// Lower-case ASCII, digits and `_`, starting with a letter: the only unknown names an
-/// error may quote (a password fragment rarely has this shape, and never follows
-/// `password=` in the quoted position; see [`unknown_keyword`]).
+/// ASCII letters, digits, `_` and `-`, starting with a letter, at most 64: the only
+/// unknown names an error may quote. A password fragment can reach a keyword position
+/// only right after `password=` (a value cut at a space or `&`), and that one is never
+/// quoted (see [`unknown_keyword`]); this shape rule keeps anything else odd unquoted too.
 fn keyword_shaped(text: &str) -> bool {
     let mut chars = text.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
         && text.len() <= 64
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 fn looks_like_other_url(text: &str) -> bool {
@@ -328,6 +329,12 @@ mod tests {
         assert!(e.contains("missing '=' after 'host'"), "{e}");
         let e = parse("host=a frobnicate=1").unwrap_err().to_string();
         assert!(e.contains("unknown parameter 'frobnicate'"), "{e}");
+        for typo in ["sslMode", "target-session-attrs", "SSLMODE"] {
+            let e = parse(&format!("host=a {typo}=x")).unwrap_err().to_string();
+            assert!(e.contains(&format!("unknown parameter '{typo}'")), "{e}");
+        }
+        let e = parse("host=a po:rt=1").unwrap_err().to_string();
+        assert!(!e.contains("po:rt") && e.contains("not shown"), "{e}");
         let e = parse("dbname='open").unwrap_err().to_string();
         assert!(e.contains("quoted value of dbname has no closing quote"), "{e}");
         let e = parse("password=two words=x").unwrap_err().to_string();
