@@ -3,9 +3,14 @@ use crate::frame::{FrameError, ServerMessage};
 /// Everything that can go wrong on a replication connection.
 ///
 /// [`Error::is_transient`] splits them in two: transient errors (the network, a
-/// server restarting, a slot held by another process) are worth a reconnect with
-/// backoff; the rest (bad password, missing privilege, malformed bytes) will fail the
-/// same way again and need an operator.
+/// server restarting, a slot held by another process, a standby where a primary is
+/// wanted) are worth a reconnect with backoff; the rest (bad password, a refusal to
+/// send a password, missing privilege, malformed bytes) will fail the same way again
+/// and need an operator.
+///
+/// Texts name hosts as `host:port` or by redacted URL (see `Config::redacted`), never
+/// the password. Underlying errors stay reachable through `source()`; their text is
+/// also part of this error's own text, because callers log `Display` alone.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot connect to PostgreSQL at {target}: {source}")]
@@ -18,14 +23,57 @@ pub enum Error {
         "PostgreSQL refused TLS but sslmode={0} requires it: enable ssl on the server or use sslmode=prefer/disable"
     )]
     TlsRefused(&'static str),
-    #[error("TLS to PostgreSQL failed: {0}")]
-    Tls(String),
-    #[error("PostgreSQL authentication failed: {0}")]
-    Auth(String),
+    #[error("TLS to PostgreSQL failed: {message}")]
+    Tls {
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    #[error("PostgreSQL authentication failed: {message}")]
+    Auth {
+        message: String,
+        #[source]
+        source: Option<std::io::Error>,
+    },
+    /// walpost would not authenticate the way the server asked: a password to a server
+    /// whose identity is not verified, a method `require_auth` excludes, or no channel
+    /// binding under `channel_binding=require`. Nothing secret was sent.
+    #[error("walpost did not authenticate to PostgreSQL at {host}: {reason}")]
+    AuthRefused { host: String, reason: String },
+    /// The server does not satisfy `target_session_attrs` (a standby where a primary is
+    /// wanted, ...). Transient: a failover may change it.
+    #[error("PostgreSQL at {host} is {found}, and target_session_attrs={wanted} needs {needs}")]
+    SessionAttrs { host: String, wanted: &'static str, found: &'static str, needs: &'static str },
+    /// No host of a multi-host connection string could be used; one entry per host tried.
+    #[error("{}", describe_hosts(failures, not_tried))]
+    NoUsableHost { failures: Vec<HostFailure>, not_tried: Vec<String> },
+    /// A name walpost was asked to put in a command is not a usable identifier.
+    #[error("{0}")]
+    Name(#[from] crate::sql::InvalidName),
     #[error("PostgreSQL: {0}")]
     Server(ServerMessage),
     #[error("PostgreSQL protocol violation: {0}")]
     Protocol(String),
+}
+
+/// Why one host of a multi-host connection string was not used.
+#[derive(Debug)]
+pub struct HostFailure {
+    /// `host:port` (see `HostSpec::label`).
+    pub host: String,
+    pub error: Error,
+}
+
+fn describe_hosts(failures: &[HostFailure], not_tried: &[String]) -> String {
+    let mut text = format!("no usable PostgreSQL host among the {} given:", failures.len() + not_tried.len());
+    for f in failures {
+        text.push_str(&format!(" [{}] {};", f.host, f.error));
+    }
+    if !not_tried.is_empty() {
+        text.push_str(&format!(" not tried after that authentication failure (as libpq): {};", not_tried.join(", ")));
+    }
+    text.pop();
+    text
 }
 
 impl From<FrameError> for Error {
@@ -41,10 +89,23 @@ impl From<pgoutput::DecodeError> for Error {
 }
 
 impl Error {
-    /// The SQLSTATE the server sent, if this is a server error.
+    pub(crate) fn auth(message: impl Into<String>) -> Self {
+        Error::Auth { message: message.into(), source: None }
+    }
+
+    pub(crate) fn tls(message: impl Into<String>) -> Self {
+        Error::Tls { message: message.into(), source: None }
+    }
+
+    /// The SQLSTATE the server sent, if this is a server error (for several hosts: the
+    /// code every host answered, if they all answered the same).
     pub fn sqlstate(&self) -> Option<&str> {
         match self {
             Error::Server(m) => Some(m.code.as_str()),
+            Error::NoUsableHost { failures, .. } => {
+                let first = failures.first()?.error.sqlstate()?;
+                failures.iter().all(|f| f.error.sqlstate() == Some(first)).then_some(first)
+            }
             _ => None,
         }
     }
@@ -52,7 +113,7 @@ impl Error {
     /// Whether retrying the same thing later can succeed without an operator.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Connect { .. } | Error::ConnectTimeout { .. } | Error::Io(_) => true,
+            Error::Connect { .. } | Error::ConnectTimeout { .. } | Error::Io(_) | Error::SessionAttrs { .. } => true,
             Error::Server(m) => {
                 let code = m.code.as_str();
                 code.starts_with("08") // connection exception
@@ -62,7 +123,31 @@ impl Error {
                     || code == "40001"
                     || code == "40P01"
             }
-            Error::TlsRefused(_) | Error::Tls(_) | Error::Auth(_) | Error::Protocol(_) => false,
+            // Transient when some host may come back (down, starting, a standby for now)
+            // and no host ended the search with an authentication failure.
+            Error::NoUsableHost { failures, not_tried } => {
+                not_tried.is_empty()
+                    && failures.iter().all(|f| !f.error.ends_host_search())
+                    && failures.iter().any(|f| f.error.is_transient())
+            }
+            Error::TlsRefused(_)
+            | Error::Tls { .. }
+            | Error::Auth { .. }
+            | Error::AuthRefused { .. }
+            | Error::Name(_)
+            | Error::Protocol(_) => false,
+        }
+    }
+
+    /// Whether a multi-host connection attempt stops at this error instead of trying
+    /// the next host. As in libpq: once a server has been reached and authentication
+    /// failed (server SQLSTATE class 28, or walpost refused to authenticate), the
+    /// remaining hosts are not tried.
+    pub fn ends_host_search(&self) -> bool {
+        match self {
+            Error::Auth { .. } | Error::AuthRefused { .. } => true,
+            Error::Server(m) => m.code.starts_with("28"),
+            _ => false,
         }
     }
 }

@@ -1,39 +1,64 @@
 //! A PostgreSQL logical replication connection on tokio and `postgres-protocol`.
 //!
-//! Connects with `replication=database` over TCP or a Unix socket, negotiates TLS per
-//! libpq's `sslmode`, authenticates (trust, cleartext, md5, SCRAM-SHA-256), runs the
-//! replication commands walpost needs (IDENTIFY_SYSTEM, CREATE_REPLICATION_SLOT,
-//! DROP_REPLICATION_SLOT, plain SQL such as SHOW) and then turns into a
-//! [`ReplicationStream`] of XLogData and keepalive messages.
+//! Connects with `replication=database` (or as an ordinary SQL session) over TCP or a
+//! Unix socket, to the first usable host of a libpq connection string ([`Config`]: URL or
+//! key/value form, several hosts, `target_session_attrs`, `PG*` variables, the password
+//! file). Negotiates TLS per libpq's `sslmode`, authenticates (trust, cleartext, md5,
+//! SCRAM-SHA-256[-PLUS]) under an explicit policy, runs the replication commands walpost
+//! needs (IDENTIFY_SYSTEM, CREATE_REPLICATION_SLOT, DROP_REPLICATION_SLOT, plain SQL such
+//! as SHOW) and then turns into a [`ReplicationStream`] of XLogData and keepalive messages.
+//!
+//! Authentication policy (details in `auth.rs`): with `require_auth` given, libpq's rules
+//! apply as written. Without it, walpost never sends a cleartext password or an MD5
+//! response except over a Unix-domain socket or TLS with a verified certificate
+//! (`sslmode=verify-ca`/`verify-full`, or an `sslrootcert` file); such a request is
+//! refused with [`Error::AuthRefused`], which says how to allow it (`require_auth=password`
+//! or `require_auth=md5`, or verify-full TLS). SCRAM is always allowed. `channel_binding=require`
+//! accepts only SCRAM-SHA-256-PLUS over TLS. An `sslrootcert` file alone decides which
+//! certificates are trusted (no system roots); `sslrootcert=system` means the system's.
 //!
 //! Invariants:
+//! - Nothing secret is sent before the policy allows the server's request: the password
+//!   (or an MD5 hash of it) never reaches an unverified server by default.
+//! - Every session starts with `standard_conforming_strings=on`, so quoted literals
+//!   ([`quote_literal`]) cannot be reinterpreted by a server setting.
 //! - The stream never confirms anything by itself: standby status updates carry only
 //!   the positions the caller passes to [`ReplicationStream::send_status`].
 //! - [`ReplicationStream::next`] is cancel-safe: bytes read but not yet framed stay in
 //!   the buffer, so it can sit in a `select!` beside timers and ack channels.
 //! - CopyData bodies are `Bytes` slices of the socket buffer (no copy).
 //! - Hostile bytes from the server are errors, never panics (see [`frame`]).
+//! - No error text holds the password (see [`Config`] and [`Error`]).
 
+// Hostile input must never panic the crate's own code (tests may fail loudly).
+#![cfg_attr(not(test), deny(clippy::indexing_slicing, clippy::panic, clippy::unwrap_used, clippy::expect_used))]
+
+mod auth;
 mod config;
+mod connect;
 mod error;
 pub mod frame;
+mod sql;
+mod tls;
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
 use pgoutput::wire::{self, ReplicationMessage};
 use pgoutput::Lsn;
-use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
+use postgres_protocol::authentication::sasl::ScramSha256;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
 
-pub use config::{Config, ConfigError, Host, SslMode};
-pub use error::Error;
+use auth::{Channel, Completed, Request};
+pub use config::{
+    AuthMethod, ChannelBinding, Config, ConfigError, Host, HostSpec, Keepalives, RequireAuth, RootCert, SslMode,
+    TargetSessionAttrs, DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_DIRS,
+};
+pub use error::{Error, HostFailure};
 pub use frame::ServerMessage;
+pub use sql::{quote_ident, quote_literal, validate_identifier, validate_slot_name, InvalidName, MAX_IDENTIFIER_BYTES};
 
 trait Transport: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Transport for T {}
@@ -88,12 +113,14 @@ impl QueryResult {
     }
 }
 
-/// A replication-mode connection before START_REPLICATION.
+/// A replication-mode (or SQL) connection before START_REPLICATION.
 pub struct ReplicationClient {
     io: Box<dyn Transport>,
     /// RFC 5929 tls-server-end-point data when the connection is TLS (SCRAM-SHA-256-PLUS).
     tls_end_point: Option<Vec<u8>>,
-    tls: bool,
+    channel: Channel,
+    /// The host of the connection string this connection reached.
+    host: HostSpec,
     buf: BytesMut,
     out: BytesMut,
     params: HashMap<String, String>,
@@ -101,48 +128,50 @@ pub struct ReplicationClient {
 
 impl std::fmt::Debug for ReplicationClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplicationClient").field("server_version", &self.params.get("server_version")).finish()
+        f.debug_struct("ReplicationClient")
+            .field("host", &self.host.label())
+            .field("server_version", &self.params.get("server_version"))
+            .finish()
     }
 }
 
 const READ_CHUNK: usize = 128 * 1024;
 
 impl ReplicationClient {
-    /// Opens a replication connection (`replication=database`) and authenticates.
-    /// Such a connection runs replication commands and plain SQL.
+    /// Opens a replication connection (`replication=database`) to the first usable host
+    /// and authenticates. Such a connection runs replication commands and plain SQL.
     pub async fn connect(config: &Config) -> Result<ReplicationClient, Error> {
-        Self::connect_mode(config, true).await
+        connect::connect(config, true).await
     }
 
     /// Opens an ordinary SQL connection (simple query protocol, text results): for
     /// slot status, snapshots and retention, where a replication connection is not
-    /// wanted (it would count against max_wal_senders).
+    /// wanted (it would count against max_wal_senders). To reach the same server as a
+    /// replication connection, pass `config.pinned_to(client.connected_host())`.
     pub async fn connect_sql(config: &Config) -> Result<ReplicationClient, Error> {
-        Self::connect_mode(config, false).await
+        connect::connect(config, false).await
     }
 
-    async fn connect_mode(config: &Config, replication: bool) -> Result<ReplicationClient, Error> {
-        let target = config.redacted();
-        let secs = config.connect_timeout.as_secs();
-        let connect = Self::connect_inner(config, replication);
-        match tokio::time::timeout(config.connect_timeout, connect).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::ConnectTimeout { target, secs }),
-        }
-    }
-
-    async fn connect_inner(config: &Config, replication: bool) -> Result<ReplicationClient, Error> {
-        let (io, tls, tls_end_point) = open_transport(config).await?;
-        let mut client = ReplicationClient {
-            io,
-            tls,
-            tls_end_point,
+    fn new(opened: connect::Opened, host: HostSpec) -> ReplicationClient {
+        ReplicationClient {
+            io: opened.io,
+            channel: opened.channel,
+            tls_end_point: opened.tls_end_point,
+            host,
             buf: BytesMut::with_capacity(READ_CHUNK),
             out: BytesMut::with_capacity(1024),
             params: HashMap::new(),
-        };
-        client.startup(config, replication).await?;
-        Ok(client)
+        }
+    }
+
+    /// The host of the connection string this connection reached.
+    pub fn connected_host(&self) -> &HostSpec {
+        &self.host
+    }
+
+    /// Whether the connection is TLS.
+    pub fn is_tls(&self) -> bool {
+        self.channel.is_tls()
     }
 
     async fn startup(&mut self, config: &Config, replication: bool) -> Result<(), Error> {
@@ -154,27 +183,34 @@ impl ReplicationClient {
             // Text forms of timestamps (pgoutput and SQL alike) in one known format.
             ("DateStyle", "ISO"),
             ("TimeZone", "UTC"),
+            // A backslash in '...' is a backslash, whatever the server's default.
+            ("standard_conforming_strings", "on"),
         ];
         if replication {
             params.push(("replication", "database"));
         }
         frontend::startup_message(params, &mut self.out).map_err(Error::Io)?;
         self.flush_out().await?;
+        let host = self.host.label();
         let mut scram: Option<ScramSha256> = None;
+        let mut completed = Completed::Nothing;
         loop {
             let frame = self.read_frame().await?;
             match frame.tag {
                 b'R' => {
                     let (code, data) = frame::parse_auth_request(&frame.body)?;
                     match code {
-                        0 => {}
+                        0 => auth::check_ok(config, &host, completed)?,
                         3 => {
-                            let pw = require_password(config)?;
+                            auth::check_request(config, &host, self.channel, Request::Cleartext)?;
+                            let pw = require_password(config, &self.host)?;
                             frontend::password_message(pw.as_bytes(), &mut self.out).map_err(Error::Io)?;
                             self.flush_out().await?;
+                            completed = Completed::Password;
                         }
                         5 => {
-                            let pw = require_password(config)?;
+                            auth::check_request(config, &host, self.channel, Request::Md5)?;
+                            let pw = require_password(config, &self.host)?;
                             let salt: [u8; 4] = data
                                 .get(..4)
                                 .and_then(|s| s.try_into().ok())
@@ -186,52 +222,53 @@ impl ReplicationClient {
                             );
                             frontend::password_message(hash.as_bytes(), &mut self.out).map_err(Error::Io)?;
                             self.flush_out().await?;
+                            completed = Completed::Md5;
                         }
                         10 => {
-                            let pw = require_password(config)?;
+                            auth::check_request(config, &host, self.channel, Request::Sasl)?;
                             let offers = |name: &[u8]| data.split(|&b| b == 0).any(|m| m == name);
-                            // Channel binding: SCRAM-SHA-256-PLUS over TLS when the server offers
-                            // it; over TLS without it, say so ('y') so a downgrade is detected;
-                            // without TLS there is nothing to bind to ('n').
-                            let (mechanism, binding) = match &self.tls_end_point {
-                                Some(end_point) if offers(b"SCRAM-SHA-256-PLUS") => (
-                                    "SCRAM-SHA-256-PLUS",
-                                    ChannelBinding::tls_server_end_point(end_point.clone()),
-                                ),
-                                _ if !offers(b"SCRAM-SHA-256") => {
-                                    return Err(Error::Auth(
-                                        "server offers no SASL mechanism walpost supports (SCRAM-SHA-256)".into(),
-                                    ))
-                                }
-                                _ if self.tls => ("SCRAM-SHA-256", ChannelBinding::unrequested()),
-                                _ => ("SCRAM-SHA-256", ChannelBinding::unsupported()),
-                            };
+                            let (mechanism, binding) = auth::choose_scram(
+                                config,
+                                &host,
+                                self.channel,
+                                self.tls_end_point.as_deref(),
+                                offers(b"SCRAM-SHA-256-PLUS"),
+                                offers(b"SCRAM-SHA-256"),
+                            )?;
+                            let pw = require_password(config, &self.host)?;
                             let s = ScramSha256::new(pw.as_bytes(), binding);
                             frontend::sasl_initial_response(mechanism, s.message(), &mut self.out)
                                 .map_err(Error::Io)?;
                             self.flush_out().await?;
                             scram = Some(s);
+                            completed = Completed::ScramUnfinished { plus: mechanism.ends_with("-PLUS") };
                         }
                         11 => {
                             let s = scram
                                 .as_mut()
                                 .ok_or_else(|| Error::Protocol("SASL continue before SASL start".into()))?;
-                            s.update(&data).map_err(|e| Error::Auth(format!("SCRAM: {e}")))?;
+                            s.update(&data)
+                                .map_err(|e| Error::Auth { message: format!("SCRAM: {e}"), source: Some(e) })?;
                             frontend::sasl_response(s.message(), &mut self.out).map_err(Error::Io)?;
                             self.flush_out().await?;
                         }
                         12 => {
-                            let mut s = scram
-                                .take()
-                                .ok_or_else(|| Error::Protocol("SASL final before SASL start".into()))?;
-                            s.finish(&data)
-                                .map_err(|e| Error::Auth(format!("SCRAM server signature: {e}")))?;
+                            let mut s =
+                                scram.take().ok_or_else(|| Error::Protocol("SASL final before SASL start".into()))?;
+                            s.finish(&data).map_err(|e| Error::Auth {
+                                message: format!("SCRAM server signature: {e}"),
+                                source: Some(e),
+                            })?;
+                            if let Completed::ScramUnfinished { plus } = completed {
+                                completed = Completed::Scram { plus };
+                            }
                         }
-                        other => {
-                            return Err(Error::Auth(format!(
-                                "server asks for authentication method {other}, which walpost does not support (use scram-sha-256, md5, password or trust)"
-                            )))
+                        7..=9 => {
+                            let request = if code == 9 { Request::Sspi } else { Request::Gss };
+                            auth::check_request(config, &host, self.channel, request)?;
+                            return Err(unsupported_method(code));
                         }
+                        other => return Err(unsupported_method(other)),
                     }
                 }
                 b'S' => {
@@ -317,7 +354,10 @@ impl ReplicationClient {
         snapshot: SlotSnapshot,
         failover: bool,
     ) -> Result<CreatedSlot, Error> {
+        sql::validate_slot_name(name)?;
+        sql::validate_identifier("output plugin", plugin)?;
         let ident = quote_ident(name);
+        let quoted_plugin = quote_ident(plugin);
         let sql = if self.server_major_version() >= 15 {
             let mut opts = vec![match snapshot {
                 SlotSnapshot::Export => "SNAPSHOT 'export'",
@@ -326,7 +366,7 @@ impl ReplicationClient {
             if failover {
                 opts.push("FAILOVER true");
             }
-            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {plugin} ({})", opts.join(", "))
+            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {quoted_plugin} ({})", opts.join(", "))
         } else {
             if failover {
                 return Err(Error::Protocol("failover slots need PostgreSQL 17 or later".into()));
@@ -335,7 +375,7 @@ impl ReplicationClient {
                 SlotSnapshot::Export => "EXPORT_SNAPSHOT",
                 SlotSnapshot::Nothing => "NOEXPORT_SNAPSHOT",
             };
-            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {plugin} {snap}")
+            format!("CREATE_REPLICATION_SLOT {ident} LOGICAL {quoted_plugin} {snap}")
         };
         let r = self.simple_query(&sql).await?;
         Ok(CreatedSlot {
@@ -351,6 +391,7 @@ impl ReplicationClient {
 
     /// DROP_REPLICATION_SLOT name (WAIT: waits while another process holds it).
     pub async fn drop_slot(&mut self, name: &str, wait: bool) -> Result<(), Error> {
+        sql::validate_slot_name(name)?;
         let sql = format!("DROP_REPLICATION_SLOT {}{}", quote_ident(name), if wait { " WAIT" } else { "" });
         self.simple_query(&sql).await.map(|_| ())
     }
@@ -358,17 +399,22 @@ impl ReplicationClient {
     /// START_REPLICATION SLOT slot LOGICAL start (options...), then stream.
     ///
     /// `options` are pgoutput options such as `("proto_version", "1")`,
-    /// `("publication_names", "\"walpost_outbox\"")`; values are quoted here.
+    /// `("publication_names", "\"walpost_outbox\"")`; values are quoted here, names
+    /// checked ([`validate_slot_name`], [`validate_identifier`]).
     pub async fn start_logical_replication(
         mut self,
         slot: &str,
         start: Lsn,
         options: &[(&str, &str)],
     ) -> Result<ReplicationStream, Error> {
+        sql::validate_slot_name(slot)?;
         let opts = options
             .iter()
-            .map(|(k, v)| format!("{} '{}'", quote_ident(k), v.replace('\'', "''")))
-            .collect::<Vec<_>>()
+            .map(|(k, v)| {
+                sql::validate_identifier("replication option", k)?;
+                Ok(format!("{} {}", quote_ident(k), sql::replication_literal("replication option value", v)?))
+            })
+            .collect::<Result<Vec<_>, InvalidName>>()?
             .join(", ");
         let sql = format!("START_REPLICATION SLOT {} LOGICAL {} ({})", quote_ident(slot), start, opts);
         frontend::query(&sql, &mut self.out).map_err(Error::Io)?;
@@ -494,117 +540,27 @@ fn now_pg_micros() -> i64 {
     pgoutput::unix_micros_to_pg_epoch_micros(unix)
 }
 
-fn require_password(config: &Config) -> Result<&str, Error> {
-    config.password().ok_or_else(|| {
-        Error::Auth(format!(
-            "the server asks {} for a password and none was given (put it in the URL or PGPASSWORD)",
+fn require_password<'a>(config: &'a Config, host: &'a HostSpec) -> Result<&'a str, Error> {
+    config.password_for(host).ok_or_else(|| {
+        let file = match &config.passfile {
+            Some(path) => format!("the password file {}", path.display()),
+            None => "the password file (~/.pgpass or PGPASSFILE)".into(),
+        };
+        let note = config.passfile_note().map(|n| format!("; {n}")).unwrap_or_default();
+        Error::auth(format!(
+            "the server at {} asks {} for a password and none was given (put it in the connection string, PGPASSWORD or {file}){note}",
+            host.label(),
             config.user
         ))
     })
 }
 
+fn unsupported_method(code: i32) -> Error {
+    Error::auth(format!(
+        "server asks for authentication method {code}, which walpost does not support (use scram-sha-256, md5, password or trust)"
+    ))
+}
+
 fn parse_lsn(text: &str) -> Result<Lsn, Error> {
     text.parse().map_err(|_| Error::Protocol(format!("'{text}' is not an LSN")))
-}
-
-/// Double-quotes an identifier for replication commands.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// The transport, whether it is TLS, and the tls-server-end-point channel binding data.
-type Opened = (Box<dyn Transport>, bool, Option<Vec<u8>>);
-
-async fn open_transport(config: &Config) -> Result<Opened, Error> {
-    let target = config.redacted();
-    match &config.host {
-        Host::Unix(dir) => {
-            let path = dir.join(format!(".s.PGSQL.{}", config.port));
-            let s = UnixStream::connect(&path).await.map_err(|source| Error::Connect { target, source })?;
-            Ok((Box::new(s), false, None))
-        }
-        Host::Tcp(host) => {
-            let mut tcp = TcpStream::connect((host.as_str(), config.port))
-                .await
-                .map_err(|source| Error::Connect { target, source })?;
-            let _ = tcp.set_nodelay(true);
-            if config.sslmode == SslMode::Disable {
-                return Ok((Box::new(tcp), false, None));
-            }
-            let mut req = BytesMut::new();
-            frontend::ssl_request(&mut req);
-            tcp.write_all(&req).await?;
-            let answer = tcp.read_u8().await?;
-            match answer {
-                b'S' => {
-                    let stream = tls_handshake(config, host, tcp).await?;
-                    let end_point = tls_server_end_point(stream.ssl());
-                    Ok((Box::new(stream), true, end_point))
-                }
-                b'N' if config.sslmode.tls_required() => Err(Error::TlsRefused(match config.sslmode {
-                    SslMode::Require => "require",
-                    SslMode::VerifyCa => "verify-ca",
-                    _ => "verify-full",
-                })),
-                b'N' => Ok((Box::new(tcp), false, None)),
-                other => Err(Error::Protocol(format!("server answered the TLS request with byte {other:#04x}"))),
-            }
-        }
-    }
-}
-
-/// RFC 5929 tls-server-end-point: the hash of the server certificate, with the hash of
-/// its signature algorithm (SHA-256 when that is MD5 or SHA-1).
-fn tls_server_end_point(ssl: &openssl::ssl::SslRef) -> Option<Vec<u8>> {
-    use openssl::hash::MessageDigest;
-    use openssl::nid::Nid;
-    let cert = ssl.peer_certificate()?;
-    let algorithms = cert.signature_algorithm().object().nid().signature_algorithms()?;
-    let digest = match algorithms.digest {
-        Nid::MD5 | Nid::SHA1 => MessageDigest::sha256(),
-        nid => MessageDigest::from_nid(nid)?,
-    };
-    cert.digest(digest).ok().map(|d| d.to_vec())
-}
-
-async fn tls_handshake(
-    config: &Config,
-    host: &str,
-    tcp: TcpStream,
-) -> Result<tokio_openssl::SslStream<TcpStream>, Error> {
-    let tls_err = |e: &dyn std::fmt::Display| Error::Tls(e.to_string());
-    let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(|e| tls_err(&e))?;
-    let verify = matches!(config.sslmode, SslMode::VerifyCa | SslMode::VerifyFull);
-    if verify {
-        if let Some(ca) = &config.sslrootcert {
-            builder
-                .set_ca_file(ca)
-                .map_err(|e| Error::Tls(format!("cannot load sslrootcert {}: {e}", ca.display())))?;
-        }
-        builder.set_verify(SslVerifyMode::PEER);
-    } else {
-        builder.set_verify(SslVerifyMode::NONE);
-    }
-    let connector = builder.build();
-    let mut cfg = connector.configure().map_err(|e| tls_err(&e))?;
-    cfg.set_verify_hostname(config.sslmode == SslMode::VerifyFull);
-    // SNI only makes sense for names; an IP literal is still checked against the
-    // certificate's IP SANs by set_verify_hostname.
-    cfg.set_use_server_name_indication(host.parse::<std::net::IpAddr>().is_err());
-    let ssl = cfg.into_ssl(host).map_err(|e| tls_err(&e))?;
-    let mut stream = tokio_openssl::SslStream::new(ssl, tcp).map_err(|e| tls_err(&e))?;
-    Pin::new(&mut stream).connect().await.map_err(|e| {
-        let verify_detail = stream.ssl().verify_result();
-        if verify_detail == openssl::x509::X509VerifyResult::OK {
-            Error::Tls(e.to_string())
-        } else {
-            Error::Tls(format!("{e} (certificate check: {verify_detail})"))
-        }
-    })?;
-    Ok(stream)
-}
-
-/// Single-quotes a string literal for SQL sent with the simple query protocol.
-pub fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
