@@ -81,7 +81,9 @@
 //! (unless `WALPOST_KEEP_TEST_DIRS` is set). Servers owned by a value are also cleaned up
 //! synchronously by its `Drop`.
 
+mod cluster;
 mod kafka;
+mod kafka_meta;
 mod pg;
 mod proxy;
 mod util;
@@ -89,7 +91,9 @@ mod util;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub use cluster::{KafkaCluster, KafkaClusterOptions, CLUSTER_SETTLE_TIMEOUT};
 pub use kafka::{Kafka, KafkaOptions};
+pub use kafka_meta::{fetch_metadata, BrokerMetadata, Metadata, PartitionMetadata, TopicMetadata};
 pub use pg::{PgOptions, Postgres, StopMode};
 pub use proxy::Proxy;
 pub use util::{free_port, unique_name};
