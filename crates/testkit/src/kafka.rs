@@ -242,6 +242,8 @@ pub(crate) struct Node {
     pub(crate) controller_port: u16,
     /// -Xms / -Xmx in MiB.
     heap_mb: (u32, u32),
+    /// Extra JVM flags, after the harness's.
+    pub(crate) jvm_args: Vec<String>,
     child: Option<Child>,
     /// CDS settings of the running JVM.
     cds: Option<Cds>,
@@ -249,7 +251,7 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn new(id: u32, dir: PathBuf, libs: PathBuf, heap_mb: (u32, u32)) -> Node {
-        Node { id, dir, libs, port: 0, controller_port: 0, heap_mb, child: None, cds: None }
+        Node { id, dir, libs, port: 0, controller_port: 0, heap_mb, jvm_args: Vec::new(), child: None, cds: None }
     }
 
     pub(crate) fn bootstrap(&self) -> String {
@@ -372,6 +374,7 @@ impl Node {
         if let Some(cds) = &self.cds {
             cmd.arg(cds.jvm_arg());
         }
+        cmd.args(&self.jvm_args);
         cmd.arg("-Djava.awt.headless=true")
             .arg(format!("-Dlog4j2.configurationFile={}", self.dir.join("log4j2.properties").display()))
             .arg("-cp")

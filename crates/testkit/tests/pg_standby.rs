@@ -79,6 +79,16 @@ fn failover_slot_survives_promotion_pg17() {
     let phys = sb.primary_slot_name().expect("slot").to_string();
     assert_eq!(sb.psql("SHOW sync_replication_slots").expect("show"), "on");
     assert_eq!(primary.psql("SHOW synchronized_standby_slots").expect("show"), phys);
+    // A second standby joins synchronized_standby_slots; once it is gone,
+    // drop_standby_slot takes it out again and drops its physical slot.
+    let sb2 = Postgres::start_standby(&primary, StandbyOptions::default()).expect("second standby");
+    let phys2 = sb2.primary_slot_name().expect("slot").to_string();
+    assert_eq!(primary.psql("SHOW synchronized_standby_slots").expect("show"), format!("{phys},{phys2}"));
+    drop(sb2);
+    primary.drop_standby_slot(&phys2).expect("drop_standby_slot");
+    assert_eq!(primary.psql("SHOW synchronized_standby_slots").expect("show"), phys);
+    assert_eq!(primary.psql("SELECT string_agg(slot_name, ',') FROM pg_replication_slots").expect("slots"), phys);
+
     // The slot is created after the standby: a slot whose restart_lsn precedes the
     // standby's base copy cannot be synced until it moves past the copy's start.
     primary
