@@ -3,9 +3,14 @@
 //! the shared 2-core machine.
 
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use testkit::{KafkaCluster, KafkaClusterOptions};
+
+/// One cluster at a time: `cargo test` runs a binary's tests in parallel, and two
+/// clusters (six JVMs) on two shared cores only make each test slower.
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
 /// Produces `n` records of 100 bytes with acks=all (ProducerPerformance, one JVM).
 fn produce(c: &KafkaCluster, topic: &str, n: u32, extra: &[&str]) -> String {
@@ -55,6 +60,7 @@ fn assert_fully_replicated(c: &KafkaCluster) {
 
 #[test]
 fn kafka_cluster_leader_kill_moves_leadership_and_keeps_serving() {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
     let mut c = KafkaCluster::start(KafkaClusterOptions::default()).expect("start cluster");
     eprintln!("cluster of 3 started in {:?}", t0.elapsed());
@@ -129,6 +135,7 @@ fn kafka_cluster_leader_kill_moves_leadership_and_keeps_serving() {
 
 #[test]
 fn kafka_cluster_rolling_restart_returns_to_full_isr() {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
     let mut c = KafkaCluster::start(KafkaClusterOptions::default()).expect("start cluster");
     eprintln!("cluster of 3 started in {:?}", t0.elapsed());
