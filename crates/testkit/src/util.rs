@@ -176,15 +176,17 @@ pub(crate) fn signal(pid: u32, sig: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Kills a server when the test process goes away, however that happens.
+/// Kills servers when the test process goes away, however that happens.
 ///
 /// A `sh` process in its own process group (so terminal Ctrl-C does not hit it) blocks
 /// in `cat` on a pipe whose write end only this process holds (std opens pipes with
 /// `O_CLOEXEC`, so no other child inherits it). When the test process dies the pipe
-/// reaches EOF, and the script reads the server's pid from `pid_file` (first line),
-/// checks that `/proc/PID/cmdline` mentions `marker` (guards against pid reuse), sends
-/// `first_signal`, waits up to 10 s, sends SIGKILL, and removes `dir` unless
-/// WALPOST_KEEP_TEST_DIRS is set.
+/// reaches EOF, and for each watched server the script reads its pid from the server's
+/// pid file (first line), checks that `/proc/PID/cmdline` mentions the server's marker
+/// (guards against pid reuse) and sends `first_signal`; it then waits up to 10 s for
+/// all of them, sends SIGKILL to those left, and removes `dir` unless
+/// WALPOST_KEEP_TEST_DIRS is set. The pid files are read only at that moment, so a
+/// server restarted (new pid) since the watchdog was spawned is still found.
 ///
 /// Dropping the `Watchdog` (normal clean-up path) kills the script without it doing
 /// anything; the owner then cleans up synchronously.
@@ -197,26 +199,39 @@ pub(crate) struct Watchdog {
 const WATCHDOG_SCRIPT: &str = r#"
 trap '' INT HUP TERM QUIT PIPE
 cat >/dev/null 2>&1
-pid=$(head -n 1 "$WD_PIDFILE" 2>/dev/null)
-case "$pid" in ''|*[!0-9]*) pid= ;; esac
-if [ -n "$pid" ] && grep -qaF -- "$WD_MARKER" "/proc/$pid/cmdline" 2>/dev/null; then
-    kill "-$WD_SIGNAL" "$pid" 2>/dev/null
-    i=0
-    while kill -0 "$pid" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-    kill -9 "$pid" 2>/dev/null
-    i=0
-    while kill -0 "$pid" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-fi
+pids=
+i=1
+while [ "$i" -le "$WD_N" ]; do
+    eval "pf=\$WD_PIDFILE_$i; mk=\$WD_MARKER_$i"
+    pid=$(head -n 1 "$pf" 2>/dev/null)
+    case "$pid" in ''|*[!0-9]*) pid= ;; esac
+    if [ -n "$pid" ] && grep -qaF -- "$mk" "/proc/$pid/cmdline" 2>/dev/null; then
+        kill "-$WD_SIGNAL" "$pid" 2>/dev/null
+        pids="$pids $pid"
+    fi
+    i=$((i+1))
+done
+alive() { for p in $pids; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+i=0
+while alive && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+for p in $pids; do kill -9 "$p" 2>/dev/null; done
+i=0
+while alive && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
 if [ -z "$WD_KEEP" ]; then rm -rf -- "$WD_DIR"; fi
 "#;
 
 impl Watchdog {
+    /// One server: its pid file and a string its command line contains.
     pub(crate) fn spawn(pid_file: &Path, marker: &str, first_signal: &str, dir: &Path) -> Result<Watchdog> {
+        Watchdog::spawn_many(&[(pid_file.to_path_buf(), marker.to_string())], first_signal, dir)
+    }
+
+    /// Several servers (`(pid file, marker)` each) sharing one directory.
+    pub(crate) fn spawn_many(servers: &[(PathBuf, String)], first_signal: &str, dir: &Path) -> Result<Watchdog> {
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(WATCHDOG_SCRIPT)
-            .env("WD_PIDFILE", pid_file)
-            .env("WD_MARKER", marker)
+            .env("WD_N", servers.len().to_string())
             .env("WD_SIGNAL", first_signal)
             .env("WD_DIR", dir)
             .env("WD_KEEP", if keep_dirs() { "1" } else { "" })
@@ -225,6 +240,9 @@ impl Watchdog {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0);
+        for (i, (pid_file, marker)) in servers.iter().enumerate() {
+            cmd.env(format!("WD_PIDFILE_{}", i + 1), pid_file).env(format!("WD_MARKER_{}", i + 1), marker);
+        }
         let mut child = cmd.spawn().map_err(|e| err(format!("cannot spawn watchdog sh: {e}")))?;
         let stdin = child.stdin.take();
         Ok(Watchdog { child, stdin })
@@ -238,5 +256,38 @@ impl Drop for Watchdog {
         let _ = self.child.kill();
         let _ = self.child.wait();
         drop(self.stdin.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The watchdog kills every watched server and removes the directory when the pipe
+    /// closes (here: closed on purpose instead of by the death of the test process).
+    #[test]
+    fn watchdog_kills_several_servers_and_removes_dir() {
+        let dir = make_temp_dir("wdtest").expect("dir");
+        let mut servers = Vec::new();
+        let mut children = Vec::new();
+        for i in 0..2 {
+            // A unique duration doubles as the marker in /proc/PID/cmdline.
+            let marker = format!("{}.{i}{}", 5000 + i, std::process::id());
+            let child = Command::new("sleep").arg(&marker).spawn().expect("sleep");
+            let pid_file = dir.join(format!("s{i}.pid"));
+            fs::write(&pid_file, format!("{}\n", child.id())).expect("pid file");
+            servers.push((pid_file, marker));
+            children.push(child);
+        }
+        let mut wd = Watchdog::spawn_many(&servers, "TERM", &dir).expect("watchdog");
+        drop(wd.stdin.take()); // as if this process had died
+        for c in &mut children {
+            let status = c.wait().expect("wait");
+            assert!(!status.success(), "{status}");
+        }
+        let _ = wd.child.wait();
+        if !keep_dirs() {
+            assert!(!dir.exists(), "{} left", dir.display());
+        }
     }
 }
