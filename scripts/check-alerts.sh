@@ -62,6 +62,13 @@ find_promtool() {
     fi
     command -v apt-get >/dev/null 2>&1 || die "promtool not found and apt-get is missing (set PROMTOOL=/path/to/promtool)"
     mkdir -p "$cache"
+    # One installer at a time; a run that waited finds the copy the other one made.
+    exec 9>"$cache/promtool.lock"
+    flock 9
+    if [[ -x "$cache/promtool/promtool" ]] && "$cache/promtool/promtool" --version >/dev/null 2>&1; then
+        echo "$cache/promtool/promtool"
+        return
+    fi
     local work
     work="$(mktemp -d "$cache/.promtool-XXXXXX")"
     # Only the .deb is downloaded (no root needed for that); promtool is a static Go binary

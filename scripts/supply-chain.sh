@@ -49,6 +49,13 @@ install_cargo_deny() {
         return
     fi
     mkdir -p "$cache"
+    # One installer at a time; a run that waited finds the copy the other one made.
+    exec 9>"$cache/cargo-deny.lock"
+    flock 9
+    if [[ -x "$dest/cargo-deny" ]] && "$dest/cargo-deny" --version >/dev/null 2>&1; then
+        echo "$dest/cargo-deny"
+        return
+    fi
     local work
     work="$(mktemp -d "$cache/.cargo-deny-XXXXXX")"
     # shellcheck disable=SC2064 # expand now
@@ -111,6 +118,8 @@ find_db() {
 # snapshot's commit: cargo-deny reads the database's age from that file's mtime.
 unpack_db() {
     local source="$1" dest="$dbs/$DB_DIR_NAME" stamp commit date
+    exec 8>"$dbs/unpack.lock"
+    flock 8
     if [[ -f "$source" ]]; then
         stamp="$(sha256sum "$source" | cut -d' ' -f1)"
     else
