@@ -136,7 +136,16 @@ pub fn parse_data_row(body: &Bytes) -> Result<Vec<Option<Bytes>>, FrameError> {
 }
 
 /// Parses a RowDescription ('T') body into (column name, type oid) pairs.
-pub fn parse_row_description(body: &[u8]) -> Result<Vec<(String, u32)>, FrameError> {
+/// One column of a RowDescription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldDescription {
+    pub name: String,
+    pub type_oid: u32,
+    /// The type modifier (`atttypmod`), e.g. the precision of `timestamp(3)`; -1 for none.
+    pub type_modifier: i32,
+}
+
+pub fn parse_row_description(body: &[u8]) -> Result<Vec<FieldDescription>, FrameError> {
     const TAG: u8 = b'T';
     let mut cur = body;
     let count = take_i16(&mut cur).ok_or(FrameError::Malformed { tag: TAG, what: "no field count" })?;
@@ -157,7 +166,8 @@ pub fn parse_row_description(body: &[u8]) -> Result<Vec<(String, u32)>, FrameErr
             .filter(|r| r.len() >= 18)
             .ok_or(FrameError::Malformed { tag: TAG, what: "truncated field description" })?;
         let type_oid = rest.get(6..10).and_then(|b| b.try_into().ok()).map_or(0, u32::from_be_bytes);
-        fields.push((name, type_oid));
+        let type_modifier = rest.get(12..16).and_then(|b| b.try_into().ok()).map_or(-1, i32::from_be_bytes);
+        fields.push(FieldDescription { name, type_oid, type_modifier });
         cur = rest.get(18..).unwrap_or_default();
     }
     Ok(fields)
@@ -277,7 +287,9 @@ mod tests {
         let mut body = vec![0, 1];
         body.extend_from_slice(b"slot_name\0");
         body.extend_from_slice(&[0; 18]);
-        assert_eq!(parse_row_description(&body).unwrap(), vec![("slot_name".to_string(), 0)]);
+        let fields = parse_row_description(&body).unwrap();
+        assert_eq!(fields.len(), 1);
+        assert_eq!((fields[0].name.as_str(), fields[0].type_oid), ("slot_name", 0));
         assert!(parse_row_description(&body[..body.len() - 1]).is_err());
     }
 }

@@ -96,6 +96,8 @@ pub struct QueryResult {
     pub columns: Vec<String>,
     /// Type oid of each column.
     pub column_types: Vec<u32>,
+    /// Type modifier of each column (`atttypmod`: the precision of `timestamp(3)`; -1: none).
+    pub column_type_modifiers: Vec<i32>,
     pub rows: Vec<Vec<Option<Bytes>>>,
 }
 
@@ -308,9 +310,11 @@ impl ReplicationClient {
             let frame = self.read_frame().await?;
             match frame.tag {
                 b'T' => {
-                    let (names, types) = frame::parse_row_description(&frame.body)?.into_iter().unzip();
-                    result.columns = names;
-                    result.column_types = types;
+                    for field in frame::parse_row_description(&frame.body)? {
+                        result.columns.push(field.name);
+                        result.column_types.push(field.type_oid);
+                        result.column_type_modifiers.push(field.type_modifier);
+                    }
                 }
                 b'D' => result.rows.push(frame::parse_data_row(&frame.body)?),
                 b'C' | b'I' | b'N' | b'S' => {}
@@ -326,6 +330,33 @@ impl ReplicationClient {
                         "unexpected message '{}' in a query result",
                         char::from(other)
                     )))
+                }
+            }
+        }
+    }
+
+    /// Has the server parse `sql` as one prepared statement (extended protocol: Parse,
+    /// Sync) without running it: an error when it is not valid SQL, names something
+    /// that does not exist, or holds more than one statement (a Parse message takes
+    /// exactly one). Not available on a replication connection.
+    pub async fn parse_only(&mut self, sql: &str) -> Result<(), Error> {
+        frontend::parse("", sql, std::iter::empty(), &mut self.out).map_err(Error::Io)?;
+        frontend::sync(&mut self.out);
+        self.flush_out().await?;
+        let mut error = None;
+        loop {
+            let frame = self.read_frame().await?;
+            match frame.tag {
+                b'1' | b'N' | b'S' => {}
+                b'E' => error = Some(frame::parse_server_message(b'E', &frame.body)?),
+                b'Z' => {
+                    return match error {
+                        Some(e) => Err(Error::Server(e)),
+                        None => Ok(()),
+                    }
+                }
+                other => {
+                    return Err(Error::Protocol(format!("unexpected message '{}' after Parse", char::from(other))))
                 }
             }
         }

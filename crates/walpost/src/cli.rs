@@ -1,9 +1,13 @@
-//! Command-line flags. Every `run` flag can also come from a `WALPOST_*` environment
-//! variable (flag wins) or from the TOML file given with `--config` (env wins).
+//! Command-line flags: clap types only, turned into [`Overrides`] for the settings
+//! layer. Every `run` flag can also come from a `WALPOST_*` environment variable (flag
+//! wins) or from the TOML file given with `--config` (env wins). Help never prints the
+//! values of environment variables (a connection string may hold a password).
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::settings::{Overrides, SnapshotMode};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -17,12 +21,16 @@ acknowledged every record up to it."
 )]
 pub struct Cli {
     /// TOML configuration file (flags and WALPOST_* variables override it).
-    #[arg(long, global = true, env = "WALPOST_CONFIG", value_name = "FILE")]
+    #[arg(long, global = true, env = "WALPOST_CONFIG", hide_env_values = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
     /// Log output format.
-    #[arg(long, global = true, env = "WALPOST_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, global = true, env = "WALPOST_LOG_FORMAT", hide_env_values = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Colour in text logs: auto (only when stderr is a terminal), always, never.
+    #[arg(long, global = true, env = "WALPOST_LOG_COLOR", hide_env_values = true, value_enum, default_value_t = LogColor::Auto)]
+    pub log_color: LogColor,
 
     #[command(subcommand)]
     pub command: Command,
@@ -32,6 +40,38 @@ pub struct Cli {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogColor {
+    Auto,
+    Always,
+    Never,
+}
+
+/// `--snapshot` values (Debezium's snapshot.mode names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum SnapshotArg {
+    /// Stream only; rows that exist before the slot are not published.
+    Never,
+    /// Snapshot once, when walpost creates the slot; then stream.
+    Initial,
+    /// Snapshot, then exit 0 (a backfill; no slot is created).
+    InitialOnly,
+    /// Snapshot when the slot is missing or lost; then stream.
+    WhenNeeded,
+}
+
+impl From<SnapshotArg> for SnapshotMode {
+    fn from(a: SnapshotArg) -> SnapshotMode {
+        match a {
+            SnapshotArg::Never => SnapshotMode::Never,
+            SnapshotArg::Initial => SnapshotMode::Initial,
+            SnapshotArg::InitialOnly => SnapshotMode::InitialOnly,
+            SnapshotArg::WhenNeeded => SnapshotMode::WhenNeeded,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,77 +159,110 @@ pub enum SlotAction {
 pub struct RunArgs {
     /// PostgreSQL URL: postgres://user:password@host:port/dbname?sslmode=... (a host
     /// starting with / is a Unix-socket directory). The role needs REPLICATION.
-    #[arg(long, env = "WALPOST_POSTGRES", value_name = "URL")]
+    #[arg(long, env = "WALPOST_POSTGRES", hide_env_values = true, value_name = "URL")]
     pub postgres: Option<String>,
 
     /// Kafka bootstrap servers, host:port[,host:port...].
-    #[arg(long, env = "WALPOST_KAFKA_BROKERS", value_name = "HOSTS")]
+    #[arg(long, env = "WALPOST_KAFKA_BROKERS", hide_env_values = true, value_name = "HOSTS")]
     pub kafka_brokers: Option<String>,
 
     /// Outbox table, schema.name [default: events.outbox].
-    #[arg(long, env = "WALPOST_TABLE", value_name = "SCHEMA.NAME")]
+    #[arg(long, env = "WALPOST_TABLE", hide_env_values = true, value_name = "SCHEMA.NAME")]
     pub table: Option<String>,
 
     /// Logical replication slot name [default: walpost].
-    #[arg(long, env = "WALPOST_SLOT", value_name = "NAME")]
+    #[arg(long, env = "WALPOST_SLOT", hide_env_values = true, value_name = "NAME")]
     pub slot: Option<String>,
 
     /// Publication name; created FOR TABLE <table> WITH (publish = 'insert',
     /// publish_via_partition_root = true) when missing [default: walpost_outbox].
-    #[arg(long, env = "WALPOST_PUBLICATION", value_name = "NAME")]
+    #[arg(long, env = "WALPOST_PUBLICATION", hide_env_values = true, value_name = "NAME")]
     pub publication: Option<String>,
 
     /// Topic pattern; ${routedByValue} is replaced by the route column's value
     /// (Debezium route.topic.replacement) [default: outbox.event.${routedByValue}].
-    #[arg(long, env = "WALPOST_TOPIC", value_name = "PATTERN")]
+    #[arg(long, env = "WALPOST_TOPIC", hide_env_values = true, value_name = "PATTERN")]
     pub topic: Option<String>,
 
     /// Column whose value names the topic (Debezium route.by.field) [default: aggregate_type].
-    #[arg(long, env = "WALPOST_ROUTE_BY_FIELD", value_name = "COLUMN")]
+    #[arg(long, env = "WALPOST_ROUTE_BY_FIELD", hide_env_values = true, value_name = "COLUMN")]
     pub route_by_field: Option<String>,
 
     /// Column used as the record key (Debezium table.field.event.key) [default: aggregate_id].
-    #[arg(long, env = "WALPOST_KEY_FIELD", value_name = "COLUMN")]
+    #[arg(long, env = "WALPOST_KEY_FIELD", hide_env_values = true, value_name = "COLUMN")]
     pub key_field: Option<String>,
 
     /// Column whose bytes become the record value (Debezium table.field.event.payload) [default: payload].
-    #[arg(long, env = "WALPOST_PAYLOAD_FIELD", value_name = "COLUMN")]
+    #[arg(long, env = "WALPOST_PAYLOAD_FIELD", hide_env_values = true, value_name = "COLUMN")]
     pub payload_field: Option<String>,
 
     /// Column sent as the `id` header (Debezium table.field.event.id) [default: id].
-    #[arg(long, env = "WALPOST_ID_FIELD", value_name = "COLUMN")]
+    #[arg(long, env = "WALPOST_ID_FIELD", hide_env_values = true, value_name = "COLUMN")]
     pub id_field: Option<String>,
 
     /// Column sent as the `eventType` header; empty for none [default: event_type].
-    #[arg(long, env = "WALPOST_EVENT_TYPE_FIELD", value_name = "COLUMN")]
+    #[arg(long, env = "WALPOST_EVENT_TYPE_FIELD", hide_env_values = true, value_name = "COLUMN")]
     pub event_type_field: Option<String>,
 
-    /// Serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 0.0.0.0:9187.
-    #[arg(long, env = "WALPOST_METRICS_ADDR", value_name = "HOST:PORT")]
+    /// Serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9187.
+    #[arg(long, env = "WALPOST_METRICS_ADDR", hide_env_values = true, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
 
     /// When to publish rows that already exist: never, initial (once, when the slot is
     /// created), initial_only (then exit 0), when_needed (slot missing or lost) [default: never].
-    #[arg(long, env = "WALPOST_SNAPSHOT", value_enum, value_name = "MODE")]
-    pub snapshot: Option<crate::snapshot::SnapshotMode>,
+    #[arg(long, env = "WALPOST_SNAPSHOT", hide_env_values = true, value_enum, value_name = "MODE")]
+    pub snapshot: Option<SnapshotArg>,
 
     /// SQL condition limiting the snapshot, e.g. "published_at IS NULL".
-    #[arg(long, env = "WALPOST_SNAPSHOT_FILTER", value_name = "SQL")]
+    #[arg(long, env = "WALPOST_SNAPSHOT_FILTER", hide_env_values = true, value_name = "SQL")]
     pub snapshot_filter: Option<String>,
 
     /// Every SECS seconds, emit an empty transactional logical message so a quiet
     /// database on a busy server still lets the slot advance [default: off].
-    #[arg(long, env = "WALPOST_HEARTBEAT_INTERVAL", value_name = "SECS")]
+    #[arg(long, env = "WALPOST_HEARTBEAT_INTERVAL", hide_env_values = true, value_name = "SECS")]
     pub heartbeat_interval: Option<u64>,
 
     /// Create the slot with failover enabled (PostgreSQL 17+: synchronized to standbys
     /// listed in synchronized_standby_slots).
-    #[arg(long, env = "WALPOST_SLOT_FAILOVER")]
+    #[arg(long, env = "WALPOST_SLOT_FAILOVER", hide_env_values = true)]
     pub slot_failover: bool,
 
     /// A librdkafka property, KEY=VALUE; repeatable; overrides [kafka.properties].
     #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
     pub kafka_property: Vec<String>,
+}
+
+impl RunArgs {
+    /// What these flags (and `WALPOST_*` variables) set, for the settings layer.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            postgres: self.postgres.clone(),
+            kafka_brokers: self.kafka_brokers.clone(),
+            table: self.table.clone(),
+            slot: self.slot.clone(),
+            publication: self.publication.clone(),
+            topic: self.topic.clone(),
+            route_by_field: self.route_by_field.clone(),
+            key_field: self.key_field.clone(),
+            payload_field: self.payload_field.clone(),
+            id_field: self.id_field.clone(),
+            event_type_field: self.event_type_field.clone(),
+            metrics_addr: self.metrics_addr.clone(),
+            snapshot: self.snapshot.map(Into::into),
+            snapshot_filter: self.snapshot_filter.clone(),
+            heartbeat_interval_secs: self.heartbeat_interval,
+            slot_failover: self.slot_failover,
+            kafka_properties: self.kafka_property.clone(),
+            retention_keep_days: None,
+            retention_days_ahead: None,
+        }
+    }
+}
+
+impl RetentionArgs {
+    pub fn overrides(&self) -> Overrides {
+        Overrides { retention_keep_days: self.keep_days, retention_days_ahead: self.days_ahead, ..self.run.overrides() }
+    }
 }
 
 #[cfg(test)]
@@ -205,5 +278,34 @@ mod tests {
         for arg in run.get_arguments() {
             assert!(arg.get_help().is_some(), "flag --{} has no help", arg.get_id());
         }
+    }
+
+    /// Regression: `--help` printed `[env: WALPOST_POSTGRES=postgres://walpost:walpost@...]`,
+    /// the password from the environment.
+    #[test]
+    fn regression_help_never_shows_environment_values() {
+        let mut cmd = Cli::command();
+        for sub in ["run", "check"] {
+            let sub = cmd.find_subcommand_mut(sub).unwrap();
+            for arg in sub.get_arguments() {
+                if arg.get_env().is_some() {
+                    assert!(arg.is_hide_env_values_set(), "--{} shows its environment value", arg.get_id());
+                }
+            }
+        }
+        let help = Cli::command().find_subcommand("slot").unwrap().clone().render_long_help().to_string();
+        assert!(!help.contains("WALPOST_POSTGRES="), "{help}");
+    }
+
+    #[test]
+    fn flags_become_overrides() {
+        let cli =
+            Cli::try_parse_from(["walpost", "run", "--slot", "s1", "--snapshot", "initial_only", "--slot-failover"])
+                .unwrap();
+        let Command::Run(args) = cli.command else { panic!() };
+        let o = args.overrides();
+        assert_eq!(o.slot.as_deref(), Some("s1"));
+        assert_eq!(o.snapshot, Some(SnapshotMode::InitialOnly));
+        assert!(o.slot_failover);
     }
 }

@@ -1,23 +1,56 @@
 //! walpost: transactional-outbox events from PostgreSQL's WAL to Kafka.
 //!
-//! This crate is wiring plus the parts that need I/O: configuration, the Kafka sink,
-//! the checkpoint that decides which LSN may be confirmed, preflight/setup SQL and the
-//! streaming loop. The protocol work lives in the `pgoutput`, `replication` and
-//! `router` crates.
+//! The protocol work lives in the `pgoutput`, `replication` and `router` crates; this
+//! crate is the service around them. Its modules, bottom to top:
+//!
+//! | layer | modules | what |
+//! |---|---|---|
+//! | 0 | [`error`] | the transient/definite split |
+//! | 1 | [`settings`], [`telemetry`] | configuration; metrics, health, HTTP |
+//! | 2 | [`postgres`], [`kafka`] | catalog queries and checks; producer, produce window, permanent-error policy |
+//! | 3 | [`snapshot`] | the initial snapshot |
+//! | 4 | [`stream`], [`monitor`], [`retention`] | THE DATA PATH; slot alarms; partition retention |
+//! | 5 | [`ops`] | `check`, `slot`, `import-debezium` |
+//! | 6 | [`cli`] | clap types only |
+//! | 7 | [`app`] | the composition root (`main.rs` calls it) |
+//!
+//! The rule, held by `tests/layers.rs`: a module imports (`use crate::...`) only
+//! modules of lower layers, never a sibling of its own layer nor anything above it;
+//! only [`cli`] and [`app`] see clap. See ARCHITECTURE.md for the data path.
 
-pub mod checkpoint;
-pub mod cli;
-pub mod config;
-pub mod debezium;
 pub mod error;
-pub mod metrics;
-pub mod monitor;
-pub mod ops;
-pub mod pipeline;
-pub mod retention;
-pub mod setup;
-pub mod sink;
+
+pub mod settings;
+pub mod telemetry;
+
+pub mod kafka;
+pub mod postgres;
+
 pub mod snapshot;
+
+pub mod monitor;
+pub mod retention;
+pub mod stream;
+
+pub mod ops;
+
+pub mod cli;
+
+pub mod app;
 
 /// Version and the git commit it was built from.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WALPOST_GIT_COMMIT"), ")");
+
+/// A crash seam for tests: with the `failpoints` feature and
+/// `FAILPOINTS=<name>=return`, the process aborts there (as a `kill -9` would stop it).
+/// Without the feature it compiles to nothing.
+macro_rules! crash_seam {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!($name, |_| {
+            eprintln!("walpost: failpoint {} reached, aborting", $name);
+            std::process::abort()
+        });
+    };
+}
+pub(crate) use crash_seam;

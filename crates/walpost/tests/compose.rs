@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser};
 use walpost::cli::{Cli, Command as WalpostCommand};
-use walpost::config::{FileConfig, Settings};
+use walpost::settings::{FileConfig, Settings};
 use yaml_rust2::{Yaml, YamlLoader};
 
 const COMPOSE: &str = "docker-compose.yml";
@@ -178,7 +178,8 @@ fn resolve(env: &BTreeMap<String, String>) -> Settings {
     else {
         panic!("not a run command: {argv:?}")
     };
-    Settings::resolve(&run, FileConfig::default()).unwrap_or_else(|e| panic!("walpost rejects {argv:?}: {e}"))
+    Settings::resolve(&run.overrides(), FileConfig::default())
+        .unwrap_or_else(|e| panic!("walpost rejects {argv:?}: {e}"))
 }
 
 fn default_shutdown_timeout() -> Duration {
@@ -186,7 +187,7 @@ fn default_shutdown_timeout() -> Duration {
         ("WALPOST_POSTGRES".to_owned(), "postgres://walpost@localhost/walpost".to_owned()),
         ("WALPOST_KAFKA_BROKERS".to_owned(), "localhost:9092".to_owned()),
     ]);
-    resolve(&env).shutdown_timeout
+    resolve(&env).stream.shutdown_timeout
 }
 
 /// `45s`, `1m30s`, `1min 30s`, `90` (seconds).
@@ -534,12 +535,13 @@ fn walpost_settings_resolve_and_point_at_the_compose_services() {
     let pg_env = environment(pg, "postgres");
     let pg_port: u16 = postgres_settings(pg).get("port").map_or(5432, |p| p.parse().expect("numeric port"));
     let c = &settings.postgres;
+    assert_eq!(c.hosts.len(), 1, "{COMPOSE}: WALPOST_POSTGRES names one host");
     assert_eq!(
-        c.host,
+        c.hosts[0].host,
         replication::Host::Tcp("postgres".into()),
         "{COMPOSE}: WALPOST_POSTGRES must name the postgres service"
     );
-    assert_eq!(c.port, pg_port, "{COMPOSE}: WALPOST_POSTGRES port is not the port postgres listens on");
+    assert_eq!(c.hosts[0].port, pg_port, "{COMPOSE}: WALPOST_POSTGRES port is not the port postgres listens on");
     assert_eq!(Some(&c.dbname), pg_env.get("POSTGRES_DB"), "{COMPOSE}: WALPOST_POSTGRES database is not POSTGRES_DB");
     assert_eq!(
         Some(c.user.as_str()),
@@ -568,7 +570,7 @@ fn walpost_settings_resolve_and_point_at_the_compose_services() {
             );
         }
     };
-    check_bootstrap("walpost", &settings.kafka_brokers);
+    check_bootstrap("walpost", &settings.kafka.brokers);
     let ui_env = environment(service(&doc, "kafka-ui"), "kafka-ui");
     check_bootstrap("kafka-ui", ui_env.get("KAFKA_CLUSTERS_0_BOOTSTRAPSERVERS").map_or("", String::as_str));
 }

@@ -13,12 +13,25 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
 #[test]
 fn every_runbook_named_in_the_code_exists() {
-    let src = repo().join("crates/walpost/src");
     let mut named = Vec::new();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    for path in rust_files(&repo().join("crates/walpost/src")) {
+        let text = std::fs::read_to_string(path).unwrap();
         for (i, _) in text.match_indices("runbooks/") {
             let name: String =
                 text[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || "/-_.".contains(*c)).collect();
@@ -33,19 +46,20 @@ fn every_runbook_named_in_the_code_exists() {
 
 #[test]
 fn slot_lost_error_is_quoted_verbatim_in_its_runbook() {
-    let message = walpost::setup::slot_lost_message("walpost");
+    let message = walpost::postgres::messages::slot_lost_message("walpost");
     assert!(message.contains("runbooks/slot-lost.md"));
     assert!(read("runbooks/slot-lost.md").contains(&message), "runbooks/slot-lost.md must quote:\n{message}");
 }
 
 #[test]
 fn outbox_changed_errors_are_quoted_verbatim_in_their_runbook() {
-    let table = walpost::config::TableName { schema: "events".into(), name: "outbox".into() };
+    let table = walpost::settings::TableName { schema: "events".into(), name: "outbox".into() };
     let runbook = read("runbooks/outbox-recreated.md");
-    for why in
-        [walpost::setup::outbox_dropped(&table), walpost::setup::publication_lacks_table("walpost_outbox", &table)]
-    {
-        let message = walpost::setup::outbox_changed_message(&why);
+    for why in [
+        walpost::postgres::messages::outbox_dropped(&table),
+        walpost::postgres::messages::publication_lacks_table("walpost_outbox", &table),
+    ] {
+        let message = walpost::postgres::messages::outbox_changed_message(&why);
         assert!(message.contains("runbooks/outbox-recreated.md"));
         assert!(runbook.contains(&message), "runbooks/outbox-recreated.md must quote:\n{message}");
     }
@@ -53,7 +67,7 @@ fn outbox_changed_errors_are_quoted_verbatim_in_their_runbook() {
 
 #[test]
 fn poison_record_error_is_quoted_verbatim_in_its_runbook() {
-    let r = walpost::sink::Rejection {
+    let r = walpost::kafka::Rejection {
         event_id: "4711".into(),
         topic: "outbox.event.order".into(),
         code: "message_size_too_large".into(),
@@ -64,7 +78,7 @@ fn poison_record_error_is_quoted_verbatim_in_its_runbook() {
     assert!(read("runbooks/poison-record.md").contains(&message), "runbooks/poison-record.md must quote:\n{message}");
     // The fix text is the one classify() gives for that code.
     let e = rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge);
-    assert_eq!(walpost::sink::classify(&e), Some(("message_size_too_large", r.fix)));
+    assert_eq!(walpost::kafka::classify(&e), Some(("message_size_too_large", r.fix)));
 }
 
 #[test]
@@ -76,7 +90,7 @@ fn readme_documents_exactly_the_exported_metrics() {
         .map(|rest| format!("walpost_{}", rest.split(['`', '{']).next().unwrap()))
         .collect();
     let exported: std::collections::BTreeSet<String> =
-        walpost::metrics::METRICS.iter().map(|(n, _, _)| n.to_string()).collect();
+        walpost::telemetry::metrics::METRICS.iter().map(|(n, _, _)| n.to_string()).collect();
     assert_eq!(documented, exported, "README metrics table and metrics::METRICS differ");
 }
 
@@ -84,7 +98,7 @@ fn readme_documents_exactly_the_exported_metrics() {
 fn grafana_dashboard_uses_only_exported_metrics() {
     let dashboard = read("deploy/grafana/walpost-dashboard.json");
     let _: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard is JSON");
-    let exported: Vec<&str> = walpost::metrics::METRICS.iter().map(|(n, _, _)| *n).collect();
+    let exported: Vec<&str> = walpost::telemetry::metrics::METRICS.iter().map(|(n, _, _)| *n).collect();
     let mut used = 0;
     for (i, _) in dashboard.match_indices("walpost_") {
         let name: String = dashboard[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();

@@ -134,7 +134,7 @@ fn lost_slot_is_fatal_with_the_runbook_and_the_runbook_recovers() {
     let mut p = w.start_walpost();
     let status = p.wait_exit(Duration::from_secs(60)).expect("walpost must stop on a lost slot");
     assert!(!status.success());
-    let expected = walpost::setup::slot_lost_message(&w.slot);
+    let expected = walpost::postgres::messages::slot_lost_message(&w.slot);
     assert!(p.log_text().contains(&expected), "{}", p.log_text());
     assert!(expected.contains("runbooks/slot-lost.md"));
     // The runbook: drop the lost slot, start walpost again.
@@ -226,7 +226,7 @@ fn metrics_endpoint_exports_every_documented_metric() {
     assert_eq!(http_get(port, "/healthz").0, 200);
     assert_eq!(http_get(port, "/readyz").0, 200);
     let text = body.split("\r\n\r\n").nth(1).unwrap();
-    for (name, kind, _) in walpost::metrics::METRICS {
+    for (name, kind, _) in walpost::telemetry::metrics::METRICS {
         assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name} missing");
     }
     for line in text.lines().filter(|l| !l.starts_with('#')) {

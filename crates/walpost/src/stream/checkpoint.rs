@@ -7,8 +7,13 @@
 //!   with acks=all), whatever order the acks arrive in.
 //! - A keepalive position is confirmed only when nothing at all is pending: no open
 //!   transaction, no unacknowledged record.
+//! - Only transactions with records take memory: a transaction without outbox rows
+//!   (PostgreSQL 14 sends BEGIN/COMMIT for every transaction) is confirmable at its
+//!   commit when nothing is pending ([`Checkpoint::commit_empty`]), and otherwise moves
+//!   the confirmable end of the newest pending one. So memory is bounded by the records
+//!   in flight, whatever a stalled producer lets pile up in the WAL.
 //!
-//! Pure bookkeeping, no I/O: the pipeline feeds it events and asks it what to confirm.
+//! Pure bookkeeping, no I/O: the stream feeds it events and asks it what to confirm.
 
 use std::collections::VecDeque;
 
@@ -21,9 +26,16 @@ pub struct TxnSeq(pub u64);
 
 #[derive(Debug)]
 struct PendingTxn {
+    /// The commit LSN from the Begin message: names the transaction across sessions.
+    final_lsn: Lsn,
     /// `None` until the Commit message arrives.
     end_lsn: Option<Lsn>,
+    /// Empty transactions that committed after this one: once it is confirmable, so
+    /// are they.
+    covers: Option<Lsn>,
     outstanding: u64,
+    /// Records handed over for it (acknowledged or not).
+    records: u64,
     /// Commit time (ms since the Unix epoch), for the streaming-lag figure.
     commit_time_ms: i64,
 }
@@ -67,6 +79,16 @@ impl Checkpoint {
         self.pending.front().map(|t| t.commit_time_ms)
     }
 
+    /// (commit LSN, records handed over) of every transaction not yet confirmable.
+    pub fn pending(&self) -> impl Iterator<Item = (Lsn, u64)> + '_ {
+        self.pending.iter().map(|t| (t.final_lsn, t.records))
+    }
+
+    /// The commit LSN (from its Begin message) of a pending transaction.
+    pub fn final_lsn(&self, txn: TxnSeq) -> Option<Lsn> {
+        self.index(txn).and_then(|i| self.pending.get(i)).map(|t| t.final_lsn)
+    }
+
     /// Records sent to Kafka and not yet acknowledged.
     pub fn in_flight_records(&self) -> u64 {
         self.in_flight_records
@@ -82,9 +104,18 @@ impl Checkpoint {
         self.pending.len()
     }
 
-    /// A Begin message: opens the next transaction (committed at `commit_time_ms`).
-    pub fn begin(&mut self, commit_time_ms: i64) -> TxnSeq {
-        self.pending.push_back(PendingTxn { end_lsn: None, outstanding: 0, commit_time_ms });
+    /// Opens the next transaction, committing at `final_lsn` at `commit_time_ms`: call
+    /// it for a transaction's first record (a transaction without records needs only
+    /// [`Checkpoint::commit_empty`]).
+    pub fn begin(&mut self, final_lsn: Lsn, commit_time_ms: i64) -> TxnSeq {
+        self.pending.push_back(PendingTxn {
+            final_lsn,
+            end_lsn: None,
+            covers: None,
+            outstanding: 0,
+            records: 0,
+            commit_time_ms,
+        });
         TxnSeq(self.front_seq + self.pending.len() as u64 - 1)
     }
 
@@ -92,8 +123,28 @@ impl Checkpoint {
     pub fn record_sent(&mut self, txn: TxnSeq) -> Result<(), CheckpointError> {
         let t = self.get_mut(txn)?;
         t.outstanding += 1;
+        t.records += 1;
         self.in_flight_records += 1;
         Ok(())
+    }
+
+    /// One record of `txn` that needs no delivery (it is in Kafka already): counted as
+    /// handed over, never as outstanding.
+    pub fn record_skipped(&mut self, txn: TxnSeq) -> Result<(), CheckpointError> {
+        self.get_mut(txn)?.records += 1;
+        Ok(())
+    }
+
+    /// A transaction without records committed, ending at `end_lsn`.
+    pub fn commit_empty(&mut self, end_lsn: Lsn) {
+        match self.pending.back_mut() {
+            Some(newest) => newest.covers = Some(newest.covers.map_or(end_lsn, |c| c.max(end_lsn))),
+            None => {
+                if end_lsn > self.flushed {
+                    self.flushed = end_lsn;
+                }
+            }
+        }
     }
 
     /// The Commit message of `txn`: its end LSN becomes confirmable once it is delivered.
@@ -128,12 +179,12 @@ impl Checkpoint {
         }
     }
 
+    fn index(&self, txn: TxnSeq) -> Option<usize> {
+        txn.0.checked_sub(self.front_seq).and_then(|i| usize::try_from(i).ok())
+    }
+
     fn get_mut(&mut self, txn: TxnSeq) -> Result<&mut PendingTxn, CheckpointError> {
-        let index = txn
-            .0
-            .checked_sub(self.front_seq)
-            .and_then(|i| usize::try_from(i).ok())
-            .ok_or(CheckpointError::UnknownTxn(txn))?;
+        let index = self.index(txn).ok_or(CheckpointError::UnknownTxn(txn))?;
         self.pending.get_mut(index).ok_or(CheckpointError::UnknownTxn(txn))
     }
 
@@ -142,6 +193,7 @@ impl Checkpoint {
         while let Some(front) = self.pending.front() {
             match front.end_lsn {
                 Some(end) if front.outstanding == 0 => {
+                    let end = front.covers.map_or(end, |c| c.max(end));
                     if end > self.flushed {
                         self.flushed = end;
                     }
@@ -162,11 +214,11 @@ mod tests {
     #[test]
     fn out_of_order_acks_confirm_only_the_contiguous_prefix() {
         let mut c = Checkpoint::new(Lsn(100));
-        let t1 = c.begin(0);
+        let t1 = c.begin(Lsn(0), 0);
         c.record_sent(t1).unwrap();
         c.record_sent(t1).unwrap();
         c.commit(t1, Lsn(200)).unwrap();
-        let t2 = c.begin(0);
+        let t2 = c.begin(Lsn(0), 0);
         c.record_sent(t2).unwrap();
         c.commit(t2, Lsn(300)).unwrap();
 
@@ -183,7 +235,7 @@ mod tests {
     #[test]
     fn an_open_transaction_holds_back_later_ones() {
         let mut c = Checkpoint::new(Lsn(0));
-        let t1 = c.begin(0);
+        let t1 = c.begin(Lsn(0), 0);
         c.record_sent(t1).unwrap();
         c.delivered(t1).unwrap();
         // Delivered but not committed yet (Commit message still to come).
@@ -195,15 +247,45 @@ mod tests {
     #[test]
     fn empty_transactions_confirm_at_commit() {
         let mut c = Checkpoint::new(Lsn(10));
-        let t = c.begin(0);
+        let t = c.begin(Lsn(0), 0);
         c.commit(t, Lsn(20)).unwrap();
         assert_eq!(c.flush_lsn(), Lsn(20));
+        c.commit_empty(Lsn(30));
+        assert_eq!(c.flush_lsn(), Lsn(30), "nothing pending: confirmable at once");
+    }
+
+    /// Regression: one pending entry per BEGIN was kept while the producer stalled, so
+    /// 100k empty transactions (PostgreSQL 14 sends them) grew memory without bound.
+    #[test]
+    fn regression_empty_transactions_behind_a_pending_one_take_no_memory() {
+        let mut c = Checkpoint::new(Lsn(10));
+        let t = c.begin(Lsn(20), 0);
+        c.record_sent(t).unwrap();
+        c.commit(t, Lsn(21)).unwrap();
+        for i in 0..100_000u64 {
+            c.commit_empty(Lsn(100 + i));
+        }
+        assert_eq!(c.pending_transactions(), 1);
+        assert_eq!(c.flush_lsn(), Lsn(10), "nothing passes the unacknowledged record");
+        c.delivered(t).unwrap();
+        assert_eq!(c.flush_lsn(), Lsn(100 + 99_999), "the empty ones after it come along");
+    }
+
+    #[test]
+    fn pending_transactions_name_their_commit_lsn_and_records() {
+        let mut c = Checkpoint::new(Lsn(0));
+        let t = c.begin(Lsn(500), 0);
+        c.record_sent(t).unwrap();
+        c.record_skipped(t).unwrap();
+        assert_eq!(c.final_lsn(t), Some(Lsn(500)));
+        assert_eq!(c.pending().collect::<Vec<_>>(), vec![(Lsn(500), 2)]);
+        assert_eq!(c.in_flight_records(), 1);
     }
 
     #[test]
     fn keepalive_position_only_when_idle() {
         let mut c = Checkpoint::new(Lsn(10));
-        let t = c.begin(0);
+        let t = c.begin(Lsn(0), 0);
         c.record_sent(t).unwrap();
         c.idle_position(Lsn(500));
         assert_eq!(c.flush_lsn(), Lsn(10), "a record is in flight");
@@ -222,12 +304,12 @@ mod tests {
     fn protocol_misuse_is_reported() {
         let mut c = Checkpoint::new(Lsn(0));
         assert_eq!(c.delivered(TxnSeq(3)), Err(CheckpointError::UnknownTxn(TxnSeq(3))));
-        let t = c.begin(0);
+        let t = c.begin(Lsn(0), 0);
         assert_eq!(c.delivered(t), Err(CheckpointError::TooManyDeliveries(t)));
         c.commit(t, Lsn(5)).unwrap();
         // t is confirmed and gone: a late ack for it is unknown, not silently applied.
         assert_eq!(c.delivered(t), Err(CheckpointError::UnknownTxn(t)));
-        let t2 = c.begin(0);
+        let t2 = c.begin(Lsn(0), 0);
         c.record_sent(t2).unwrap();
         c.commit(t2, Lsn(6)).unwrap();
         assert_eq!(c.commit(t2, Lsn(7)), Err(CheckpointError::DoubleCommit(t2)));
@@ -246,7 +328,7 @@ mod tests {
             let mut unacked: Vec<(TxnSeq, u64)> = Vec::new(); // (txn, end lsn) per record
             let mut txns = Vec::new();
             for (i, &n) in sizes.iter().enumerate() {
-                let t = c.begin(0);
+                let t = c.begin(Lsn(0), 0);
                 let end = (i as u64 + 1) * 100;
                 for _ in 0..n { c.record_sent(t).unwrap(); unacked.push((t, end)); }
                 c.commit(t, Lsn(end)).unwrap();

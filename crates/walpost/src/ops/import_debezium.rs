@@ -10,6 +10,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::settings::{FileConfig, OutboxFile, RouterFile};
+
 /// The result of a conversion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conversion {
@@ -33,6 +35,7 @@ const ROUTER_OPTIONS: &[(&str, Option<&str>)] = &[
     ("route.topic.replacement", Some("outbox.event.${routedByValue}")),
     ("route.tombstone.on.empty.payload", None),
     ("table.fields.additional.placement", None),
+    ("table.field.additional.missing", None),
     ("table.op.invalid.behavior", None),
     ("table.expand.json.payload", None),
 ];
@@ -82,18 +85,21 @@ fn parse_input(text: &str) -> Result<BTreeMap<String, String>, String> {
     Ok(out)
 }
 
-fn toml_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+/// What `[kafka] brokers` says when the connector did not name them.
+pub const BROKERS_PLACEHOLDER: &str = "CHANGE-ME:9092";
+
+/// The router options as a `[router]` table (through TOML, so every key and value type
+/// is exactly what the settings parser reads).
+fn router_file(options: &[(String, String)]) -> Result<RouterFile, toml::de::Error> {
+    let mut table = toml::Table::new();
+    for (k, v) in options {
+        let value = match k.as_str() {
+            "route.tombstone.on.empty.payload" | "table.expand.json.payload" => toml::Value::Boolean(v == "true"),
+            _ => toml::Value::String(v.clone()),
+        };
+        table.insert(k.clone(), value);
     }
-    out.push('"');
-    out
+    table.try_into()
 }
 
 /// Converts a connector configuration; `Err` when the input cannot be read at all.
@@ -211,10 +217,20 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
                 (None, None) => {}
             }
         }
+        // The option's spelling before Debezium 2.x.
         if let Some(v) = set.remove("table.fields.additional.error.on.missing") {
-            router.push((
-                "table.field.additional.missing".into(),
-                if v == "false" { "ignore".into() } else { "error".into() },
+            if !router.iter().any(|(k, _)| k == "table.field.additional.missing") {
+                router.push((
+                    "table.field.additional.missing".into(),
+                    if v == "false" { "ignore".into() } else { "error".into() },
+                ));
+            }
+        }
+        // Debezium 0.9-1.1 put this column in the value; since 1.2 it reads no such option.
+        if let Some(v) = set.remove("table.field.event.type") {
+            notes.push(format!(
+                "table.field.event.type = {v} dropped: Debezium has ignored it since 1.2; walpost's eventType header is {} (off in this conversion, as in Debezium's output)",
+                router::EVENT_TYPE_HEADER_OPTION
             ));
         }
         for (k, v) in set {
@@ -231,7 +247,7 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
         ));
     }
     // Debezium 2+ puts only `id` in the headers unless placements add more.
-    router.push(("table.field.event.type".into(), String::new()));
+    router.push((router::EVENT_TYPE_HEADER_OPTION.into(), String::new()));
     let expand = router.iter().any(|(k, v)| k == "table.expand.json.payload" && v == "true");
     if value_converter.as_deref().is_some_and(|c| c.contains("JsonConverter")) && !expand {
         notes.push(
@@ -257,59 +273,33 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
         }
     }
 
-    let mut t = String::new();
-    let _ = writeln!(t, "# walpost configuration converted from a Debezium PostgreSQL connector.");
-    let _ = writeln!(t, "postgres = {}", toml_string(&url));
-    let _ = writeln!(t, "slot = {}", toml_string(&slot));
-    let _ = writeln!(t, "publication = {}", toml_string(&publication));
-    if let Some(first) = tables.first() {
-        let _ = writeln!(t, "table = {}", toml_string(first));
-    }
-    if let Some(mode) = snapshot {
-        let _ = writeln!(t, "snapshot = {}", toml_string(mode));
-    }
-    let _ = writeln!(t, "\n[kafka]");
-    match &brokers {
-        Some(b) => {
-            let _ = writeln!(t, "brokers = {}", toml_string(b));
-        }
-        None => {
-            let _ = writeln!(t, "brokers = \"CHANGE-ME:9092\"  # the Kafka Connect worker's bootstrap.servers");
-            notes.push(
-                "Kafka brokers are set on the Kafka Connect worker, not the connector: fill in [kafka] brokers".into(),
-            );
-        }
-    }
-    if !kafka_props.is_empty() {
-        let _ = writeln!(t, "[kafka.properties]");
-        for (k, v) in &kafka_props {
-            let _ = writeln!(t, "{} = {}", toml_string(k), toml_string(v));
-        }
-    }
-    let write_router = |t: &mut String, header: &str| {
-        let _ = writeln!(t, "\n{header}");
-        for (k, v) in &router {
-            match k.as_str() {
-                "route.tombstone.on.empty.payload" | "table.expand.json.payload" => {
-                    let _ = writeln!(t, "{} = {}", toml_string(k), v == "true");
-                }
-                _ => {
-                    let _ = writeln!(t, "{} = {}", toml_string(k), toml_string(v));
-                }
-            }
-        }
+    let mut file = FileConfig {
+        postgres: Some(url),
+        slot: Some(slot),
+        publication: Some(publication),
+        table: tables.first().cloned(),
+        snapshot: snapshot.and_then(|m| serde_json::from_value(serde_json::Value::String(m.into())).ok()),
+        ..FileConfig::default()
     };
-    write_router(&mut t, "[router]");
-    for extra in tables.iter().skip(1) {
-        let _ = writeln!(t, "\n[[outbox]]\ntable = {}", toml_string(extra));
+    file.kafka.brokers = brokers.clone().or_else(|| Some(BROKERS_PLACEHOLDER.into()));
+    if brokers.is_none() {
+        notes.push(
+            "Kafka brokers are set on the Kafka Connect worker, not the connector: fill in [kafka] brokers".into(),
+        );
     }
+    file.kafka.properties = kafka_props.into_iter().collect();
+    file.router = router_file(&router).map_err(|e| format!("cannot write the router options: {e}"))?;
+    file.outbox =
+        tables.iter().skip(1).map(|t| OutboxFile { table: t.clone(), router: RouterFile::default() }).collect();
+    let body = toml::to_string(&file).map_err(|e| format!("cannot write TOML: {e}"))?;
+    let t = format!("# walpost configuration converted from a Debezium PostgreSQL connector.\n{body}");
     Ok(Conversion { toml: t, not_carried, notes })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::FileConfig;
+    use crate::settings::{FileConfig, Overrides, Settings, SnapshotMode};
 
     /// The connector of seed 003, section 11.2.2 (Korean original), as users POST it.
     const SEED_003: &str = r#"{
@@ -333,7 +323,7 @@ mod tests {
       }"#;
 
     fn parse(toml_text: &str) -> FileConfig {
-        toml::from_str(toml_text).unwrap_or_else(|e| panic!("{e}\n{toml_text}"))
+        FileConfig::parse(toml_text).unwrap_or_else(|e| panic!("{e}\n{toml_text}"))
     }
 
     #[test]
@@ -377,7 +367,7 @@ mod tests {
             Some("postgres://cdc@db.internal:6432/orders?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem")
         );
         assert_eq!(f.slot.as_deref(), Some("orders_outbox"));
-        assert_eq!(f.snapshot, Some(crate::snapshot::SnapshotMode::Never));
+        assert_eq!(f.snapshot, Some(SnapshotMode::Never));
         assert_eq!(f.outbox.len(), 1);
         assert_eq!(f.outbox[0].table, "licensing.outbox");
         assert_eq!(f.router.timestamp_field.as_deref(), Some("occurred_at"));
@@ -385,14 +375,9 @@ mod tests {
         assert_eq!(f.router.tombstone_on_empty_payload, Some(true));
         assert_eq!(f.kafka.properties["compression.type"], "zstd");
         // The TOML resolves into working settings.
-        use clap::Parser;
-        let args = match crate::cli::Cli::try_parse_from(["walpost", "run"]).unwrap().command {
-            crate::cli::Command::Run(a) => a,
-            _ => unreachable!(),
-        };
-        let s = crate::config::Settings::resolve(&args, f).unwrap();
-        assert_eq!(s.outboxes.len(), 2);
-        assert_eq!(s.router.additional.len(), 2);
+        let s = Settings::resolve(&Overrides::default(), f).unwrap();
+        assert_eq!(s.source.outboxes.len(), 2);
+        assert_eq!(s.router().additional.len(), 2);
     }
 
     #[test]

@@ -1,0 +1,147 @@
+//! The composition root: turns a parsed command line into settings, and wires the
+//! stream and its side tasks (metrics server, liveness beat, slot monitor, retention,
+//! heartbeat, signals) for `walpost run`, or runs one of the operator commands. Only
+//! connects things; the work is in the modules it calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::cli::{Cli, Command, SlotAction};
+use crate::error::PipelineError;
+use crate::settings::{FileConfig, Settings};
+use crate::telemetry::{http, Health, Metrics};
+use crate::{kafka, monitor, ops, retention, stream};
+
+/// How long after start-up the slot monitor, retention and heartbeat tasks begin, so
+/// their connections do not compete with the stream's on the way to the first record.
+const BACKGROUND_START_DELAY: Duration = Duration::from_secs(1);
+
+/// `/healthz` fails when the stream's runtime has not run for this long.
+const LIVENESS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The process's exit code for a run that did not fail: 0, or what a command says
+/// (`walpost slot status` by the slot's state, `import-debezium` 2 when incomplete).
+pub type ExitCode = u8;
+
+/// Runs the command. `Err`: a definite error (exit 1), already explained by its text.
+pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
+    let file = match &cli.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    match cli.command {
+        Command::Run(args) => run(Settings::resolve(&args.overrides(), file)?).await.map(|()| 0),
+        Command::Check(args) => {
+            let settings = Settings::resolve(&args.overrides(), file)?;
+            let checks = ops::check::check(&settings).await;
+            if ops::check::any_failed(&checks) {
+                return Err(PipelineError::definite("walpost check: some checks failed (see FAIL lines above)"));
+            }
+            Ok(0)
+        }
+        Command::ImportDebezium { file: path } => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| PipelineError::definite(format!("cannot read {}: {e}", path.display())))?;
+            let c = ops::import_debezium::convert(&text)
+                .map_err(|e| PipelineError::definite(format!("{}: {e}", path.display())))?;
+            print!("{}", c.toml);
+            for note in &c.notes {
+                eprintln!("note: {note}");
+            }
+            for (key, reason) in &c.not_carried {
+                eprintln!("not carried over: {key}: {reason}");
+            }
+            if c.not_carried.is_empty() {
+                Ok(0)
+            } else {
+                eprintln!("conversion incomplete: {} option(s) not carried over", c.not_carried.len());
+                Ok(2)
+            }
+        }
+        Command::Slot { action } => match action {
+            SlotAction::Status { args, json } => {
+                ops::slot::status(&Settings::resolve_without_kafka(&args.overrides(), file)?, json).await
+            }
+            SlotAction::Create { args } => {
+                ops::slot::create(&Settings::resolve_without_kafka(&args.overrides(), file)?).await.map(|()| 0)
+            }
+            SlotAction::Drop { args, yes } => {
+                ops::slot::drop(&Settings::resolve_without_kafka(&args.overrides(), file)?, yes).await.map(|()| 0)
+            }
+        },
+        Command::Retention(args) => {
+            let settings = Settings::resolve_without_kafka(&args.overrides(), file)?;
+            retention::command(&settings, args.dry_run).await.map(|()| 0)
+        }
+    }
+}
+
+/// `walpost run`: the stream plus its side tasks, until a signal or a definite error.
+async fn run(settings: Settings) -> Result<(), PipelineError> {
+    let health = Arc::new(Health::new(settings.stream.unready_after, LIVENESS_TIMEOUT));
+    let metrics = Metrics::new(health.clone()).map_err(PipelineError::definite)?;
+    if let Some(addr) = settings.metrics_addr {
+        http::serve(addr, metrics.clone())
+            .map_err(|e| PipelineError::definite(format!("cannot serve metrics on {addr}: {e}")).caused_by(e))?;
+    }
+    tracing::info!(
+        version = crate::VERSION,
+        postgres = %settings.postgres.redacted(),
+        kafka = %settings.kafka.brokers,
+        table = %settings.table(),
+        slot = %settings.source.slot,
+        "walpost starting"
+    );
+    kafka::config::log_defaults(&settings.kafka.properties);
+    let shutdown = shutdown_signal()?;
+    // The beat proves the stream's runtime thread runs (`/healthz`).
+    let beat = health.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            beat.beat();
+        }
+    });
+    let (fatal_tx, mut fatal) = watch::channel(None);
+    let side = (settings.clone(), metrics.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        let (settings, metrics, shutdown) = side;
+        tokio::time::sleep(BACKGROUND_START_DELAY).await;
+        tokio::spawn(monitor::run(settings.clone(), metrics.clone(), fatal_tx));
+        tokio::spawn(retention::task(settings.clone(), metrics.retention.clone(), shutdown));
+        if let Some(every) = settings.source.heartbeat_interval {
+            tokio::spawn(monitor::heartbeat::run(settings, every));
+        }
+    });
+    tokio::select! {
+        result = stream::run(&settings, &metrics, shutdown) => result?,
+        // The slot was invalidated or an outbox table stopped being streamed.
+        Ok(()) = fatal.changed() => {
+            let message = fatal.borrow().clone().unwrap_or_default();
+            return Err(PipelineError::definite(message));
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// A watch channel that flips on the first SIGINT or SIGTERM.
+fn shutdown_signal() -> Result<watch::Receiver<bool>, PipelineError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let listen = |kind| signal(kind).map_err(|e| PipelineError::definite(format!("cannot listen for signals: {e}")));
+    let mut term = listen(SignalKind::terminate())?;
+    let mut int = listen(SignalKind::interrupt())?;
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!("{name} received: stopping reading, flushing Kafka, confirming");
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}

@@ -1,0 +1,191 @@
+//! The producer's librdkafka configuration: walpost's defaults, the user's properties,
+//! and the properties walpost refuses because they would break ordering, durability or
+//! the one delivery report per record the checkpoint depends on.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::ClientConfig;
+
+/// The sink cannot be set up as configured.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// Only keys that are never secrets are refused, so the value is shown.
+    #[error("kafka property {key}={value} is refused: {reason}")]
+    RefusedProperty { key: String, value: String, reason: &'static str },
+    #[error("cannot create the Kafka producer: {0}")]
+    Create(#[source] rdkafka::error::KafkaError),
+}
+
+/// Properties walpost sets unless the user overrides them (and may not override where
+/// [`refuse_property`] says so), with the reason, logged once at start-up.
+pub const DEFAULTS: &[(&str, &str, &str)] = &[
+    ("acks", "all", "a record counts as delivered only once every in-sync replica has it"),
+    ("enable.idempotence", "true", "retries never duplicate or reorder a partition's records"),
+    (
+        "enable.gapless.guarantee",
+        "true",
+        "a failure that could leave a gap in a partition stops the producer instead (walpost then restarts from the confirmed position), so an aggregate's events are never reordered",
+    ),
+    ("partitioner", "murmur2_random", "a key lands in the same partition as with Java clients and Debezium"),
+    ("compression.type", "lz4", "cheap compression of JSON payloads"),
+    ("linger.ms", "5", "small batches without adding visible latency"),
+    ("client.id", "walpost", "the broker's logs and quotas name walpost"),
+    (
+        "enable.sparse.connections",
+        "false",
+        "the brokers are connected (and the idempotent producer id fetched) while PostgreSQL is checked, not on the first record",
+    ),
+    (
+        "message.timeout.ms",
+        "0",
+        "records never expire inside librdkafka (an expired record followed by a delivered one is a gap); a silent producer is restarted by walpost after [pipeline] delivery_timeout_secs instead",
+    ),
+];
+
+/// Refuses settings that would break per-aggregate order, durability, or the one
+/// delivery report per record the checkpoint depends on.
+pub fn refuse_property(key: &str, value: &str) -> Option<&'static str> {
+    let v = value.trim().to_ascii_lowercase();
+    match key {
+        "enable.idempotence" if v != "true" => {
+            Some("without idempotence a retried batch can land after a later one and reorder an aggregate's events")
+        }
+        "acks" | "request.required.acks" if v != "all" && v != "-1" => {
+            Some("walpost confirms WAL only after acks=all; fewer acks can lose acknowledged events")
+        }
+        "max.in.flight.requests.per.connection" | "max.in.flight" if v.parse::<u32>().map_or(true, |n| n > 5) => {
+            Some("more than 5 in-flight requests breaks idempotent ordering")
+        }
+        "transactional.id" => Some("walpost derives the transactional id itself (--delivery exactly-once)"),
+        "message.timeout.ms" | "delivery.timeout.ms" if v != "0" => Some(
+            "a record that expires in the producer's queue can leave a gap a later record skips over; set [pipeline] delivery_timeout_secs instead",
+        ),
+        "enable.gapless.guarantee" if v != "true" => {
+            Some("without it a failed batch can leave a gap that a later batch of the same partition skips over")
+        }
+        "delivery.report.only.error" if v == "true" => {
+            Some("walpost needs a delivery report for every record to confirm WAL positions")
+        }
+        "bootstrap.servers" | "metadata.broker.list" => Some("set the brokers with --kafka-brokers or [kafka] brokers"),
+        "dr_cb" | "dr_msg_cb" | "opaque" => Some("set internally by walpost"),
+        _ => None,
+    }
+}
+
+/// The producer configuration: defaults, then user properties (checked). Also the set
+/// of keys the user gave (librdkafka's configuration warnings are shown for those only).
+pub fn producer_config(
+    brokers: &str,
+    properties: &BTreeMap<String, String>,
+) -> Result<(ClientConfig, BTreeSet<String>), SinkError> {
+    let mut cfg = client_config(brokers, properties)?;
+    for (k, v, _) in DEFAULTS {
+        if !properties.contains_key(*k) {
+            cfg.set(*k, *v);
+        }
+    }
+    if cfg.get("partitioner") != Some("murmur2_random") {
+        tracing::warn!(
+            partitioner = cfg.get("partitioner").unwrap_or_default(),
+            "partitioner is not murmur2_random: keys will not map to the same partitions as Java clients and Debezium"
+        );
+    }
+    Ok((cfg, properties.keys().cloned().collect()))
+}
+
+/// A client configuration with the user's properties only (admin clients for
+/// `walpost check`, consumers): the same TLS/SASL settings the producer uses.
+pub fn client_config(brokers: &str, properties: &BTreeMap<String, String>) -> Result<ClientConfig, SinkError> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", brokers);
+    for (k, v) in properties {
+        if let Some(reason) = refuse_property(k, v) {
+            return Err(SinkError::RefusedProperty { key: k.clone(), value: v.clone(), reason });
+        }
+        cfg.set(k, v);
+    }
+    // librdkafka's own debug output (`debug` = "broker,msg,...") comes through only if
+    // the client's log level lets it; it is then logged at tracing's debug level.
+    cfg.set_log_level(if cfg.get("debug").is_some_and(|d| !d.is_empty()) {
+        RDKafkaLogLevel::Debug
+    } else {
+        RDKafkaLogLevel::Warning
+    });
+    Ok(cfg)
+}
+
+/// One INFO line: what walpost sets and why (instead of librdkafka's warnings about
+/// properties the user never set).
+pub fn log_defaults(properties: &BTreeMap<String, String>) {
+    let set: Vec<String> =
+        DEFAULTS.iter().filter(|(k, _, _)| !properties.contains_key(*k)).map(|(k, v, _)| format!("{k}={v}")).collect();
+    tracing::info!(
+        properties = %set.join(" "),
+        "Kafka producer: acks=all with idempotence and the gap-less guarantee keep each aggregate's events in order and durable; records never expire in the client (see README, Kafka producer)"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordering_breaking_properties_are_refused() {
+        for (k, v) in [
+            ("enable.idempotence", "false"),
+            ("acks", "1"),
+            ("request.required.acks", "0"),
+            ("max.in.flight.requests.per.connection", "10"),
+            ("transactional.id", "x"),
+            ("bootstrap.servers", "h:1"),
+            ("message.timeout.ms", "30000"),
+            ("delivery.timeout.ms", "120000"),
+        ] {
+            let mut props = BTreeMap::new();
+            props.insert(k.to_owned(), v.to_owned());
+            let err = producer_config("h:9092", &props).unwrap_err().to_string();
+            assert!(err.contains(&format!("{k}={v} is refused")), "{err}");
+        }
+        for (k, v) in [
+            ("acks", "all"),
+            ("acks", "-1"),
+            ("max.in.flight", "5"),
+            ("compression.type", "zstd"),
+            ("message.timeout.ms", "0"),
+        ] {
+            let mut props = BTreeMap::new();
+            props.insert(k.to_owned(), v.to_owned());
+            assert!(producer_config("h:9092", &props).is_ok(), "{k}={v}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_durable_and_java_compatible() {
+        let (cfg, user) = producer_config("h:9092", &BTreeMap::new()).unwrap();
+        assert_eq!(cfg.get("acks"), Some("all"));
+        assert_eq!(cfg.get("enable.idempotence"), Some("true"));
+        assert_eq!(cfg.get("partitioner"), Some("murmur2_random"));
+        assert_eq!(cfg.get("compression.type"), Some("lz4"));
+        assert!(matches!(cfg.log_level, RDKafkaLogLevel::Warning));
+        assert!(user.is_empty());
+    }
+
+    #[test]
+    fn librdkafka_debug_property_lets_its_debug_logs_through() {
+        let mut props = BTreeMap::new();
+        props.insert("debug".to_owned(), "broker,msg".to_owned());
+        assert!(matches!(producer_config("h:9092", &props).unwrap().0.log_level, RDKafkaLogLevel::Debug));
+    }
+
+    /// Regression: `walpost check` built a bare client and ignored [kafka.properties].
+    #[test]
+    fn regression_admin_clients_get_the_users_security_properties() {
+        let mut props = BTreeMap::new();
+        props.insert("security.protocol".to_owned(), "SASL_PLAINTEXT".to_owned());
+        props.insert("sasl.mechanisms".to_owned(), "PLAIN".to_owned());
+        let cfg = client_config("h:9092", &props).unwrap();
+        assert_eq!(cfg.get("security.protocol"), Some("SASL_PLAINTEXT"));
+        assert_eq!(cfg.get("acks"), None, "producer defaults stay out of other clients");
+    }
+}

@@ -1,0 +1,37 @@
+//! Everything about Kafka: the producer's configuration ([`config`]), the producer and
+//! its delivery reports ([`sink`]), which errors mean "never" ([`rejection`]), the one
+//! produce window the stream and the snapshot share ([`window`]), the one
+//! permanent-error policy ([`policy`]) and what a restarted producer must know of the
+//! last one's deliveries ([`memo`]).
+
+pub mod config;
+pub mod memo;
+pub mod policy;
+pub mod rejection;
+pub mod sink;
+pub mod window;
+
+use std::sync::Arc;
+
+pub use memo::{DeliveryMemo, Known, RecordId};
+pub use policy::{Failure, PermanentErrorPolicy};
+pub use rejection::{classify, Rejection};
+pub use sink::{KafkaSink, Original};
+pub use window::{Event, Outgoing, ProduceWindow, WindowLimits};
+
+use crate::error::PipelineError;
+use crate::settings::Settings;
+use crate::telemetry::Metrics;
+
+/// A new producer and its window, as the settings describe them.
+pub fn open_window<T>(s: &Settings, metrics: &Metrics) -> Result<ProduceWindow<T>, PipelineError> {
+    let (config, user_keys) =
+        config::producer_config(&s.kafka.brokers, &s.kafka.properties).map_err(PipelineError::definite)?;
+    let (sink, reports) = KafkaSink::new(&config, user_keys, metrics.kafka.clone()).map_err(PipelineError::definite)?;
+    let limits = WindowLimits {
+        max_records: s.stream.max_in_flight_records,
+        max_bytes: s.stream.max_in_flight_bytes,
+        delivery_timeout: s.stream.delivery_timeout,
+    };
+    Ok(ProduceWindow::new(sink, reports, limits, metrics.kafka.clone(), Arc::clone(metrics.health())))
+}

@@ -1,0 +1,97 @@
+//! Records Kafka will never take: which errors mean "never" (as opposed to "not now"),
+//! and the operator's message for them.
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// A record Kafka will never accept, with what an operator needs to act.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub event_id: String,
+    pub topic: String,
+    /// A stable class name (`message_size_too_large`, ...): metrics label and header.
+    pub code: String,
+    pub error: String,
+    pub fix: &'static str,
+}
+
+impl Rejection {
+    /// The fatal error walpost stops with; quoted verbatim in runbooks/poison-record.md.
+    pub fn operator_message(&self) -> String {
+        format!(
+            "Kafka rejected event id={} for topic {} permanently ({}: {}); nothing from its transaction on is confirmed, so the event is not lost: {}, then restart walpost (see runbooks/poison-record.md)",
+            self.event_id, self.topic, self.code, self.error, self.fix
+        )
+    }
+
+    /// Whether the cause is the record's size (a dead letter then goes without its value).
+    pub fn is_size(&self) -> bool {
+        matches!(self.code.as_str(), "message_size_too_large" | "invalid_message_size" | "message_batch_too_large")
+    }
+}
+
+/// Sorts a Kafka error into "never" (`Some((class, fix))`) and "try again later" (`None`).
+///
+/// Leader elections, `NOT_ENOUGH_REPLICAS` and transport errors are "later".
+pub fn classify(error: &KafkaError) -> Option<(&'static str, &'static str)> {
+    use RDKafkaErrorCode as C;
+    let code = error.rdkafka_error_code()?;
+    let fix = match code {
+        C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge => {
+            "raise the topic's max.message.bytes and the producer's message.max.bytes, or make the payload smaller"
+        }
+        C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed => {
+            "grant the producer principal WRITE (and DESCRIBE) on the topic"
+        }
+        C::InvalidTopic => "fix route.topic.replacement or the route column value so the topic name is valid",
+        C::UnknownTopic | C::UnknownTopicOrPartition => {
+            "create the topic, or enable auto.create.topics.enable on the brokers"
+        }
+        C::InvalidRecord | C::InvalidMessage => "the broker refused the record's format; check broker logs",
+        C::InvalidTimestamp => {
+            "the record's timestamp is outside what the topic accepts (message.timestamp.before.max.ms / after.max.ms): fix the topic's limits or the timestamp column"
+        }
+        C::PolicyViolation => "the broker's create-topic or record policy refused it; check broker logs",
+        _ => return None,
+    };
+    Some((code_name(code), fix))
+}
+
+fn code_name(code: RDKafkaErrorCode) -> &'static str {
+    use RDKafkaErrorCode as C;
+    match code {
+        C::MessageSizeTooLarge => "message_size_too_large",
+        C::InvalidMessageSize => "invalid_message_size",
+        C::MessageBatchTooLarge => "message_batch_too_large",
+        C::TopicAuthorizationFailed => "topic_authorization_failed",
+        C::ClusterAuthorizationFailed => "cluster_authorization_failed",
+        C::InvalidTopic => "invalid_topic",
+        C::UnknownTopic | C::UnknownTopicOrPartition => "unknown_topic",
+        C::InvalidRecord | C::InvalidMessage => "invalid_record",
+        C::InvalidTimestamp => "invalid_timestamp",
+        C::PolicyViolation => "policy_violation",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permanent_and_transient_errors_are_told_apart() {
+        let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert_eq!(classify(&too_large).map(|c| c.0), Some("message_size_too_large"));
+        for later in [
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::NotEnoughReplicas,
+            RDKafkaErrorCode::NotEnoughReplicasAfterAppend,
+            RDKafkaErrorCode::NotLeaderForPartition,
+            RDKafkaErrorCode::LeaderNotAvailable,
+        ] {
+            assert_eq!(classify(&KafkaError::MessageProduction(later)), None, "{later:?} is retried");
+        }
+        let denied = KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed);
+        assert!(classify(&denied).unwrap().1.contains("WRITE"));
+    }
+}

@@ -1,0 +1,263 @@
+//! The producer: hands records to librdkafka and turns each delivery report into a
+//! [`Report`] on a channel.
+//!
+//! Every record carries a sequence number as its delivery opaque; [`super::window`]
+//! knows what each number stands for. Outcomes:
+//! - [`Outcome::Delivered`]: acknowledged with acks=all;
+//! - [`Outcome::Retryable`]: Kafka may take it later (broker gone, fatal idempotence
+//!   state); the stream restarts from the last confirmed LSN with a new producer;
+//! - [`Outcome::Rejected`]: Kafka will never take it (too large, not authorised, ...);
+//!   the permanent-error policy halts or dead-letters it.
+//!
+//! librdkafka's log lines go to `tracing`; identical lines within [`LOG_REPEAT_WINDOW`]
+//! are logged once, and its warnings about configuration walpost set itself (not the
+//! user) are debug lines ([`super::config::log_defaults`] says what walpost sets, once).
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientConfig, ClientContext};
+use router::Record;
+use tokio::sync::mpsc;
+
+use super::config::SinkError;
+use super::rejection::{classify, Rejection};
+use crate::telemetry::metrics::KafkaMetrics;
+use crate::telemetry::now_ms;
+
+/// Identical librdkafka log lines within this window are logged once.
+pub const LOG_REPEAT_WINDOW: Duration = Duration::from_secs(30);
+
+/// What happened to record `seq`.
+#[derive(Debug)]
+pub struct Report {
+    pub seq: u64,
+    pub outcome: Outcome,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub enum Outcome {
+    Delivered,
+    Retryable { error: String },
+    Rejected { rejection: Rejection, original: Box<Original> },
+}
+
+/// A copy of a rejected record, kept so it can go to the dead-letter topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Original {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Original {
+    /// A copy of `record`'s key, value and headers.
+    pub fn of(record: &Record) -> Original {
+        Original {
+            key: Some(record.key.to_vec()),
+            value: record.value.as_ref().map(|v| v.to_vec()),
+            headers: record.headers.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect(),
+        }
+    }
+}
+
+/// Handing a record over failed before it was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendError {
+    /// librdkafka's queue is full: try again after some deliveries.
+    QueueFull,
+    Rejected(Rejection),
+    Retryable(String),
+}
+
+/// librdkafka callbacks: delivery reports to the window, logs to tracing.
+#[derive(Debug)]
+pub struct SinkContext {
+    reports: mpsc::UnboundedSender<Report>,
+    metrics: KafkaMetrics,
+    /// Properties the user set: librdkafka's configuration warnings about others are noise.
+    user_keys: BTreeSet<String>,
+    last_log: Mutex<Option<(String, Instant)>>,
+}
+
+impl SinkContext {
+    /// True when the same line was logged within the window.
+    fn repeated(&self, line: &str) -> bool {
+        let Ok(mut last) = self.last_log.lock() else { return false };
+        if let Some((text, at)) = last.as_ref() {
+            if text == line && at.elapsed() < LOG_REPEAT_WINDOW {
+                return true;
+            }
+        }
+        *last = Some((line.to_owned(), Instant::now()));
+        false
+    }
+
+    /// A configuration warning about a property the user did not set.
+    fn about_our_own_setting(&self, facility: &str, line: &str) -> bool {
+        facility == "CONFWARN"
+            && line
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '`')
+                .filter(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_lowercase() || c == '.' || c == '_'))
+                .all(|property| !self.user_keys.contains(property))
+    }
+}
+
+impl ClientContext for SinkContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        let noisy = matches!(level, RDKafkaLogLevel::Debug | RDKafkaLogLevel::Info | RDKafkaLogLevel::Notice)
+            || self.about_our_own_setting(fac, log_message)
+            || self.repeated(log_message);
+        match level {
+            _ if noisy => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+                tracing::error!(facility = fac, "librdkafka: {log_message}")
+            }
+            _ => tracing::warn!(facility = fac, "librdkafka: {log_message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        // Connection failures are already in librdkafka's own log lines.
+        let logged_already = matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
+        );
+        if logged_already || self.repeated(reason) {
+            tracing::debug!(error = %error, "Kafka client error: {reason}");
+        } else {
+            tracing::warn!(error = %error, "Kafka client error: {reason}");
+        }
+    }
+}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let seq = opaque as u64;
+        let outcome = match result {
+            Ok(msg) => {
+                self.metrics.published(msg.topic(), msg.payload_len() as u64);
+                if let Some(ts) = msg.timestamp().to_millis() {
+                    self.metrics.latency.observe((now_ms() - ts).max(0) as f64 / 1000.0);
+                }
+                Outcome::Delivered
+            }
+            Err((error, msg)) => match classify(error) {
+                Some((code, fix)) => {
+                    self.metrics.produce_error("rejected");
+                    let headers: Vec<(String, Vec<u8>)> = msg
+                        .headers()
+                        .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
+                        .unwrap_or_default();
+                    let event_id = headers
+                        .iter()
+                        .find(|(k, _)| k == router::HEADER_ID)
+                        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                        .unwrap_or_default();
+                    Outcome::Rejected {
+                        rejection: Rejection {
+                            event_id,
+                            topic: msg.topic().to_owned(),
+                            code: code.to_owned(),
+                            error: error.to_string(),
+                            fix,
+                        },
+                        original: Box::new(Original {
+                            key: msg.key().map(<[u8]>::to_vec),
+                            value: msg.payload().map(<[u8]>::to_vec),
+                            headers,
+                        }),
+                    }
+                }
+                None => {
+                    self.metrics.produce_error("retryable");
+                    Outcome::Retryable { error: error.to_string() }
+                }
+            },
+        };
+        // The receiver is gone only when the stream has stopped; nothing to confirm then.
+        let _ = self.reports.send(Report { seq, outcome });
+    }
+}
+
+/// A producer plus the channel of its delivery reports.
+pub struct KafkaSink {
+    producer: ThreadedProducer<SinkContext>,
+}
+
+impl std::fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSink").field("in_flight", &self.producer.in_flight_count()).finish()
+    }
+}
+
+impl KafkaSink {
+    pub fn new(
+        config: &ClientConfig,
+        user_keys: BTreeSet<String>,
+        metrics: KafkaMetrics,
+    ) -> Result<(KafkaSink, mpsc::UnboundedReceiver<Report>), SinkError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let context = SinkContext { reports: tx, metrics, user_keys, last_log: Mutex::new(None) };
+        let producer = config.create_with_context(context).map_err(SinkError::Create)?;
+        Ok((KafkaSink { producer }, rx))
+    }
+
+    /// Hands one record to librdkafka without waiting.
+    pub fn send(&self, seq: u64, record: &Record, timestamp_ms: Option<i64>) -> Result<(), SendError> {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (name, value) in &record.headers {
+            headers = headers.insert(Header { key: name.as_ref(), value: Some(value.as_ref()) });
+        }
+        let opaque = usize::try_from(seq).unwrap_or(usize::MAX);
+        let mut base = BaseRecord::with_opaque_to(&record.topic, opaque).key(record.key.as_ref()).headers(headers);
+        if let Some(value) = &record.value {
+            base = base.payload(value.as_ref());
+        }
+        if let Some(ts) = record.timestamp_ms.or(timestamp_ms) {
+            base = base.timestamp(ts);
+        }
+        if let Some(p) = record.partition {
+            base = base.partition(p);
+        }
+        match self.producer.send(base) {
+            Ok(()) => Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => Err(SendError::QueueFull),
+            Err((error, _)) => Err(match classify(&error) {
+                Some((code, fix)) => SendError::Rejected(Rejection {
+                    event_id: String::from_utf8_lossy(&record.event_id).into_owned(),
+                    topic: record.topic.to_string(),
+                    code: code.to_owned(),
+                    error: error.to_string(),
+                    fix,
+                }),
+                None => SendError::Retryable(error.to_string()),
+            }),
+        }
+    }
+
+    /// The producer's fatal error (e.g. the gap-less guarantee after a record failed
+    /// for good): it will deliver nothing more.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.producer.client().fatal_error().map(|(code, reason)| format!("{code}: {reason}"))
+    }
+
+    /// Flushes (at most `timeout`) and destroys the producer on a blocking thread, so
+    /// the runtime's only thread never waits for librdkafka. Reports of records
+    /// delivered meanwhile still reach the channel.
+    pub async fn close(self, timeout: Duration) {
+        let closing = tokio::task::spawn_blocking(move || {
+            let _ = self.producer.flush(timeout);
+            drop(self.producer);
+        });
+        let _ = closing.await;
+    }
+}

@@ -1,0 +1,446 @@
+//! The produce window: the one place records wait between "routed" and "acknowledged".
+//!
+//! The stream and the snapshot both hand records to a [`ProduceWindow`] and take back
+//! [`Event`]s; the window owns the producer, the in-flight accounting, the
+//! first-record-per-topic barrier and the stall watchdog. It is driven, never
+//! re-entered: [`ProduceWindow::enqueue`] only queues, and [`ProduceWindow::next_event`]
+//! sends what may be sent and then waits for one delivery report.
+//!
+//! Invariants:
+//! - Records leave the queue in the order they were enqueued.
+//! - The first record for a topic (since this producer was created) is sent only when
+//!   nothing else is in flight, and nothing is sent after it until its report arrives:
+//!   a topic the broker has just auto-created can take a later produce request and
+//!   refuse an earlier one for good (KAFKA-15591), which would reorder an aggregate.
+//!   One acknowledged record means the creation is applied for every partition. The
+//!   set of settled topics is capped at [`MAX_SETTLED_TOPICS`] (then forgotten, which
+//!   only costs a round trip per topic).
+//! - The in-flight counts drop on every report, whatever its outcome, so a rejected
+//!   record never holds the window (a dead letter for it can always go).
+//! - Memory: the queue holds at most the records routed from one WAL message plus
+//!   their dead letters (callers read WAL only while [`ProduceWindow::has_room`]); in
+//!   flight is bounded by the limits the caller checks.
+//! - [`ProduceWindow::next_event`] is cancel-safe: a record is out of the queue only
+//!   once librdkafka took it, and reports are taken from a channel.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use router::Record;
+use tokio::sync::mpsc;
+
+use super::sink::{KafkaSink, Original, Outcome, Report, SendError};
+use super::Rejection;
+use crate::error::PipelineError;
+use crate::telemetry::metrics::KafkaMetrics;
+use crate::telemetry::Health;
+
+/// Topics remembered as settled before the set is cleared.
+pub const MAX_SETTLED_TOPICS: usize = 10_000;
+
+/// How much may be in flight, and how long Kafka may stay silent.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowLimits {
+    pub max_records: u64,
+    pub max_bytes: u64,
+    /// No report for this long while records wait: the producer is stuck.
+    pub delivery_timeout: Duration,
+}
+
+/// A record on its way, tagged with what it stands for (`T`: the caller's identity
+/// of the record, e.g. its transaction).
+#[derive(Debug)]
+pub struct Outgoing<T> {
+    pub record: Record,
+    /// Used when the record has no timestamp of its own (the commit time).
+    pub timestamp_ms: Option<i64>,
+    pub tag: T,
+    /// `Some(class)`: this is a dead letter for a record rejected with `class`.
+    pub dead_letter: Option<Arc<str>>,
+}
+
+/// What became of a record.
+#[derive(Debug)]
+pub enum Event<T> {
+    /// Acknowledged (acks=all). A dead letter's acknowledgement is counted in
+    /// `walpost_dead_letters_total` here.
+    Delivered { tag: T, dead_letter: bool },
+    /// Kafka will never take it. `producer_fatal`: the producer stopped for good
+    /// because of it (the gap-less guarantee) and will deliver nothing more.
+    Rejected {
+        tag: T,
+        rejection: Rejection,
+        original: Box<Original>,
+        dead_letter: bool,
+        producer_fatal: Option<String>,
+    },
+    /// Not delivered now; a new producer must send it again.
+    Failed { tag: T, error: String },
+}
+
+struct InFlight<T> {
+    tag: T,
+    bytes: u64,
+    topic: Arc<str>,
+    dead_letter: Option<Arc<str>>,
+}
+
+/// See the module docs.
+pub struct ProduceWindow<T> {
+    /// `None` once closed.
+    sink: Option<KafkaSink>,
+    reports: mpsc::UnboundedReceiver<Report>,
+    limits: WindowLimits,
+    queue: VecDeque<Outgoing<T>>,
+    /// In-flight records by sequence number: `slots[seq - front_seq]`.
+    slots: VecDeque<Option<InFlight<T>>>,
+    front_seq: u64,
+    records: u64,
+    bytes: u64,
+    /// The sequence number of a first-for-its-topic record in flight alone.
+    alone: Option<u64>,
+    settled: HashSet<Arc<str>>,
+    /// librdkafka's queue was full at the last send attempt.
+    queue_full: bool,
+    /// The last report, or when records started waiting after none did.
+    last_progress: Instant,
+    metrics: KafkaMetrics,
+    health: Arc<Health>,
+}
+
+impl<T> std::fmt::Debug for ProduceWindow<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProduceWindow")
+            .field("queued", &self.queue.len())
+            .field("in_flight", &self.records)
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl<T> ProduceWindow<T> {
+    pub fn new(
+        sink: KafkaSink,
+        reports: mpsc::UnboundedReceiver<Report>,
+        limits: WindowLimits,
+        metrics: KafkaMetrics,
+        health: Arc<Health>,
+    ) -> ProduceWindow<T> {
+        ProduceWindow {
+            sink: Some(sink),
+            reports,
+            limits,
+            queue: VecDeque::new(),
+            slots: VecDeque::new(),
+            front_seq: 0,
+            records: 0,
+            bytes: 0,
+            alone: None,
+            settled: HashSet::new(),
+            queue_full: false,
+            last_progress: Instant::now(),
+            metrics,
+            health,
+        }
+    }
+
+    /// Whether the caller may produce more records (read more WAL): nothing queued and
+    /// the in-flight records and bytes under their limits.
+    pub fn has_room(&self) -> bool {
+        self.queue.is_empty() && self.records < self.limits.max_records && self.bytes < self.limits.max_bytes
+    }
+
+    /// Nothing queued, nothing in flight.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.records == 0
+    }
+
+    /// Records handed to the producer and not yet reported on.
+    pub fn in_flight(&self) -> u64 {
+        self.records
+    }
+
+    /// Queues a record; [`ProduceWindow::next_event`] sends it when it may go.
+    pub fn enqueue(&mut self, out: Outgoing<T>) {
+        if self.is_idle() {
+            // Nothing was waiting: the silence the watchdog measures starts now.
+            self.last_progress = Instant::now();
+        }
+        self.queue.push_back(out);
+    }
+
+    /// Sends what may be sent, then waits for one report. `Err` when Kafka acknowledged
+    /// nothing for the delivery timeout while records waited (restart the producer).
+    /// Call only when not [`ProduceWindow::is_idle`] (it would wait forever).
+    pub async fn next_event(&mut self) -> Result<Event<T>, PipelineError> {
+        loop {
+            if let Some(event) = self.send_queued() {
+                return Ok(event);
+            }
+            let deadline = tokio::time::Instant::from_std(self.last_progress + self.limits.delivery_timeout);
+            tokio::select! {
+                report = self.reports.recv() => match report {
+                    Some(report) => {
+                        if let Some(event) = self.on_report(report) {
+                            return Ok(event);
+                        }
+                    }
+                    None => return Err(PipelineError::transient("the Kafka client stopped reporting deliveries")),
+                },
+                // librdkafka's queue was full: try again once some records went out.
+                _ = tokio::time::sleep(Duration::from_millis(5)), if self.queue_full => {}
+                _ = tokio::time::sleep_until(deadline) => return Err(self.stalled()),
+            }
+        }
+    }
+
+    fn stalled(&self) -> PipelineError {
+        PipelineError::transient(format!(
+            "Kafka acknowledged no record for {} s while {} records waited; restarting the producer",
+            self.last_progress.elapsed().as_secs(),
+            self.records + self.queue.len() as u64
+        ))
+    }
+
+    /// Hands queued records to librdkafka while the barrier allows. A record refused on
+    /// the spot comes back as an event.
+    fn send_queued(&mut self) -> Option<Event<T>> {
+        self.queue_full = false;
+        while let Some(next) = self.queue.front() {
+            if self.alone.is_some() {
+                break;
+            }
+            let first_for_topic = !self.settled.contains(&next.record.topic);
+            if first_for_topic && self.records > 0 {
+                break;
+            }
+            let seq = self.front_seq + self.slots.len() as u64;
+            let Some(sink) = &self.sink else { break };
+            match sink.send(seq, &next.record, next.timestamp_ms) {
+                Ok(()) => {}
+                Err(SendError::QueueFull) => {
+                    self.queue_full = true;
+                    break;
+                }
+                Err(SendError::Rejected(rejection)) => {
+                    let out = self.queue.pop_front()?;
+                    self.metrics.produce_error("rejected");
+                    let original = Box::new(Original::of(&out.record));
+                    return Some(Event::Rejected {
+                        tag: out.tag,
+                        rejection,
+                        original,
+                        dead_letter: out.dead_letter.is_some(),
+                        producer_fatal: None,
+                    });
+                }
+                Err(SendError::Retryable(error)) => {
+                    let out = self.queue.pop_front()?;
+                    self.metrics.produce_error("retryable");
+                    return Some(Event::Failed {
+                        tag: out.tag,
+                        error: format!("cannot hand a record to Kafka: {error}"),
+                    });
+                }
+            }
+            let out = self.queue.pop_front()?;
+            let bytes = out.record.value.as_ref().map_or(0, |v| v.len() as u64);
+            if self.records == 0 {
+                self.last_progress = Instant::now();
+            }
+            self.records += 1;
+            self.bytes += bytes;
+            if first_for_topic {
+                self.alone = Some(seq);
+            }
+            self.slots.push_back(Some(InFlight {
+                tag: out.tag,
+                bytes,
+                topic: out.record.topic,
+                dead_letter: out.dead_letter,
+            }));
+        }
+        self.publish_state();
+        None
+    }
+
+    fn on_report(&mut self, report: Report) -> Option<Event<T>> {
+        let index = usize::try_from(report.seq.checked_sub(self.front_seq)?).ok()?;
+        let flight = self.slots.get_mut(index)?.take()?;
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.front_seq += 1;
+        }
+        self.last_progress = Instant::now();
+        self.records -= 1;
+        self.bytes = self.bytes.saturating_sub(flight.bytes);
+        let was_alone = self.alone == Some(report.seq);
+        if was_alone {
+            self.alone = None;
+        }
+        let dead_letter = flight.dead_letter.is_some();
+        let event = match report.outcome {
+            Outcome::Delivered => {
+                if was_alone {
+                    if self.settled.len() >= MAX_SETTLED_TOPICS {
+                        self.settled.clear();
+                    }
+                    self.settled.insert(flight.topic);
+                }
+                if let Some(class) = &flight.dead_letter {
+                    self.metrics.dead_letter(class);
+                }
+                Event::Delivered { tag: flight.tag, dead_letter }
+            }
+            Outcome::Rejected { rejection, original } => Event::Rejected {
+                tag: flight.tag,
+                rejection,
+                original,
+                dead_letter,
+                producer_fatal: self.producer_fatal(),
+            },
+            Outcome::Retryable { error } => {
+                Event::Failed { tag: flight.tag, error: format!("Kafka did not acknowledge a record ({error})") }
+            }
+        };
+        self.publish_state();
+        Some(event)
+    }
+
+    /// In-flight gauge and the health's "waiting for acknowledgements" clock.
+    fn publish_state(&self) {
+        self.metrics.in_flight.set(i64::try_from(self.records).unwrap_or(i64::MAX));
+        self.health.set_waiting_for_acks((self.records > 0).then_some(self.last_progress));
+    }
+
+    /// The producer stopped for good (see [`Event::Rejected`]).
+    pub fn producer_fatal(&self) -> Option<String> {
+        self.sink.as_ref().and_then(KafkaSink::fatal_error)
+    }
+
+    /// Waits (at most `timeout`) for what is in flight, handing each event to
+    /// `on_event`; queued records are not sent. Returns the tags of records never
+    /// reported on, queued ones included.
+    pub async fn drain(&mut self, timeout: Duration, mut on_event: impl FnMut(Event<T>)) -> Vec<T> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.records > 0 && self.producer_fatal().is_none() {
+            match tokio::time::timeout_at(deadline, self.reports.recv()).await {
+                Ok(Some(report)) => {
+                    if let Some(event) = self.on_report(report) {
+                        on_event(event);
+                    }
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.take_unreported()
+    }
+
+    /// Closes the producer off the runtime (flushing at most `timeout`), hands every
+    /// report that arrived to `on_event`, and returns the tags of records that were
+    /// never reported on (they may or may not be in Kafka).
+    pub async fn close(mut self, timeout: Duration, mut on_event: impl FnMut(Event<T>)) -> Vec<T> {
+        if let Some(sink) = self.sink.take() {
+            sink.close(timeout).await;
+        }
+        while let Ok(report) = self.reports.try_recv() {
+            if let Some(event) = self.on_report(report) {
+                on_event(event);
+            }
+        }
+        self.health.set_waiting_for_acks(None);
+        self.metrics.in_flight.set(0);
+        self.take_unreported()
+    }
+
+    fn take_unreported(&mut self) -> Vec<T> {
+        let mut left: Vec<T> = self.slots.drain(..).flatten().map(|f| f.tag).collect();
+        left.extend(self.queue.drain(..).map(|out| out.tag));
+        self.records = 0;
+        self.bytes = 0;
+        self.alone = None;
+        left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::telemetry::Metrics;
+
+    /// A window whose producer points at a port nothing listens on: records are taken
+    /// by librdkafka and never reported on (they never expire: message.timeout.ms=0).
+    fn unreachable_window(delivery_timeout: Duration) -> ProduceWindow<u32> {
+        let health = Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60)));
+        let metrics = Metrics::new(health.clone()).unwrap();
+        let (config, _) = crate::kafka::config::producer_config("127.0.0.1:1", &BTreeMap::new()).unwrap();
+        let (sink, reports) = KafkaSink::new(&config, BTreeSet::new(), metrics.kafka.clone()).unwrap();
+        let limits = WindowLimits { max_records: 10, max_bytes: 1 << 20, delivery_timeout };
+        ProduceWindow::new(sink, reports, limits, metrics.kafka, health)
+    }
+
+    fn record(topic: &str) -> Record {
+        Record {
+            topic: Arc::from(topic),
+            key: Bytes::from_static(b"k"),
+            value: Some(Bytes::from_static(b"{}")),
+            headers: Vec::new(),
+            event_id: Bytes::from_static(b"1"),
+            timestamp_ms: None,
+            partition: None,
+        }
+    }
+
+    fn out(topic: &str, tag: u32) -> Outgoing<u32> {
+        Outgoing { record: record(topic), timestamp_ms: None, tag, dead_letter: None }
+    }
+
+    /// The first record for a topic goes alone: the second waits in the queue, the
+    /// window has no room (no more WAL is read), and the watchdog ends the wait.
+    #[tokio::test]
+    async fn first_record_for_a_topic_goes_alone_and_the_watchdog_fires() {
+        let mut w = unreachable_window(Duration::from_millis(300));
+        assert!(w.is_idle() && w.has_room());
+        w.enqueue(out("t1", 1));
+        w.enqueue(out("t1", 2));
+        let started = Instant::now();
+        let err = w.next_event().await.unwrap_err();
+        assert!(err.is_transient() && err.to_string().contains("acknowledged no record"), "{err}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(w.in_flight(), 1, "only the first record was handed over");
+        assert!(!w.has_room(), "a queued record blocks reading");
+        let mut events = Vec::new();
+        let left = w.close(Duration::from_millis(10), |e| events.push(e)).await;
+        assert!(
+            matches!(events.as_slice(), [Event::Failed { tag: 1, .. }]),
+            "the in-flight record is purged and reported failed: {events:?}"
+        );
+        assert_eq!(left, vec![2], "the queued record is returned for re-sending");
+    }
+
+    /// librdkafka refuses a record larger than message.max.bytes on the spot: the
+    /// rejection is an event (with a copy of the record for a dead letter), and the
+    /// window does not count it in flight.
+    #[tokio::test]
+    async fn a_record_refused_on_the_spot_is_an_event_not_in_flight() {
+        let mut w = unreachable_window(Duration::from_secs(5));
+        let mut big = record("t1");
+        big.value = Some(Bytes::from(vec![b'x'; 2_000_000]));
+        w.enqueue(Outgoing { record: big, timestamp_ms: None, tag: 7, dead_letter: None });
+        match w.next_event().await.unwrap() {
+            Event::Rejected { tag, rejection, original, .. } => {
+                assert_eq!(tag, 7);
+                assert_eq!(rejection.code, "message_size_too_large");
+                assert_eq!(original.value.map(|v| v.len()), Some(2_000_000));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(w.is_idle());
+        w.close(Duration::from_millis(10), |_| {}).await;
+    }
+}

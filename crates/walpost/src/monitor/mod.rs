@@ -1,0 +1,159 @@
+//! Slot safety: how much WAL the slot pins, how far behind it is, and alarms.
+//!
+//! A task inside `walpost run` (also on a hot standby, which is how a paused or stuck
+//! active instance still gets noticed) polls `pg_replication_slots` and
+//! `pg_current_wal_lsn()` on an ordinary SQL connection every `[monitor]
+//! interval_secs` ([`status`]), exports the figures as gauges, and raises alarms
+//! ([`evaluate`], pure):
+//! - `warning` / `critical` when retained WAL or the walpost's own streaming lag pass
+//!   their thresholds (byte thresholds default to fractions of the server's
+//!   `max_slot_wal_keep_size`), when `wal_status` is `unreserved`, when the slot's
+//!   confirmed position stands still while WAL is written, or when a transaction has
+//!   been open too long (the log line names its server pid, application and client);
+//! - `lost` is fatal: walpost stops with the error of runbooks/slot-lost.md;
+//! - an outbox table that no longer exists or is no longer streamed by the publication
+//!   is fatal too ([`outbox_watch`]): runbooks/outbox-recreated.md.
+//!
+//! Alarms log once per change of level, then a reminder every `reminder_secs`;
+//! `/readyz` fails while the level is critical. [`heartbeat`] keeps a quiet database's
+//! slot moving.
+
+pub mod evaluate;
+pub mod heartbeat;
+pub mod outbox_watch;
+pub mod status;
+
+use std::time::Instant;
+
+use replication::ReplicationClient;
+use tokio::sync::watch;
+
+use crate::postgres::messages;
+use crate::settings::Settings;
+use crate::telemetry::metrics::lsn_gauge;
+use crate::telemetry::{AlarmLevel, Metrics};
+pub use evaluate::{evaluate, ConfirmWatch, Observed, Verdict};
+pub use status::{query, SlotStatus};
+
+/// Runs until the process ends; sends a fatal error (slot lost, outbox changed) on
+/// `fatal` and returns.
+pub async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<String>>) {
+    let mut level = AlarmLevel::Ok;
+    let mut last_log = Instant::now();
+    let mut sql: Option<ReplicationClient> = None;
+    let mut outboxes = outbox_watch::OutboxWatch::default();
+    let mut confirms = ConfirmWatch::default();
+    let mut tick = tokio::time::interval(s.monitor.interval);
+    loop {
+        tick.tick().await;
+        if sql.is_none() {
+            match ReplicationClient::connect_sql(&s.postgres).await {
+                Ok(c) => sql = Some(c),
+                Err(e) => {
+                    tracing::debug!("slot monitor cannot connect: {e}");
+                    continue;
+                }
+            }
+        }
+        let Some(conn) = sql.as_mut() else { continue };
+        let status = match status::query(conn, &s.source.slot).await {
+            Ok(st) => st,
+            Err(e) => {
+                tracing::debug!("slot monitor query failed: {e}");
+                sql = None;
+                continue;
+            }
+        };
+        let stalled = confirms.observe(status.confirmed(), status.current(), Instant::now());
+        export(&metrics, &status, stalled.as_secs_f64());
+        // The stream runs only after its own checks passed (and it created the
+        // publication if missing): from then on a failing check is a change, not setup.
+        outboxes.armed |= metrics.health().is_streaming();
+        match outboxes.check(conn, &s).await {
+            Ok(None) => {}
+            Ok(Some(message)) => {
+                let _ = fatal.send(Some(message));
+                return;
+            }
+            Err(e) => {
+                tracing::debug!("outbox check failed: {e}");
+                sql = None;
+                continue;
+            }
+        }
+        if !status.exists {
+            continue;
+        }
+        let observed = Observed { lag_secs: metrics.stream.lag_seconds(), confirm_stalled_secs: stalled.as_secs_f64() };
+        match evaluate(&status, observed, &s.monitor.thresholds) {
+            Verdict::Lost => {
+                set_level(&metrics, AlarmLevel::Critical);
+                let _ = fatal.send(Some(messages::slot_lost_message(&s.source.slot)));
+                return;
+            }
+            Verdict::Level(new, reasons) => {
+                set_level(&metrics, new);
+                let changed = new != level;
+                let remind = new != AlarmLevel::Ok && last_log.elapsed() >= s.monitor.reminder;
+                if changed || remind {
+                    last_log = Instant::now();
+                    log_alarm(&s.source.slot, new, &reasons, &status);
+                }
+                level = new;
+            }
+        }
+    }
+}
+
+fn set_level(metrics: &Metrics, level: AlarmLevel) {
+    metrics.health().set_alarm(level);
+    metrics.slot.set_alarm(level);
+}
+
+fn export(metrics: &Metrics, st: &SlotStatus, stalled_secs: f64) {
+    let m = &metrics.slot;
+    let bytes = |v: Option<u64>| v.map_or(0, lsn_gauge);
+    m.retained_bytes.set(bytes(st.retained_bytes));
+    m.unconfirmed_bytes.set(bytes(st.unconfirmed_bytes));
+    m.safe_wal_size_bytes.set(match (st.safe_wal_size_bytes, st.max_slot_wal_keep_size_bytes) {
+        (Some(safe), _) => lsn_gauge(safe),
+        (None, None) => -1,
+        (None, Some(_)) => 0,
+    });
+    m.active.set(i64::from(st.active));
+    m.set_wal_status(st.wal_status.as_deref());
+    m.confirm_stalled_seconds.set(stalled_secs);
+    m.oldest_transaction_age_seconds.set(st.oldest_transaction_age_secs());
+}
+
+fn log_alarm(slot: &str, level: AlarmLevel, reasons: &[String], st: &SlotStatus) {
+    let why = reasons.join("; ");
+    let retained = st.retained_bytes.unwrap_or(0);
+    let (pid, app, client) = match &st.oldest_transaction {
+        Some(o) => (o.pid, o.application_name.as_str(), o.client_addr.as_str()),
+        None => (0, "", ""),
+    };
+    match level {
+        AlarmLevel::Critical => tracing::error!(
+            alarm = "critical",
+            slot,
+            retained_bytes = retained,
+            wal_status = st.wal_status.as_deref().unwrap_or(""),
+            oldest_xact_pid = pid,
+            oldest_xact_application = app,
+            oldest_xact_client = client,
+            "slot alarm critical: {why} (see runbooks/slot-wal-buildup.md)"
+        ),
+        AlarmLevel::Warning => tracing::warn!(
+            alarm = "warning",
+            slot,
+            retained_bytes = retained,
+            wal_status = st.wal_status.as_deref().unwrap_or(""),
+            oldest_xact_pid = pid,
+            oldest_xact_application = app,
+            oldest_xact_client = client,
+            "slot alarm warning: {why} (see runbooks/slot-wal-buildup.md)"
+        ),
+        AlarmLevel::Ok => tracing::info!(alarm = "ok", slot, retained_bytes = retained, "slot alarm cleared"),
+    }
+}

@@ -1,0 +1,290 @@
+//! `walpost check`: every preflight check against the live server and brokers, one
+//! line each (`ok`, `warn` or `FAIL`, then what was found and, on failure, the fix).
+//! Every check runs even when an earlier one fails. Connection strings are printed
+//! redacted.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use replication::ReplicationClient;
+
+use crate::error::PipelineError;
+use crate::kafka::config::client_config;
+use crate::monitor::evaluate::unreachable_thresholds;
+use crate::postgres::sql::{ident, literal, setting};
+use crate::postgres::{catalog, preflight};
+use crate::settings::Settings;
+
+/// One line of `walpost check`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    Ok(String),
+    Warn(String),
+    Fail(String),
+}
+
+impl Check {
+    pub fn line(&self) -> String {
+        match self {
+            Check::Ok(m) => format!("ok    {m}"),
+            Check::Warn(m) => format!("warn  {m}"),
+            Check::Fail(m) => format!("FAIL  {m}"),
+        }
+    }
+}
+
+fn from_result(ok: String, r: Result<(), PipelineError>) -> Check {
+    match r {
+        Ok(()) => Check::Ok(ok),
+        Err(e) => Check::Fail(e.to_string()),
+    }
+}
+
+/// Runs every check; prints as it goes; returns all results.
+pub async fn check(s: &Settings) -> Vec<Check> {
+    let mut out = Vec::new();
+    let mut emit = |c: Check| {
+        println!("{}", c.line());
+        out.push(c);
+    };
+    match ReplicationClient::connect_sql(&s.postgres).await {
+        Err(e) => emit(Check::Fail(format!("connect to {}: {}", s.postgres.redacted(), PipelineError::from(e)))),
+        Ok(mut sql) => {
+            let version = sql.parameter("server_version").unwrap_or("?").to_owned();
+            emit(Check::Ok(format!("connect to {} (PostgreSQL {version})", s.postgres.redacted())));
+            for c in postgres_checks(&mut sql, s).await {
+                emit(c);
+            }
+            sql.close().await;
+        }
+    }
+    match ReplicationClient::connect(&s.postgres).await {
+        Ok(repl) => {
+            emit(Check::Ok("replication connection (replication=database) accepted".into()));
+            repl.close().await;
+        }
+        Err(e) => {
+            let hba = if e.sqlstate() == Some("28000") {
+                "; pg_hba.conf needs a line for this database, this role and this client address (a logical replication connection matches the database name, not the 'replication' keyword: see docs/least-privilege.md)"
+            } else {
+                ""
+            };
+            emit(Check::Fail(format!("replication connection refused: {}{hba}", PipelineError::from(e))))
+        }
+    }
+    for c in router_checks(s) {
+        emit(c);
+    }
+    for c in kafka_checks(s).await {
+        emit(c);
+    }
+    out
+}
+
+/// Whether any check failed.
+pub fn any_failed(checks: &[Check]) -> bool {
+    checks.iter().any(|c| matches!(c, Check::Fail(_)))
+}
+
+async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check> {
+    let mut out = Vec::new();
+    out.push(from_result("wal_level = logical".into(), preflight::check_wal_level(sql).await));
+    for (name, view) in [("max_replication_slots", "pg_replication_slots"), ("max_wal_senders", "pg_stat_replication")]
+    {
+        let max: i64 = setting(sql, name).await.and_then(|v| v.parse().ok()).unwrap_or(0);
+        let used: i64 = sql
+            .simple_query(&format!("SELECT count(*) AS n FROM {view}"))
+            .await
+            .ok()
+            .and_then(|r| r.first("n").and_then(|n| n.parse().ok()))
+            .unwrap_or(0);
+        out.push(if used < max {
+            Check::Ok(format!("{name} = {max} ({used} in use)"))
+        } else {
+            Check::Fail(format!(
+                "{name} = {max} and {used} are in use: raise {name} in postgresql.conf and restart PostgreSQL"
+            ))
+        });
+    }
+    out.push(from_result("role has REPLICATION".into(), preflight::check_role(sql).await));
+    let table = s.table();
+    // By oid, so the check works even without USAGE on the schema (which it also needs).
+    let select = sql
+        .simple_query(&format!(
+            "SELECT (has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT'))::text AS ok
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = {} AND c.relname = {}",
+            literal(&table.schema),
+            literal(&table.name)
+        ))
+        .await;
+    match select {
+        Ok(r) if r.first("ok") == Some("true") => out.push(Check::Ok(format!("SELECT on {table}"))),
+        Ok(r) if !r.rows.is_empty() => out.push(Check::Fail(format!(
+            "the role cannot SELECT from {table}: GRANT USAGE ON SCHEMA {} TO <role>; GRANT SELECT ON {} TO <role>",
+            ident(&table.schema),
+            table.quoted()
+        ))),
+        // The table is missing (the next check says so) or the query failed.
+        _ => {}
+    }
+    out.push(from_result(format!("table {table} has the mapped columns"), preflight::check_tables(sql, s).await));
+    let publication = &s.source.publication;
+    out.push(match catalog::publication_state(sql, s).await {
+        Ok(catalog::Publication::Missing) => Check::Warn(format!(
+            "publication \"{publication}\" does not exist: walpost run creates it (needs ownership of {table})"
+        )),
+        Ok(catalog::Publication::Ready) => Check::Ok(format!("publication \"{publication}\" publishes inserts of {table}")),
+        Ok(catalog::Publication::ReadyForAllTables) => Check::Warn(format!(
+            "publication \"{publication}\" is FOR ALL TABLES: every table's changes are decoded and sent, and only {table} is published"
+        )),
+        Err(e) => Check::Fail(e.to_string()),
+    });
+    let slot = &s.source.slot;
+    out.push(match catalog::slot_row(sql, slot).await {
+        Ok(None) => Check::Warn(format!("replication slot \"{slot}\" does not exist: walpost run creates it")),
+        Ok(Some(row)) => match preflight::check_slot(&row, s) {
+            Ok(()) => Check::Ok(format!(
+                "replication slot \"{slot}\": logical pgoutput, wal_status {}",
+                row.wal_status.as_deref().unwrap_or("?")
+            )),
+            Err(e) if e.is_transient() => Check::Warn(e.to_string()),
+            Err(e) => Check::Fail(e.to_string()),
+        },
+        Err(e) => Check::Fail(e.to_string()),
+    });
+    let keep = setting(sql, "max_slot_wal_keep_size").await;
+    match keep.as_deref() {
+        Some("-1") => out.push(Check::Warn(
+            "max_slot_wal_keep_size = -1 (unlimited): a stalled slot can fill the disk; set a finite value (see runbooks/slot-wal-buildup.md)".into(),
+        )),
+        Some(v) => out.push(Check::Ok(format!("max_slot_wal_keep_size = {v}"))),
+        None => out.push(Check::Warn("max_slot_wal_keep_size could not be read (PostgreSQL 13+)".into())),
+    }
+    let keep_bytes = match keep.as_deref() {
+        Some("-1") | None => None,
+        Some(v) => sql
+            .simple_query(&format!("SELECT pg_size_bytes({})::text AS b", literal(v)))
+            .await
+            .ok()
+            .and_then(|r| r.first("b").and_then(|b| b.parse::<u64>().ok())),
+    };
+    for why in unreachable_thresholds(&s.monitor.thresholds, keep_bytes) {
+        out.push(Check::Fail(why));
+    }
+    match setting(sql, "idle_in_transaction_session_timeout").await.as_deref() {
+        Some("0") => out.push(Check::Warn(
+            "idle_in_transaction_session_timeout = 0: a forgotten open transaction stalls logical decoding forever (see runbooks/long-transaction.md)".into(),
+        )),
+        Some(v) => out.push(Check::Ok(format!("idle_in_transaction_session_timeout = {v}"))),
+        None => {}
+    }
+    out
+}
+
+fn router_checks(s: &Settings) -> Vec<Check> {
+    let mut out = Vec::new();
+    for outbox in &s.source.outboxes {
+        match router::TopicGuard::from_config(&outbox.router) {
+            Ok(guard) if guard.allows_any() => out.push(Check::Warn(format!(
+                "topics.allow for {} is \"*\": a row can route its event to any topic but Kafka's internal ones; list the allowed prefixes instead",
+                outbox.table
+            ))),
+            Ok(_) => {}
+            Err(e) => out.push(Check::Fail(e.to_string())),
+        }
+    }
+    out
+}
+
+async fn kafka_checks(s: &Settings) -> Vec<Check> {
+    let mut out = Vec::new();
+    let brokers = &s.kafka.brokers;
+    // The producer's own security settings (TLS, SASL), not a bare client.
+    let admin: AdminClient<DefaultClientContext> = match client_config(brokers, &s.kafka.properties)
+        .map_err(|e| e.to_string())
+        .and_then(|mut c| c.set("socket.timeout.ms", "5000").create().map_err(|e| e.to_string()))
+    {
+        Ok(a) => a,
+        Err(e) => {
+            out.push(Check::Fail(format!("Kafka client for {brokers}: {e}")));
+            return out;
+        }
+    };
+    // A blocking librdkafka call: off the (single-threaded) runtime.
+    let fetched = tokio::task::spawn_blocking(move || {
+        let metadata = admin.inner().fetch_metadata(None, Duration::from_secs(10));
+        (admin, metadata)
+    })
+    .await;
+    let (admin, metadata) = match fetched {
+        Ok(pair) => pair,
+        Err(e) => {
+            out.push(Check::Fail(format!("Kafka metadata request for {brokers} failed: {e}")));
+            return out;
+        }
+    };
+    let md = match metadata {
+        Ok(md) => md,
+        Err(e) => {
+            out.push(Check::Fail(format!(
+                "Kafka at {brokers} is not reachable: {e}; check --kafka-brokers, the network and [kafka.properties] (security.protocol, sasl.*, ssl.*)"
+            )));
+            return out;
+        }
+    };
+    out.push(Check::Ok(format!("Kafka at {brokers}: {} broker(s)", md.brokers().len())));
+    let prefix = s.router().topic_pattern.split(router::ROUTED_BY_VALUE).next().unwrap_or("").to_owned();
+    let present = md.topics().iter().filter(|t| !prefix.is_empty() && t.name().starts_with(&prefix)).count();
+    let auto_create = match md.brokers().first() {
+        Some(b) => admin
+            .describe_configs(&[ResourceSpecifier::Broker(b.id())], &AdminOptions::new())
+            .await
+            .ok()
+            .and_then(|r| r.into_iter().next())
+            .and_then(|r| r.ok())
+            .and_then(|c| c.get("auto.create.topics.enable").and_then(|e| e.value.clone())),
+        None => None,
+    };
+    out.push(topics_check(auto_create.as_deref(), present, &prefix));
+    out
+}
+
+/// Whether routed topics can be written: `auto_create` is the brokers'
+/// `auto.create.topics.enable` (`None`: they did not say), `present` how many topics
+/// match `prefix`.
+fn topics_check(auto_create: Option<&str>, present: usize, prefix: &str) -> Check {
+    match auto_create {
+        Some("true") => {
+            Check::Ok(format!("topics: the brokers create them on first use ({present} already match {prefix}*)"))
+        }
+        Some(_) if present == 0 => Check::Fail(format!(
+            "topics: no topic matches {prefix}* and the brokers do not create topics on first use (auto.create.topics.enable = false): create the topics or enable it"
+        )),
+        Some(_) => Check::Warn(format!(
+            "topics: auto.create.topics.enable is off; {present} topic(s) match {prefix}*: create any other routed topic before its first event"
+        )),
+        // Brokers that refuse DescribeConfigs (no DESCRIBE_CONFIGS on the cluster).
+        None => Check::Warn(format!(
+            "topics: whether the brokers create topics on first use is unknown (they did not answer DescribeConfigs for auto.create.topics.enable); {present} topic(s) match {prefix}*: make sure every routed topic exists or is created on first use"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a broker that refuses DescribeConfigs made `walpost check` FAIL
+    /// with "the brokers do not create topics on first use", which it did not know.
+    #[test]
+    fn regression_unknown_auto_create_is_a_warning_that_says_unknown() {
+        match topics_check(None, 0, "outbox.event.") {
+            Check::Warn(m) => assert!(m.contains("unknown"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(topics_check(Some("false"), 0, "outbox.event."), Check::Fail(_)));
+        assert!(matches!(topics_check(Some("false"), 2, "outbox.event."), Check::Warn(_)));
+        assert!(matches!(topics_check(Some("true"), 0, "outbox.event."), Check::Ok(_)));
+    }
+}

@@ -1,0 +1,166 @@
+//! `walpost slot status|create|drop`.
+//!
+//! `slot status` exits by the slot's state so scripts can rely on it:
+//! 0 ok, 2 warning, 3 critical, 4 lost (invalidated); 1 for any error (cannot connect,
+//! no such slot).
+
+use std::fmt::Write as _;
+use std::io::{BufRead, IsTerminal, Write};
+
+use replication::{ReplicationClient, SlotSnapshot};
+
+use crate::error::PipelineError;
+use crate::monitor::{self, Observed, Verdict};
+use crate::postgres::{catalog, messages, preflight};
+use crate::settings::Settings;
+use crate::telemetry::AlarmLevel;
+
+/// Exit codes of `walpost slot status`.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const WARNING: u8 = 2;
+    pub const CRITICAL: u8 = 3;
+    pub const LOST: u8 = 4;
+}
+
+/// `walpost slot status`: prints the slot's figures and alarm; returns the exit code.
+pub async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError> {
+    let slot = &s.source.slot;
+    let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+    let status = monitor::query(&mut sql, slot).await?;
+    sql.close().await;
+    if !status.exists {
+        return Err(PipelineError::definite(format!(
+            "replication slot \"{slot}\" does not exist (walpost run or walpost slot create makes it)"
+        )));
+    }
+    // This command is not the streaming instance: its own lag is unknown, the slot's
+    // figures are what it has.
+    let verdict = monitor::evaluate(&status, Observed::default(), &s.monitor.thresholds);
+    let (level, code, reasons) = match verdict {
+        Verdict::Lost => ("lost".to_owned(), exit::LOST, vec![messages::slot_lost_message(slot)]),
+        Verdict::Level(l, r) => {
+            let code = match l {
+                AlarmLevel::Ok => exit::OK,
+                AlarmLevel::Warning => exit::WARNING,
+                AlarmLevel::Critical => exit::CRITICAL,
+            };
+            (l.as_str().to_owned(), code, r)
+        }
+    };
+    if json {
+        let mut v = serde_json::to_value(&status).map_err(PipelineError::definite)?;
+        v["alarm"] = serde_json::Value::String(level);
+        v["reasons"] = serde_json::to_value(&reasons).map_err(PipelineError::definite)?;
+        println!("{}", serde_json::to_string_pretty(&v).map_err(PipelineError::definite)?);
+        return Ok(code);
+    }
+    let lost = status.is_lost();
+    let bytes = |b: Option<u64>| match b {
+        Some(b) => human_bytes(b),
+        None if lost => "unknown (the slot was invalidated)".into(),
+        None => "-".into(),
+    };
+    let mut t = String::new();
+    let row = |t: &mut String, k: &str, v: String| {
+        let _ = writeln!(t, "{k:<28} {v}");
+    };
+    row(&mut t, "slot", status.slot.clone());
+    row(&mut t, "plugin", status.plugin.clone().unwrap_or_default());
+    row(
+        &mut t,
+        "active",
+        format!("{} (pid {})", status.active, status.active_pid.map_or("-".into(), |p| p.to_string())),
+    );
+    row(&mut t, "wal_status", status.wal_status.clone().unwrap_or_default());
+    row(&mut t, "current WAL position", status.current_lsn.clone());
+    row(&mut t, "restart_lsn", status.restart_lsn.clone().unwrap_or_default());
+    row(&mut t, "confirmed_flush_lsn", status.confirmed_flush_lsn.clone().unwrap_or_default());
+    row(&mut t, "retained WAL", bytes(status.retained_bytes));
+    row(&mut t, "unconfirmed WAL", bytes(status.unconfirmed_bytes));
+    row(
+        &mut t,
+        "safe_wal_size",
+        match (status.safe_wal_size_bytes, status.max_slot_wal_keep_size_bytes) {
+            (Some(b), _) => human_bytes(b),
+            (None, None) => "unlimited".into(),
+            (None, Some(_)) if lost => "none (the slot was invalidated)".into(),
+            (None, Some(_)) => "-".into(),
+        },
+    );
+    row(&mut t, "max_slot_wal_keep_size", status.max_slot_wal_keep_size.clone());
+    row(
+        &mut t,
+        "oldest open transaction",
+        match &status.oldest_transaction {
+            Some(o) => format!(
+                "{:.0} s (server pid {}, application_name '{}', client {})",
+                o.age_secs, o.pid, o.application_name, o.client_addr
+            ),
+            None => "none".into(),
+        },
+    );
+    row(&mut t, "alarm", if reasons.is_empty() { level } else { format!("{level}: {}", reasons.join("; ")) });
+    print!("{t}");
+    Ok(code)
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = b as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {} ({b} bytes)", UNITS.get(unit).copied().unwrap_or("B"))
+}
+
+/// `walpost slot create`: the publication (if missing) and the slot, no streaming.
+pub async fn create(s: &Settings) -> Result<(), PipelineError> {
+    let slot = &s.source.slot;
+    let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+    preflight::preflight(&mut sql, s).await?;
+    if catalog::slot_row(&mut sql, slot).await?.is_some() {
+        return Err(PipelineError::definite(format!("replication slot \"{slot}\" already exists")));
+    }
+    sql.close().await;
+    let mut repl = ReplicationClient::connect(&s.postgres).await?;
+    let created = repl.create_logical_slot(slot, "pgoutput", SlotSnapshot::Nothing, s.source.slot_failover).await?;
+    repl.close().await;
+    println!("created replication slot \"{}\" at {}", created.slot_name, created.consistent_point);
+    Ok(())
+}
+
+/// `walpost slot drop`: asks for the slot name unless `yes`.
+pub async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
+    let slot = &s.source.slot;
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(PipelineError::definite(format!(
+                "refusing to drop replication slot \"{slot}\" without confirmation: pass --yes"
+            )));
+        }
+        print!(
+            "Dropping slot \"{slot}\" lets PostgreSQL discard the WAL it holds: events not yet confirmed will not be streamed.\nType the slot name to confirm: "
+        );
+        let mut answer = String::new();
+        let read = std::io::stdout().flush().and_then(|()| std::io::stdin().lock().read_line(&mut answer));
+        if read.is_err() || answer.trim() != slot {
+            return Err(PipelineError::definite(format!("not confirmed; slot \"{slot}\" kept")));
+        }
+    }
+    let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+    let Some(row) = catalog::slot_row(&mut sql, slot).await? else {
+        return Err(PipelineError::definite(format!("replication slot \"{slot}\" does not exist")));
+    };
+    if let Some(pid) = row.active_pid {
+        return Err(PipelineError::definite(format!(
+            "replication slot \"{slot}\" is in use by server process {pid}: stop walpost first"
+        )));
+    }
+    catalog::drop_slot(&mut sql, slot).await?;
+    sql.close().await;
+    println!("dropped replication slot \"{slot}\"");
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! Catalog queries: the slot's row, the publication's state, an outbox table's columns.
+//! Read-only; each returns what it found and leaves judging it to the caller.
+
+use bytes::Bytes;
+use pgoutput::{Column, Lsn, Relation};
+use replication::ReplicationClient;
+
+use super::messages;
+use super::sql::{ident, literal, query};
+use crate::error::PipelineError;
+use crate::settings::{Settings, TableName};
+
+/// What pg_replication_slots says about our slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotRow {
+    pub plugin: Option<String>,
+    pub slot_type: String,
+    pub database: Option<String>,
+    pub active_pid: Option<i32>,
+    pub wal_status: Option<String>,
+    pub confirmed_flush: Option<Lsn>,
+}
+
+/// Our slot's row in pg_replication_slots, if it exists.
+pub async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<Option<SlotRow>, PipelineError> {
+    let r = query(
+        sql,
+        &format!(
+            "SELECT plugin, slot_type, database, active_pid::text AS pid, wal_status, confirmed_flush_lsn::text AS confirmed \
+             FROM pg_replication_slots WHERE slot_name = {}",
+            literal(slot)
+        ),
+    )
+    .await?;
+    if r.rows.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(SlotRow {
+        plugin: r.first("plugin").map(str::to_owned),
+        slot_type: r.first("slot_type").unwrap_or("logical").to_owned(),
+        database: r.first("database").map(str::to_owned),
+        active_pid: r.first("pid").and_then(|p| p.parse().ok()),
+        wal_status: r.first("wal_status").map(str::to_owned),
+        confirmed_flush: r.first("confirmed").and_then(|l| l.parse().ok()),
+    }))
+}
+
+/// Drops an inactive slot.
+pub async fn drop_slot(sql: &mut ReplicationClient, slot: &str) -> Result<(), PipelineError> {
+    query(sql, &format!("SELECT pg_drop_replication_slot({})", literal(slot))).await?;
+    tracing::info!(slot, "dropped replication slot");
+    Ok(())
+}
+
+/// A column as a Relation message describes it: name, type oid, type modifier.
+pub type ColumnDescription = (String, u32, i32);
+
+/// The columns of a table, in order; empty when it does not exist.
+pub async fn table_columns(
+    sql: &mut ReplicationClient,
+    table: &TableName,
+) -> Result<Vec<ColumnDescription>, PipelineError> {
+    let r = query(
+        sql,
+        &format!(
+            "SELECT a.attname, a.atttypid::text, a.atttypmod::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = {} AND c.relname = {} AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            literal(&table.schema),
+            literal(&table.name)
+        ),
+    )
+    .await?;
+    Ok((0..r.rows.len())
+        .filter_map(|i| {
+            let type_oid = r.text(i, 1).and_then(|t| t.parse().ok()).unwrap_or(0);
+            let type_modifier = r.text(i, 2).and_then(|t| t.parse().ok()).unwrap_or(-1);
+            Some((r.text(i, 0)?.to_owned(), type_oid, type_modifier))
+        })
+        .collect())
+}
+
+/// A Relation message's equivalent for a table described by the catalog or a row
+/// description: so checks and snapshots resolve columns exactly as streaming does.
+pub fn relation_of(table: &TableName, columns: impl IntoIterator<Item = ColumnDescription>) -> Relation {
+    Relation {
+        xid: None,
+        oid: 0,
+        namespace: Bytes::from(table.schema.clone()),
+        name: Bytes::from(table.name.clone()),
+        replica_identity: b'd',
+        columns: columns
+            .into_iter()
+            .map(|(name, type_oid, type_modifier)| Column {
+                flags: 0,
+                name: Bytes::from(name),
+                type_oid,
+                type_modifier,
+            })
+            .collect(),
+    }
+}
+
+/// Whether the publication exists (and, if it does, publishes our inserts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publication {
+    Missing,
+    Ready,
+    /// Ready, but FOR ALL TABLES: every table's changes are decoded and sent.
+    ReadyForAllTables,
+}
+
+/// Checks an existing publication publishes inserts of every outbox table through the
+/// partition root; read-only. A publication that exists but does not is a definite error.
+pub async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Result<Publication, PipelineError> {
+    let publication = &s.source.publication;
+    let pubname = literal(publication);
+    let r = query(
+        sql,
+        &format!("SELECT pubinsert::text AS ins, puballtables::text AS alltables FROM pg_publication WHERE pubname = {pubname}"),
+    )
+    .await?;
+    if r.rows.is_empty() {
+        return Ok(Publication::Missing);
+    }
+    if r.first("ins") != Some("true") {
+        return Err(PipelineError::definite(format!(
+            "publication \"{publication}\" does not publish inserts: run ALTER PUBLICATION {} SET (publish = 'insert')",
+            ident(publication)
+        )));
+    }
+    for table in s.source.outboxes.iter().map(|o| &o.table) {
+        let covered = query(
+            sql,
+            &format!(
+                "SELECT count(*) AS n FROM pg_publication_tables WHERE pubname = {pubname} AND schemaname = {} AND tablename = {}",
+                literal(&table.schema),
+                literal(&table.name)
+            ),
+        )
+        .await?;
+        if covered.first("n") == Some("0") {
+            return Err(PipelineError::definite(messages::publication_lacks_table(publication, table)));
+        }
+    }
+    // A partitioned outbox must be published through its root, or rows arrive under
+    // partition names and would not be recognised as outbox rows.
+    let via_root_missing = query(
+        sql,
+        &format!(
+            "SELECT string_agg(n.nspname || '.' || c.relname, ', ') AS t FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_publication p ON p.pubname = {pubname}
+             WHERE c.relkind = 'p' AND NOT p.pubviaroot AND (n.nspname, c.relname) IN ({})",
+            s.source
+                .outboxes
+                .iter()
+                .map(|o| format!("({}, {})", literal(&o.table.schema), literal(&o.table.name)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+    .await?;
+    if let Some(tables) = via_root_missing.first("t") {
+        return Err(PipelineError::definite(format!(
+            "publication \"{publication}\" publishes the partitioned table {tables} partition by partition: run ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
+            ident(publication)
+        )));
+    }
+    if r.first("alltables") == Some("true") {
+        Ok(Publication::ReadyForAllTables)
+    } else {
+        Ok(Publication::Ready)
+    }
+}

@@ -1,0 +1,47 @@
+//! Operator-facing texts about PostgreSQL state. Each is quoted verbatim in the runbook
+//! it names (checked by `tests/runbooks.rs`), so change both together.
+
+use super::sql::ident;
+use crate::settings::TableName;
+
+/// The runbook a lost slot points to.
+pub const SLOT_LOST_RUNBOOK: &str = "runbooks/slot-lost.md";
+/// The runbook an outbox table that stopped being streamed points to.
+pub const OUTBOX_CHANGED_RUNBOOK: &str = "runbooks/outbox-recreated.md";
+
+/// The fatal error for an invalidated slot.
+pub fn slot_lost_message(slot: &str) -> String {
+    format!(
+        "replication slot \"{slot}\" was invalidated (wal_status = lost): PostgreSQL removed WAL it still needed, so events committed since its confirmed position may never reach Kafka; follow {SLOT_LOST_RUNBOOK}"
+    )
+}
+
+/// The fatal error for an outbox table that stopped being streamed while walpost ran;
+/// `why` is what the check found (the table is gone, or the publication check's own
+/// error).
+pub fn outbox_changed_message(why: &str) -> String {
+    format!(
+        "{why}; this changed while walpost was streaming, and rows written since then are not in the replication stream (the slot may be confirmed past them), so walpost stopped: put the table back in the publication, backfill its rows with `walpost run --snapshot initial_only`, then restart walpost; follow {OUTBOX_CHANGED_RUNBOOK}"
+    )
+}
+
+/// The `why` of [`outbox_changed_message`] for a dropped table.
+pub fn outbox_dropped(table: &TableName) -> String {
+    format!("outbox table {table} no longer exists")
+}
+
+/// The error for a publication that exists without the outbox table in it.
+pub fn publication_lacks_table(publication: &str, table: &TableName) -> String {
+    format!(
+        "publication \"{publication}\" exists but does not include {table}: run ALTER PUBLICATION {} ADD TABLE {}, or choose another --publication",
+        ident(publication),
+        table.quoted()
+    )
+}
+
+/// The transient error for a slot another process streams from (a hot standby waits).
+pub fn slot_in_use(slot: &str, pid: i32) -> String {
+    format!(
+        "replication slot \"{slot}\" is in use by server process {pid} (another walpost instance?); waiting for it to be released"
+    )
+}

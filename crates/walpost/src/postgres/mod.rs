@@ -1,0 +1,14 @@
+//! What walpost asks PostgreSQL on ordinary SQL connections, and what it tells the
+//! operator about the answers: catalog queries ([`catalog`]), start-up checks and the
+//! idempotent setup of the publication ([`preflight`]), and the operator-facing texts
+//! the runbooks quote ([`messages`]).
+//!
+//! Every name that reaches SQL is escaped by [`sql`] (`postgres_protocol::escape`),
+//! and the settings layer has already checked it is an identifier.
+
+pub mod catalog;
+pub mod messages;
+pub mod preflight;
+pub mod sql;
+
+pub use catalog::{relation_of, slot_row, Publication, SlotRow};

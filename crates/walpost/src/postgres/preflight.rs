@@ -1,0 +1,123 @@
+//! Start-up checks and idempotent setup on an ordinary SQL connection: wal_level, the
+//! role's privileges, the outbox tables and their mapped columns, the publication and
+//! the slot's state. Each failure is a definite [`PipelineError`] whose text names the
+//! problem and the command that fixes it.
+
+use replication::ReplicationClient;
+use router::Router;
+
+use super::catalog::{self, Publication, SlotRow};
+use super::messages;
+use super::sql::{ident, query};
+use crate::error::PipelineError;
+use crate::settings::{Outbox, Settings};
+
+/// Checks everything that does not depend on the slot; creates the publication if missing.
+pub async fn preflight(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    check_wal_level(sql).await?;
+    check_role(sql).await?;
+    check_tables(sql, s).await?;
+    ensure_publication(sql, s).await
+}
+
+pub async fn check_wal_level(sql: &mut ReplicationClient) -> Result<(), PipelineError> {
+    let r = query(sql, "SHOW wal_level").await?;
+    let level = r.first("wal_level").unwrap_or("unknown");
+    if level != "logical" {
+        return Err(PipelineError::definite(format!(
+            "wal_level is '{level}' but walpost needs 'logical': run ALTER SYSTEM SET wal_level = logical (or set wal_level = logical in postgresql.conf) and restart PostgreSQL; a reload is not enough"
+        )));
+    }
+    Ok(())
+}
+
+pub async fn check_role(sql: &mut ReplicationClient) -> Result<(), PipelineError> {
+    let r = query(
+        sql,
+        "SELECT current_user AS name, rolsuper::text AS super, rolreplication::text AS repl FROM pg_roles WHERE rolname = current_user",
+    )
+    .await?;
+    let name = r.first("name").unwrap_or("?").to_owned();
+    if r.first("super") != Some("true") && r.first("repl") != Some("true") {
+        return Err(PipelineError::definite(format!(
+            "role \"{name}\" lacks the REPLICATION attribute: run ALTER ROLE {} WITH REPLICATION as a superuser",
+            ident(&name)
+        )));
+    }
+    Ok(())
+}
+
+/// Every outbox table exists and holds its mapped columns (checked with the router's
+/// own column lookup, so the error is the one a Relation message would give).
+pub async fn check_tables(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    for outbox in &s.source.outboxes {
+        check_outbox_table(sql, s, outbox).await?;
+    }
+    Ok(())
+}
+
+async fn check_outbox_table(sql: &mut ReplicationClient, s: &Settings, outbox: &Outbox) -> Result<(), PipelineError> {
+    let table = &outbox.table;
+    let columns = catalog::table_columns(sql, table).await?;
+    if columns.is_empty() {
+        return Err(PipelineError::definite(format!(
+            "table {table} does not exist in database {}: apply migrations/0001_events_outbox.sql or pass --table schema.name",
+            s.postgres.dbname
+        )));
+    }
+    let relation = catalog::relation_of(table, columns);
+    Router::new(outbox.router.clone()).and_then(|r| r.resolve(&relation)).map_err(PipelineError::definite)?;
+    Ok(())
+}
+
+/// Creates the publication when missing; checks an existing one publishes our inserts.
+pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    let publication = &s.source.publication;
+    match catalog::publication_state(sql, s).await? {
+        Publication::Ready => return Ok(()),
+        Publication::ReadyForAllTables => {
+            tracing::warn!(publication = %publication, "publication is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published", s.table());
+            return Ok(());
+        }
+        Publication::Missing => {}
+    }
+    let tables = s.source.outboxes.iter().map(|o| o.table.quoted()).collect::<Vec<_>>().join(", ");
+    let create = format!(
+        "CREATE PUBLICATION {} FOR TABLE {tables} WITH (publish = 'insert', publish_via_partition_root = true)",
+        ident(publication),
+    );
+    sql.simple_query(&create).await.map_err(|e| {
+        PipelineError::definite(format!(
+            "cannot create publication \"{publication}\": {e}; create it as the table owner or a superuser with: {create}"
+        ))
+        .caused_by(e)
+    })?;
+    tracing::info!(publication = %publication, table = %s.table(), "created publication");
+    Ok(())
+}
+
+/// Checks an existing slot can be used by this instance now.
+pub fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineError> {
+    let slot = &s.source.slot;
+    if row.slot_type != "logical" || row.plugin.as_deref() != Some("pgoutput") {
+        return Err(PipelineError::definite(format!(
+            "replication slot \"{slot}\" exists but is a {} slot with plugin {}; walpost needs a logical pgoutput slot: drop it with SELECT pg_drop_replication_slot('{slot}') if nothing else uses it, or choose another --slot",
+            row.slot_type,
+            row.plugin.as_deref().unwrap_or("none")
+        )));
+    }
+    if row.database.as_deref() != Some(s.postgres.dbname.as_str()) {
+        return Err(PipelineError::definite(format!(
+            "replication slot \"{slot}\" belongs to database {}, not {}: connect to that database or choose another --slot",
+            row.database.as_deref().unwrap_or("?"),
+            s.postgres.dbname
+        )));
+    }
+    if row.wal_status.as_deref() == Some("lost") {
+        return Err(PipelineError::definite(messages::slot_lost_message(slot)));
+    }
+    if let Some(pid) = row.active_pid {
+        return Err(PipelineError::transient(messages::slot_in_use(slot, pid)));
+    }
+    Ok(())
+}

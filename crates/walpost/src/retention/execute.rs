@@ -1,0 +1,257 @@
+//! The I/O half of a retention pass: carries out [`super::plan::Step`]s with DDL, each
+//! in one transaction with `lock_timeout` ([`in_transaction`]), and reports a line per
+//! partition. Only DDL errors that say "try again" (a lock timeout, a conflict) become
+//! a kept line; a lost connection ends the pass.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use pgoutput::Lsn;
+use replication::{QueryResult, ReplicationClient};
+
+use super::catalog::{seal_comment, Partition, Seal, SEAL_CONSTRAINT};
+use super::plan::{blocked_detail, drop_rule, Step};
+use super::report::{Action, Line, Reason};
+use super::time::literal_ts;
+use super::Target;
+use crate::error::PipelineError;
+use crate::postgres::sql::{ident, literal};
+
+/// Carries out `steps` (in a dry run, only reports them).
+pub async fn execute(
+    sql: &mut ReplicationClient,
+    t: &Target,
+    partitions: &[Partition],
+    slot: Result<Lsn, Reason>,
+    steps: Vec<Step>,
+    dry_run: bool,
+) -> Result<Vec<Line>, PipelineError> {
+    let mut lines = Vec::with_capacity(steps.len());
+    for step in steps {
+        let line = match step {
+            Step::Keep(line) => line,
+            Step::Create { display, quoted, range } => {
+                let mut line = Line {
+                    partition: display,
+                    range: range.to_string(),
+                    action: Action::Create,
+                    done: false,
+                    reason: Reason::Ahead,
+                    detail: String::new(),
+                };
+                if !dry_run {
+                    let (lo, hi) = (range.lo.unwrap_or(i64::MIN), range.hi.unwrap_or(i64::MAX));
+                    match create_partition(sql, t, &quoted, lo, hi).await {
+                        Ok(()) => line.done = true,
+                        Err(e) => keep_after(&mut line, e, "not created")?,
+                    }
+                }
+                line
+            }
+            Step::Seal { index } => {
+                let p = partitions.get(index).ok_or_else(|| PipelineError::definite("retention: partition index"))?;
+                let mut line = partition_line(p, Action::Seal, Reason::Expired);
+                if dry_run {
+                    line.detail = "then dropped once the slot confirms the seal position".into();
+                } else {
+                    match seal(sql, t, p).await {
+                        Ok(w) => {
+                            line.done = true;
+                            line.detail = blocked_detail(w, &t.slot, slot);
+                            // Dropped in a later pass: the slot has to confirm W first.
+                            line.reason = drop_rule(w, slot).err().unwrap_or(Reason::SlotBehind);
+                        }
+                        Err(e) => {
+                            line.action = Action::Keep;
+                            keep_after(&mut line, e, "not sealed")?;
+                        }
+                    }
+                }
+                line
+            }
+            Step::Drop { index, w, confirmed } => {
+                let p = partitions.get(index).ok_or_else(|| PipelineError::definite("retention: partition index"))?;
+                let mut line = partition_line(p, Action::Drop, Reason::Expired);
+                line.detail = format!("sealed at {w}; slot {} confirmed {confirmed}", t.slot);
+                if !dry_run {
+                    match drop_partition(sql, t, p, w).await {
+                        Ok(true) => line.done = true,
+                        Ok(false) => {
+                            // The seal changed under us (removed or renewed by someone).
+                            line.action = Action::Keep;
+                            line.reason = Reason::Conflict;
+                            line.detail = "the seal changed since this pass read it; seen again next pass".into();
+                        }
+                        Err(e) => {
+                            line.action = Action::Keep;
+                            keep_after(&mut line, e, &format!("sealed at {w}; not dropped"))?;
+                        }
+                    }
+                }
+                line
+            }
+        };
+        lines.push(line);
+    }
+    Ok(lines)
+}
+
+fn partition_line(p: &Partition, action: Action, reason: Reason) -> Line {
+    Line {
+        partition: p.display.clone(),
+        range: p.range.to_string(),
+        action,
+        done: false,
+        reason,
+        detail: String::new(),
+    }
+}
+
+/// A failed DDL: a kept line when the server said no, the pass's error when the
+/// connection failed.
+fn keep_after(line: &mut Line, e: replication::Error, what: &str) -> Result<(), PipelineError> {
+    if e.is_transient() {
+        return Err(e.into());
+    }
+    line.reason = match e.sqlstate() {
+        Some("55P03") => Reason::LockTimeout,
+        // duplicate_table, invalid_object_definition (overlap), check_violation (default partition rows)
+        Some("42P07") | Some("42P17") | Some("23514") => Reason::Conflict,
+        _ => Reason::Error,
+    };
+    line.detail = format!("{what}: {e}");
+    Ok(())
+}
+
+type Work<'a, T> = Pin<Box<dyn Future<Output = Result<T, replication::Error>> + Send + 'a>>;
+
+/// Runs `work` in one transaction with `lock_timeout`; rolls back when it fails (or
+/// returns `Ok(None)`: nothing to commit), commits otherwise.
+async fn in_transaction<T>(
+    sql: &mut ReplicationClient,
+    t: &Target,
+    work: impl for<'c> FnOnce(&'c mut ReplicationClient) -> Work<'c, Option<T>>,
+) -> Result<Option<T>, replication::Error> {
+    sql.simple_query("BEGIN").await?;
+    let result = async {
+        sql.simple_query(&format!("SET LOCAL lock_timeout = '{}ms'", t.config.lock_timeout.as_millis())).await?;
+        work(sql).await
+    }
+    .await;
+    match result {
+        Ok(Some(value)) => {
+            sql.simple_query("COMMIT").await?;
+            Ok(Some(value))
+        }
+        Ok(None) => {
+            sql.simple_query("ROLLBACK").await?;
+            Ok(None)
+        }
+        Err(e) => {
+            if !e.is_transient() {
+                let _ = sql.simple_query("ROLLBACK").await;
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn run_all(sql: &mut ReplicationClient, statements: &[String]) -> Result<Vec<QueryResult>, replication::Error> {
+    let mut results = Vec::with_capacity(statements.len());
+    for s in statements {
+        results.push(sql.simple_query(s).await?);
+    }
+    Ok(results)
+}
+
+async fn create_partition(
+    sql: &mut ReplicationClient,
+    t: &Target,
+    quoted: &str,
+    lo: i64,
+    hi: i64,
+) -> Result<(), replication::Error> {
+    let root = t.table.quoted();
+    // CREATE TABLE ... PARTITION OF would take ACCESS EXCLUSIVE on the table; ATTACH
+    // takes SHARE UPDATE EXCLUSIVE, which inserts do not wait for.
+    let statements = vec![
+        format!(
+            "CREATE TABLE {quoted} (LIKE {root} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED \
+             INCLUDING IDENTITY INCLUDING STORAGE INCLUDING COMMENTS)"
+        ),
+        format!(
+            "ALTER TABLE {root} ATTACH PARTITION {quoted} FOR VALUES FROM ({}) TO ({})",
+            literal(&literal_ts(lo)),
+            literal(&literal_ts(hi))
+        ),
+    ];
+    in_transaction(sql, t, |sql| Box::pin(async move { run_all(sql, &statements).await.map(Some) })).await.map(|_| ())
+}
+
+/// Seals `p` and returns W (see the module docs of [`super`]).
+async fn seal(sql: &mut ReplicationClient, t: &Target, p: &Partition) -> Result<Lsn, replication::Error> {
+    let lock = format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", p.quoted);
+    let add = (p.seal.is_none())
+        .then(|| format!("ALTER TABLE {} ADD CONSTRAINT {} CHECK (false) NOT VALID", p.quoted, ident(SEAL_CONSTRAINT)));
+    let slot = t.slot.clone();
+    let quoted = p.quoted.clone();
+    let sealed = in_transaction(sql, t, |sql| {
+        Box::pin(async move {
+            sql.simple_query(&lock).await?;
+            if let Some(add) = &add {
+                sql.simple_query(add).await?;
+            }
+            // Read after the lock: every writer of the partition has ended.
+            let r = sql.simple_query("SELECT pg_current_wal_insert_lsn()::text AS w").await?;
+            let w: Lsn = r
+                .first("w")
+                .and_then(|w| w.parse().ok())
+                .ok_or_else(|| replication::Error::Protocol("pg_current_wal_insert_lsn() returned no LSN".into()))?;
+            sql.simple_query(&format!(
+                "COMMENT ON CONSTRAINT {} ON {quoted} IS {}",
+                ident(SEAL_CONSTRAINT),
+                literal(&seal_comment(w, &slot))
+            ))
+            .await?;
+            Ok(Some(w))
+        })
+    })
+    .await?;
+    sealed.ok_or_else(|| replication::Error::Protocol("seal produced no position".into()))
+}
+
+/// Drops `p` if it is still a partition of the table sealed at `w`. Ok(false): the seal changed.
+async fn drop_partition(
+    sql: &mut ReplicationClient,
+    t: &Target,
+    p: &Partition,
+    w: Lsn,
+) -> Result<bool, replication::Error> {
+    let root = t.table.quoted();
+    let quoted = p.quoted.clone();
+    let dropped = in_transaction(sql, t, |sql| {
+        Box::pin(async move {
+            // The locks DROP TABLE takes, in its order, before re-reading the seal.
+            sql.simple_query(&format!("LOCK TABLE ONLY {root} IN ACCESS EXCLUSIVE MODE")).await?;
+            sql.simple_query(&format!("LOCK TABLE {quoted} IN ACCESS EXCLUSIVE MODE")).await?;
+            let r = sql
+                .simple_query(&format!(
+                    "SELECT obj_description(k.oid, 'pg_constraint') AS seal FROM pg_constraint k \
+                     JOIN pg_inherits i ON i.inhrelid = k.conrelid AND i.inhparent = {}::regclass \
+                     WHERE k.conrelid = {}::regclass AND k.conname = {} AND k.contype = 'c' \
+                     AND pg_get_constraintdef(k.oid) LIKE 'CHECK (false)%'",
+                    literal(&root),
+                    literal(&quoted),
+                    literal(SEAL_CONSTRAINT)
+                ))
+                .await?;
+            if r.rows.is_empty() || super::catalog::parse_seal(r.first("seal")) != Seal::At(w) {
+                return Ok(None);
+            }
+            sql.simple_query(&format!("DROP TABLE {quoted}")).await?;
+            Ok(Some(()))
+        })
+    })
+    .await?;
+    Ok(dropped.is_some())
+}

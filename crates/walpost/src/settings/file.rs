@@ -1,0 +1,327 @@
+//! The TOML file as the user writes it: every key optional, unknown keys refused
+//! (`deny_unknown_fields`), nothing validated yet. [`super::resolve`] turns it (with
+//! the flags and `WALPOST_*` variables) into [`super::Settings`].
+//!
+//! The same structs serialise back to TOML for `walpost import-debezium`, so what it
+//! prints is exactly what this parser reads.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, SnapshotMode};
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publication: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotMode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_filter: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat_interval_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot_failover: Option<bool>,
+    /// `halt` (default) or `dead_letter`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_permanent_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_letter_topic: Option<String>,
+    /// Errors, log lines and dead-letter headers may show column values (off: they
+    /// name the event id, column and LSN instead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_values: Option<bool>,
+    #[serde(default)]
+    pub kafka: KafkaFile,
+    #[serde(default)]
+    pub router: RouterFile,
+    #[serde(default, skip_serializing_if = "PipelineFile::is_empty")]
+    pub pipeline: PipelineFile,
+    #[serde(default, skip_serializing_if = "MonitorFile::is_empty")]
+    pub monitor: MonitorFile,
+    /// Partition retention (see `crate::retention`).
+    #[serde(default, skip_serializing_if = "RetentionFile::is_empty")]
+    pub retention: RetentionFile,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outbox: Vec<OutboxFile>,
+    #[serde(default, skip_serializing_if = "MessagesFile::is_empty")]
+    pub messages: MessagesFile,
+}
+
+impl FileConfig {
+    /// Reads and parses `path`. A parse error names the key or position, never the
+    /// text of the line (it may hold a secret).
+    pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        FileConfig::parse(&text).map_err(|message| ConfigError::Parse { path: path.display().to_string(), message })
+    }
+
+    /// Parses a file's text. Debezium options walpost does not implement are refused
+    /// by name with the reason (before the generic "unknown field").
+    pub fn parse(text: &str) -> Result<FileConfig, String> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| parse_error_message(&e))?;
+        for (section, router) in router_tables(&table) {
+            for key in router.keys() {
+                if let Some((_, why)) = router::DEBEZIUM_OPTIONS_NOT_IMPLEMENTED.iter().find(|(k, _)| k == key) {
+                    return Err(format!(
+                        "[{section}] \"{key}\" is a Debezium option walpost does not implement: {why}"
+                    ));
+                }
+            }
+        }
+        table.try_into().map_err(|e: toml::de::Error| parse_error_message(&e))
+    }
+}
+
+/// Every router table of a file: `[router]`, `[[outbox]]`'s `router`, `[messages.router]`.
+fn router_tables(table: &toml::Table) -> Vec<(&'static str, &toml::Table)> {
+    let mut out = Vec::new();
+    if let Some(r) = table.get("router").and_then(toml::Value::as_table) {
+        out.push(("router", r));
+    }
+    for outbox in table.get("outbox").and_then(toml::Value::as_array).into_iter().flatten() {
+        if let Some(r) = outbox.get("router").and_then(toml::Value::as_table) {
+            out.push(("outbox.router", r));
+        }
+    }
+    if let Some(r) = table.get("messages").and_then(|m| m.get("router")).and_then(toml::Value::as_table) {
+        out.push(("messages.router", r));
+    }
+    out
+}
+
+/// `toml`'s error text quotes the offending line; keep only its position and message.
+fn parse_error_message(e: &toml::de::Error) -> String {
+    let message = e.message();
+    match e.span() {
+        Some(span) => format!("{message} (at byte {})", span.start),
+        None => message.to_owned(),
+    }
+}
+
+/// `[kafka]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub brokers: Option<String>,
+    /// Any librdkafka property, passed through (some are refused: see `crate::kafka`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// `[router]`, `[outbox.router]`, `[messages.router]`: Debezium's Event Router option
+/// names. An option walpost does not know is an error naming it, never silently ignored.
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterFile {
+    #[serde(rename = "route.by.field", skip_serializing_if = "Option::is_none")]
+    pub route_by_field: Option<String>,
+    #[serde(rename = "route.topic.regex", skip_serializing_if = "Option::is_none")]
+    pub topic_regex: Option<String>,
+    #[serde(rename = "route.topic.replacement", skip_serializing_if = "Option::is_none")]
+    pub topic_replacement: Option<String>,
+    /// A route value the regex does not match becomes the topic as it is (Debezium's
+    /// behaviour) instead of a routing error (walpost).
+    #[serde(rename = "route.topic.regex.fallthrough", skip_serializing_if = "Option::is_none")]
+    pub topic_regex_fallthrough: Option<bool>,
+    /// Topics records may go to: prefixes, `re:<regex>`, or `*` (walpost).
+    #[serde(rename = "topics.allow", skip_serializing_if = "Option::is_none")]
+    pub topics_allow: Option<Vec<String>>,
+    #[serde(rename = "route.tombstone.on.empty.payload", skip_serializing_if = "Option::is_none")]
+    pub tombstone_on_empty_payload: Option<bool>,
+    #[serde(rename = "table.field.event.key", skip_serializing_if = "Option::is_none")]
+    pub key_field: Option<String>,
+    #[serde(rename = "table.field.event.payload", skip_serializing_if = "Option::is_none")]
+    pub payload_field: Option<String>,
+    #[serde(rename = "table.field.event.id", skip_serializing_if = "Option::is_none")]
+    pub id_field: Option<String>,
+    /// Column copied into the `eventType` header (walpost); "" for none.
+    #[serde(rename = "table.field.event.type.header", skip_serializing_if = "Option::is_none")]
+    pub event_type_header_field: Option<String>,
+    /// Deprecated spelling of `table.field.event.type.header` (not a Debezium option
+    /// since Debezium 1.2); accepted with a warning.
+    #[serde(rename = "table.field.event.type", skip_serializing_if = "Option::is_none")]
+    pub event_type_field: Option<String>,
+    #[serde(rename = "table.field.event.timestamp", skip_serializing_if = "Option::is_none")]
+    pub timestamp_field: Option<String>,
+    /// A JSON object column whose keys become headers (walpost extension).
+    #[serde(rename = "table.field.event.headers", skip_serializing_if = "Option::is_none")]
+    pub headers_field: Option<String>,
+    #[serde(rename = "table.fields.additional.placement", skip_serializing_if = "Option::is_none")]
+    pub additional_placement: Option<String>,
+    /// `error` (default) or `ignore`.
+    #[serde(rename = "table.field.additional.missing", skip_serializing_if = "Option::is_none")]
+    pub additional_missing: Option<String>,
+    /// `warn` (default), `error` or `fatal`.
+    #[serde(rename = "table.op.invalid.behavior", skip_serializing_if = "Option::is_none")]
+    pub op_invalid_behavior: Option<String>,
+    /// Accepted for compatibility: walpost always emits JSON payloads as JSON.
+    #[serde(rename = "table.expand.json.payload", skip_serializing_if = "Option::is_none")]
+    pub expand_json_payload: Option<bool>,
+}
+
+impl RouterFile {
+    /// `self`, with unset keys taken from `base`.
+    pub fn or(&self, base: &RouterFile) -> RouterFile {
+        macro_rules! pick {
+            ($($f:ident),*) => { RouterFile { $($f: self.$f.clone().or_else(|| base.$f.clone())),* } };
+        }
+        pick!(
+            route_by_field,
+            topic_regex,
+            topic_replacement,
+            topic_regex_fallthrough,
+            topics_allow,
+            event_type_header_field,
+            tombstone_on_empty_payload,
+            key_field,
+            payload_field,
+            id_field,
+            event_type_field,
+            timestamp_field,
+            headers_field,
+            additional_placement,
+            additional_missing,
+            op_invalid_behavior,
+            expand_json_payload
+        )
+    }
+}
+
+/// One more outbox table in the same slot and publication (`[[outbox]]`).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxFile {
+    pub table: String,
+    #[serde(default)]
+    pub router: RouterFile,
+}
+
+/// The table-less outbox: `pg_logical_emit_message(true, '<prefix>', '<json>')`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessagesFile {
+    /// Prefixes whose messages are events; none: messages are not requested.
+    #[serde(rename = "prefix.include", default)]
+    pub prefix_include: Vec<String>,
+    /// Publish non-transactional messages too (they cannot be rolled back).
+    #[serde(default)]
+    pub allow_non_transactional: bool,
+    /// JSON field names of the envelope, under the router's option names.
+    #[serde(default)]
+    pub router: RouterFile,
+}
+
+impl MessagesFile {
+    fn is_empty(&self) -> bool {
+        self.prefix_include.is_empty()
+    }
+}
+
+/// `[pipeline]`: the produce window and the replication session.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    /// Stop reading WAL while this many payload bytes are unacknowledged.
+    pub max_in_flight_bytes: Option<u64>,
+    /// Stop reading WAL while this many records are unacknowledged.
+    pub max_in_flight_records: Option<u64>,
+    /// Seconds between standby status updates when nothing else prompts one.
+    pub status_interval_secs: Option<u64>,
+    /// Seconds to wait for Kafka acknowledgements at shutdown.
+    pub shutdown_timeout_secs: Option<u64>,
+    /// Longest wait between reconnect attempts, in seconds.
+    pub max_backoff_secs: Option<u64>,
+    /// Restart the producer when Kafka acknowledges nothing for this long while records
+    /// wait, in seconds.
+    pub delivery_timeout_secs: Option<u64>,
+    /// `/readyz` fails once Kafka has acknowledged nothing for this long while records
+    /// wait, in seconds (well before the producer restart).
+    pub unready_after_secs: Option<u64>,
+}
+
+impl PipelineFile {
+    fn is_empty(&self) -> bool {
+        self.max_in_flight_bytes.is_none()
+            && self.max_in_flight_records.is_none()
+            && self.status_interval_secs.is_none()
+            && self.shutdown_timeout_secs.is_none()
+            && self.max_backoff_secs.is_none()
+            && self.delivery_timeout_secs.is_none()
+            && self.unready_after_secs.is_none()
+    }
+}
+
+/// `[monitor]`: slot monitor and alarm thresholds.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorFile {
+    /// Seconds between polls of pg_replication_slots.
+    pub interval_secs: Option<u64>,
+    /// Retained WAL bytes that raise a warning / a critical alarm.
+    pub warning_bytes: Option<u64>,
+    pub critical_bytes: Option<u64>,
+    /// Streaming lag (seconds) that raises a warning / a critical alarm.
+    pub warning_lag_secs: Option<f64>,
+    pub critical_lag_secs: Option<f64>,
+    /// An open transaction older than this raises a warning.
+    pub long_transaction_secs: Option<f64>,
+    /// The slot's confirmed position standing still this long while WAL is written past
+    /// it raises a warning (an active instance that is stuck).
+    pub confirm_stalled_secs: Option<f64>,
+    /// Seconds between reminders while an alarm stays raised.
+    pub reminder_secs: Option<u64>,
+}
+
+impl MonitorFile {
+    fn is_empty(&self) -> bool {
+        self.interval_secs.is_none()
+            && self.warning_bytes.is_none()
+            && self.critical_bytes.is_none()
+            && self.warning_lag_secs.is_none()
+            && self.critical_lag_secs.is_none()
+            && self.long_transaction_secs.is_none()
+            && self.confirm_stalled_secs.is_none()
+            && self.reminder_secs.is_none()
+    }
+}
+
+/// `[retention]`.
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionFile {
+    /// Run the retention task inside `walpost run`. Unset: run it when the table is partitioned.
+    pub enabled: Option<bool>,
+    /// Seconds between passes inside `walpost run` (default 3600).
+    pub interval_secs: Option<u64>,
+    /// Drop partitions whose whole range is older than this many days (default 7).
+    pub keep_days: Option<u32>,
+    /// Keep partitions created this many days ahead (default 3).
+    pub days_ahead: Option<u32>,
+    /// lock_timeout for every DDL statement of a pass, in milliseconds (default 1000).
+    pub lock_timeout_ms: Option<u64>,
+}
+
+impl RetentionFile {
+    fn is_empty(&self) -> bool {
+        self.enabled.is_none()
+            && self.interval_secs.is_none()
+            && self.keep_days.is_none()
+            && self.days_ahead.is_none()
+            && self.lock_timeout_ms.is_none()
+    }
+}

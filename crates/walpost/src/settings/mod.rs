@@ -1,0 +1,277 @@
+//! Configuration: a TOML file ([`FileConfig`]), `WALPOST_*` environment variables and
+//! flags ([`Overrides`], filled by the command line layer), merged once into a validated
+//! [`Settings`].
+//!
+//! Precedence: flag > environment variable > file > default. The file is parsed with
+//! `deny_unknown_fields`, so a misspelt key is an error naming it, never a silently
+//! ignored setting. Nothing here knows about clap: the command line layer turns its
+//! arguments into [`Overrides`].
+//!
+//! Invariants of a [`Settings`] value: every name that reaches SQL (slot, publication,
+//! tables) is a valid identifier, every duration and limit is positive, thresholds are
+//! ordered (warning <= critical), and the router options resolve into routers.
+
+mod file;
+mod resolve;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use router::RouterConfig;
+use serde::{Deserialize, Serialize};
+
+pub use file::{FileConfig, KafkaFile, MessagesFile, MonitorFile, OutboxFile, PipelineFile, RetentionFile, RouterFile};
+pub use resolve::{validate_identifier, Overrides};
+
+/// Resolved, validated settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub postgres: replication::Config,
+    pub source: SourceSettings,
+    pub kafka: KafkaSettings,
+    pub stream: StreamSettings,
+    pub snapshot: SnapshotSettings,
+    pub monitor: MonitorSettings,
+    pub retention: RetentionSettings,
+    /// `/metrics`, `/healthz`, `/readyz`; `None`: not served.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl Settings {
+    /// The first outbox table (`--table`).
+    pub fn table(&self) -> &TableName {
+        &self.source.outboxes[0].table
+    }
+
+    /// The first outbox table's router configuration.
+    pub fn router(&self) -> &RouterConfig {
+        &self.source.outboxes[0].router
+    }
+}
+
+/// What is read from PostgreSQL: the slot, the publication, the outbox tables.
+#[derive(Debug, Clone)]
+pub struct SourceSettings {
+    pub slot: String,
+    pub publication: String,
+    /// Create the slot with `FAILOVER` (PostgreSQL 17+).
+    pub slot_failover: bool,
+    /// Every outbox table; never empty. The first is `--table`.
+    pub outboxes: Vec<Outbox>,
+    /// The table-less outbox (`pg_logical_emit_message`), if configured.
+    pub messages: Option<Messages>,
+    /// Emit an empty logical message this often (a quiet database on a busy server).
+    pub heartbeat_interval: Option<Duration>,
+}
+
+/// Where records go and what happens to the ones Kafka will never take.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    pub brokers: String,
+    /// librdkafka properties given by the user (checked by `crate::kafka`).
+    pub properties: BTreeMap<String, String>,
+    pub on_permanent_error: OnPermanentError,
+    pub dead_letter_topic: String,
+    /// Errors, log lines and dead-letter headers may show column values.
+    pub log_values: bool,
+}
+
+/// The produce window and the replication session.
+#[derive(Debug, Clone)]
+pub struct StreamSettings {
+    pub max_in_flight_bytes: u64,
+    pub max_in_flight_records: u64,
+    /// A standby status update at least this often.
+    pub status_interval: Duration,
+    /// How long a shutdown waits for Kafka's acknowledgements.
+    pub shutdown_timeout: Duration,
+    /// Reconnect backoff cap.
+    pub max_backoff: Duration,
+    /// Restart a producer that acknowledges nothing this long while records wait.
+    pub delivery_timeout: Duration,
+    /// `/readyz` fails once Kafka has acknowledged nothing this long while records wait.
+    pub unready_after: Duration,
+}
+
+/// The initial snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotSettings {
+    pub mode: SnapshotMode,
+    /// A SQL condition on the outbox rows.
+    pub filter: Option<String>,
+}
+
+/// When to snapshot the rows already in the outbox (Debezium's snapshot.mode names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Stream only; rows that exist before the slot are not published.
+    Never,
+    /// Snapshot once, when walpost creates the slot; then stream.
+    Initial,
+    /// Snapshot, then exit 0 (a backfill; no slot is created).
+    InitialOnly,
+    /// Snapshot when the slot is missing or lost; then stream.
+    WhenNeeded,
+}
+
+/// The slot monitor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MonitorSettings {
+    pub interval: Duration,
+    pub thresholds: Thresholds,
+    /// Seconds between reminders while an alarm stays raised.
+    pub reminder: Duration,
+}
+
+/// Alarm thresholds: bytes of retained WAL, seconds of streaming lag, seconds the
+/// slot's confirmed position stood still while WAL was written.
+///
+/// Byte thresholds left unset follow the server: fractions of
+/// `max_slot_wal_keep_size` when it is finite (so they fire before PostgreSQL
+/// invalidates the slot), fixed sizes when it is unlimited (see `crate::monitor`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds {
+    pub warning_bytes: Option<u64>,
+    pub critical_bytes: Option<u64>,
+    pub warning_lag_secs: f64,
+    pub critical_lag_secs: f64,
+    pub long_transaction_secs: f64,
+    pub confirm_stalled_secs: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            warning_bytes: None,
+            critical_bytes: None,
+            warning_lag_secs: 60.0,
+            critical_lag_secs: 600.0,
+            long_transaction_secs: 300.0,
+            confirm_stalled_secs: 120.0,
+        }
+    }
+}
+
+/// Partition retention (see `crate::retention`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionSettings {
+    /// `Some(false)`: no task in `walpost run`; `None`: the task acts when the table is partitioned.
+    pub enabled: Option<bool>,
+    pub interval: Duration,
+    pub keep_days: u32,
+    pub days_ahead: u32,
+    pub lock_timeout: Duration,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        RetentionSettings {
+            enabled: None,
+            interval: Duration::from_secs(3600),
+            keep_days: 7,
+            days_ahead: 3,
+            lock_timeout: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// What to do with an UPDATE/DELETE/TRUNCATE of an outbox table, or a message that may
+/// not be published (Debezium's `table.op.invalid.behavior`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpInvalid {
+    /// Log a warning and go on.
+    Warn,
+    /// Log an error and go on.
+    Error,
+    /// Stop walpost.
+    Fatal,
+}
+
+/// One outbox table and how its rows are routed.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    pub table: TableName,
+    pub router: RouterConfig,
+    pub op_invalid: OpInvalid,
+}
+
+/// What happens to a record that can never be published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnPermanentError {
+    Halt,
+    DeadLetter,
+}
+
+/// The table-less outbox, resolved.
+#[derive(Debug, Clone)]
+pub struct Messages {
+    pub prefixes: Vec<String>,
+    pub allow_non_transactional: bool,
+    pub router: RouterConfig,
+    pub op_invalid: OpInvalid,
+}
+
+/// A schema-qualified table name; both parts are valid identifiers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    pub schema: String,
+    pub name: String,
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.schema, self.name)
+    }
+}
+
+impl TableName {
+    /// `schema.name` (or `name`, in schema `public`).
+    pub fn parse(text: &str) -> Result<TableName, ConfigError> {
+        let (schema, name) = text.split_once('.').unwrap_or(("public", text));
+        let invalid = || ConfigError::Invalid {
+            key: "table",
+            value: text.into(),
+            expected: "schema.name of two identifiers, e.g. events.outbox",
+        };
+        validate_identifier(schema).map_err(|_| invalid())?;
+        validate_identifier(name).map_err(|_| invalid())?;
+        Ok(TableName { schema: schema.into(), name: name.into() })
+    }
+
+    /// `"schema"."name"` for SQL.
+    pub fn quoted(&self) -> String {
+        format!(
+            "{}.{}",
+            postgres_protocol::escape::escape_identifier(&self.schema),
+            postgres_protocol::escape::escape_identifier(&self.name)
+        )
+    }
+}
+
+/// Configuration that cannot be used. No variant carries a configuration file's text
+/// or a connection string (either may hold a secret).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config file {path} is not valid: {message}")]
+    Parse { path: String, message: String },
+    #[error("{key} is required: pass --{flag}, set WALPOST_{env}, or put {key} in the config file")]
+    Missing { key: &'static str, flag: &'static str, env: &'static str },
+    #[error("{key} = '{value}' is not valid: expected {expected}")]
+    Invalid { key: &'static str, value: String, expected: &'static str },
+    /// A router option that cannot be used (the text names the option).
+    #[error("{0}")]
+    Option(String),
+    #[error(transparent)]
+    Postgres(#[from] replication::ConfigError),
+}
+
+impl From<ConfigError> for crate::error::PipelineError {
+    fn from(e: ConfigError) -> Self {
+        crate::error::PipelineError::definite(&e).caused_by(e)
+    }
+}

@@ -1,0 +1,548 @@
+//! Flags and environment over the file over defaults, validated once.
+
+use std::time::Duration;
+
+use router::RouterConfig;
+
+use super::{
+    ConfigError, FileConfig, KafkaSettings, Messages, MonitorSettings, OnPermanentError, OpInvalid, Outbox,
+    RetentionFile, RetentionSettings, RouterFile, Settings, SnapshotMode, SnapshotSettings, SourceSettings,
+    StreamSettings, TableName, Thresholds,
+};
+
+/// What the command line (flags and `WALPOST_*` variables, already merged by it) sets.
+/// `None` everywhere means "not given": the file or the default decides.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub postgres: Option<String>,
+    pub kafka_brokers: Option<String>,
+    pub table: Option<String>,
+    pub slot: Option<String>,
+    pub publication: Option<String>,
+    pub topic: Option<String>,
+    pub route_by_field: Option<String>,
+    pub key_field: Option<String>,
+    pub payload_field: Option<String>,
+    pub id_field: Option<String>,
+    pub event_type_field: Option<String>,
+    pub metrics_addr: Option<String>,
+    pub snapshot: Option<SnapshotMode>,
+    pub snapshot_filter: Option<String>,
+    pub heartbeat_interval_secs: Option<u64>,
+    pub slot_failover: bool,
+    /// `KEY=VALUE` librdkafka properties; override `[kafka.properties]`.
+    pub kafka_properties: Vec<String>,
+    /// `walpost retention --keep-days` / `--days-ahead`.
+    pub retention_keep_days: Option<u32>,
+    pub retention_days_ahead: Option<u32>,
+}
+
+impl Settings {
+    /// Merges `overrides` over `file` over defaults.
+    pub fn resolve(overrides: &Overrides, file: FileConfig) -> Result<Settings, ConfigError> {
+        resolve(overrides, file, true)
+    }
+
+    /// As [`Settings::resolve`], for commands that do not talk to Kafka.
+    pub fn resolve_without_kafka(overrides: &Overrides, file: FileConfig) -> Result<Settings, ConfigError> {
+        resolve(overrides, file, false)
+    }
+}
+
+fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings, ConfigError> {
+    let pick = |flag: &Option<String>, file: Option<String>| flag.clone().or(file);
+    let postgres = pick(&o.postgres, file.postgres).ok_or(ConfigError::Missing {
+        key: "postgres",
+        flag: "postgres",
+        env: "POSTGRES",
+    })?;
+    let brokers = match pick(&o.kafka_brokers, file.kafka.brokers) {
+        Some(b) => b,
+        None if !need_kafka => String::new(),
+        None => return Err(ConfigError::Missing { key: "kafka.brokers", flag: "kafka-brokers", env: "KAFKA_BROKERS" }),
+    };
+    let table = TableName::parse(&pick(&o.table, file.table).unwrap_or_else(|| "events.outbox".into()))?;
+    let slot = pick(&o.slot, file.slot).unwrap_or_else(|| "walpost".into());
+    validate_slot_name(&slot)?;
+    let publication = pick(&o.publication, file.publication).unwrap_or_else(|| "walpost_outbox".into());
+    validate_identifier(&publication).map_err(|expected| ConfigError::Invalid {
+        key: "publication",
+        value: publication.clone(),
+        expected,
+    })?;
+
+    // Flags and WALPOST_* variables override the file's [router] for the first outbox;
+    // [[outbox]] tables and [messages] inherit the result.
+    let from_flags = RouterFile {
+        route_by_field: o.route_by_field.clone(),
+        topic_replacement: o.topic.clone(),
+        key_field: o.key_field.clone(),
+        payload_field: o.payload_field.clone(),
+        id_field: o.id_field.clone(),
+        event_type_header_field: o.event_type_field.clone(),
+        ..RouterFile::default()
+    };
+    let base = from_flags.or(&file.router);
+    let log_values = file.log_values.unwrap_or(false);
+    let (router, op_invalid) = resolve_router(&base, log_values)?;
+    let mut outboxes = vec![Outbox { table, router, op_invalid }];
+    for extra in &file.outbox {
+        let (r, op) = resolve_router(&extra.router.or(&base), log_values)?;
+        let t = TableName::parse(&extra.table)?;
+        if outboxes.iter().any(|o| o.table == t) {
+            return Err(ConfigError::Invalid {
+                key: "outbox.table",
+                value: extra.table.clone(),
+                expected: "each outbox table once",
+            });
+        }
+        outboxes.push(Outbox { table: t, router: r, op_invalid: op });
+    }
+    let messages = if file.messages.prefix_include.is_empty() {
+        None
+    } else {
+        let (r, op) = resolve_router(&file.messages.router.or(&base), log_values)?;
+        Some(Messages {
+            prefixes: file.messages.prefix_include.clone(),
+            allow_non_transactional: file.messages.allow_non_transactional,
+            router: r,
+            op_invalid: op,
+        })
+    };
+    let heartbeat_interval = match o.heartbeat_interval_secs.or(file.heartbeat_interval_secs) {
+        Some(0) => {
+            return Err(ConfigError::Invalid {
+                key: "heartbeat_interval",
+                value: "0".into(),
+                expected: "a positive number of seconds",
+            })
+        }
+        other => other.map(Duration::from_secs),
+    };
+    let source = SourceSettings {
+        slot,
+        publication,
+        slot_failover: o.slot_failover || file.slot_failover.unwrap_or(false),
+        outboxes,
+        messages,
+        heartbeat_interval,
+    };
+
+    let on_permanent_error = match file.on_permanent_error.as_deref() {
+        None | Some("halt") => OnPermanentError::Halt,
+        Some("dead_letter") => OnPermanentError::DeadLetter,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "on_permanent_error",
+                value: other.into(),
+                expected: "halt or dead_letter",
+            })
+        }
+    };
+    let dead_letter_topic = file.dead_letter_topic.clone().unwrap_or_else(|| "walpost.dead_letter".into());
+    let internal = dead_letter_topic.starts_with(router::INTERNAL_TOPIC_PREFIX);
+    if router::validate_topic(&dead_letter_topic).is_err() || internal {
+        return Err(ConfigError::Invalid {
+            key: "dead_letter_topic",
+            value: dead_letter_topic,
+            expected: "a valid Kafka topic name not starting with __",
+        });
+    }
+    let mut properties = file.kafka.properties;
+    for kv in &o.kafka_properties {
+        let (k, v) = kv.split_once('=').ok_or_else(|| ConfigError::Invalid {
+            key: "kafka-property",
+            // Only the key part: the value may be a secret.
+            value: kv.split('=').next().unwrap_or_default().to_owned(),
+            expected: "KEY=VALUE, e.g. compression.type=zstd",
+        })?;
+        properties.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    let kafka = KafkaSettings { brokers, properties, on_permanent_error, dead_letter_topic, log_values };
+
+    let snapshot_mode = o.snapshot.or(file.snapshot).unwrap_or(SnapshotMode::Never);
+    let filter = pick(&o.snapshot_filter, file.snapshot_filter).filter(|f| !f.trim().is_empty());
+    if filter.is_some() && snapshot_mode == SnapshotMode::Never {
+        return Err(ConfigError::Invalid {
+            key: "snapshot_filter",
+            value: "(given)".into(),
+            expected: "no filter unless --snapshot is initial, initial_only or when_needed",
+        });
+    }
+
+    let m = file.monitor;
+    let defaults = Thresholds::default();
+    let thresholds = Thresholds {
+        warning_bytes: m.warning_bytes,
+        critical_bytes: m.critical_bytes,
+        warning_lag_secs: m.warning_lag_secs.unwrap_or(defaults.warning_lag_secs),
+        critical_lag_secs: m.critical_lag_secs.unwrap_or(defaults.critical_lag_secs),
+        long_transaction_secs: m.long_transaction_secs.unwrap_or(defaults.long_transaction_secs),
+        confirm_stalled_secs: m.confirm_stalled_secs.unwrap_or(defaults.confirm_stalled_secs),
+    };
+    let bytes_out_of_order =
+        matches!((thresholds.warning_bytes, thresholds.critical_bytes), (Some(w), Some(c)) if w > c);
+    if bytes_out_of_order || thresholds.warning_lag_secs > thresholds.critical_lag_secs {
+        return Err(ConfigError::Invalid {
+            key: "monitor",
+            value: format!("{thresholds:?}"),
+            expected: "warning thresholds at or below the critical ones",
+        });
+    }
+    let monitor = MonitorSettings {
+        interval: secs("monitor.interval_secs", m.interval_secs, 10)?,
+        thresholds,
+        reminder: secs("monitor.reminder_secs", m.reminder_secs, 300)?,
+    };
+
+    let p = file.pipeline;
+    let delivery_timeout = secs("pipeline.delivery_timeout_secs", p.delivery_timeout_secs, 60)?;
+    let stream = StreamSettings {
+        max_in_flight_bytes: positive("pipeline.max_in_flight_bytes", p.max_in_flight_bytes, 16 << 20)?,
+        max_in_flight_records: positive("pipeline.max_in_flight_records", p.max_in_flight_records, 50_000)?,
+        status_interval: secs("pipeline.status_interval_secs", p.status_interval_secs, 10)?,
+        shutdown_timeout: secs("pipeline.shutdown_timeout_secs", p.shutdown_timeout_secs, 30)?,
+        max_backoff: secs("pipeline.max_backoff_secs", p.max_backoff_secs, 30)?,
+        delivery_timeout,
+        // Half the producer restart by default, never more than 30 s: readiness drops first.
+        unready_after: secs(
+            "pipeline.unready_after_secs",
+            p.unready_after_secs,
+            (delivery_timeout.as_secs() / 2).clamp(1, 30),
+        )?,
+    };
+
+    let metrics_addr = match pick(&o.metrics_addr, file.metrics_addr) {
+        None => None,
+        Some(a) if a.is_empty() => None,
+        Some(a) => Some(a.parse().map_err(|_| ConfigError::Invalid {
+            key: "metrics_addr",
+            value: a,
+            expected: "host:port with an IP address, e.g. 127.0.0.1:9187",
+        })?),
+    };
+    Ok(Settings {
+        postgres: replication::Config::from_url(&postgres)?,
+        source,
+        kafka,
+        stream,
+        snapshot: SnapshotSettings { mode: snapshot_mode, filter },
+        monitor,
+        retention: resolve_retention(&file.retention, o.retention_keep_days, o.retention_days_ahead)?,
+        metrics_addr,
+    })
+}
+
+fn positive(key: &'static str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+    match v {
+        Some(0) => Err(ConfigError::Invalid { key, value: "0".into(), expected: "a positive number" }),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
+
+fn secs(key: &'static str, v: Option<u64>, default: u64) -> Result<Duration, ConfigError> {
+    positive(key, v, default).map(Duration::from_secs)
+}
+
+/// The router configuration and the invalid-operation policy these options describe.
+fn resolve_router(f: &RouterFile, log_values: bool) -> Result<(RouterConfig, OpInvalid), ConfigError> {
+    let d = RouterConfig::default();
+    let additional = match &f.additional_placement {
+        Some(text) => router::AdditionalField::parse_list(text).map_err(ConfigError::Option)?,
+        None => Vec::new(),
+    };
+    let event_type_header = match (&f.event_type_header_field, &f.event_type_field) {
+        (Some(col), _) => Some(col.clone()),
+        (None, Some(col)) => {
+            tracing::warn!(
+                "[router] \"table.field.event.type\" is deprecated (Debezium has no such option since 1.2): use \"{}\" for the eventType header",
+                router::EVENT_TYPE_HEADER_OPTION
+            );
+            Some(col.clone())
+        }
+        (None, None) => None,
+    };
+    let additional_missing_ignore = match f.additional_missing.as_deref() {
+        None | Some("error") => false,
+        Some("ignore") => true,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "table.field.additional.missing",
+                value: other.into(),
+                expected: "error or ignore",
+            })
+        }
+    };
+    let op_invalid = match f.op_invalid_behavior.as_deref() {
+        None | Some("warn") => OpInvalid::Warn,
+        Some("error") => OpInvalid::Error,
+        Some("fatal") => OpInvalid::Fatal,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "table.op.invalid.behavior",
+                value: other.into(),
+                expected: "warn, error or fatal",
+            })
+        }
+    };
+    let config = RouterConfig {
+        route_by_field: f.route_by_field.clone().unwrap_or(d.route_by_field),
+        topic_regex: f.topic_regex.clone().filter(|r| !r.is_empty()),
+        topic_pattern: f.topic_replacement.clone().unwrap_or(d.topic_pattern),
+        key_field: f.key_field.clone().unwrap_or(d.key_field),
+        payload_field: f.payload_field.clone().unwrap_or(d.payload_field),
+        id_field: f.id_field.clone().unwrap_or(d.id_field),
+        event_type_header_field: match event_type_header {
+            Some(col) if col.is_empty() => None,
+            Some(col) => Some(col),
+            None => d.event_type_header_field,
+        },
+        topic_regex_fallthrough: f.topic_regex_fallthrough.unwrap_or(false),
+        topics_allow: f.topics_allow.clone(),
+        log_values,
+        timestamp_field: f.timestamp_field.clone().filter(|c| !c.is_empty()),
+        headers_field: f.headers_field.clone().filter(|c| !c.is_empty()),
+        additional,
+        additional_missing_ignore,
+        tombstone_on_empty_payload: f.tombstone_on_empty_payload.unwrap_or(false),
+    };
+    if config.topic_pattern.is_empty() {
+        return Err(ConfigError::Invalid {
+            key: "route.topic.replacement",
+            value: String::new(),
+            expected: "a topic pattern such as outbox.event.${routedByValue}",
+        });
+    }
+    router::Router::new(config.clone()).map_err(|e| match e {
+        router::RouteError::BadRegex(_) => ConfigError::Invalid {
+            key: "route.topic.regex",
+            value: e.to_string(),
+            expected: "a regular expression (named groups as (?<name>...))",
+        },
+        other => ConfigError::Option(other.to_string()),
+    })?;
+    Ok((config, op_invalid))
+}
+
+/// The file's `[retention]` table over the defaults; `keep_days`/`days_ahead` overrides win.
+pub(super) fn resolve_retention(
+    file: &RetentionFile,
+    keep_days: Option<u32>,
+    days_ahead: Option<u32>,
+) -> Result<RetentionSettings, ConfigError> {
+    let d = RetentionSettings::default();
+    let invalid =
+        |key: &'static str, value: String, expected: &'static str| ConfigError::Invalid { key, value, expected };
+    let interval_secs = file.interval_secs.unwrap_or(d.interval.as_secs());
+    if interval_secs == 0 {
+        return Err(invalid("retention.interval_secs", "0".into(), "a positive number of seconds"));
+    }
+    let keep_days = keep_days.or(file.keep_days).unwrap_or(d.keep_days);
+    if keep_days > 36_500 {
+        return Err(invalid("retention.keep_days", keep_days.to_string(), "a number of days up to 36500"));
+    }
+    let days_ahead = days_ahead.or(file.days_ahead).unwrap_or(d.days_ahead);
+    if days_ahead == 0 || days_ahead > 366 {
+        return Err(invalid("retention.days_ahead", days_ahead.to_string(), "1 to 366 days"));
+    }
+    let lock_ms = file.lock_timeout_ms.unwrap_or(1000);
+    if lock_ms == 0 {
+        // 0 would mean "wait forever" to PostgreSQL, queueing every insert behind us.
+        return Err(invalid("retention.lock_timeout_ms", "0".into(), "a positive number of milliseconds"));
+    }
+    Ok(RetentionSettings {
+        enabled: file.enabled,
+        interval: Duration::from_secs(interval_secs),
+        keep_days,
+        days_ahead,
+        lock_timeout: Duration::from_millis(lock_ms),
+    })
+}
+
+/// PostgreSQL's rule for slot names: lower-case letters, digits and underscores, at most 63.
+fn validate_slot_name(slot: &str) -> Result<(), ConfigError> {
+    let ok = !slot.is_empty()
+        && slot.len() <= 63
+        && slot.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            key: "slot",
+            value: slot.into(),
+            expected: "1 to 63 lower-case letters, digits or underscores",
+        })
+    }
+}
+
+/// A name walpost puts into SQL (publication, schema, table): 1 to 63 bytes of letters,
+/// digits, `_` and `$`, not starting with a digit or `$`. Such a name needs no escaping
+/// anywhere, whatever `standard_conforming_strings` says; walpost still quotes it.
+pub fn validate_identifier(name: &str) -> Result<(), &'static str> {
+    const EXPECTED: &str = "1 to 63 ASCII letters, digits, '_' or '$', not starting with a digit or '$'";
+    let mut bytes = name.bytes();
+    let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
+    if first_ok && name.len() <= 63 && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$') {
+        Ok(())
+    } else {
+        Err(EXPECTED)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> FileConfig {
+        FileConfig::parse(text).unwrap()
+    }
+
+    fn base() -> Overrides {
+        Overrides {
+            postgres: Some("postgres://u@h/d".into()),
+            kafka_brokers: Some("k:1".into()),
+            ..Overrides::default()
+        }
+    }
+
+    #[test]
+    fn flag_beats_file_beats_default() {
+        let f = file(
+            r#"
+            postgres = "postgres://u:p@h/db"
+            slot = "from_file"
+            [kafka]
+            brokers = "k:9092"
+            [kafka.properties]
+            "compression.type" = "zstd"
+            [router]
+            "route.by.field" = "kind"
+            "#,
+        );
+        let o = Overrides {
+            slot: Some("from_flag".into()),
+            kafka_properties: vec!["linger.ms=20".into()],
+            ..Overrides::default()
+        };
+        let s = Settings::resolve(&o, f).unwrap();
+        assert_eq!(s.source.slot, "from_flag");
+        assert_eq!(s.kafka.brokers, "k:9092");
+        assert_eq!(s.router().route_by_field, "kind");
+        assert_eq!(s.router().key_field, "aggregate_id");
+        assert_eq!(*s.table(), TableName { schema: "events".into(), name: "outbox".into() });
+        assert_eq!(s.source.publication, "walpost_outbox");
+        assert_eq!(s.kafka.properties["compression.type"], "zstd");
+        assert_eq!(s.kafka.properties["linger.ms"], "20");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_them() {
+        let err = FileConfig::parse("postgress = 'x'").unwrap_err();
+        assert!(err.contains("postgress"), "{err}");
+        let err = FileConfig::parse("[router]\n\"route.by.feild\" = 'x'").unwrap_err();
+        assert!(err.contains("route.by.feild"), "{err}");
+    }
+
+    #[test]
+    fn missing_required_settings_say_how_to_set_them() {
+        let err = Settings::resolve(&Overrides::default(), FileConfig::default()).unwrap_err().to_string();
+        assert!(err.contains("--postgres") && err.contains("WALPOST_POSTGRES"), "{err}");
+        let o = Overrides { postgres: Some("postgres://u@h/d".into()), ..Overrides::default() };
+        let err = Settings::resolve(&o, FileConfig::default()).unwrap_err().to_string();
+        assert!(err.contains("--kafka-brokers"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let with = |f: fn(&mut Overrides)| {
+            let mut o = base();
+            f(&mut o);
+            Settings::resolve(&o, FileConfig::default()).unwrap_err().to_string()
+        };
+        assert!(with(|o| o.slot = Some("Bad-Slot".into())).contains("slot"));
+        assert!(with(|o| o.table = Some("a.b.c".into())).contains("table"));
+        assert!(with(|o| o.metrics_addr = Some("localhost".into())).contains("metrics_addr"));
+        assert!(with(|o| o.kafka_properties = vec!["novalue".into()]).contains("KEY=VALUE"));
+    }
+
+    /// Regression: a publication or table name with a quote or backslash reached SQL
+    /// through quote-doubling alone, which `standard_conforming_strings = off` breaks.
+    #[test]
+    fn regression_names_that_need_escaping_are_refused() {
+        for bad in ["pub'; DROP TABLE x; --", "a\\b", "x\"y", "1abc", ""] {
+            let mut o = base();
+            o.publication = Some(bad.into());
+            let err = Settings::resolve(&o, FileConfig::default()).unwrap_err().to_string();
+            assert!(err.contains("publication"), "{bad}: {err}");
+            let mut o = base();
+            o.table = Some(format!("events.{bad}"));
+            assert!(Settings::resolve(&o, FileConfig::default()).is_err(), "{bad}");
+        }
+        for good in ["walpost_outbox", "Pub$1", "_x"] {
+            assert_eq!(validate_identifier(good), Ok(()), "{good}");
+        }
+    }
+
+    #[test]
+    fn empty_event_type_field_disables_the_header() {
+        let mut o = base();
+        o.event_type_field = Some(String::new());
+        let s = Settings::resolve(&o, FileConfig::default()).unwrap();
+        assert_eq!(s.router().event_type_header_field, None);
+        // The deprecated Debezium spelling still works.
+        let f = file("[router]\n\"table.field.event.type\" = \"kind\"");
+        let s = Settings::resolve(&base(), f).unwrap();
+        assert_eq!(s.router().event_type_header_field.as_deref(), Some("kind"));
+    }
+
+    /// Every Debezium option walpost does not implement is refused by name, with why.
+    #[test]
+    fn unimplemented_debezium_options_are_refused_by_name() {
+        for (key, _) in router::DEBEZIUM_OPTIONS_NOT_IMPLEMENTED {
+            for section in ["[router]", "[[outbox]]\ntable = \"a.b\"\n[outbox.router]", "[messages.router]"] {
+                let err = FileConfig::parse(&format!("{section}\n\"{key}\" = \"x\"\n")).unwrap_err();
+                assert!(err.contains(key) && err.contains("does not implement"), "{section} {key}: {err}");
+            }
+        }
+    }
+
+    /// A TOML parse error names the position, never the line's text (a secret may be on it).
+    #[test]
+    fn parse_errors_do_not_echo_the_file() {
+        let dir = std::env::temp_dir().join(testkit_free_name());
+        std::fs::write(&dir, "[kafka.properties]\n\"sasl.password\" = \"hunter2-canary\" junk\n").unwrap();
+        let err = FileConfig::load(&dir).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&dir);
+        assert!(!err.contains("hunter2-canary"), "{err}");
+        assert!(err.contains("not valid"), "{err}");
+    }
+
+    fn testkit_free_name() -> String {
+        format!("walpost-parse-{}-{:?}.toml", std::process::id(), std::thread::current().id()).replace(['(', ')'], "")
+    }
+
+    #[test]
+    fn retention_defaults_and_validation() {
+        let c = resolve_retention(&RetentionFile::default(), None, None).unwrap();
+        assert_eq!(c, RetentionSettings::default());
+        assert_eq!((c.keep_days, c.days_ahead, c.interval.as_secs(), c.enabled), (7, 3, 3600, None));
+        let f: RetentionFile = toml::from_str("enabled = true\nkeep_days = 30\ndays_ahead = 5").unwrap();
+        let c = resolve_retention(&f, Some(2), None).unwrap();
+        assert_eq!((c.enabled, c.keep_days, c.days_ahead), (Some(true), 2, 5));
+        let bad: RetentionFile = toml::from_str("days_ahead = 0").unwrap();
+        assert!(resolve_retention(&bad, None, None).unwrap_err().to_string().contains("retention.days_ahead"));
+        let err = toml::from_str::<RetentionFile>("keep_dayz = 3").unwrap_err().to_string();
+        assert!(err.contains("keep_dayz"), "{err}");
+    }
+
+    #[test]
+    fn readiness_drops_before_the_producer_restarts() {
+        let s = Settings::resolve(&base(), FileConfig::default()).unwrap();
+        assert_eq!(s.stream.unready_after, Duration::from_secs(30));
+        assert!(s.stream.unready_after < s.stream.delivery_timeout);
+        let f = file("[pipeline]\ndelivery_timeout_secs = 10");
+        let s = Settings::resolve(&base(), f).unwrap();
+        assert_eq!(s.stream.unready_after, Duration::from_secs(5));
+    }
+}

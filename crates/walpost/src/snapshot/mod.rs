@@ -1,0 +1,268 @@
+//! Initial snapshot: publishes rows that already exist, consistently with the stream.
+//!
+//! The slot is created with an exported snapshot; the rows are read in that snapshot
+//! (REPEATABLE READ + SET TRANSACTION SNAPSHOT) through a server-side cursor in id
+//! order, in bounded chunks, and routed exactly like streamed rows (plus the header
+//! `walpost.snapshot: true`); streaming then starts at the slot's consistent point.
+//! Every row committed before the snapshot comes from the snapshot, every row after it
+//! from the stream: none twice, none missing.
+//!
+//! Records go through the same produce window (in-flight records and bytes, the
+//! first-record-per-topic barrier, the watchdog) and the same permanent-error policy
+//! (halt or dead letter) as streamed ones.
+//!
+//! Crash safety ([`state`]): before the slot is created, a row in
+//! `<outbox schema>.walpost_snapshots` records that a snapshot for this slot has
+//! started; it is marked finished only after Kafka acknowledged every snapshot record.
+//! A walpost that finds an unfinished row drops the slot and starts the snapshot over
+//! on a new one: the rows published by the interrupted attempt are published again
+//! (at-least-once), none is lost.
+//!
+//! `--snapshot-filter` is checked by the server's parser as part of exactly the query
+//! the cursor runs (one statement, never executed by the check), so a filter can
+//! neither hold a second statement nor change what else the query does.
+//!
+//! Memory: one FETCH chunk plus the produce window, whatever the table size.
+
+mod progress;
+mod state;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pgoutput::{ColumnValue, Lsn, TupleData};
+use replication::ReplicationClient;
+use router::Router;
+
+use crate::error::PipelineError;
+use crate::kafka::{self, DeliveryMemo, Event, Failure, Original, Outgoing, PermanentErrorPolicy, ProduceWindow};
+use crate::postgres::catalog;
+use crate::postgres::sql::{ident, literal};
+use crate::settings::{Outbox, Settings};
+use crate::telemetry::Metrics;
+use progress::Progress;
+pub use state::{mark_finished, mark_started, unfinished};
+
+/// Header marking a record that came from the snapshot rather than the stream.
+pub const HEADER_SNAPSHOT: &str = "walpost.snapshot";
+
+/// Rows fetched per round trip.
+const FETCH_ROWS: usize = 2000;
+
+/// What a snapshot record stands for: its outbox table and event id.
+#[derive(Debug, Clone)]
+struct RowTag {
+    outbox: usize,
+    event_id: Bytes,
+}
+
+/// The query the cursor runs for one outbox table.
+fn cursor_query(s: &Settings, outbox: &Outbox) -> String {
+    let filter = s.snapshot.filter.as_deref().map(|f| format!(" WHERE ({f})")).unwrap_or_default();
+    // t.*: the simple query protocol returns every value in its text form, the same
+    // bytes pgoutput sends, and the row description names and types the columns just
+    // as a Relation message does; ORDER BY sorts by the id column's own type.
+    format!("SELECT t.* FROM {} AS t{filter} ORDER BY t.{}", outbox.table.quoted(), ident(&outbox.router.id_field))
+}
+
+/// Checks `--snapshot-filter` is one valid condition on every outbox table, by having
+/// the server parse the cursor's query (never running it).
+pub async fn validate_filter(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    if s.snapshot.filter.is_none() {
+        return Ok(());
+    }
+    for outbox in &s.source.outboxes {
+        sql.parse_only(&cursor_query(s, outbox)).await.map_err(|e| {
+            PipelineError::definite(format!(
+                "--snapshot-filter is not one valid condition on {}: {e}; nothing was published (the filter must be a single SQL expression, e.g. \"published_at IS NULL\")",
+                outbox.table
+            ))
+            .caused_by(e)
+        })?;
+    }
+    Ok(())
+}
+
+/// Reads every outbox table (in the exported snapshot `snapshot_name`, or in a fresh
+/// REPEATABLE READ snapshot when `None`), publishes every row and waits until Kafka
+/// acknowledged all of them. Returns the number of rows published.
+pub async fn run(
+    sql: &mut ReplicationClient,
+    s: &Settings,
+    snapshot_name: Option<&str>,
+    metrics: &Metrics,
+    memo: &mut DeliveryMemo,
+) -> Result<u64, PipelineError> {
+    let mut snapshot = Snapshot {
+        s,
+        window: kafka::open_window(s, metrics)?,
+        policy: PermanentErrorPolicy::new(&s.kafka),
+        memo,
+        progress: Progress::new(metrics.snapshot.clone()),
+    };
+    let result = snapshot.publish_all(sql, snapshot_name).await;
+    metrics.snapshot.running.set(0);
+    let Snapshot { window, .. } = snapshot;
+    window.close(std::time::Duration::ZERO, |_| {}).await;
+    result
+}
+
+struct Snapshot<'a> {
+    s: &'a Settings,
+    window: ProduceWindow<RowTag>,
+    policy: PermanentErrorPolicy,
+    memo: &'a mut DeliveryMemo,
+    progress: Progress,
+}
+
+impl Snapshot<'_> {
+    async fn publish_all(
+        &mut self,
+        sql: &mut ReplicationClient,
+        snapshot_name: Option<&str>,
+    ) -> Result<u64, PipelineError> {
+        let s = self.s;
+        let import = snapshot_name.map(|n| format!("SET TRANSACTION SNAPSHOT {};", literal(n))).unwrap_or_default();
+        // One transaction, so every table is read in the same snapshot.
+        sql.simple_query(&format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {import}")).await?;
+        let mut estimate = 0;
+        for outbox in &s.source.outboxes {
+            estimate += state::estimate_rows(sql, &outbox.table).await.unwrap_or(0);
+        }
+        self.progress.start(estimate);
+        let mut sent: u64 = 0;
+        for (index, outbox) in s.source.outboxes.iter().enumerate() {
+            sent += self.publish_table(sql, index, outbox).await?;
+        }
+        while !self.window.is_idle() {
+            let event = self.window.next_event().await?;
+            self.on_event(event)?;
+        }
+        sql.simple_query("COMMIT").await?;
+        self.progress.finish();
+        tracing::info!(tables = s.source.outboxes.len(), rows = sent, "snapshot finished");
+        Ok(sent)
+    }
+
+    async fn publish_table(
+        &mut self,
+        sql: &mut ReplicationClient,
+        index: usize,
+        outbox: &Outbox,
+    ) -> Result<u64, PipelineError> {
+        let table = &outbox.table;
+        let mut router = Router::new(outbox.router.clone()).map_err(PipelineError::definite)?;
+        sql.simple_query(&format!("DECLARE walpost_snapshot NO SCROLL CURSOR FOR {}", cursor_query(self.s, outbox)))
+            .await?;
+        tracing::info!(table = %table, filtered = self.s.snapshot.filter.is_some(), "snapshot of table started");
+        let fetch = format!("FETCH {FETCH_ROWS} FROM walpost_snapshot");
+        let mut resolved = None;
+        let mut sent = 0;
+        loop {
+            let chunk = sql.simple_query(&fetch).await?;
+            if chunk.rows.is_empty() {
+                break;
+            }
+            if resolved.is_none() {
+                let columns = chunk
+                    .columns
+                    .iter()
+                    .cloned()
+                    .zip(chunk.column_types.iter().copied())
+                    .zip(chunk.column_type_modifiers.iter().copied())
+                    .map(|((name, oid), typmod)| (name, oid, typmod));
+                let relation = catalog::relation_of(table, columns);
+                resolved = Some(router.resolve(&relation).map_err(PipelineError::definite)?);
+            }
+            let Some(rel) = resolved.as_ref() else { break };
+            for row in chunk.rows {
+                while !self.window.has_room() {
+                    let event = self.window.next_event().await?;
+                    self.on_event(event)?;
+                }
+                let values: Vec<ColumnValue> =
+                    row.into_iter().map(|v| v.map_or(ColumnValue::Null, ColumnValue::Text)).collect();
+                let tuple = TupleData::from_values(&values);
+                let out = match router.route(rel, &tuple) {
+                    Ok(mut record) => {
+                        record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true")));
+                        let tag = RowTag { outbox: index, event_id: record.event_id.clone() };
+                        match self.memo.poisoned_row(index, &record.event_id).cloned() {
+                            Some(failure) => self.dead_letter(&failure, Original::of(&record), tag)?,
+                            None => Outgoing { record, timestamp_ms: None, tag, dead_letter: None },
+                        }
+                    }
+                    Err(error) => {
+                        let (id, key, value) = router.salvage(rel, &tuple);
+                        let event_id = id.unwrap_or_default();
+                        if !self.policy.dead_letters() {
+                            return Err(PipelineError::definite(format!(
+                                "cannot route a snapshot row of {table}: {error}; the snapshot starts over once fixed (set on_permanent_error = \"dead_letter\" to divert such rows instead of halting)"
+                            )));
+                        }
+                        let failure = Failure {
+                            class: error.class().to_owned(),
+                            message: error.to_string(),
+                            original_topic: String::new(),
+                            event_id: event_id.clone(),
+                            lsn: Lsn::ZERO,
+                            too_large: false,
+                        };
+                        let original = Original {
+                            key: key.map(|k| k.to_vec()),
+                            value: value.map(|v| v.to_vec()),
+                            headers: Vec::new(),
+                        };
+                        self.dead_letter(&failure, original, RowTag { outbox: index, event_id })?
+                    }
+                };
+                self.window.enqueue(out);
+                sent += 1;
+            }
+            self.progress.tick(false);
+        }
+        sql.simple_query("CLOSE walpost_snapshot").await?;
+        Ok(sent)
+    }
+
+    fn dead_letter(
+        &self,
+        failure: &Failure,
+        original: Original,
+        tag: RowTag,
+    ) -> Result<Outgoing<RowTag>, PipelineError> {
+        let record = self
+            .policy
+            .dead_letter(failure, original)
+            .ok_or_else(|| PipelineError::definite("a snapshot dead letter outside dead-letter mode"))?;
+        Ok(Outgoing { record, timestamp_ms: None, tag, dead_letter: Some(failure.class.as_str().into()) })
+    }
+
+    fn on_event(&mut self, event: Event<RowTag>) -> Result<(), PipelineError> {
+        match event {
+            Event::Delivered { .. } => {
+                self.progress.acked();
+                Ok(())
+            }
+            Event::Failed { error, .. } => Err(PipelineError::transient(format!("{error}; the snapshot starts over"))),
+            Event::Rejected { dead_letter: true, rejection, .. } => Err(self.policy.dead_letter_refused(&rejection)),
+            Event::Rejected { rejection, .. } if !self.policy.dead_letters() => Err(PipelineError::definite(format!(
+                "Kafka rejected snapshot event id={} for topic {} permanently ({}: {}): {}, then restart walpost; the snapshot starts over",
+                rejection.event_id, rejection.topic, rejection.code, rejection.error, rejection.fix
+            ))),
+            Event::Rejected { tag, rejection, original, producer_fatal, .. } => {
+                let failure = Failure::rejected(&rejection, Lsn::ZERO);
+                if let Some(fatal) = producer_fatal {
+                    self.memo.poison_row(tag.outbox, tag.event_id, failure);
+                    return Err(PipelineError::transient(format!(
+                        "Kafka refused snapshot event id={} for good and its producer stopped ({fatal}); the snapshot starts over and sends it to the dead-letter topic",
+                        rejection.event_id
+                    )));
+                }
+                let out = self.dead_letter(&failure, *original, tag)?;
+                self.window.enqueue(out);
+                Ok(())
+            }
+        }
+    }
+}

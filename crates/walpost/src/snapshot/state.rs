@@ -1,0 +1,75 @@
+//! The snapshot's crash-safety record, `<outbox schema>.walpost_snapshots`, and the
+//! planner's row estimate for progress.
+
+use replication::ReplicationClient;
+
+use crate::error::PipelineError;
+use crate::postgres::sql::{ident, literal};
+use crate::settings::{Settings, TableName};
+
+fn state_table(s: &Settings) -> String {
+    format!("{}.walpost_snapshots", ident(&s.table().schema))
+}
+
+/// Whether an earlier snapshot for this slot started and never finished.
+pub async fn unfinished(sql: &mut ReplicationClient, s: &Settings) -> Result<bool, PipelineError> {
+    let exists =
+        sql.simple_query(&format!("SELECT to_regclass({}) IS NOT NULL AS present", literal(&state_table(s)))).await?;
+    if exists.first("present") != Some("t") {
+        return Ok(false);
+    }
+    let r = sql
+        .simple_query(&format!(
+            "SELECT count(*) AS n FROM {} WHERE slot = {} AND finished_at IS NULL",
+            state_table(s),
+            literal(&s.source.slot)
+        ))
+        .await?;
+    Ok(r.first("n").is_some_and(|n| n != "0"))
+}
+
+/// Records that a snapshot for this slot is starting (before the slot exists).
+pub async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    let table = state_table(s);
+    let statements = [
+        format!(
+            "CREATE TABLE IF NOT EXISTS {table} (slot text PRIMARY KEY, started_at timestamptz NOT NULL, finished_at timestamptz, rows bigint)"
+        ),
+        format!(
+            "INSERT INTO {table} (slot, started_at) VALUES ({slot}, now()) ON CONFLICT (slot) DO UPDATE SET started_at = now(), finished_at = NULL, rows = NULL",
+            slot = literal(&s.source.slot)
+        ),
+    ];
+    for statement in statements {
+        sql.simple_query(&statement).await.map_err(|e| {
+            PipelineError::definite(format!(
+                "cannot record snapshot progress in {table}: {e}; the snapshot modes need CREATE on schema {} and INSERT/UPDATE on that table (or create it beforehand: see README, Snapshot)",
+                s.table().schema
+            ))
+            .caused_by(e)
+        })?;
+    }
+    Ok(())
+}
+
+pub async fn mark_finished(sql: &mut ReplicationClient, s: &Settings, rows: u64) -> Result<(), PipelineError> {
+    sql.simple_query(&format!(
+        "UPDATE {} SET finished_at = now(), rows = {rows} WHERE slot = {}",
+        state_table(s),
+        literal(&s.source.slot)
+    ))
+    .await?;
+    Ok(())
+}
+
+/// The planner's row estimate for the table (or the sum over its partitions).
+pub async fn estimate_rows(sql: &mut ReplicationClient, table: &TableName) -> Result<u64, PipelineError> {
+    let rel = literal(&table.quoted());
+    let r = sql
+        .simple_query(&format!(
+            "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS n FROM pg_class c
+             WHERE c.oid = {rel}::regclass OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = {rel}::regclass)"
+        ))
+        .await?;
+    Ok(r.first("n").and_then(|n| n.parse().ok()).unwrap_or(0))
+}

@@ -1,0 +1,130 @@
+//! THE DATA PATH: slot -> decode -> route -> produce -> checkpoint -> confirm.
+//!
+//! [`run`] runs sessions until shutdown or a definite error. A session ([`session`])
+//! is one replication connection plus one produce window, started by [`start`]. A
+//! transient error ends the session; [`run`] waits (capped exponential backoff) and
+//! starts a new one from the slot's confirmed position, telling it what the last
+//! producer delivered ([`crate::kafka::DeliveryMemo`]) so nothing acknowledged is sent
+//! twice by the same process. A definite error ends [`run`].
+//!
+//! Invariants:
+//! - The flush LSN sent to the server comes only from the [`checkpoint`]: it never
+//!   passes an unacknowledged record and never moves backwards.
+//! - WAL is read only while the produce window has room (in-flight records and bytes
+//!   under their limits), so memory is bounded whatever the backlog; status updates
+//!   keep flowing meanwhile.
+//! - Only INSERTs into the configured tables (and messages with a configured prefix)
+//!   become records; a row that cannot be routed halts or goes to the dead-letter topic,
+//!   never skipped silently.
+
+pub mod checkpoint;
+pub mod confirm;
+pub mod decode;
+pub mod route;
+pub mod session;
+pub mod start;
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::error::PipelineError;
+use crate::kafka::DeliveryMemo;
+use crate::settings::Settings;
+use crate::telemetry::metrics::ReconnectCause;
+use crate::telemetry::Metrics;
+use session::{Culprit, Session, SessionEnd};
+use start::Begun;
+
+/// Streams until shutdown (Ok) or a definite error.
+pub async fn run(s: &Settings, metrics: &Metrics, mut shutdown: watch::Receiver<bool>) -> Result<(), PipelineError> {
+    let mut backoff = Backoff::new(s.stream.max_backoff);
+    let mut memo = DeliveryMemo::default();
+    loop {
+        let started = Instant::now();
+        let (result, culprit) = session(s, metrics, &mut memo, &mut shutdown).await;
+        metrics.health().set_streaming(false);
+        match result {
+            Ok(SessionEnd::Shutdown) => return Ok(()),
+            Err(e) if !e.is_transient() => return Err(e),
+            Err(e) => {
+                if started.elapsed() > Duration::from_secs(30) {
+                    backoff.reset();
+                }
+                let wait = backoff.next_delay();
+                tracing::warn!(retry_in_ms = wait.as_millis() as u64, "{e}; reconnecting");
+                metrics.stream.reconnect(match culprit {
+                    Culprit::Postgres => ReconnectCause::Postgres,
+                    Culprit::Kafka => ReconnectCause::Kafka,
+                });
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.changed() => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+async fn session(
+    s: &Settings,
+    metrics: &Metrics,
+    memo: &mut DeliveryMemo,
+    shutdown: &mut watch::Receiver<bool>,
+) -> (Result<SessionEnd, PipelineError>, Culprit) {
+    let begun = tokio::select! {
+        begun = start::begin(s, metrics, memo) => begun,
+        _ = shutdown.changed() => return (Ok(SessionEnd::Shutdown), Culprit::Postgres),
+    };
+    let (stream, start, window) = match begun {
+        Ok(Begun::Streaming { stream, start, window }) => (stream, start, window),
+        Ok(Begun::BackfillDone) => return (Ok(SessionEnd::Shutdown), Culprit::Postgres),
+        Err(e) => return (Err(e), Culprit::Postgres),
+    };
+    memo.forget_confirmed(start);
+    let routing = match route::Routing::new(s, metrics.stream.clone()) {
+        Ok(r) => r,
+        Err(e) => return (Err(e), Culprit::Postgres),
+    };
+    metrics.health().set_streaming(true);
+    Session::new(s, metrics.stream.clone(), stream, start, routing, window, memo).run(shutdown).await
+}
+
+/// Capped exponential backoff: 250 ms, 500 ms, 1 s, ... up to `max`.
+#[derive(Debug)]
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(250);
+
+    fn new(max: Duration) -> Backoff {
+        Backoff { next: Self::FIRST, max }
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let d = self.next.min(self.max);
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(2));
+        let delays: Vec<_> = (0..6).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(delays, vec![250, 500, 1000, 2000, 2000, 2000]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(250));
+    }
+}

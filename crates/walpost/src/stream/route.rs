@@ -1,0 +1,212 @@
+//! Routing in the stream: which relations are outbox tables, one router per outbox
+//! table (and one for the table-less outbox), and what to do with changes that are not
+//! outbox events (`table.op.invalid.behavior`).
+//!
+//! Invariants: only INSERTs into a configured outbox table and messages with a
+//! configured prefix become records; a row that cannot be routed comes back as
+//! [`Routed::Unroutable`] for the permanent-error policy, never as a silent skip; an
+//! UPDATE/DELETE/TRUNCATE of an outbox table is skipped only under `warn`/`error`
+//! (counted in `walpost_events_skipped_total`) and halts under `fatal`.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use pgoutput::{Lsn, Relation, TupleData};
+use router::{Record, ResolvedRelation, RouteError, Router};
+
+use crate::error::PipelineError;
+use crate::kafka::Original;
+use crate::settings::{OpInvalid, Settings, TableName};
+use crate::telemetry::metrics::StreamMetrics;
+
+/// What a change became.
+#[derive(Debug)]
+pub enum Routed {
+    Record(Record),
+    /// A row or message that cannot be routed: the error and what could be read of it.
+    Unroutable {
+        error: RouteError,
+        salvage: Box<Original>,
+        event_id: Bytes,
+    },
+    /// Not an outbox event (another table, another message prefix, a skipped operation).
+    NotAnEvent,
+}
+
+/// What the stream knows about a relation from its last Relation message.
+#[derive(Debug)]
+enum RelationEntry {
+    /// Outbox number `.0` of the settings' outboxes.
+    Outbox(usize, ResolvedRelation),
+    /// An outbox table whose columns no longer match the configuration.
+    Unroutable(usize, RouteError),
+    /// Another table in the publication: its inserts are not outbox events.
+    Other,
+}
+
+struct OutboxRoute {
+    table: TableName,
+    op_invalid: OpInvalid,
+    router: Router,
+}
+
+struct MessageRoute {
+    prefixes: Vec<String>,
+    allow_non_transactional: bool,
+    op_invalid: OpInvalid,
+    router: Router,
+}
+
+/// See the module docs.
+pub struct Routing {
+    outboxes: Vec<OutboxRoute>,
+    messages: Option<MessageRoute>,
+    relations: HashMap<u32, RelationEntry>,
+    metrics: StreamMetrics,
+}
+
+impl std::fmt::Debug for Routing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Routing")
+            .field("outboxes", &self.outboxes.len())
+            .field("relations", &self.relations.len())
+            .finish()
+    }
+}
+
+impl Routing {
+    pub fn new(s: &Settings, metrics: StreamMetrics) -> Result<Routing, PipelineError> {
+        let outboxes = s
+            .source
+            .outboxes
+            .iter()
+            .map(|o| {
+                Ok(OutboxRoute {
+                    table: o.table.clone(),
+                    op_invalid: o.op_invalid,
+                    router: Router::new(o.router.clone()).map_err(PipelineError::definite)?,
+                })
+            })
+            .collect::<Result<_, PipelineError>>()?;
+        let messages = match &s.source.messages {
+            Some(m) => Some(MessageRoute {
+                prefixes: m.prefixes.clone(),
+                allow_non_transactional: m.allow_non_transactional,
+                op_invalid: m.op_invalid,
+                router: Router::new(m.router.clone()).map_err(PipelineError::definite)?,
+            }),
+            None => None,
+        };
+        Ok(Routing { outboxes, messages, relations: HashMap::new(), metrics })
+    }
+
+    /// A Relation message: (re)learns the relation's columns.
+    pub fn relation(&mut self, r: &Relation) {
+        let outbox = self.outboxes.iter().position(|o| {
+            r.namespace.as_ref() == o.table.schema.as_bytes() && r.name.as_ref() == o.table.name.as_bytes()
+        });
+        let entry = match outbox.and_then(|i| Some((i, self.outboxes.get(i)?))) {
+            None => RelationEntry::Other,
+            Some((i, o)) => match o.router.resolve(r) {
+                Ok(resolved) => RelationEntry::Outbox(i, resolved),
+                Err(e) => {
+                    tracing::warn!("outbox table changed: {e}");
+                    RelationEntry::Unroutable(i, e)
+                }
+            },
+        };
+        self.relations.insert(r.oid, entry);
+    }
+
+    /// An INSERT.
+    pub fn insert(&mut self, relation_oid: u32, tuple: &TupleData) -> Result<Routed, PipelineError> {
+        match self.relations.get(&relation_oid) {
+            Some(RelationEntry::Outbox(i, rel)) => {
+                let o = self.outboxes.get_mut(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                Ok(match o.router.route(rel, tuple) {
+                    Ok(record) => Routed::Record(record),
+                    Err(error) => {
+                        let (id, key, value) = o.router.salvage(rel, tuple);
+                        unroutable(error, id, key, value)
+                    }
+                })
+            }
+            Some(RelationEntry::Unroutable(_, e)) => Ok(unroutable(e.clone(), None, None, None)),
+            Some(RelationEntry::Other) => Ok(Routed::NotAnEvent),
+            None => Err(PipelineError::definite(format!(
+                "pgoutput protocol: Insert for relation {relation_oid} before its Relation message"
+            ))),
+        }
+    }
+
+    /// UPDATE/DELETE/TRUNCATE: only an outbox table's count as invalid operations.
+    pub fn other_operation(&self, op: &str, relation_oids: &[u32]) -> Result<(), PipelineError> {
+        for oid in relation_oids {
+            if let Some(RelationEntry::Outbox(i, _) | RelationEntry::Unroutable(i, _)) = self.relations.get(oid) {
+                let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                self.invalid_operation(o.op_invalid, &format!("{op} on outbox table {}", o.table))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a message's prefix is an outbox prefix, and if so whether a
+    /// non-transactional one may be published (`Err` decides by the policy).
+    pub fn message(&mut self, m: &pgoutput::Message) -> Result<Routed, PipelineError> {
+        let Some(config) = self.messages.as_mut() else {
+            return Ok(Routed::NotAnEvent);
+        };
+        let prefix = String::from_utf8_lossy(&m.prefix);
+        if !config.prefixes.iter().any(|p| *p == prefix) {
+            return Ok(Routed::NotAnEvent);
+        }
+        if !m.transactional && !config.allow_non_transactional {
+            let what = format!(
+                "non-transactional message with prefix {prefix} at {} (allow_non_transactional is false)",
+                m.lsn
+            );
+            let behavior = config.op_invalid;
+            self.invalid_operation(behavior, &what)?;
+            return Ok(Routed::NotAnEvent);
+        }
+        let source = format!("message prefix {prefix}");
+        Ok(match config.router.route_json(&m.content, &source) {
+            Ok(record) => Routed::Record(record),
+            Err(error) => unroutable(error, None, None, Some(m.content.clone())),
+        })
+    }
+
+    /// `table.op.invalid.behavior` decides.
+    fn invalid_operation(&self, behavior: OpInvalid, what: &str) -> Result<(), PipelineError> {
+        self.metrics.skipped(match behavior {
+            OpInvalid::Fatal => "fatal",
+            _ => "invalid_operation",
+        });
+        match behavior {
+            OpInvalid::Warn => {
+                tracing::warn!("{what}: not an outbox event, skipped (table.op.invalid.behavior = warn)");
+                Ok(())
+            }
+            OpInvalid::Error => {
+                tracing::error!("{what}: not an outbox event, skipped (table.op.invalid.behavior = error)");
+                Ok(())
+            }
+            OpInvalid::Fatal => Err(PipelineError::definite(format!(
+                "{what}, and table.op.invalid.behavior = fatal: only INSERTs into the outbox are events; publish inserts only (ALTER PUBLICATION ... SET (publish = 'insert')) or relax the setting"
+            ))),
+        }
+    }
+}
+
+fn unroutable(error: RouteError, id: Option<Bytes>, key: Option<Bytes>, value: Option<Bytes>) -> Routed {
+    let event_id = id.or_else(|| error.event_id().map(|e| Bytes::copy_from_slice(e.as_bytes()))).unwrap_or_default();
+    let salvage = Original { key: key.map(|k| k.to_vec()), value: value.map(|v| v.to_vec()), headers: Vec::new() };
+    Routed::Unroutable { error, salvage: Box::new(salvage), event_id }
+}
+
+/// The halt error for a row that cannot be routed (`on_permanent_error = "halt"`).
+pub fn unroutable_halt(error: &RouteError, final_lsn: Lsn, confirmed: Lsn) -> PipelineError {
+    PipelineError::definite(format!(
+        "cannot route a row of the transaction committing at {final_lsn}: {error}; nothing past {confirmed} was confirmed (set on_permanent_error = \"dead_letter\" to divert such rows instead of halting)"
+    ))
+}

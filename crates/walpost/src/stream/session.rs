@@ -1,0 +1,349 @@
+//! One session: one replication stream and one produce window, from the start position
+//! until shutdown or an error. Its parts each do one job: [`Decoding`] (protocol
+//! state), [`Routing`] (rows to records), the [`ProduceWindow`] (records to Kafka), the
+//! [`Confirmer`] (acknowledgements to the slot); the session only moves data between
+//! them in one loop, and never waits inside a step (nothing re-enters).
+
+use std::time::{Duration, Instant};
+
+use pgoutput::wire::{PrimaryKeepalive, ReplicationMessage, XLogData};
+use replication::ReplicationStream;
+use tokio::sync::watch;
+
+use super::checkpoint::TxnSeq;
+use super::confirm::{Confirmer, MIN_STATUS_GAP};
+use super::decode::{Change, Decoding, OpenTxn};
+use super::route::{unroutable_halt, Routed, Routing};
+use crate::error::PipelineError;
+use crate::kafka::{
+    DeliveryMemo, Event, Failure, Known, Original, Outgoing, PermanentErrorPolicy, ProduceWindow, RecordId,
+};
+use crate::settings::Settings;
+use crate::telemetry::metrics::StreamMetrics;
+use crate::telemetry::now_ms;
+
+/// A loop turn that comes this long after the previous one means the process was
+/// stopped (SIGSTOP, a paused VM) or starved: the walsender may have handed the slot to
+/// a standby meanwhile, so what this session read must not be published late.
+pub const FROZEN_AFTER: Duration = Duration::from_secs(10);
+
+/// How long a restart waits for the old producer's in-flight records.
+const RESTART_FLUSH: Duration = Duration::from_secs(5);
+
+/// What a record in the window stands for.
+#[derive(Debug, Clone, Copy)]
+pub struct Tag {
+    pub txn: TxnSeq,
+    pub id: RecordId,
+}
+
+/// How a session ended without error.
+#[derive(Debug)]
+pub enum SessionEnd {
+    Shutdown,
+}
+
+/// Why a transient error ended the session, for the reconnect metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Culprit {
+    Postgres,
+    Kafka,
+}
+
+/// See the module docs.
+pub struct Session<'a> {
+    s: &'a Settings,
+    metrics: StreamMetrics,
+    stream: ReplicationStream,
+    decoding: Decoding,
+    routing: Routing,
+    window: ProduceWindow<Tag>,
+    confirmer: Confirmer,
+    policy: PermanentErrorPolicy,
+    memo: &'a mut DeliveryMemo,
+    /// Records of this session Kafka did not acknowledge (failed or refused).
+    not_acknowledged: Vec<RecordId>,
+    culprit: Culprit,
+    frozen: bool,
+}
+
+impl std::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("window", &self.window).field("confirmed", &self.confirmer.flush_lsn()).finish()
+    }
+}
+
+impl<'a> Session<'a> {
+    #[allow(clippy::too_many_arguments)] // the parts a session is made of
+    pub fn new(
+        s: &'a Settings,
+        metrics: StreamMetrics,
+        stream: ReplicationStream,
+        start: pgoutput::Lsn,
+        routing: Routing,
+        window: ProduceWindow<Tag>,
+        memo: &'a mut DeliveryMemo,
+    ) -> Session<'a> {
+        Session {
+            s,
+            confirmer: Confirmer::new(start, s.stream.status_interval, metrics.clone()),
+            metrics,
+            stream,
+            decoding: Decoding::default(),
+            routing,
+            window,
+            policy: PermanentErrorPolicy::new(&s.kafka),
+            memo,
+            not_acknowledged: Vec::new(),
+            culprit: Culprit::Postgres,
+            frozen: false,
+        }
+    }
+
+    /// Streams until shutdown or an error, then ends the session as that requires.
+    pub async fn run(mut self, shutdown: &mut watch::Receiver<bool>) -> (Result<SessionEnd, PipelineError>, Culprit) {
+        let result = self.stream_loop(shutdown).await;
+        let culprit = self.culprit;
+        match &result {
+            Ok(SessionEnd::Shutdown) => self.finish("shutdown").await,
+            Err(e) if !e.is_transient() => self.finish("halting").await,
+            Err(_) => self.restart().await,
+        }
+        (result, culprit)
+    }
+
+    async fn stream_loop(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<SessionEnd, PipelineError> {
+        let mut tick = tokio::time::interval(MIN_STATUS_GAP);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_turn = Instant::now();
+        loop {
+            let since = last_turn.elapsed();
+            if since >= FROZEN_AFTER {
+                self.frozen = true;
+                return Err(PipelineError::transient(format!(
+                    "walpost did not run for {} s (the process was stopped or starved); the slot may have passed to another instance meanwhile, so what was read and not yet acknowledged is dropped, not published late; reconnecting",
+                    since.as_secs()
+                )));
+            }
+            last_turn = Instant::now();
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => return Ok(SessionEnd::Shutdown),
+                event = self.window.next_event(), if !self.window.is_idle() => {
+                    let event = event.inspect_err(|_| self.culprit = Culprit::Kafka)?;
+                    self.on_event(event)?;
+                }
+                _ = tick.tick() => {
+                    self.metrics.set_oldest_unconfirmed_commit(self.confirmer.checkpoint.oldest_pending_commit_ms());
+                    self.confirmer.maybe_send(&mut self.stream).await?;
+                }
+                message = self.stream.next(), if self.window.has_room() => match message? {
+                    Some(ReplicationMessage::XLogData(x)) => self.on_xlog(x)?,
+                    Some(ReplicationMessage::PrimaryKeepalive(k)) => self.on_keepalive(k).await?,
+                    None => return Err(PipelineError::transient("PostgreSQL ended the replication stream")),
+                },
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: Event<Tag>) -> Result<(), PipelineError> {
+        match event {
+            Event::Delivered { tag, .. } => self.confirmer.delivered(tag.txn),
+            Event::Failed { tag, error } => {
+                self.not_acknowledged.push(tag.id);
+                self.culprit = Culprit::Kafka;
+                Err(PipelineError::transient(format!(
+                    "{error}; restarting from the last confirmed position {}",
+                    self.confirmer.flush_lsn()
+                )))
+            }
+            Event::Rejected { tag, rejection, original, dead_letter, producer_fatal } => {
+                if dead_letter || !self.policy.dead_letters() || producer_fatal.is_some() {
+                    self.not_acknowledged.push(tag.id);
+                }
+                if dead_letter {
+                    return Err(self.policy.dead_letter_refused(&rejection));
+                }
+                if !self.policy.dead_letters() {
+                    return Err(self.policy.halt_rejected(&rejection));
+                }
+                let failure = Failure::rejected(&rejection, tag.id.txn);
+                if let Some(fatal) = producer_fatal {
+                    // The producer will deliver nothing more, the dead letter included:
+                    // the next producer sends the dead letter in the record's place.
+                    self.memo.poison(tag.id, failure);
+                    self.culprit = Culprit::Kafka;
+                    return Err(PipelineError::transient(format!(
+                        "Kafka refused event id={} for good and its producer stopped ({fatal}); a new producer sends it to the dead-letter topic",
+                        rejection.event_id
+                    )));
+                }
+                let class = failure.class.clone();
+                if let Some(record) = self.policy.dead_letter(&failure, *original) {
+                    // The dead letter takes the refused record's place in its transaction.
+                    self.window.enqueue(Outgoing { record, timestamp_ms: None, tag, dead_letter: Some(class.into()) });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn on_keepalive(&mut self, k: PrimaryKeepalive) -> Result<(), PipelineError> {
+        self.confirmer.keepalive(k.wal_end, self.decoding.in_transaction());
+        if k.reply_requested {
+            self.confirmer.send(&mut self.stream, true).await?;
+        }
+        Ok(())
+    }
+
+    fn on_xlog(&mut self, x: XLogData) -> Result<(), PipelineError> {
+        self.confirmer.received(x.wal_start);
+        match self.decoding.decode(x, self.confirmer.flush_lsn())? {
+            Change::Begin | Change::Nothing => {}
+            Change::Commit { txn, end_lsn } => {
+                match txn.seq {
+                    Some(seq) => self.confirmer.checkpoint.commit(seq, end_lsn).map_err(PipelineError::definite)?,
+                    None => self.confirmer.checkpoint.commit_empty(end_lsn),
+                }
+                self.metrics.transactions.inc();
+            }
+            Change::Relation(r) => self.routing.relation(&r),
+            Change::Insert { relation_oid, tuple } => {
+                let routed = self.routing.insert(relation_oid, &tuple)?;
+                self.publish_in_open_txn(routed)?;
+            }
+            Change::Other { op, relation_oids } => self.routing.other_operation(op, &relation_oids)?,
+            Change::Message(m) => {
+                let routed = self.routing.message(&m)?;
+                if m.transactional {
+                    self.publish_in_open_txn(routed)?;
+                } else if !matches!(routed, Routed::NotAnEvent) {
+                    // A transaction of its own, committed at the message's position:
+                    // everything before it was already decoded and handed over.
+                    let mut txn = OpenTxn { final_lsn: m.lsn, commit_time_ms: now_ms(), seq: None, records: 0 };
+                    self.publish(&mut txn, routed, None)?;
+                    match txn.seq {
+                        Some(seq) => self.confirmer.checkpoint.commit(seq, m.lsn).map_err(PipelineError::definite)?,
+                        None => self.confirmer.checkpoint.commit_empty(m.lsn),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn publish_in_open_txn(&mut self, routed: Routed) -> Result<(), PipelineError> {
+        let Some(mut txn) = self.decoding.current().cloned() else {
+            return Err(PipelineError::definite("pgoutput protocol: a change outside a transaction"));
+        };
+        let commit_time = Some(txn.commit_time_ms);
+        self.publish(&mut txn, routed, commit_time)?;
+        if let Some(open) = self.decoding.current() {
+            *open = txn;
+        }
+        Ok(())
+    }
+
+    /// Hands one routed change of `txn` to the window (or to the dead-letter topic, or
+    /// halts), unless the memo knows it is in Kafka already.
+    fn publish(&mut self, txn: &mut OpenTxn, routed: Routed, commit_time_ms: Option<i64>) -> Result<(), PipelineError> {
+        let (mut record, mut dead_letter) = match routed {
+            Routed::NotAnEvent => return Ok(()),
+            Routed::Record(record) => (record, None),
+            Routed::Unroutable { error, salvage, event_id } => {
+                if !self.policy.dead_letters() {
+                    return Err(unroutable_halt(&error, txn.final_lsn, self.confirmer.flush_lsn()));
+                }
+                let failure = Failure {
+                    class: error.class().to_owned(),
+                    message: error.to_string(),
+                    original_topic: String::new(),
+                    event_id,
+                    lsn: txn.final_lsn,
+                    too_large: false,
+                };
+                match self.policy.dead_letter(&failure, *salvage) {
+                    Some(record) => (record, Some(failure.class)),
+                    None => return Err(unroutable_halt(&error, txn.final_lsn, self.confirmer.flush_lsn())),
+                }
+            }
+        };
+        let id = RecordId { txn: txn.final_lsn, ordinal: txn.records };
+        txn.records += 1;
+        let checkpoint = &mut self.confirmer.checkpoint;
+        let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
+        match self.memo.lookup(id) {
+            Known::Nothing => {}
+            Known::Acknowledged => {
+                return checkpoint.record_skipped(seq).map_err(PipelineError::definite);
+            }
+            Known::Poisoned(failure) => {
+                let original = Original::of(&record);
+                let failure = failure.clone();
+                record = self
+                    .policy
+                    .dead_letter(&failure, original)
+                    .ok_or_else(|| PipelineError::definite("a poisoned record outside dead-letter mode"))?;
+                dead_letter = Some(failure.class);
+            }
+        }
+        checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
+        self.window.enqueue(Outgoing {
+            record,
+            timestamp_ms: commit_time_ms,
+            tag: Tag { txn: seq, id },
+            dead_letter: dead_letter.map(Into::into),
+        });
+        Ok(())
+    }
+
+    /// Shutdown or halt: waits (bounded) for what is in flight, confirms what was
+    /// delivered and closes the stream.
+    async fn finish(mut self, why: &str) {
+        let fatal = self.window.producer_fatal();
+        let confirmer = &mut self.confirmer;
+        let left = self
+            .window
+            .drain(self.s.stream.shutdown_timeout, |event| {
+                if let Event::Delivered { tag, .. } = event {
+                    let _ = confirmer.delivered(tag.txn);
+                }
+            })
+            .await;
+        if !left.is_empty() && fatal.is_none() {
+            tracing::warn!(
+                unacknowledged = left.len(),
+                "Kafka did not acknowledge everything within the shutdown timeout; those events will be sent again on restart"
+            );
+        }
+        match self.confirmer.send(&mut self.stream, false).await {
+            Ok(()) => tracing::info!(confirmed = %self.confirmer.flush_lsn(), "{why}: confirmed position sent"),
+            Err(e) => tracing::warn!("{why}: could not send the final position: {e}"),
+        }
+        self.stream.close().await;
+        self.window.close(Duration::ZERO, |_| {}).await;
+    }
+
+    /// A transient error: closes the producer off the runtime (letting in-flight
+    /// records finish, unless the process was frozen), confirms what got delivered if
+    /// the stream still works, and remembers what Kafka has for the next session.
+    async fn restart(mut self) {
+        let flush = if self.frozen { Duration::ZERO } else { RESTART_FLUSH };
+        let (confirmer, not_acknowledged) = (&mut self.confirmer, &mut self.not_acknowledged);
+        let left = self
+            .window
+            .close(flush, |event| match event {
+                Event::Delivered { tag, .. } => {
+                    let _ = confirmer.delivered(tag.txn);
+                }
+                Event::Failed { tag, .. } | Event::Rejected { tag, .. } => not_acknowledged.push(tag.id),
+            })
+            .await;
+        self.not_acknowledged.extend(left.iter().map(|t| t.id));
+        if !self.frozen {
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.confirmer.send(&mut self.stream, false)).await;
+        }
+        self.memo.remember(self.confirmer.checkpoint.pending(), &self.not_acknowledged);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.close()).await;
+    }
+}

@@ -1,0 +1,132 @@
+//! Where a session starts streaming: checks PostgreSQL, finds or creates the slot,
+//! takes the initial snapshot when the settings ask for one, and starts replication
+//! at the slot's confirmed position (or the new slot's consistent point).
+//!
+//! Invariants: the snapshot is taken only in the slot's exported snapshot (so the
+//! stream continues exactly where it ends); a slot whose snapshot did not finish is
+//! dropped and the snapshot starts over; a slot in use by another process is a
+//! transient error (a hot standby waits); a lost slot is definite, unless
+//! `--snapshot when_needed` re-creates it.
+
+use pgoutput::Lsn;
+use replication::{ReplicationClient, ReplicationStream, SlotSnapshot};
+
+use super::session::Tag;
+use crate::error::PipelineError;
+use crate::kafka::{self, DeliveryMemo, ProduceWindow};
+use crate::postgres::{catalog, preflight, sql};
+use crate::settings::{Settings, SnapshotMode};
+use crate::snapshot;
+use crate::telemetry::Metrics;
+
+/// How a session began (built once per session: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub enum Begun {
+    /// Streaming from `start` with a producer ready.
+    Streaming { stream: ReplicationStream, start: Lsn, window: ProduceWindow<Tag> },
+    /// `--snapshot initial_only` is done: every row is acknowledged.
+    BackfillDone,
+}
+
+impl std::fmt::Debug for Begun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Begun::Streaming { start, .. } => write!(f, "Streaming from {start}"),
+            Begun::BackfillDone => f.write_str("BackfillDone"),
+        }
+    }
+}
+
+/// See the module docs.
+pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> Result<Begun, PipelineError> {
+    // The producer first: its broker connection and idempotent producer id are set up
+    // in the background while PostgreSQL is checked, so the first record does not wait.
+    let window = kafka::open_window::<Tag>(s, metrics)?;
+    let checked = async {
+        let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+        preflight::preflight(&mut sql, s).await?;
+        if s.snapshot.mode != SnapshotMode::Never {
+            snapshot::validate_filter(&mut sql, s).await?;
+        }
+        Ok::<_, PipelineError>(sql)
+    };
+    if s.snapshot.mode == SnapshotMode::InitialOnly {
+        let mut sql = checked.await?;
+        window.close(std::time::Duration::ZERO, |_| {}).await;
+        // A backfill: read in a fresh snapshot, no slot (it would only pin WAL).
+        let rows = snapshot::run(&mut sql, s, None, metrics, memo).await?;
+        tracing::info!(rows, "--snapshot initial_only: every row is acknowledged by Kafka; exiting");
+        sql.close().await;
+        return Ok(Begun::BackfillDone);
+    }
+    // The replication connection is opened while PostgreSQL is checked (each connection
+    // costs a backend start and an authentication); a failed check is reported first.
+    let (checked, repl) = tokio::join!(checked, ReplicationClient::connect(&s.postgres));
+    let mut sql = checked?;
+    let mut repl = repl?;
+    if sql.connected_host() != repl.connected_host() {
+        // Several hosts and a failover between the two connections: both must talk to
+        // the server the slot is read from.
+        sql.close().await;
+        sql = ReplicationClient::connect_sql(&s.postgres.pinned_to(repl.connected_host())).await?;
+        preflight::preflight(&mut sql, s).await?;
+    }
+    let slot_name = &s.source.slot;
+    let mut slot = catalog::slot_row(&mut sql, slot_name).await?;
+    let snapshots = matches!(s.snapshot.mode, SnapshotMode::Initial | SnapshotMode::WhenNeeded);
+    if snapshots && snapshot::unfinished(&mut sql, s).await? {
+        if let Some(row) = &slot {
+            if let Some(pid) = row.active_pid {
+                return Err(PipelineError::transient(format!(
+                    "replication slot \"{slot_name}\" is in use by server process {pid}; waiting to restart the unfinished snapshot"
+                )));
+            }
+            tracing::warn!(slot = %slot_name, "an earlier snapshot did not finish: dropping the slot and starting the snapshot over on a new one");
+            catalog::drop_slot(&mut sql, slot_name).await?;
+        }
+        slot = None;
+    }
+    if s.snapshot.mode == SnapshotMode::WhenNeeded
+        && slot.as_ref().is_some_and(|r| r.wal_status.as_deref() == Some("lost"))
+    {
+        tracing::warn!(slot = %slot_name, "the slot was invalidated (wal_status = lost): --snapshot when_needed drops it and takes a new snapshot");
+        catalog::drop_slot(&mut sql, slot_name).await?;
+        slot = None;
+    }
+
+    let system = repl.identify_system().await?;
+    tracing::debug!(system_id = %system.system_id, timeline = system.timeline, wal = %system.xlog_pos, "connected for replication");
+    let start = match slot {
+        Some(row) => {
+            preflight::check_slot(&row, s)?;
+            if s.snapshot.mode == SnapshotMode::Initial {
+                tracing::info!(slot = %slot_name, "replication slot already exists: no snapshot will be taken (--snapshot initial snapshots only when it creates the slot; drop the slot to take a new one)");
+            }
+            row.confirmed_flush.unwrap_or(Lsn::ZERO)
+        }
+        None => {
+            if snapshots {
+                snapshot::mark_started(&mut sql, s).await?;
+            }
+            let export = if snapshots { SlotSnapshot::Export } else { SlotSnapshot::Nothing };
+            let created = repl.create_logical_slot(slot_name, "pgoutput", export, s.source.slot_failover).await?;
+            tracing::info!(slot = %slot_name, consistent_point = %created.consistent_point, "created replication slot");
+            if snapshots {
+                let rows = snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo).await?;
+                snapshot::mark_finished(&mut sql, s, rows).await?;
+            }
+            created.consistent_point
+        }
+    };
+    sql.close().await;
+
+    let publications = sql::ident(&s.source.publication);
+    let mut options = vec![("proto_version", "1"), ("publication_names", publications.as_str())];
+    if s.source.messages.is_some() {
+        // Logical decoding messages (pg_logical_emit_message), PostgreSQL 14+.
+        options.push(("messages", "true"));
+    }
+    let stream = repl.start_logical_replication(slot_name, start, &options).await?;
+    tracing::info!(slot = %slot_name, from = %start, "streaming");
+    Ok(Begun::Streaming { stream, start, window })
+}

@@ -1,0 +1,174 @@
+//! State shared between tasks that is not a metric: whether walpost streams, the slot
+//! alarm level, how long records have waited for Kafka, and whether the pipeline's
+//! runtime still runs. `/readyz` and `/healthz` answer from it; a few gauges are
+//! computed from it at scrape time (they are ages, which only grow while nothing
+//! updates them, as they should when the pipeline is stuck).
+//!
+//! Times are milliseconds on a monotonic clock that starts with the process; `0`
+//! means "not set".
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+/// The slot alarm level (see `crate::monitor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlarmLevel {
+    Ok = 0,
+    Warning = 1,
+    Critical = 2,
+}
+
+impl AlarmLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlarmLevel::Ok => "ok",
+            AlarmLevel::Warning => "warning",
+            AlarmLevel::Critical => "critical",
+        }
+    }
+
+    fn from_u8(v: u8) -> AlarmLevel {
+        match v {
+            0 => AlarmLevel::Ok,
+            1 => AlarmLevel::Warning,
+            _ => AlarmLevel::Critical,
+        }
+    }
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Health {
+    epoch: Instant,
+    streaming: AtomicBool,
+    alarm: AtomicU8,
+    /// When the oldest unacknowledged record started waiting with no acknowledgement
+    /// since (0: nothing waits).
+    unacked_since: AtomicU64,
+    /// The last beat of the pipeline runtime's liveness task.
+    beat: AtomicU64,
+    unready_after: Duration,
+    dead_after: Duration,
+}
+
+impl Health {
+    /// `unready_after`: records waiting this long without an acknowledgement make
+    /// `/readyz` fail; `dead_after`: no beat for this long makes `/healthz` fail.
+    pub fn new(unready_after: Duration, dead_after: Duration) -> Health {
+        let h = Health {
+            epoch: Instant::now(),
+            streaming: AtomicBool::new(false),
+            alarm: AtomicU8::new(0),
+            unacked_since: AtomicU64::new(0),
+            beat: AtomicU64::new(0),
+            unready_after,
+            dead_after,
+        };
+        h.beat();
+        h
+    }
+
+    fn now(&self) -> u64 {
+        // +1: a time taken at the epoch itself must not read as "not set".
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX).saturating_add(1)
+    }
+
+    pub fn set_streaming(&self, on: bool) {
+        self.streaming.store(on, Ordering::Relaxed);
+    }
+
+    pub fn is_streaming(&self) -> bool {
+        self.streaming.load(Ordering::Relaxed)
+    }
+
+    pub fn set_alarm(&self, level: AlarmLevel) {
+        self.alarm.store(level as u8, Ordering::Relaxed);
+    }
+
+    pub fn alarm(&self) -> AlarmLevel {
+        AlarmLevel::from_u8(self.alarm.load(Ordering::Relaxed))
+    }
+
+    /// Records wait for Kafka and none was acknowledged since `since` (`None`: nothing waits).
+    pub fn set_waiting_for_acks(&self, since: Option<Instant>) {
+        let at = since.map_or(0, |t| {
+            let ms = u64::try_from(t.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX);
+            ms.saturating_add(1)
+        });
+        self.unacked_since.store(at, Ordering::Relaxed);
+    }
+
+    /// How long records have waited for an acknowledgement (zero when nothing waits).
+    pub fn unacknowledged_for(&self) -> Duration {
+        match self.unacked_since.load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            since => Duration::from_millis(self.now().saturating_sub(since)),
+        }
+    }
+
+    /// Called by a task on the pipeline's runtime at least every second: the runtime runs.
+    pub fn beat(&self) {
+        self.beat.store(self.now(), Ordering::Relaxed);
+    }
+
+    /// `Ok`: ready to be counted on (`/readyz`); `Err`: why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        if !self.is_streaming() {
+            return Err("not streaming".into());
+        }
+        if self.alarm() == AlarmLevel::Critical {
+            return Err("slot alarm critical".into());
+        }
+        let waited = self.unacknowledged_for();
+        if waited >= self.unready_after {
+            return Err(format!("Kafka has acknowledged nothing for {} s while records wait", waited.as_secs()));
+        }
+        Ok(())
+    }
+
+    /// `Ok`: the process is alive (`/healthz`); `Err`: its pipeline runtime is stuck.
+    pub fn liveness(&self) -> Result<(), String> {
+        let since = Duration::from_millis(self.now().saturating_sub(self.beat.load(Ordering::Relaxed)));
+        if since >= self.dead_after {
+            return Err(format!("the pipeline's runtime has not run for {} s", since.as_secs()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_needs_streaming_no_critical_alarm_and_acknowledgements() {
+        let h = Health::new(Duration::from_millis(50), Duration::from_secs(60));
+        assert_eq!(h.readiness(), Err("not streaming".into()));
+        h.set_streaming(true);
+        assert_eq!(h.readiness(), Ok(()));
+        h.set_alarm(AlarmLevel::Warning);
+        assert_eq!(h.readiness(), Ok(()));
+        h.set_alarm(AlarmLevel::Critical);
+        assert!(h.readiness().is_err());
+        h.set_alarm(AlarmLevel::Ok);
+        h.set_waiting_for_acks(Some(Instant::now()));
+        assert_eq!(h.readiness(), Ok(()), "waiting, but not long");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(h.readiness().unwrap_err().contains("acknowledged nothing"));
+        assert!(h.unacknowledged_for() >= Duration::from_millis(50));
+        h.set_waiting_for_acks(None);
+        assert_eq!(h.readiness(), Ok(()));
+        assert_eq!(h.unacknowledged_for(), Duration::ZERO);
+    }
+
+    #[test]
+    fn liveness_follows_the_beat() {
+        let h = Health::new(Duration::from_secs(30), Duration::from_millis(40));
+        assert_eq!(h.liveness(), Ok(()));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(h.liveness().is_err());
+        h.beat();
+        assert_eq!(h.liveness(), Ok(()));
+    }
+}

@@ -1,0 +1,473 @@
+//! Every metric walpost exports, in one place, on the `prometheus` crate.
+//!
+//! Names follow Prometheus conventions: `walpost_` prefix, unit suffixes (`_total`,
+//! `_bytes`, `_seconds`). They are constants in [`names`], listed with their type and
+//! help in [`METRICS`] (the README's metrics table and the e2e scrape test are checked
+//! against that list), so a misspelt name is a compile error, not a silently missing
+//! series.
+//!
+//! Each subsystem owns a typed handle group ([`StreamMetrics`], [`KafkaMetrics`],
+//! [`SlotMetrics`], [`SnapshotMetrics`], [`RetentionMetrics`]) and updates it
+//! directly; nothing is looked up by name at run time. Labels are low-cardinality and
+//! never carry payload contents: error `class`, skip `reason`, reconnect `cause`, slot
+//! `status`/alarm `level`, and `topic`, which is capped at [`MAX_TOPIC_SERIES`] distinct
+//! values (further topics are counted under `(other)`: routed topics come from row
+//! values, and one series per value would be unbounded).
+//!
+//! Gauges that are ages (lag, time without an acknowledgement) and the `streaming`
+//! flag are computed from [`Health`] when scraped, so they keep moving while the
+//! pipeline is stuck.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use super::health::{AlarmLevel, Health};
+
+/// Metric names.
+pub mod names {
+    pub const EVENTS_PUBLISHED: &str = "walpost_events_published_total";
+    pub const PUBLISHED_BYTES: &str = "walpost_published_bytes_total";
+    pub const TRANSACTIONS: &str = "walpost_transactions_total";
+    pub const RECEIVED_LSN: &str = "walpost_received_lsn";
+    pub const CONFIRMED_LSN: &str = "walpost_confirmed_lsn";
+    pub const IN_FLIGHT: &str = "walpost_kafka_in_flight_records";
+    pub const UNACKNOWLEDGED: &str = "walpost_kafka_unacknowledged_seconds";
+    pub const PRODUCE_ERRORS: &str = "walpost_produce_errors_total";
+    pub const RECONNECTS: &str = "walpost_reconnects_total";
+    pub const DEAD_LETTERS: &str = "walpost_dead_letters_total";
+    pub const SKIPPED: &str = "walpost_events_skipped_total";
+    pub const STREAMING: &str = "walpost_streaming";
+    pub const LATENCY: &str = "walpost_end_to_end_latency_seconds";
+    pub const LAG: &str = "walpost_lag_seconds";
+    pub const SLOT_RETAINED: &str = "walpost_slot_retained_bytes";
+    pub const SLOT_UNCONFIRMED: &str = "walpost_slot_unconfirmed_bytes";
+    pub const SLOT_SAFE_WAL: &str = "walpost_slot_safe_wal_size_bytes";
+    pub const SLOT_ACTIVE: &str = "walpost_slot_active";
+    pub const SLOT_WAL_STATUS: &str = "walpost_slot_wal_status";
+    pub const SLOT_ALARM: &str = "walpost_slot_alarm";
+    pub const SLOT_CONFIRM_STALLED: &str = "walpost_slot_confirm_stalled_seconds";
+    pub const OLDEST_TRANSACTION: &str = "walpost_oldest_transaction_age_seconds";
+    pub const SNAPSHOT_ROWS: &str = "walpost_snapshot_rows_total";
+    pub const SNAPSHOT_ESTIMATE: &str = "walpost_snapshot_rows_estimate";
+    pub const SNAPSHOT_RUNNING: &str = "walpost_snapshot_running";
+    pub const RETENTION_CREATED: &str = "walpost_retention_partitions_created_total";
+    pub const RETENTION_SEALED: &str = "walpost_retention_partitions_sealed_total";
+    pub const RETENTION_DROPPED: &str = "walpost_retention_partitions_dropped_total";
+    pub const RETENTION_SKIPPED: &str = "walpost_retention_partitions_skipped_total";
+    pub const RETENTION_PASSES: &str = "walpost_retention_passes_total";
+    pub const RETENTION_LAST_SUCCESS: &str = "walpost_retention_last_success_timestamp_seconds";
+}
+
+use names::*;
+
+/// (name, type, help) of every exported metric, in the README's order.
+pub const METRICS: &[(&str, &str, &str)] = &[
+    (EVENTS_PUBLISHED, "counter", "Records acknowledged by Kafka, by topic (at most 256 topics, then \"(other)\")."),
+    (PUBLISHED_BYTES, "counter", "Payload bytes acknowledged by Kafka."),
+    (TRANSACTIONS, "counter", "Committed transactions read from the slot."),
+    (RECEIVED_LSN, "gauge", "Last WAL position received from the server."),
+    (CONFIRMED_LSN, "gauge", "Last WAL position confirmed (flushed) to the slot."),
+    (IN_FLIGHT, "gauge", "Records handed to the producer and not yet acknowledged."),
+    (UNACKNOWLEDGED, "gauge", "Seconds since Kafka last acknowledged a record while records wait (0: nothing waits)."),
+    (PRODUCE_ERRORS, "counter", "Failed deliveries by class (retryable, rejected), counted when they happen."),
+    (RECONNECTS, "counter", "Stream restarts after a transient error, by cause (postgres, kafka)."),
+    (DEAD_LETTERS, "counter", "Events acknowledged on the dead-letter topic, by error class."),
+    (SKIPPED, "counter", "Changes that are not outbox events and were skipped, by reason."),
+    (STREAMING, "gauge", "1 while streaming from the replication slot."),
+    (LATENCY, "histogram", "Commit timestamp to Kafka acknowledgement."),
+    (LAG, "gauge", "Age of the oldest transaction walpost read but has not confirmed (0 when caught up)."),
+    (SLOT_RETAINED, "gauge", "WAL the slot keeps: current WAL position minus restart_lsn."),
+    (SLOT_UNCONFIRMED, "gauge", "Current WAL position minus the slot's confirmed_flush_lsn."),
+    (
+        SLOT_SAFE_WAL,
+        "gauge",
+        "Bytes that can be written before the slot is in danger (-1: unlimited; 0: past the limit).",
+    ),
+    (SLOT_ACTIVE, "gauge", "1 when some process is streaming from the slot."),
+    (SLOT_WAL_STATUS, "gauge", "1 for the slot's current wal_status (reserved, extended, unreserved, lost)."),
+    (SLOT_ALARM, "gauge", "1 for each alarm level currently raised (warning, critical)."),
+    (
+        SLOT_CONFIRM_STALLED,
+        "gauge",
+        "Seconds since the slot's confirmed position last moved while WAL was written past it.",
+    ),
+    (OLDEST_TRANSACTION, "gauge", "Age of the oldest open transaction on the server."),
+    (SNAPSHOT_ROWS, "counter", "Snapshot rows acknowledged by Kafka."),
+    (SNAPSHOT_ESTIMATE, "gauge", "Planner estimate of the rows the running snapshot reads."),
+    (SNAPSHOT_RUNNING, "gauge", "1 while a snapshot runs."),
+    (RETENTION_CREATED, "counter", "Outbox partitions created ahead by retention."),
+    (RETENTION_SEALED, "counter", "Expired outbox partitions sealed (made read-only, WAL position recorded)."),
+    (RETENTION_DROPPED, "counter", "Expired outbox partitions dropped after the slot confirmed their seal."),
+    (RETENTION_SKIPPED, "counter", "Partitions retention left in place although due, by reason."),
+    (RETENTION_PASSES, "counter", "Retention passes by result (ok, error)."),
+    (RETENTION_LAST_SUCCESS, "gauge", "Unix time of the last retention pass without error (0: none yet)."),
+];
+
+/// Distinct `topic` label values of `walpost_events_published_total`; more are `(other)`.
+pub const MAX_TOPIC_SERIES: usize = 256;
+/// The `topic` label value past [`MAX_TOPIC_SERIES`] (no Kafka topic can be named so).
+pub const OTHER_TOPICS: &str = "(other)";
+
+/// Upper bounds (seconds) of the latency histogram buckets.
+const LATENCY_BUCKETS: [f64; 14] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0, 300.0];
+
+fn help(name: &'static str) -> &'static str {
+    METRICS.iter().find(|(n, _, _)| *n == name).map_or("", |(_, _, h)| *h)
+}
+
+fn opts(name: &'static str) -> Opts {
+    Opts::new(name, help(name))
+}
+
+/// A registered metric of any kind.
+trait Register: prometheus::core::Collector + Clone + 'static {}
+impl<T: prometheus::core::Collector + Clone + 'static> Register for T {}
+
+fn register<T: Register>(registry: &Registry, metric: prometheus::Result<T>) -> prometheus::Result<T> {
+    let metric = metric?;
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
+}
+
+/// The registry and every subsystem's handles.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    health: Arc<Health>,
+    pub stream: StreamMetrics,
+    pub kafka: KafkaMetrics,
+    pub slot: SlotMetrics,
+    pub snapshot: SnapshotMetrics,
+    pub retention: RetentionMetrics,
+    streaming: IntGauge,
+    unacknowledged: Gauge,
+    lag: Gauge,
+}
+
+/// The replication stream's metrics.
+#[derive(Debug, Clone)]
+pub struct StreamMetrics {
+    pub transactions: IntCounter,
+    pub received_lsn: IntGauge,
+    pub confirmed_lsn: IntGauge,
+    reconnects: IntCounterVec,
+    skipped: IntCounterVec,
+    lag: Arc<LagClock>,
+}
+
+/// Why the stream reconnected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReconnectCause {
+    Postgres,
+    Kafka,
+}
+
+/// The wall-clock commit time of the oldest unconfirmed transaction, for the lag gauge.
+#[derive(Debug, Default)]
+struct LagClock {
+    oldest_commit_ms: std::sync::atomic::AtomicI64,
+}
+
+impl StreamMetrics {
+    pub fn reconnect(&self, cause: ReconnectCause) {
+        let label = match cause {
+            ReconnectCause::Postgres => "postgres",
+            ReconnectCause::Kafka => "kafka",
+        };
+        self.reconnects.with_label_values(&[label]).inc();
+    }
+
+    /// A change that is not an outbox event was skipped (`reason` is a fixed word).
+    pub fn skipped(&self, reason: &'static str) {
+        self.skipped.with_label_values(&[reason]).inc();
+    }
+
+    /// The oldest transaction read and not yet confirmed committed at this Unix time
+    /// (ms); `None`: nothing is unconfirmed.
+    pub fn set_oldest_unconfirmed_commit(&self, unix_ms: Option<i64>) {
+        self.lag.oldest_commit_ms.store(unix_ms.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Seconds since the oldest unconfirmed transaction committed (0 when caught up).
+    pub fn lag_seconds(&self) -> f64 {
+        match self.lag.oldest_commit_ms.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => 0.0,
+            t => (now_ms() - t).max(0) as f64 / 1000.0,
+        }
+    }
+}
+
+/// The producer's metrics.
+#[derive(Debug, Clone)]
+pub struct KafkaMetrics {
+    published: IntCounterVec,
+    topics: Arc<Mutex<HashMap<String, IntCounter>>>,
+    pub published_bytes: IntCounter,
+    pub in_flight: IntGauge,
+    produce_errors: IntCounterVec,
+    dead_letters: IntCounterVec,
+    pub latency: Histogram,
+}
+
+impl KafkaMetrics {
+    /// One record acknowledged on `topic`, `bytes` of payload.
+    pub fn published(&self, topic: &str, bytes: u64) {
+        if let Ok(mut topics) = self.topics.lock() {
+            match topics.get(topic) {
+                Some(c) => c.inc(),
+                None => {
+                    let label = if topics.len() < MAX_TOPIC_SERIES { topic } else { OTHER_TOPICS };
+                    let c = self.published.with_label_values(&[label]);
+                    c.inc();
+                    if topics.len() < MAX_TOPIC_SERIES {
+                        topics.insert(topic.to_owned(), c);
+                    }
+                }
+            }
+        }
+        self.published_bytes.inc_by(bytes);
+    }
+
+    /// A delivery failed; `class` is `retryable` or `rejected`.
+    pub fn produce_error(&self, class: &'static str) {
+        self.produce_errors.with_label_values(&[class]).inc();
+    }
+
+    /// A dead letter was acknowledged; `class` is the error class (a fixed word).
+    pub fn dead_letter(&self, class: &str) {
+        self.dead_letters.with_label_values(&[class]).inc();
+    }
+}
+
+/// The slot monitor's gauges.
+#[derive(Debug, Clone)]
+pub struct SlotMetrics {
+    pub retained_bytes: IntGauge,
+    pub unconfirmed_bytes: IntGauge,
+    pub safe_wal_size_bytes: IntGauge,
+    pub active: IntGauge,
+    wal_status: IntGaugeVec,
+    alarm: IntGaugeVec,
+    pub confirm_stalled_seconds: Gauge,
+    pub oldest_transaction_age_seconds: Gauge,
+}
+
+impl SlotMetrics {
+    /// Sets the `status` series: 1 for `current`, 0 for the others.
+    pub fn set_wal_status(&self, current: Option<&str>) {
+        for status in ["reserved", "extended", "unreserved", "lost"] {
+            self.wal_status.with_label_values(&[status]).set(i64::from(current == Some(status)));
+        }
+    }
+
+    pub fn set_alarm(&self, level: AlarmLevel) {
+        self.alarm.with_label_values(&["warning"]).set(i64::from(level == AlarmLevel::Warning));
+        self.alarm.with_label_values(&["critical"]).set(i64::from(level == AlarmLevel::Critical));
+    }
+}
+
+/// The snapshot's metrics.
+#[derive(Debug, Clone)]
+pub struct SnapshotMetrics {
+    pub rows: IntCounter,
+    pub estimate: IntGauge,
+    pub running: IntGauge,
+}
+
+/// Retention's metrics.
+#[derive(Debug, Clone)]
+pub struct RetentionMetrics {
+    pub created: IntCounter,
+    pub sealed: IntCounter,
+    pub dropped: IntCounter,
+    skipped: IntCounterVec,
+    passes: IntCounterVec,
+    pub last_success: IntGauge,
+}
+
+impl RetentionMetrics {
+    /// A partition due for an action was left in place for `reason` (a fixed word).
+    pub fn skipped(&self, reason: &'static str) {
+        self.skipped.with_label_values(&[reason]).inc();
+    }
+
+    /// Makes the skip series for `reasons` exist at 0 (so a rate over them works).
+    pub fn declare_skip_reasons(&self, reasons: &[&'static str]) {
+        for r in reasons {
+            let _ = self.skipped.with_label_values(&[r]);
+        }
+    }
+
+    pub fn pass_finished(&self, ok: bool) {
+        self.passes.with_label_values(&[if ok { "ok" } else { "error" }]).inc();
+        if ok {
+            self.last_success.set(now_ms() / 1000);
+        }
+    }
+}
+
+impl Metrics {
+    /// Registers every metric; `health` feeds the gauges computed at scrape time.
+    pub fn new(health: Arc<Health>) -> prometheus::Result<Metrics> {
+        let r = Registry::new();
+        let counter = |name| register(&r, IntCounter::with_opts(opts(name)));
+        let gauge = |name| register(&r, IntGauge::with_opts(opts(name)));
+        let fgauge = |name| register(&r, Gauge::with_opts(opts(name)));
+        let counters = |name, label: &str| register(&r, IntCounterVec::new(opts(name), &[label]));
+        let stream = StreamMetrics {
+            transactions: counter(TRANSACTIONS)?,
+            received_lsn: gauge(RECEIVED_LSN)?,
+            confirmed_lsn: gauge(CONFIRMED_LSN)?,
+            reconnects: counters(RECONNECTS, "cause")?,
+            skipped: counters(SKIPPED, "reason")?,
+            lag: Arc::new(LagClock::default()),
+        };
+        for cause in ["postgres", "kafka"] {
+            let _ = stream.reconnects.with_label_values(&[cause]);
+        }
+        let kafka = KafkaMetrics {
+            published: counters(EVENTS_PUBLISHED, "topic")?,
+            topics: Arc::new(Mutex::new(HashMap::new())),
+            published_bytes: counter(PUBLISHED_BYTES)?,
+            in_flight: gauge(IN_FLIGHT)?,
+            produce_errors: counters(PRODUCE_ERRORS, "class")?,
+            dead_letters: counters(DEAD_LETTERS, "class")?,
+            latency: register(
+                &r,
+                Histogram::with_opts(HistogramOpts::new(LATENCY, help(LATENCY)).buckets(LATENCY_BUCKETS.to_vec())),
+            )?,
+        };
+        for class in ["retryable", "rejected"] {
+            let _ = kafka.produce_errors.with_label_values(&[class]);
+        }
+        let slot = SlotMetrics {
+            retained_bytes: gauge(SLOT_RETAINED)?,
+            unconfirmed_bytes: gauge(SLOT_UNCONFIRMED)?,
+            safe_wal_size_bytes: gauge(SLOT_SAFE_WAL)?,
+            active: gauge(SLOT_ACTIVE)?,
+            wal_status: register(&r, IntGaugeVec::new(opts(SLOT_WAL_STATUS), &["status"]))?,
+            alarm: register(&r, IntGaugeVec::new(opts(SLOT_ALARM), &["level"]))?,
+            confirm_stalled_seconds: fgauge(SLOT_CONFIRM_STALLED)?,
+            oldest_transaction_age_seconds: fgauge(OLDEST_TRANSACTION)?,
+        };
+        slot.set_alarm(AlarmLevel::Ok);
+        slot.set_wal_status(None);
+        let snapshot = SnapshotMetrics {
+            rows: counter(SNAPSHOT_ROWS)?,
+            estimate: gauge(SNAPSHOT_ESTIMATE)?,
+            running: gauge(SNAPSHOT_RUNNING)?,
+        };
+        let retention = RetentionMetrics {
+            created: counter(RETENTION_CREATED)?,
+            sealed: counter(RETENTION_SEALED)?,
+            dropped: counter(RETENTION_DROPPED)?,
+            skipped: counters(RETENTION_SKIPPED, "reason")?,
+            passes: counters(RETENTION_PASSES, "result")?,
+            last_success: gauge(RETENTION_LAST_SUCCESS)?,
+        };
+        for result in ["ok", "error"] {
+            let _ = retention.passes.with_label_values(&[result]);
+        }
+        let streaming = gauge(STREAMING)?;
+        let unacknowledged = fgauge(UNACKNOWLEDGED)?;
+        let lag = fgauge(LAG)?;
+        Ok(Metrics { registry: r, health, stream, kafka, slot, snapshot, retention, streaming, unacknowledged, lag })
+    }
+
+    /// The shared state the scrape-time gauges come from.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    /// Prometheus text exposition (format 0.0.4).
+    pub fn encode(&self) -> String {
+        self.streaming.set(i64::from(self.health.is_streaming()));
+        self.unacknowledged.set(self.health.unacknowledged_for().as_secs_f64());
+        self.lag.set(self.stream.lag_seconds());
+        let mut out = Vec::with_capacity(8192);
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::warn!("cannot encode metrics: {e}");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// An LSN (or any u64 position) as a gauge value; positions past i64::MAX are clamped.
+pub fn lsn_gauge(position: u64) -> i64 {
+    i64::try_from(position).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn metrics() -> Metrics {
+        Metrics::new(Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60)))).unwrap()
+    }
+
+    #[test]
+    fn every_listed_metric_is_exported_with_its_type_and_nothing_else() {
+        let m = metrics();
+        m.kafka.published("outbox.event.order", 10);
+        m.kafka.published("outbox.event.order", 5);
+        m.kafka.produce_error("rejected");
+        m.stream.skipped("invalid_operation");
+        m.kafka.dead_letter("invalid_topic");
+        m.retention.skipped("slot_behind");
+        let text = m.encode();
+        for (name, kind, _) in METRICS {
+            assert!(text.contains(&format!("# TYPE {name} {kind}")), "{name} missing:\n{text}");
+        }
+        let exported: Vec<&str> =
+            text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+        assert_eq!(exported.len(), METRICS.len(), "{exported:?}");
+        assert!(text.contains("walpost_events_published_total{topic=\"outbox.event.order\"} 2"), "{text}");
+        assert!(text.contains("walpost_published_bytes_total 15"));
+        assert!(text.contains("walpost_produce_errors_total{class=\"rejected\"} 1"));
+        assert!(text.contains("walpost_produce_errors_total{class=\"retryable\"} 0"));
+        assert!(text.contains("walpost_reconnects_total{cause=\"kafka\"} 0"));
+    }
+
+    /// Routed topics come from row values: their series are capped.
+    #[test]
+    fn topic_series_are_capped() {
+        let m = metrics();
+        for i in 0..(MAX_TOPIC_SERIES + 50) {
+            m.kafka.published(&format!("t{i}"), 1);
+        }
+        m.kafka.published("t0", 1);
+        let text = m.encode();
+        let series = text.lines().filter(|l| l.starts_with("walpost_events_published_total{")).count();
+        assert_eq!(series, MAX_TOPIC_SERIES + 1, "one series per capped topic plus (other)");
+        assert!(text.contains("walpost_events_published_total{topic=\"(other)\"} 50"), "{text}");
+        assert!(text.contains("walpost_events_published_total{topic=\"t0\"} 2"));
+    }
+
+    #[test]
+    fn ages_come_from_health_at_scrape_time() {
+        let m = metrics();
+        m.stream.set_oldest_unconfirmed_commit(Some(now_ms() - 5_000));
+        m.health().set_streaming(true);
+        let text = m.encode();
+        let lag: f64 =
+            text.lines().find_map(|l| l.strip_prefix("walpost_lag_seconds ")).and_then(|v| v.parse().ok()).unwrap();
+        assert!((4.9..60.0).contains(&lag), "{lag}");
+        assert!(text.contains("walpost_streaming 1"));
+    }
+}

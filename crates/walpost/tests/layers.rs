@@ -1,0 +1,225 @@
+//! The dependency rule of crates/walpost (see its `lib.rs`): a module uses only modules
+//! of lower layers, never a sibling of its own layer nor anything above it. And no
+//! module import circle anywhere in the workspace.
+//!
+//! A module is a top-level module of a crate (`src/stream/session.rs` belongs to
+//! `stream`; `src/app.rs` is `app`; `src/lib.rs` is the crate root, `lib`). Its
+//! imports are the `crate::<module>` paths in its code (comments aside).
+// Test crates: helpers outside #[test] functions may fail loudly too.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Layers of crates/walpost, bottom first (the table in its lib.rs).
+const LAYERS: &[&[&str]] = &[
+    &["error"],
+    &["settings", "telemetry"],
+    &["postgres", "kafka"],
+    &["snapshot"],
+    &["stream", "monitor", "retention"],
+    &["ops"],
+    &["cli"],
+    &["app"],
+];
+
+/// Items of a crate root that any module may use (macros, constants).
+const ROOT_ITEMS: &[&str] = &["crash_seam", "VERSION"];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The top-level module a file of `src` belongs to.
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap();
+    let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+    first.trim_end_matches(".rs").to_owned()
+}
+
+/// `crate::<name>` references in code (not in comments), with the line they are on.
+fn crate_references(text: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        for (i, _) in code.match_indices("crate::") {
+            // `walpost::` paths of other crates end in `crate::` too: only a bare `crate`.
+            let before = code[..i].chars().last();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let name: String = code[i + 7..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() {
+                out.push((name, number + 1));
+            }
+        }
+        // `use crate::{a, b}` groups.
+        if let Some(rest) = code.trim_start().strip_prefix("use crate::{") {
+            for part in rest.split([',', '}']) {
+                let name: String = part.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !name.is_empty() {
+                    out.push((name, number + 1));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Module -> modules it uses, for one crate's `src`; also where each edge is.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut graph: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for file in rust_files(src) {
+        let module = module_of(src, &file);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let edges = graph.entry(module.clone()).or_default();
+        let mut references = crate_references(&text);
+        if module == "lib" {
+            // The root names its modules without `crate::`.
+            references.extend(root_references(src, &text));
+        }
+        for (used, line) in references {
+            let used = if src.join(format!("{used}.rs")).is_file() || src.join(&used).is_dir() {
+                used
+            } else {
+                // An item of the crate root.
+                "lib".to_owned()
+            };
+            if used != module {
+                edges.entry(used).or_insert_with(|| format!("{}:{line}", file.display()));
+            }
+        }
+    }
+    graph
+}
+
+/// `<module>::` paths in the crate root's code (not its `mod` and `use` lines), for
+/// modules of `src`.
+fn root_references(src: &Path, text: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        // Module declarations and re-exports make the root a facade; they use nothing.
+        let t = code.trim_start();
+        if ["pub mod ", "mod ", "pub use "].iter().any(|p| t.starts_with(p)) {
+            continue;
+        }
+        for (i, _) in code.match_indices("::") {
+            let name: String = code[..i].chars().rev().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let name: String = name.chars().rev().collect();
+            let start = i - name.len();
+            let qualified = code[..start].ends_with("::");
+            if !qualified && (src.join(format!("{name}.rs")).is_file() || src.join(&name).is_dir()) {
+                out.push((name, number + 1));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn walpost_modules_use_only_lower_layers() {
+    let src = repo().join("crates/walpost/src");
+    let mut violations = Vec::new();
+    for file in rust_files(&src) {
+        let module = module_of(&src, &file);
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let own = layer_of(&module).unwrap_or_else(|| panic!("module {module} is in no layer of LAYERS"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (used, line) in crate_references(&text) {
+            if used == module || ROOT_ITEMS.contains(&used.as_str()) {
+                continue;
+            }
+            match layer_of(&used) {
+                Some(l) if l < own => {}
+                Some(l) => violations.push(format!(
+                    "{}:{line}: {module} (layer {own}) uses {used} (layer {l}){}",
+                    file.display(),
+                    if l == own { ": siblings never import each other" } else { "" }
+                )),
+                None => violations
+                    .push(format!("{}:{line}: {module} uses crate::{used}, which is no module", file.display())),
+            }
+        }
+        if !matches!(module.as_str(), "cli" | "app") && text.lines().any(|l| l.trim_start().starts_with("use clap")) {
+            violations.push(format!("{}: only cli and app see clap", file.display()));
+        }
+    }
+    assert!(violations.is_empty(), "layer rule broken:\n{}", violations.join("\n"));
+}
+
+/// The checker catches what it should: a sibling import and an upward import.
+#[test]
+fn the_rule_checker_finds_violations() {
+    let refs = crate_references("use crate::stream::session::Tag;\nlet x = crate::monitor::run; // crate::app\n");
+    let names: Vec<&str> = refs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, vec!["stream", "monitor"]);
+    let grouped = crate_references("use crate::{kafka, settings::Settings};");
+    assert!(grouped.iter().any(|(n, _)| n == "kafka") && grouped.iter().any(|(n, _)| n == "settings"));
+    assert!(layer_of("monitor") == layer_of("stream"), "siblings share a layer");
+    assert!(layer_of("kafka") < layer_of("snapshot"));
+}
+
+#[test]
+fn no_module_import_circle_in_the_workspace() {
+    let mut circles = Vec::new();
+    for krate in std::fs::read_dir(repo().join("crates")).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let graph = module_graph(&src);
+        // Depth-first search for a back edge.
+        fn visit(
+            node: &str,
+            graph: &BTreeMap<String, BTreeMap<String, String>>,
+            path: &mut Vec<String>,
+            done: &mut BTreeSet<String>,
+            found: &mut Vec<String>,
+        ) {
+            if done.contains(node) {
+                return;
+            }
+            if let Some(start) = path.iter().position(|p| p == node) {
+                let cycle: Vec<&str> = path[start..].iter().map(String::as_str).collect();
+                found.push(format!("{} -> {node}", cycle.join(" -> ")));
+                return;
+            }
+            path.push(node.to_owned());
+            for next in graph.get(node).map(|e| e.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+                visit(&next, graph, path, done, found);
+            }
+            path.pop();
+            done.insert(node.to_owned());
+        }
+        let mut done = BTreeSet::new();
+        for node in graph.keys() {
+            let mut found = Vec::new();
+            visit(node, &graph, &mut Vec::new(), &mut done, &mut found);
+            for cycle in found {
+                circles.push(format!("{}: {cycle}", src.display()));
+            }
+        }
+    }
+    assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
+}
