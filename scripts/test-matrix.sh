@@ -16,7 +16,7 @@
 # failed. A summary with each pass's duration is printed at the end.
 #
 # Environment: WALPOST_MATRIX_SKIP_SETUP=1 skips scripts/setup-deps.sh (scripts/test.sh
-# has run it already); CARGO_TEST_FLAGS (default --locked) go to `cargo test`.
+# has run it already); CARGO_TEST_FLAGS (default --locked --features walpost/failpoints) go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -51,7 +51,7 @@ if ! command -v npm >/dev/null 2>&1; then
     fi
 fi
 
-read -r -a cargo_flags <<<"${CARGO_TEST_FLAGS:---locked}"
+read -r -a cargo_flags <<<"${CARGO_TEST_FLAGS:---locked --features walpost/failpoints}"
 # Build once, outside the timings.
 cargo test "${cargo_flags[@]}" -p walpost --test e2e --no-run
 

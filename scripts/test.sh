@@ -4,7 +4,8 @@
 # Kafka 4.x broker, which the test harness (crates/testkit) starts on free ports.
 #
 # Installs what is missing first (scripts/setup-deps.sh: PostgreSQL 15, librdkafka's
-# build dependencies, the Kafka jars). Extra arguments go to `cargo test`.
+# build dependencies, the Kafka jars). Extra arguments go to `cargo test`. The test
+# build turns on walpost's `failpoints` feature (crash seams); release builds have none.
 #
 # Then, with no arguments, the end-to-end suite runs again against the oldest and the
 # newest supported PostgreSQL majors (WALPOST_TEST_MAJORS, default "14 18"; binaries from
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup-deps.sh
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --features walpost/failpoints "$@"
 
 majors="${WALPOST_TEST_MAJORS-14 18}"
 if [[ $# -eq 0 && -n "$majors" ]]; then

@@ -368,6 +368,10 @@ fn idle_outbox_confirms_while_other_tables_write() {
 /// never a gap.
 #[test]
 fn crash_after_ack_before_confirm_resends_instead_of_losing() {
+    assert!(
+        cfg!(feature = "failpoints"),
+        "the crash seams need the failpoints feature: run scripts/test.sh (cargo test --features walpost/failpoints)"
+    );
     let w = World::new("core-failpoint");
     // Create the slot with a normal run first (the failpoint fires on the first confirm).
     let mut first = w.start_walpost();
@@ -376,7 +380,7 @@ fn crash_after_ack_before_confirm_resends_instead_of_losing() {
     // Rows first, so the crashing run's first confirmation is for delivered records.
     insert_batches(&w, 0, 5, 20, 5, &["order"]);
     let before = w.confirmed_flush_lsn().unwrap();
-    let mut crashing = Walpost::start(&w.args(), &[("WALPOST_FAILPOINT", "after-ack-before-confirm")]);
+    let mut crashing = Walpost::start(&w.args(), &[("FAILPOINTS", "after-ack-before-confirm=return")]);
     let status = crashing.wait_exit(Duration::from_secs(60)).expect("failpoint did not fire");
     assert!(!status.success());
     assert!(crashing.log_text().contains("failpoint after-ack-before-confirm reached"));
