@@ -20,7 +20,7 @@
 use postgres_protocol::authentication::sasl::ChannelBinding as ScramBinding;
 
 use crate::config::{AuthMethod, ChannelBinding, Config};
-use crate::Error;
+use crate::error::Error;
 
 /// What protects the bytes of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,20 +24,30 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream, UnixStream};
 
 use crate::auth::Channel;
+use crate::client::ReplicationClient;
 use crate::config::{Config, Host, HostSpec, Keepalives, SslMode, TargetSessionAttrs};
-use crate::error::HostFailure;
-use crate::{tls, Error, ReplicationClient, Transport};
+use crate::error::{Error, HostFailure};
+use crate::tls;
+use crate::transport::Opened;
 
-/// An open transport before startup.
-pub(crate) struct Opened {
-    pub io: Box<dyn Transport>,
-    pub channel: Channel,
-    /// tls-server-end-point data for SCRAM-SHA-256-PLUS, when TLS.
-    pub tls_end_point: Option<Vec<u8>>,
+impl ReplicationClient {
+    /// Opens a replication connection (`replication=database`) to the first usable host
+    /// and authenticates. Such a connection runs replication commands and plain SQL.
+    pub async fn connect(config: &Config) -> Result<ReplicationClient, Error> {
+        first_usable_host(config, true).await
+    }
+
+    /// Opens an ordinary SQL connection (simple query protocol, text results): for
+    /// slot status, snapshots and retention, where a replication connection is not
+    /// wanted (it would count against max_wal_senders). To reach the same server as a
+    /// replication connection, pass `config.pinned_to(client.connected_host())`.
+    pub async fn connect_sql(config: &Config) -> Result<ReplicationClient, Error> {
+        first_usable_host(config, false).await
+    }
 }
 
 /// Connects to the first usable host of `config`.
-pub(crate) async fn connect(config: &Config, replication: bool) -> Result<ReplicationClient, Error> {
+async fn first_usable_host(config: &Config, replication: bool) -> Result<ReplicationClient, Error> {
     let mut failures = Vec::new();
     let mut reserve: Option<ReplicationClient> = None;
     for (i, host) in config.hosts.iter().enumerate() {

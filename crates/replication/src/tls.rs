@@ -17,7 +17,7 @@ use openssl::x509::X509;
 use tokio::net::TcpStream;
 
 use crate::config::{Config, RootCert, SslMode};
-use crate::Error;
+use crate::error::Error;
 
 fn tls_error<E: std::error::Error + Send + Sync + 'static>(context: &str, e: E) -> Error {
     Error::Tls { message: format!("{context}{e}"), source: Some(Box::new(e)) }

@@ -4,8 +4,10 @@ use bytes::Bytes;
 use pgoutput::{Column, ColumnValue, Relation, TupleData};
 use proptest::prelude::*;
 
-use crate::value::oid;
-use crate::{decode_bytea, AdditionalField, Router, RouterConfig};
+use crate::config::RouterConfig;
+use crate::options::AdditionalField;
+use crate::route::Router;
+use crate::value::{decode_bytea, oid};
 
 /// PostgreSQL's `bytea_output = hex`.
 fn hex_output(bytes: &[u8]) -> String {

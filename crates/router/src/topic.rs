@@ -3,7 +3,8 @@
 
 use regex::{Captures, Regex};
 
-use crate::{RouteError, RouterConfig};
+use crate::config::RouterConfig;
+use crate::error::RouteError;
 
 /// The `topics.allow` entry that allows every topic (Kafka's internal `__` topics still
 /// excepted).

@@ -1,4 +1,5 @@
 use super::*;
+use crate::options::AdditionalField;
 use pgoutput::Column;
 use std::collections::HashSet;
 

@@ -1,0 +1,588 @@
+//! The router: finds the mapped columns of a relation and turns one inserted row (or
+//! one JSON message) into a [`Record`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pgoutput::{ColumnValue, Relation, TupleData};
+use regex::Regex;
+
+use crate::config::{RouterConfig, DEFAULT_TOPIC_REGEX, EVENT_TYPE_HEADER_OPTION};
+use crate::error::{display_text, RouteError};
+use crate::options::{Placement, ADDITIONAL_PLACEMENT};
+use crate::topic::{TopicGuard, TopicPattern, TopicRejection};
+use crate::value::{self, parse_timestamp_ms, Kind};
+
+/// Header carrying the event id (Debezium: `id`).
+pub const HEADER_ID: &str = "id";
+/// Header carrying the event type (a walpost extension).
+pub const HEADER_EVENT_TYPE: &str = "eventType";
+
+/// A column's position and what Debezium would make of its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Col {
+    index: usize,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ResolvedExtra {
+    col: Col,
+    column: String,
+    placement: Placement,
+    name: Arc<str>,
+}
+
+/// A relation's column positions for the mapped fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedRelation {
+    pub table: String,
+    columns: usize,
+    id: Col,
+    key: Col,
+    route: Col,
+    payload: Col,
+    event_type: Option<Col>,
+    timestamp: Option<Col>,
+    headers: Option<Col>,
+    extra: Vec<ResolvedExtra>,
+}
+
+/// One Kafka record, ready to produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub topic: Arc<str>,
+    pub key: Bytes,
+    /// `None` is a tombstone.
+    pub value: Option<Bytes>,
+    pub headers: Vec<(Arc<str>, Bytes)>,
+    /// Event id as in the `id` header (for error messages and dead letters).
+    pub event_id: Bytes,
+    /// From `table.field.event.timestamp` (ms since the Unix epoch); `None`: commit time.
+    pub timestamp_ms: Option<i64>,
+    /// From a `:partition` placement.
+    pub partition: Option<i32>,
+}
+
+/// Maps outbox rows to records; holds a small cache of topic names.
+#[derive(Debug)]
+pub struct Router {
+    config: RouterConfig,
+    regex: Regex,
+    pattern: TopicPattern,
+    guard: TopicGuard,
+    /// Decided by the configuration alone: any `:envelope` placement.
+    envelope: bool,
+    topics: HashMap<Bytes, Arc<str>>,
+    header_id: Arc<str>,
+    header_type: Arc<str>,
+}
+
+/// Topic names are cached per route value; past this many distinct values the cache is
+/// cleared instead of growing without bound.
+const TOPIC_CACHE_LIMIT: usize = 4096;
+
+const TIMESTAMP_KEY: &str = "table.field.event.timestamp";
+
+impl Router {
+    /// Builds a router; fails on an invalid `route.topic.regex`, `route.topic.replacement`,
+    /// `topics.allow` or envelope field names.
+    pub fn new(config: RouterConfig) -> Result<Router, RouteError> {
+        let regex_text = config.topic_regex.as_deref().unwrap_or(DEFAULT_TOPIC_REGEX);
+        // Debezium's RegexRouter matches the whole value (Java's `matches`).
+        let regex =
+            Regex::new(&format!("^(?:{regex_text})$")).map_err(|_| RouteError::BadRegex(regex_text.to_owned()))?;
+        if config.topic_pattern.is_empty() {
+            return Err(RouteError::InvalidOption {
+                key: "route.topic.replacement",
+                reason: "it is empty; write a topic pattern such as outbox.event.${routedByValue}".into(),
+            });
+        }
+        let pattern = TopicPattern::parse(&config.topic_pattern, &regex)
+            .map_err(|reason| RouteError::InvalidOption { key: "route.topic.replacement", reason })?;
+        let guard = TopicGuard::from_config(&config)?;
+        let mut envelope_names = HashSet::from(["payload"]);
+        for a in &config.additional {
+            if let Placement::Envelope(alias) = &a.placement {
+                if !envelope_names.insert(alias.as_str()) {
+                    return Err(RouteError::InvalidOption {
+                        key: ADDITIONAL_PLACEMENT,
+                        reason: format!(
+                            "the envelope would have two fields named '{alias}' (its payload field is named payload)"
+                        ),
+                    });
+                }
+            }
+        }
+        let envelope = envelope_names.len() > 1;
+        Ok(Router {
+            config,
+            regex,
+            pattern,
+            guard,
+            envelope,
+            topics: HashMap::new(),
+            header_id: Arc::from(HEADER_ID),
+            header_type: Arc::from(HEADER_EVENT_TYPE),
+        })
+    }
+
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    /// The topic guard every record passes; also for topics the caller names itself.
+    pub fn topic_guard(&self) -> &TopicGuard {
+        &self.guard
+    }
+
+    /// Finds the mapped columns in a Relation message.
+    pub fn resolve(&self, relation: &Relation) -> Result<ResolvedRelation, RouteError> {
+        let table =
+            format!("{}.{}", String::from_utf8_lossy(&relation.namespace), String::from_utf8_lossy(&relation.name));
+        let position = |column: &str| {
+            relation
+                .columns
+                .iter()
+                .enumerate()
+                .find(|(_, c)| c.name.as_ref() == column.as_bytes())
+                .map(|(index, c)| Col { index, kind: Kind::of(c.type_oid, c.type_modifier) })
+        };
+        let find = |column: &str, config_key: &'static str| {
+            position(column).ok_or_else(|| RouteError::MissingColumn {
+                table: table.clone(),
+                column: column.to_owned(),
+                config_key,
+            })
+        };
+        let optional = |column: &Option<String>, config_key: &'static str| match column {
+            Some(col) => find(col, config_key).map(Some),
+            None => Ok(None),
+        };
+        let c = &self.config;
+        let mut extra = Vec::with_capacity(c.additional.len());
+        for a in &c.additional {
+            let Some(col) = position(&a.column) else {
+                if c.additional_missing_ignore {
+                    continue;
+                }
+                return Err(RouteError::MissingColumn {
+                    table: table.clone(),
+                    column: a.column.clone(),
+                    config_key: ADDITIONAL_PLACEMENT,
+                });
+            };
+            let name: Arc<str> = match &a.placement {
+                Placement::Header(alias) | Placement::Envelope(alias) => Arc::from(alias.as_str()),
+                Placement::Partition => Arc::from(a.column.as_str()),
+            };
+            extra.push(ResolvedExtra { col, column: a.column.clone(), placement: a.placement.clone(), name });
+        }
+        Ok(ResolvedRelation {
+            id: find(&c.id_field, "table.field.event.id")?,
+            key: find(&c.key_field, "table.field.event.key")?,
+            route: find(&c.route_by_field, "route.by.field")?,
+            payload: find(&c.payload_field, "table.field.event.payload")?,
+            event_type: optional(&c.event_type_header_field, EVENT_TYPE_HEADER_OPTION)?,
+            timestamp: optional(&c.timestamp_field, TIMESTAMP_KEY)?,
+            headers: optional(&c.headers_field, "table.field.event.headers")?,
+            extra,
+            columns: relation.columns.len(),
+            table,
+        })
+    }
+
+    /// Turns one inserted row into a record.
+    pub fn route(&mut self, rel: &ResolvedRelation, row: &TupleData) -> Result<Record, RouteError> {
+        if row.len() != rel.columns {
+            return Err(RouteError::ColumnCountMismatch {
+                table: rel.table.clone(),
+                got: row.len(),
+                expected: rel.columns,
+            });
+        }
+        // One pass over the row: a column's bytes are then cheap `Bytes` clones.
+        let cells: Vec<ColumnValue> = row.iter().collect();
+        let c = &self.config;
+        let mut rr = RowReader { cells: &cells, table: &rel.table, log_values: c.log_values, event_id: None };
+        // The event id first: every later error names it.
+        let event_id = rr.required(rel.id, &c.id_field, "table.field.event.id", Form::Header)?;
+        rr.event_id = Some(display_text(&event_id));
+        let key = rr.required(rel.key, &c.key_field, "table.field.event.key", Form::Plain)?;
+        let route_value = rr.required(rel.route, &c.route_by_field, "route.by.field", Form::Plain)?;
+        let payload = rr.cell(rel.payload, &c.payload_field)?;
+        let tombstone = match payload {
+            None => true,
+            Some(Cell::Text(text)) => value::is_empty_payload(rel.payload.kind, text),
+            Some(Cell::Binary(_)) => false,
+        };
+        if tombstone && !c.tombstone_on_empty_payload {
+            return Err(RouteError::EmptyPayload {
+                table: rel.table.clone(),
+                column: c.payload_field.clone(),
+                event_id: rr.event_id.clone(),
+            });
+        }
+        let mut headers = Vec::with_capacity(2 + rel.extra.len());
+        headers.push((self.header_id.clone(), event_id.clone()));
+        if let (Some(col), Some(column)) = (rel.event_type, &c.event_type_header_field) {
+            if let Some(t) = rr.render(col, column, EVENT_TYPE_HEADER_OPTION, Form::Header)? {
+                headers.push((self.header_type.clone(), t));
+            }
+        }
+        let timestamp_ms = match (rel.timestamp, &c.timestamp_field) {
+            (Some(col), Some(column)) => rr.timestamp_ms(col, column)?,
+            _ => None,
+        };
+        if let (Some(col), Some(column)) = (rel.headers, &c.headers_field) {
+            match rr.cell(col, column)? {
+                None => {}
+                Some(Cell::Text(json) | Cell::Binary(json)) => {
+                    expand_json_headers(json, &mut headers)
+                        .map_err(|expected| rr.bad_value(column, "table.field.event.headers", json, expected))?;
+                }
+            }
+        }
+        let mut partition = None;
+        let mut envelope_fields: Vec<(&ResolvedExtra, Option<Cell<'_>>)> = Vec::new();
+        for e in &rel.extra {
+            match &e.placement {
+                Placement::Header(_) => {
+                    if let Some(v) = rr.render(e.col, &e.column, ADDITIONAL_PLACEMENT, Form::Header)? {
+                        headers.push((e.name.clone(), v));
+                    }
+                }
+                Placement::Envelope(_) => envelope_fields.push((e, rr.cell(e.col, &e.column)?)),
+                Placement::Partition => {
+                    if let Some(p) = rr.partition(e.col, &e.column)? {
+                        partition = Some(p);
+                    }
+                }
+            }
+        }
+        let value = match payload {
+            Some(cell) if !tombstone => Some(if self.envelope {
+                rr.envelope(rel.payload, &c.payload_field, cell, &envelope_fields)?
+            } else {
+                rr.render_cell(cell, rel.payload, &c.payload_field, "table.field.event.payload", Form::Plain)?
+            }),
+            _ => None,
+        };
+        let event = rr.event_id.take();
+        let topic = self.topic_for(route_value, &rel.table, &event)?;
+        Ok(Record { topic, key, value, headers, event_id, timestamp_ms, partition })
+    }
+
+    /// The id, key and payload of a row that could not be routed, as far as they can be
+    /// read (in the forms [`Router::route`] gives them): for dead-letter records.
+    pub fn salvage(&self, rel: &ResolvedRelation, row: &TupleData) -> (Option<Bytes>, Option<Bytes>, Option<Bytes>) {
+        let cells: Vec<ColumnValue> = row.iter().collect();
+        let get = |col: Col, form: Form| match cells.get(col.index) {
+            Some(ColumnValue::Text(b)) => Some(form.render(col.kind, b).unwrap_or_else(|_| b.clone())),
+            Some(ColumnValue::Binary(b)) => Some(b.clone()),
+            _ => None,
+        };
+        (get(rel.id, Form::Header), get(rel.key, Form::Plain), get(rel.payload, Form::Plain))
+    }
+
+    /// Routes a table-less event: a JSON object written with `pg_logical_emit_message`,
+    /// whose fields are named by the same options as an outbox table's columns
+    /// (`route.by.field`, `table.field.event.key`, `...id`, `...payload`, and the event
+    /// type header's). The payload is the field's JSON text, a slice of `content`.
+    pub fn route_json(&mut self, content: &Bytes, source: &str) -> Result<Record, RouteError> {
+        let c = &self.config;
+        let map: HashMap<String, &serde_json::value::RawValue> =
+            serde_json::from_slice(content).map_err(|_| RouteError::BadValue {
+                table: source.to_owned(),
+                column: "(message content)".into(),
+                config_key: "messages.prefix.include",
+                event_id: None,
+                value: c.log_values.then(|| display_text(content)),
+                expected: "a JSON object",
+            })?;
+        // Strings are unescaped (a key or topic is the string, not its JSON quoting);
+        // numbers and other values keep their JSON text.
+        let text = |name: &str| -> Option<Bytes> {
+            let raw = map.get(name)?.get();
+            if raw == "null" {
+                return None;
+            }
+            match serde_json::from_str::<String>(raw) {
+                Ok(s) => Some(Bytes::from(s)),
+                Err(_) => Some(Bytes::copy_from_slice(raw.as_bytes())),
+            }
+        };
+        let null_field = |name: &str, config_key: &'static str, event_id: &Option<Box<str>>| RouteError::NullField {
+            table: source.to_owned(),
+            column: name.to_owned(),
+            config_key,
+            event_id: event_id.clone(),
+        };
+        let event_id = text(&c.id_field).ok_or_else(|| null_field(&c.id_field, "table.field.event.id", &None))?;
+        let event = Some(display_text(&event_id));
+        let key = text(&c.key_field).ok_or_else(|| null_field(&c.key_field, "table.field.event.key", &event))?;
+        let route_value =
+            text(&c.route_by_field).ok_or_else(|| null_field(&c.route_by_field, "route.by.field", &event))?;
+        let payload = map.get(c.payload_field.as_str()).map(|raw| raw.get()).filter(|raw| *raw != "null").map(|raw| {
+            let offset = (raw.as_ptr() as usize).saturating_sub(content.as_ptr() as usize);
+            content.slice(offset..offset.saturating_add(raw.len()).min(content.len()))
+        });
+        if payload.is_none() && !c.tombstone_on_empty_payload {
+            return Err(RouteError::EmptyPayload {
+                table: source.to_owned(),
+                column: c.payload_field.clone(),
+                event_id: event,
+            });
+        }
+        let mut headers = vec![(self.header_id.clone(), event_id.clone())];
+        if let Some(t) = c.event_type_header_field.as_deref().and_then(text) {
+            headers.push((self.header_type.clone(), t));
+        }
+        let topic = self.topic_for(route_value, source, &event)?;
+        Ok(Record { topic, key, value: payload, headers, event_id, timestamp_ms: None, partition: None })
+    }
+
+    fn topic_for(
+        &mut self,
+        route_value: Bytes,
+        table: &str,
+        event_id: &Option<Box<str>>,
+    ) -> Result<Arc<str>, RouteError> {
+        if let Some(t) = self.topics.get(&route_value) {
+            return Ok(t.clone());
+        }
+        let c = &self.config;
+        let value = String::from_utf8_lossy(&route_value);
+        let topic = match self.regex.captures(&value) {
+            Some(caps) => self.pattern.expand(&caps),
+            // Debezium's RegexRouter leaves a name it does not match unchanged.
+            None if c.topic_regex_fallthrough => value.clone().into_owned(),
+            None => {
+                return Err(RouteError::RouteNoMatch {
+                    table: table.to_owned(),
+                    column: c.route_by_field.clone(),
+                    event_id: event_id.clone(),
+                    value: c.log_values.then(|| display_text(&route_value)),
+                })
+            }
+        };
+        if let Err(rejection) = self.guard.check(&topic) {
+            let (table, column, event_id) = (table.to_owned(), c.route_by_field.clone(), event_id.clone());
+            let shown = c.log_values.then(|| display_text(topic.as_bytes()));
+            return Err(match rejection {
+                TopicRejection::Invalid(reason) => RouteError::InvalidTopic { table, column, event_id, topic: shown, reason },
+                TopicRejection::Internal => RouteError::TopicNotAllowed {
+                    table,
+                    column,
+                    event_id,
+                    topic: shown,
+                    reason: "names starting with '__' belong to Kafka's internal topics (such as __consumer_offsets) and are always refused",
+                },
+                TopicRejection::NotAllowed => RouteError::TopicNotAllowed {
+                    table,
+                    column,
+                    event_id,
+                    topic: shown,
+                    reason: "it matches no entry of topics.allow (by default the literal prefix of route.topic.replacement)",
+                },
+            });
+        }
+        if self.topics.len() >= TOPIC_CACHE_LIMIT {
+            self.topics.clear();
+        }
+        let topic: Arc<str> = topic.into();
+        // A copy: the value is a slice of the whole WAL message, which the cache must not pin.
+        self.topics.insert(Bytes::copy_from_slice(&route_value), topic.clone());
+        Ok(topic)
+    }
+}
+
+/// A non-NULL column value as pgoutput sent it.
+#[derive(Debug, Clone, Copy)]
+enum Cell<'a> {
+    Text(&'a Bytes),
+    Binary(&'a Bytes),
+}
+
+/// Which bytes a value becomes: [`value::plain`] or [`value::header`].
+#[derive(Debug, Clone, Copy)]
+enum Form {
+    Plain,
+    Header,
+}
+
+impl Form {
+    fn render(self, kind: Kind, text: &Bytes) -> Result<Bytes, &'static str> {
+        match self {
+            Form::Plain => value::plain(kind, text),
+            Form::Header => value::header(kind, text),
+        }
+    }
+}
+
+/// Reads one row's columns and words its errors (never with a value unless `log_values`).
+struct RowReader<'a> {
+    cells: &'a [ColumnValue],
+    table: &'a str,
+    log_values: bool,
+    event_id: Option<Box<str>>,
+}
+
+impl<'a> RowReader<'a> {
+    /// `None` for NULL.
+    fn cell(&self, col: Col, column: &str) -> Result<Option<Cell<'a>>, RouteError> {
+        match self.cells.get(col.index) {
+            None | Some(ColumnValue::Null) => Ok(None),
+            Some(ColumnValue::Text(b)) => Ok(Some(Cell::Text(b))),
+            Some(ColumnValue::Binary(b)) => Ok(Some(Cell::Binary(b))),
+            Some(ColumnValue::UnchangedToast) => Err(RouteError::UnchangedToast {
+                table: self.table.to_owned(),
+                column: column.to_owned(),
+                event_id: self.event_id.clone(),
+            }),
+        }
+    }
+
+    fn render_cell(
+        &self,
+        cell: Cell<'_>,
+        col: Col,
+        column: &str,
+        config_key: &'static str,
+        form: Form,
+    ) -> Result<Bytes, RouteError> {
+        match cell {
+            Cell::Text(text) => {
+                form.render(col.kind, text).map_err(|expected| self.bad_value(column, config_key, text, expected))
+            }
+            Cell::Binary(bytes) => Ok(bytes.clone()),
+        }
+    }
+
+    fn render(
+        &self,
+        col: Col,
+        column: &str,
+        config_key: &'static str,
+        form: Form,
+    ) -> Result<Option<Bytes>, RouteError> {
+        match self.cell(col, column)? {
+            None => Ok(None),
+            Some(cell) => self.render_cell(cell, col, column, config_key, form).map(Some),
+        }
+    }
+
+    fn required(&self, col: Col, column: &str, config_key: &'static str, form: Form) -> Result<Bytes, RouteError> {
+        self.render(col, column, config_key, form)?.ok_or_else(|| RouteError::NullField {
+            table: self.table.to_owned(),
+            column: column.to_owned(),
+            config_key,
+            event_id: self.event_id.clone(),
+        })
+    }
+
+    fn bad_value(&self, column: &str, config_key: &'static str, raw: &[u8], expected: &'static str) -> RouteError {
+        RouteError::BadValue {
+            table: self.table.to_owned(),
+            column: column.to_owned(),
+            config_key,
+            event_id: self.event_id.clone(),
+            value: self.log_values.then(|| display_text(raw)),
+            expected,
+        }
+    }
+
+    /// `table.field.event.timestamp`: NULL is no timestamp (the caller's commit time).
+    fn timestamp_ms(&self, col: Col, column: &str) -> Result<Option<i64>, RouteError> {
+        let text = match self.cell(col, column)? {
+            None => return Ok(None),
+            Some(Cell::Text(text)) => text,
+            Some(Cell::Binary(bytes)) => {
+                return Err(self.bad_value(column, TIMESTAMP_KEY, bytes, "a timestamp in text format"))
+            }
+        };
+        let ms = parse_timestamp_ms(text).map_err(|expected| self.bad_value(column, TIMESTAMP_KEY, text, expected))?;
+        if ms < 0 {
+            return Err(self.bad_value(
+                column,
+                TIMESTAMP_KEY,
+                text,
+                "a timestamp from 1970-01-01 00:00:00 UTC on (Kafka refuses negative record timestamps)",
+            ));
+        }
+        Ok(Some(ms))
+    }
+
+    /// A `:partition` placement: NULL is no explicit partition, as in Debezium.
+    fn partition(&self, col: Col, column: &str) -> Result<Option<i32>, RouteError> {
+        const EXPECTED: &str = "a non-negative integer partition number";
+        let text = match self.cell(col, column)? {
+            None => return Ok(None),
+            Some(Cell::Text(text) | Cell::Binary(text)) => text,
+        };
+        let p = std::str::from_utf8(text).ok().and_then(|t| t.trim().parse::<i32>().ok()).filter(|p| *p >= 0);
+        p.map(Some).ok_or_else(|| self.bad_value(column, ADDITIONAL_PLACEMENT, text, EXPECTED))
+    }
+
+    /// `{"payload": <payload>, "<alias>": <value>, ...}`; a json/jsonb payload is copied
+    /// in verbatim (no re-serialisation).
+    fn envelope(
+        &self,
+        payload_col: Col,
+        payload_column: &str,
+        payload: Cell<'_>,
+        fields: &[(&ResolvedExtra, Option<Cell<'_>>)],
+    ) -> Result<Bytes, RouteError> {
+        let size = match payload {
+            Cell::Text(b) | Cell::Binary(b) => b.len(),
+        };
+        let mut out = Vec::with_capacity(size + 64 * (fields.len() + 1));
+        out.extend_from_slice(b"{\"payload\":");
+        self.write_json(&mut out, payload_col, payload_column, "table.field.event.payload", Some(payload))?;
+        for (field, cell) in fields {
+            out.push(b',');
+            value::write_json_string(&mut out, field.name.as_bytes())
+                .map_err(|expected| self.bad_value(&field.column, ADDITIONAL_PLACEMENT, b"", expected))?;
+            out.push(b':');
+            self.write_json(&mut out, field.col, &field.column, ADDITIONAL_PLACEMENT, *cell)?;
+        }
+        out.push(b'}');
+        Ok(Bytes::from(out))
+    }
+
+    fn write_json(
+        &self,
+        out: &mut Vec<u8>,
+        col: Col,
+        column: &str,
+        config_key: &'static str,
+        cell: Option<Cell<'_>>,
+    ) -> Result<(), RouteError> {
+        match cell {
+            None => value::write_json(out, col.kind, None).map_err(|e| self.bad_value(column, config_key, b"", e)),
+            Some(Cell::Text(text)) => value::write_json(out, col.kind, Some(text))
+                .map_err(|expected| self.bad_value(column, config_key, text, expected)),
+            Some(Cell::Binary(bytes)) => {
+                value::write_json_binary(out, bytes);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One header per key of a JSON object; strings unquoted, other values as JSON text.
+fn expand_json_headers(json: &[u8], headers: &mut Vec<(Arc<str>, Bytes)>) -> Result<(), &'static str> {
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(json).map_err(|_| "a JSON object")?;
+    for (k, v) in map {
+        let value = match v {
+            serde_json::Value::String(s) => Bytes::from(s),
+            other => Bytes::from(other.to_string()),
+        };
+        headers.push((Arc::from(k.as_str()), value));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
