@@ -53,8 +53,24 @@ pub enum RouteError {
     InvalidOption { key: &'static str, reason: String },
 }
 
+/// Every [`RouteError::class`], for metrics that declare their label values up front.
+pub const ERROR_CLASSES: &[&str] = &[
+    "missing_column",
+    "null_field",
+    "empty_payload",
+    "unchanged_toast",
+    "invalid_topic",
+    "topic_not_allowed",
+    "route_no_match",
+    "column_count",
+    "bad_value",
+    "bad_regex",
+    "invalid_option",
+];
+
 impl RouteError {
-    /// A short, stable class name for metrics and dead-letter headers.
+    /// A short, stable class name for metrics and dead-letter headers (one of
+    /// [`ERROR_CLASSES`]).
     pub fn class(&self) -> &'static str {
         match self {
             RouteError::MissingColumn { .. } => "missing_column",

@@ -60,7 +60,7 @@ mod topic;
 pub mod value;
 
 pub use config::{RouterConfig, DEFAULT_TOPIC_REGEX, EVENT_TYPE_HEADER_OPTION, ROUTED_BY_VALUE};
-pub use error::RouteError;
+pub use error::{RouteError, ERROR_CLASSES};
 pub use options::{
     AdditionalField, Placement, ADDITIONAL_PLACEMENT, DEBEZIUM_OPTIONS_IMPLEMENTED, DEBEZIUM_OPTIONS_NOT_IMPLEMENTED,
 };

@@ -82,6 +82,7 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
 async fn run(settings: Settings) -> Result<(), PipelineError> {
     let health = Arc::new(Health::new(settings.stream.unready_after, LIVENESS_TIMEOUT));
     let metrics = Metrics::new(health.clone()).map_err(PipelineError::definite)?;
+    metrics.kafka.declare_dead_letter_classes(router::ERROR_CLASSES.iter().chain(kafka::rejection::CLASSES).copied());
     if let Some(addr) = settings.metrics_addr {
         http::serve(addr, metrics.clone())
             .map_err(|e| PipelineError::definite(format!("cannot serve metrics on {addr}: {e}")).caused_by(e))?;

@@ -56,6 +56,20 @@ pub fn classify(error: &KafkaError) -> Option<(&'static str, &'static str)> {
     Some((code_name(code), fix))
 }
 
+/// Every class [`classify`] gives, for metrics that declare their label values up front.
+pub const CLASSES: &[&str] = &[
+    "message_size_too_large",
+    "invalid_message_size",
+    "message_batch_too_large",
+    "topic_authorization_failed",
+    "cluster_authorization_failed",
+    "invalid_topic",
+    "unknown_topic",
+    "invalid_record",
+    "invalid_timestamp",
+    "policy_violation",
+];
+
 fn code_name(code: RDKafkaErrorCode) -> &'static str {
     use RDKafkaErrorCode as C;
     match code {
@@ -93,5 +107,24 @@ mod tests {
         }
         let denied = KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed);
         assert!(classify(&denied).unwrap().1.contains("WRITE"));
+        use RDKafkaErrorCode as C;
+        for code in [
+            C::MessageSizeTooLarge,
+            C::InvalidMessageSize,
+            C::MessageBatchTooLarge,
+            C::TopicAuthorizationFailed,
+            C::ClusterAuthorizationFailed,
+            C::InvalidTopic,
+            C::UnknownTopic,
+            C::UnknownTopicOrPartition,
+            C::InvalidRecord,
+            C::InvalidMessage,
+            C::InvalidTimestamp,
+            C::PolicyViolation,
+        ] {
+            if let Some((class, _)) = classify(&KafkaError::MessageProduction(code)) {
+                assert!(CLASSES.contains(&class), "{class} is not in CLASSES");
+            }
+        }
     }
 }

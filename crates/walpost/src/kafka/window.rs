@@ -203,8 +203,12 @@ impl<T> ProduceWindow<T> {
         ))
     }
 
-    /// Hands queued records to librdkafka while the barrier allows. A record refused on
-    /// the spot comes back as an event.
+    /// Hands queued records to librdkafka now, while the barrier allows, without waiting
+    /// for anything. A record refused on the spot comes back as an event.
+    pub fn pump(&mut self) -> Option<Event<T>> {
+        self.send_queued()
+    }
+
     fn send_queued(&mut self) -> Option<Event<T>> {
         self.queue_full = false;
         while let Some(next) = self.queue.front() {
@@ -421,6 +425,31 @@ mod tests {
             "the in-flight record is purged and reported failed: {events:?}"
         );
         assert_eq!(left, vec![2], "the queued record is returned for re-sending");
+    }
+
+    /// Regression (issue 13, defect 6): dropping a producer flushes it, which blocked the
+    /// runtime's only thread; closing now runs that on a blocking thread while the
+    /// runtime goes on (here a ticker on the same single-threaded runtime).
+    #[tokio::test(flavor = "current_thread")]
+    async fn regression_closing_a_stuck_producer_does_not_block_the_runtime() {
+        let mut w = unreachable_window(Duration::from_secs(60));
+        w.enqueue(out("t1", 1));
+        assert!(w.pump().is_none());
+        assert_eq!(w.in_flight(), 1);
+        let ticks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counter = ticks.clone();
+        let ticker = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        let started = Instant::now();
+        w.close(Duration::from_millis(800), |_| {}).await;
+        assert!(started.elapsed() >= Duration::from_millis(700), "the flush waited for the unreachable broker");
+        let n = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(n >= 30, "the runtime ran only {n} ticks during an 800 ms close");
+        ticker.abort();
     }
 
     /// librdkafka refuses a record larger than message.max.bytes on the spot: the

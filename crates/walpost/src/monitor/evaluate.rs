@@ -74,6 +74,8 @@ pub struct Observed {
     pub lag_secs: f64,
     /// How long the slot's confirmed position has stood still while WAL was written.
     pub confirm_stalled_secs: f64,
+    /// This instance is taking the initial snapshot (the slot is not streamed meanwhile).
+    pub snapshot_running: bool,
 }
 
 /// The alarm level for a status, what was observed and thresholds, with reasons.
@@ -114,7 +116,7 @@ pub fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verd
         raise(AlarmLevel::Warning, format!("streaming lag {lag:.0} s (warning at {})", t.warning_lag_secs));
     }
     let stalled = observed.confirm_stalled_secs;
-    if stalled >= t.confirm_stalled_secs {
+    if stalled >= t.confirm_stalled_secs && !observed.snapshot_running {
         let who = match status.active_pid {
             Some(pid) => format!("the process streaming from it (server pid {pid}) may be stuck"),
             None => "no process streams from it".to_owned(),
@@ -205,7 +207,7 @@ mod tests {
     }
 
     fn lag(secs: f64) -> Observed {
-        Observed { lag_secs: secs, confirm_stalled_secs: 0.0 }
+        Observed { lag_secs: secs, confirm_stalled_secs: 0.0, snapshot_running: false }
     }
 
     #[test]
@@ -250,11 +252,13 @@ mod tests {
         assert_eq!(level(evaluate(&status(0, "reserved"), lag(10.0), &t())), AlarmLevel::Warning);
         assert_eq!(level(evaluate(&status(0, "reserved"), lag(100.0), &t())), AlarmLevel::Critical);
         assert_eq!(level(evaluate(&status(0, "unreserved"), lag(0.0), &t())), AlarmLevel::Critical);
-        let stalled = Observed { lag_secs: 0.0, confirm_stalled_secs: 31.0 };
+        let stalled = Observed { lag_secs: 0.0, confirm_stalled_secs: 31.0, snapshot_running: false };
         match evaluate(&status(0, "reserved"), stalled, &t()) {
             Verdict::Level(AlarmLevel::Warning, reasons) => assert!(reasons[0].contains("server pid 1"), "{reasons:?}"),
             other => panic!("{other:?}"),
         }
+        let snapshotting = Observed { snapshot_running: true, ..stalled };
+        assert_eq!(level(evaluate(&status(0, "reserved"), snapshotting, &t())), AlarmLevel::Ok, "a snapshot holds the stream back");
         let mut st = status(0, "reserved");
         st.oldest_transaction = Some(OldestTransaction {
             pid: 4242,

@@ -84,7 +84,11 @@ pub async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<Stri
         if !status.exists {
             continue;
         }
-        let observed = Observed { lag_secs: metrics.stream.lag_seconds(), confirm_stalled_secs: stalled.as_secs_f64() };
+        let observed = Observed {
+            lag_secs: metrics.stream.lag_seconds(),
+            confirm_stalled_secs: stalled.as_secs_f64(),
+            snapshot_running: metrics.snapshot.running.get() > 0,
+        };
         match evaluate(&status, observed, &s.monitor.thresholds) {
             Verdict::Lost => {
                 set_level(&metrics, AlarmLevel::Critical);

@@ -72,7 +72,7 @@ impl FileConfig {
     /// Parses a file's text. Debezium options walpost does not implement are refused
     /// by name with the reason (before the generic "unknown field").
     pub fn parse(text: &str) -> Result<FileConfig, String> {
-        let table: toml::Table = toml::from_str(text).map_err(|e| parse_error_message(&e))?;
+        let table: toml::Table = toml::from_str(text).map_err(|e| parse_error_message(&e, text))?;
         for (section, router) in router_tables(&table) {
             for key in router.keys() {
                 if let Some((_, why)) = router::DEBEZIUM_OPTIONS_NOT_IMPLEMENTED.iter().find(|(k, _)| k == key) {
@@ -82,7 +82,7 @@ impl FileConfig {
                 }
             }
         }
-        table.try_into().map_err(|e: toml::de::Error| parse_error_message(&e))
+        table.try_into().map_err(|e: toml::de::Error| parse_error_message(&e, text))
     }
 }
 
@@ -103,12 +103,17 @@ fn router_tables(table: &toml::Table) -> Vec<(&'static str, &toml::Table)> {
     out
 }
 
-/// `toml`'s error text quotes the offending line; keep only its position and message.
-fn parse_error_message(e: &toml::de::Error) -> String {
+/// `toml`'s error text quotes the offending line (which may hold a secret): keep only
+/// its position and message.
+fn parse_error_message(e: &toml::de::Error, text: &str) -> String {
     let message = e.message();
-    match e.span() {
-        Some(span) => format!("{message} (at byte {})", span.start),
-        None => message.to_owned(),
+    match e.span().and_then(|span| text.get(..span.start)) {
+        Some(before) => {
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("TOML parse error at line {line}, column {column}: {message}")
+        }
+        None => format!("TOML parse error: {message}"),
     }
 }
 

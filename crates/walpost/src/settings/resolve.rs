@@ -165,7 +165,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
     if filter.is_some() && snapshot_mode == SnapshotMode::Never {
         return Err(ConfigError::Invalid {
             key: "snapshot_filter",
-            value: "(given)".into(),
+            value: filter.unwrap_or_default(),
             expected: "no filter unless --snapshot is initial, initial_only or when_needed",
         });
     }

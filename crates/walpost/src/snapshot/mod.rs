@@ -74,7 +74,8 @@ pub async fn validate_filter(sql: &mut ReplicationClient, s: &Settings) -> Resul
     for outbox in &s.source.outboxes {
         sql.parse_only(&cursor_query(s, outbox)).await.map_err(|e| {
             PipelineError::definite(format!(
-                "--snapshot-filter is not one valid condition on {}: {e}; nothing was published (the filter must be a single SQL expression, e.g. \"published_at IS NULL\")",
+                "--snapshot-filter \"{}\" is not a valid condition on {}: {e}; nothing was published (the filter must be one SQL expression, e.g. \"published_at IS NULL\")",
+                s.snapshot.filter.as_deref().unwrap_or_default(),
                 outbox.table
             ))
             .caused_by(e)
@@ -135,7 +136,7 @@ impl Snapshot<'_> {
             sent += self.publish_table(sql, index, outbox).await?;
         }
         while !self.window.is_idle() {
-            let event = self.window.next_event().await?;
+            let event = self.next_event().await?;
             self.on_event(event)?;
         }
         sql.simple_query("COMMIT").await?;
@@ -177,7 +178,7 @@ impl Snapshot<'_> {
             let Some(rel) = resolved.as_ref() else { break };
             for row in chunk.rows {
                 while !self.window.has_room() {
-                    let event = self.window.next_event().await?;
+                    let event = self.next_event().await?;
                     self.on_event(event)?;
                 }
                 let values: Vec<ColumnValue> =
@@ -217,12 +218,19 @@ impl Snapshot<'_> {
                     }
                 };
                 self.window.enqueue(out);
+                if let Some(event) = self.window.pump() {
+                    self.on_event(event)?;
+                }
                 sent += 1;
             }
             self.progress.tick(false);
         }
         sql.simple_query("CLOSE walpost_snapshot").await?;
         Ok(sent)
+    }
+
+    async fn next_event(&mut self) -> Result<Event<RowTag>, PipelineError> {
+        self.window.next_event().await.map_err(|e| PipelineError::transient(format!("{e}; the snapshot starts over")))
     }
 
     fn dead_letter(

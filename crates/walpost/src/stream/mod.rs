@@ -76,8 +76,8 @@ async fn session(
         begun = start::begin(s, metrics, memo) => begun,
         _ = shutdown.changed() => return (Ok(SessionEnd::Shutdown), Culprit::Postgres),
     };
-    let (stream, start, window) = match begun {
-        Ok(Begun::Streaming { stream, start, window }) => (stream, start, window),
+    let (stream, start, window, wal_sender_timeout) = match begun {
+        Ok(Begun::Streaming { stream, start, window, wal_sender_timeout }) => (stream, start, window, wal_sender_timeout),
         Ok(Begun::BackfillDone) => return (Ok(SessionEnd::Shutdown), Culprit::Postgres),
         Err(e) => return (Err(e), Culprit::Postgres),
     };
@@ -87,7 +87,8 @@ async fn session(
         Err(e) => return (Err(e), Culprit::Postgres),
     };
     metrics.health().set_streaming(true);
-    Session::new(s, metrics.stream.clone(), stream, start, routing, window, memo).run(shutdown).await
+    let frozen_after = session::frozen_after(wal_sender_timeout);
+    Session::new(s, metrics.stream.clone(), stream, start, routing, window, memo, frozen_after).run(shutdown).await
 }
 
 /// Capped exponential backoff: 250 ms, 500 ms, 1 s, ... up to `max`.

@@ -22,10 +22,20 @@ use crate::settings::Settings;
 use crate::telemetry::metrics::StreamMetrics;
 use crate::telemetry::now_ms;
 
-/// A loop turn that comes this long after the previous one means the process was
-/// stopped (SIGSTOP, a paused VM) or starved: the walsender may have handed the slot to
-/// a standby meanwhile, so what this session read must not be published late.
-pub const FROZEN_AFTER: Duration = Duration::from_secs(10);
+/// A loop turn that comes this long after the previous one, when the server's
+/// `wal_sender_timeout` is unknown or off, means the process was stopped.
+pub const FROZEN_AFTER_DEFAULT: Duration = Duration::from_secs(60);
+
+/// How long a loop turn may come after the previous one before the session counts as
+/// frozen: the process was stopped (SIGSTOP, a paused VM) or starved long enough for the
+/// walsender to give up on it (`wal_sender_timeout`) and hand the slot to a standby, so
+/// what this session read must not be published late.
+pub fn frozen_after(wal_sender_timeout: Option<Duration>) -> Duration {
+    match wal_sender_timeout {
+        Some(t) if !t.is_zero() => (t * 9 / 10).max(Duration::from_secs(1)),
+        _ => FROZEN_AFTER_DEFAULT,
+    }
+}
 
 /// How long a restart waits for the old producer's in-flight records.
 const RESTART_FLUSH: Duration = Duration::from_secs(5);
@@ -65,6 +75,7 @@ pub struct Session<'a> {
     not_acknowledged: Vec<RecordId>,
     culprit: Culprit,
     frozen: bool,
+    frozen_after: Duration,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -83,6 +94,7 @@ impl<'a> Session<'a> {
         routing: Routing,
         window: ProduceWindow<Tag>,
         memo: &'a mut DeliveryMemo,
+        frozen_after: Duration,
     ) -> Session<'a> {
         Session {
             s,
@@ -97,6 +109,7 @@ impl<'a> Session<'a> {
             not_acknowledged: Vec::new(),
             culprit: Culprit::Postgres,
             frozen: false,
+            frozen_after,
         }
     }
 
@@ -118,7 +131,7 @@ impl<'a> Session<'a> {
         let mut last_turn = Instant::now();
         loop {
             let since = last_turn.elapsed();
-            if since >= FROZEN_AFTER {
+            if since >= self.frozen_after {
                 self.frozen = true;
                 return Err(PipelineError::transient(format!(
                     "walpost did not run for {} s (the process was stopped or starved); the slot may have passed to another instance meanwhile, so what was read and not yet acknowledged is dropped, not published late; reconnecting",
@@ -130,7 +143,10 @@ impl<'a> Session<'a> {
                 biased;
                 _ = shutdown.changed() => return Ok(SessionEnd::Shutdown),
                 event = self.window.next_event(), if !self.window.is_idle() => {
-                    let event = event.inspect_err(|_| self.culprit = Culprit::Kafka)?;
+                    let event = event.map_err(|e| {
+                        self.culprit = Culprit::Kafka;
+                        PipelineError::transient(format!("{e} from the last confirmed position {}", self.confirmer.flush_lsn()))
+                    })?;
                     self.on_event(event)?;
                 }
                 _ = tick.tick() => {
@@ -328,7 +344,9 @@ impl<'a> Session<'a> {
     /// records finish, unless the process was frozen), confirms what got delivered if
     /// the stream still works, and remembers what Kafka has for the next session.
     async fn restart(mut self) {
-        let flush = if self.frozen { Duration::ZERO } else { RESTART_FLUSH };
+        // In-flight records may still be acknowledged when PostgreSQL ended the session;
+        // not when Kafka did, nor after a freeze (they must not be published late).
+        let flush = if self.frozen || self.culprit == Culprit::Kafka { Duration::ZERO } else { RESTART_FLUSH };
         let (confirmer, not_acknowledged) = (&mut self.confirmer, &mut self.not_acknowledged);
         let left = self
             .window

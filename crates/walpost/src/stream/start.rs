@@ -8,6 +8,8 @@
 //! transient error (a hot standby waits); a lost slot is definite, unless
 //! `--snapshot when_needed` re-creates it.
 
+use std::time::Duration;
+
 use pgoutput::Lsn;
 use replication::{ReplicationClient, ReplicationStream, SlotSnapshot};
 
@@ -23,7 +25,7 @@ use crate::telemetry::Metrics;
 #[allow(clippy::large_enum_variant)]
 pub enum Begun {
     /// Streaming from `start` with a producer ready.
-    Streaming { stream: ReplicationStream, start: Lsn, window: ProduceWindow<Tag> },
+    Streaming { stream: ReplicationStream, start: Lsn, window: ProduceWindow<Tag>, wal_sender_timeout: Option<Duration> },
     /// `--snapshot initial_only` is done: every row is acknowledged.
     BackfillDone,
 }
@@ -95,6 +97,11 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
     }
 
     let system = repl.identify_system().await?;
+    let wal_sender_timeout = repl
+        .simple_query("SHOW wal_sender_timeout")
+        .await
+        .ok()
+        .and_then(|r| r.first("wal_sender_timeout").and_then(parse_interval));
     tracing::debug!(system_id = %system.system_id, timeline = system.timeline, wal = %system.xlog_pos, "connected for replication");
     let start = match slot {
         Some(row) => {
@@ -128,5 +135,33 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
     }
     let stream = repl.start_logical_replication(slot_name, start, &options).await?;
     tracing::info!(slot = %slot_name, from = %start, "streaming");
-    Ok(Begun::Streaming { stream, start, window })
+    Ok(Begun::Streaming { stream, start, window, wal_sender_timeout })
+}
+
+/// A PostgreSQL duration setting as SHOW prints it (`60s`, `500ms`, `1min`, `0`).
+fn parse_interval(text: &str) -> Option<Duration> {
+    let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
+    let n: u64 = digits.parse().ok()?;
+    Some(match &text[digits.len()..] {
+        "" | "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "min" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        "d" => Duration::from_secs(n * 86_400),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_as_show_prints_them() {
+        assert_eq!(parse_interval("60s"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_interval("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_interval("2min"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_interval("0"), Some(Duration::ZERO));
+        assert_eq!(parse_interval("soon"), None);
+    }
 }

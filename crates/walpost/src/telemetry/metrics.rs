@@ -243,6 +243,14 @@ impl KafkaMetrics {
     pub fn dead_letter(&self, class: &str) {
         self.dead_letters.with_label_values(&[class]).inc();
     }
+
+    /// Makes the dead-letter series for `classes` exist at 0 (so rates and alerts work
+    /// before the first one).
+    pub fn declare_dead_letter_classes<'c>(&self, classes: impl IntoIterator<Item = &'c str>) {
+        for class in classes {
+            let _ = self.dead_letters.with_label_values(&[class]);
+        }
+    }
 }
 
 /// The slot monitor's gauges.
@@ -330,6 +338,9 @@ impl Metrics {
         };
         for cause in ["postgres", "kafka"] {
             let _ = stream.reconnects.with_label_values(&[cause]);
+        }
+        for reason in ["invalid_operation", "fatal"] {
+            let _ = stream.skipped.with_label_values(&[reason]);
         }
         let kafka = KafkaMetrics {
             published: counters(EVENTS_PUBLISHED, "topic")?,
@@ -427,8 +438,7 @@ mod tests {
         m.kafka.published("outbox.event.order", 10);
         m.kafka.published("outbox.event.order", 5);
         m.kafka.produce_error("rejected");
-        m.stream.skipped("invalid_operation");
-        m.kafka.dead_letter("invalid_topic");
+        m.kafka.declare_dead_letter_classes(["invalid_topic"]);
         m.retention.skipped("slot_behind");
         let text = m.encode();
         for (name, kind, _) in METRICS {

@@ -105,6 +105,8 @@ fn invalid_toml_and_conflicting_flags_are_refused_before_connecting() {
     assert_exit_failure("invalid TOML", status, &log);
     let e = last_error("invalid TOML", &log);
     assert!(e.contains(&format!("config file {} is not valid: TOML parse error at line 2", file.display())), "{e}");
+    // Logs to a file carry no colour codes (only a terminal gets them).
+    assert!(!log.contains('\u{1b}'), "ANSI escape codes in a log written to a file:\n{log}");
 
     let (status, log) = run_to_exit(&base(&["--snapshot-filter", "published_at IS NULL"]));
     assert_exit_failure("snapshot filter without snapshot", status, &log);
@@ -207,14 +209,16 @@ fn tls_only_server_refuses_plaintext_and_verify_full_checks_the_host_name() {
 /// `TimeZone=UTC` and `DateStyle=ISO` on its connections, so even a timestamptz key
 /// is the same bytes whatever the server's defaults.
 #[test]
-fn key_column_of_any_type_is_keyed_by_its_text_form() {
+fn key_column_of_any_type_is_keyed_by_its_debezium_form() {
     let w = World::new("bad-keytype");
     let _p = Walpost::start(&with_flag(w.args(), "--key-field", "occurred_at"), &[]);
     assert!(w.wait_for_slot(WAIT));
     insert_batches(&w, 0, 1, 3, 3, &["order"]);
     let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 3, WAIT);
+    // Debezium's form of a timestamptz (io.debezium.time.ZonedTimestamp): ISO-8601 in UTC
+    // with the column's fraction digits (crates/router/CONFORMANCE.md).
     let expected: Vec<String> = w
-        .sql("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SELECT occurred_at::text FROM events.outbox ORDER BY id")
+        .sql("SELECT to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM events.outbox ORDER BY id")
         .lines()
         .map(str::to_owned)
         .collect();
@@ -222,7 +226,7 @@ fn key_column_of_any_type_is_keyed_by_its_text_form() {
         records.iter().map(|r| (r.event_id(), String::from_utf8(r.key.clone().unwrap()).unwrap())).collect();
     got.sort();
     assert_eq!(got.into_iter().map(|(_, k)| k).collect::<Vec<_>>(), expected);
-    assert!(expected[0].ends_with("+00"), "{expected:?}");
+    assert!(expected[0].ends_with('Z') && expected[0].contains('T'), "{expected:?}");
 }
 
 /// A NULL key (nullable key column): walpost halts on the row with the column and
@@ -238,7 +242,9 @@ fn null_key_halts_then_dead_letter_diverts_it_and_nothing_is_lost() {
     assert_exit_failure("NULL key", status, &p.log_text());
     let e = last_error("NULL key", &p.log_text());
     assert!(
-        e.contains("column \"aggregate_id\" of events.outbox (set by table.field.event.key) is NULL in this row: the event cannot be routed"),
+        e.contains(&format!(
+            "column \"aggregate_id\" of events.outbox (set by table.field.event.key) is NULL in event id {null_id}: the event cannot be routed"
+        )),
         "{e}"
     );
     assert!(e.contains("nothing past") && e.contains("on_permanent_error"), "{e}");
@@ -268,17 +274,18 @@ fn invalid_topic_after_routing_halts_and_confirms_nothing_past_it() {
     let w = World::new("bad-topic");
     let mut p = w.start_walpost();
     assert!(w.wait_for_slot(WAIT));
-    let (_, lsn_bad) = insert(&w, "'no/slash'", "gen_random_uuid()", "{}");
+    let (bad_id, lsn_bad) = insert(&w, "'no/slash'", "gen_random_uuid()", "{}");
     let status = p.wait_exit(Duration::from_secs(60)).expect("walpost must halt on an invalid topic");
     assert_exit_failure("invalid topic", status, &p.log_text());
     let e = last_error("invalid topic", &p.log_text());
+    // The row is named by its event id and column; the value (a column value) is not shown.
     assert!(
         e.contains(&format!(
-            "topic name '{}no/slash' produced by route.topic.replacement is not a valid Kafka topic",
-            w.topic_prefix
+            "the topic route.topic.replacement made from column \"aggregate_type\" of events.outbox in event id {bad_id} is not a valid Kafka topic name"
         )),
         "{e}"
     );
+    assert!(!p.log_text().contains("no/slash"), "a column value reached the log:\n{}", p.log_text());
     assert!(w.confirmed_flush_lsn().unwrap() < lsn_bad, "confirmed past the unroutable row");
     assert!(read_all(&w.kafka_bootstrap, &w.topic_prefix).is_empty());
 }
@@ -498,6 +505,72 @@ fn payload_over_the_brokers_topic_limit_halts_then_is_delivered_after_the_fix() 
     let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 4, WAIT);
     let a = audit(&w, &records);
     assert!(a.lost.is_empty() && a.phantoms.is_empty() && a.reordered.is_empty(), "{a:?}");
+}
+
+/// Regression (issue 13, defect 1; issue 20, finding 3): in dead-letter mode a record
+/// the broker refuses (topic max.message.bytes below it) stopped the producer (the
+/// gap-less guarantee), the dead letter waited on the dead producer, and walpost
+/// restarted every 60 s re-sending the same transaction. Now the refused record goes to
+/// the dead-letter topic within seconds, with its own transaction's LSN, the rest of the
+/// stream flows, nothing is lost or duplicated, and the dead letter is counted once
+/// acknowledged.
+#[test]
+fn regression_dead_letter_mode_with_a_broker_side_rejection_does_not_livelock() {
+    let w = World::new("bad-dlq-broker");
+    let topic = w.topic("order");
+    topic_command(
+        &w.kafka_bootstrap,
+        &["--create", "--topic", &topic, "--partitions", "1", "--replication-factor", "1", "--config", "max.message.bytes=2000"],
+    );
+    let dlq = format!("{}dead", w.topic_prefix);
+    let port = testkit::free_port();
+    let cfg = std::env::temp_dir().join(format!("{}.toml", testkit::unique_name("dlq-broker")));
+    std::fs::write(&cfg, format!("on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n")).unwrap();
+    let mut args = vec!["--config".to_string(), cfg.display().to_string()];
+    args.extend(w.args());
+    args.extend(["--metrics-addr".to_string(), format!("127.0.0.1:{port}")]);
+    let p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT));
+    insert_batches(&w, 0, 1, 3, 3, &["order"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 3, WAIT);
+    let started = std::time::Instant::now();
+    let big_id = w.sql(
+        "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', '00000000-0000-4000-8000-000000000001', 'Big',
+                 jsonb_build_object('blob', (SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 400))))
+         RETURNING id",
+    );
+    let big_txn_lsn = w.sql("SELECT pg_current_wal_lsn()");
+    insert_batches(&w, 1, 2, 3, 3, &["order"]);
+    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 10, Duration::from_secs(60));
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}:\n{}", started.elapsed(), p.log_text());
+    let dead: Vec<&Consumed> = records.iter().filter(|r| r.topic == dlq).collect();
+    assert_eq!(dead.len(), 1, "one dead letter: {records:?}");
+    assert_eq!(dead[0].header("walpost.event.id"), Some(big_id.as_bytes()));
+    assert_eq!(dead[0].header("walpost.error.class"), Some(&b"message_size_too_large"[..]));
+    // The dead letter names the LSN of the refused record's own transaction: its
+    // commit LSN is at or before the WAL position read right after its INSERT committed.
+    let lsn = parse_lsn(std::str::from_utf8(dead[0].header("walpost.lsn").unwrap()).unwrap()).unwrap();
+    let after_big = parse_lsn(&big_txn_lsn).unwrap();
+    assert!(lsn <= after_big && lsn > lsn_after_batch(&w, 0), "walpost.lsn {lsn:X} is not the refused row's transaction");
+    let delivered: Vec<Consumed> = records.iter().filter(|r| r.topic != dlq).cloned().collect();
+    let a = audit(&w, &delivered);
+    assert_eq!(a.lost, vec![big_id.parse::<i64>().unwrap()], "{a:?}");
+    assert!(a.duplicates == 0 && a.reordered.is_empty() && a.phantoms.is_empty(), "{a:?}");
+    let metrics = http_get_metrics(port);
+    assert!(metrics.contains("walpost_dead_letters_total{class=\"message_size_too_large\"} 1"), "{metrics}");
+}
+
+fn lsn_after_batch(w: &World, batch: u32) -> u64 {
+    parse_lsn(&w.sql(&format!("SELECT lsn_after FROM public.txlog WHERE batch = {batch}"))).unwrap()
+}
+
+fn http_get_metrics(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }
 
 /// A broker that refuses every write, the stand-in for a full disk: here the topic

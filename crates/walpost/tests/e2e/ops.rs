@@ -96,12 +96,11 @@ fn paused_walpost_raises_warning_then_critical_and_resume_clears() {
     );
     let metrics = http_get(pb, "/metrics").1;
     assert!(metrics.contains("walpost_slot_alarm{level=\"critical\"} 1"), "{metrics}");
-    let (ok, status) = walpost_cmd(&{
-        let mut a = vec!["--config".to_string(), cfg.clone()];
-        a.extend(sub_args(&w, &["slot", "status", "--json"]));
-        a
-    });
-    assert!(ok, "{status}");
+    let mut status_args = vec!["--config".to_string(), cfg.clone()];
+    status_args.extend(sub_args(&w, &["slot", "status", "--json"]));
+    let out = Command::new(env!("CARGO_BIN_EXE_walpost")).args(&status_args).output().unwrap();
+    let status = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(3), "slot status exits 3 for a critical slot: {status}");
     let json: serde_json::Value = serde_json::from_str(&status).expect("slot status --json");
     assert_eq!(json["alarm"], "critical", "{status}");
     assert!(json["retained_bytes"].as_u64().unwrap() >= 30_000_000);

@@ -59,7 +59,8 @@ fn tls_verify_full_md5_and_unix_socket_all_stream() {
         "SET password_encryption = 'md5'; CREATE ROLE md5user LOGIN REPLICATION PASSWORD 'pw-md5';
          GRANT USAGE ON SCHEMA events TO md5user; GRANT SELECT ON events.outbox TO md5user;",
     );
-    let md5 = format!("{}?sslmode=disable", pg.url_for("md5user", "pw-md5", &w.db));
+    // Over plain TCP walpost sends an md5 response only when told to (require_auth).
+    let md5 = format!("{}?sslmode=disable&require_auth=md5", pg.url_for("md5user", "pw-md5", &w.db));
     assert!(!stream_once(&w, &md5, 1, 20), "sslmode=disable must not use TLS");
 
     // Unix socket (trust for local connections in the harness's pg_hba.conf).
@@ -120,6 +121,14 @@ fn kafka_sasl_plain_through_kafka_properties() {
     }
     let mut good = args.clone();
     good.extend(["--kafka-property".to_string(), "sasl.password=walpost-secret".to_string()]);
+    // Regression: `walpost check` built a bare Kafka client without [kafka.properties]
+    // and reported a SASL cluster unreachable.
+    let mut check = good.clone();
+    check[0] = "check".into();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walpost")).args(&check).output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains(&format!("ok    Kafka at 127.0.0.1:{sasl_port}: 1 broker(s)")), "{report}");
+    assert!(!report.contains("not reachable"), "{report}");
     let mut p = Walpost::start(&good, &[]);
     assert!(w.wait_for_slot(WAIT));
     insert_batches(&w, 0, 1, 10, 5, &["order"]);
