@@ -227,7 +227,14 @@ pub struct RunArgs {
     #[arg(long, env = "WALPOST_SLOT_FAILOVER", hide_env_values = true)]
     pub slot_failover: bool,
 
+    /// File holding the PostgreSQL password (owner-only), when the URL has none; it wins
+    /// over PGPASSWORD. Keeps the password out of argv and the environment.
+    #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
+    pub postgres_password_file: Option<PathBuf>,
+
     /// A librdkafka property, KEY=VALUE; repeatable; overrides [kafka.properties].
+    /// Secrets (sasl.password, ...) belong in WALPOST_KAFKA_SASL_PASSWORD-style
+    /// variables or [kafka] properties_file, not on the command line.
     #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
     pub kafka_property: Vec<String>,
 }
@@ -255,8 +262,18 @@ impl RunArgs {
             kafka_properties: self.kafka_property.clone(),
             retention_keep_days: None,
             retention_days_ahead: None,
+            postgres_password_file: self.postgres_password_file.clone(),
+            kafka_secret_env: kafka_secret_env(&|k| std::env::var(k).ok()),
         }
     }
+}
+
+/// Secret Kafka properties from their `WALPOST_KAFKA_*` variables.
+fn kafka_secret_env(env: &dyn Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    crate::settings::secrets::KAFKA_SECRET_PROPERTIES
+        .iter()
+        .filter_map(|p| env(&crate::settings::secrets::kafka_secret_env_var(p)).map(|v| ((*p).to_owned(), v)))
+        .collect()
 }
 
 impl RetentionArgs {

@@ -565,6 +565,16 @@ impl Config {
         self.password().or(host.password())
     }
 
+    /// Sets the password when the connection string (and PGPASSWORD) gave none: for a
+    /// password read from a file the caller names. Returns whether it was set.
+    pub fn set_password_if_missing(&mut self, password: String) -> bool {
+        if self.password.is_some() {
+            return false;
+        }
+        self.password = Some(password);
+        true
+    }
+
     /// Why the password file was not used, if it exists but was ignored.
     pub fn passfile_note(&self) -> Option<&str> {
         self.passfile_note.as_deref()

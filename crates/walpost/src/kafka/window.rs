@@ -170,29 +170,51 @@ impl<T> ProduceWindow<T> {
         self.queue.push_back(out);
     }
 
-    /// Sends what may be sent, then waits for one report. `Err` when Kafka acknowledged
-    /// nothing for the delivery timeout while records waited (restart the producer).
+    /// Sends what may be sent, then waits for one report (no timer: the watchdog is
+    /// [`ProduceWindow::check_stalled`], or [`ProduceWindow::next_event_within`]).
     /// Call only when not [`ProduceWindow::is_idle`] (it would wait forever).
     pub async fn next_event(&mut self) -> Result<Event<T>, PipelineError> {
         loop {
             if let Some(event) = self.send_queued() {
                 return Ok(event);
             }
-            let deadline = tokio::time::Instant::from_std(self.last_progress + self.limits.delivery_timeout);
-            tokio::select! {
-                report = self.reports.recv() => match report {
-                    Some(report) => {
-                        if let Some(event) = self.on_report(report) {
-                            return Ok(event);
-                        }
-                    }
-                    None => return Err(PipelineError::transient("the Kafka client stopped reporting deliveries")),
-                },
+            let report = if self.queue_full {
                 // librdkafka's queue was full: try again once some records went out.
-                _ = tokio::time::sleep(Duration::from_millis(5)), if self.queue_full => {}
-                _ = tokio::time::sleep_until(deadline) => return Err(self.stalled()),
+                match tokio::time::timeout(Duration::from_millis(5), self.reports.recv()).await {
+                    Ok(report) => report,
+                    Err(_) => continue,
+                }
+            } else {
+                self.reports.recv().await
+            };
+            match report {
+                Some(report) => {
+                    if let Some(event) = self.on_report(report) {
+                        return Ok(event);
+                    }
+                }
+                None => return Err(PipelineError::transient("the Kafka client stopped reporting deliveries")),
             }
         }
+    }
+
+    /// [`ProduceWindow::next_event`], ended by the watchdog when Kafka acknowledges
+    /// nothing for the delivery timeout (for callers without a periodic check).
+    pub async fn next_event_within(&mut self) -> Result<Event<T>, PipelineError> {
+        let deadline = tokio::time::Instant::from_std(self.last_progress + self.limits.delivery_timeout);
+        match tokio::time::timeout_at(deadline, self.next_event()).await {
+            Ok(event) => event,
+            Err(_) => Err(self.stalled()),
+        }
+    }
+
+    /// The watchdog: `Err` when records wait and Kafka has acknowledged nothing for the
+    /// delivery timeout (restart the producer).
+    pub fn check_stalled(&self) -> Result<(), PipelineError> {
+        if !self.is_idle() && self.last_progress.elapsed() >= self.limits.delivery_timeout {
+            return Err(self.stalled());
+        }
+        Ok(())
     }
 
     fn stalled(&self) -> PipelineError {
@@ -413,7 +435,7 @@ mod tests {
         w.enqueue(out("t1", 1));
         w.enqueue(out("t1", 2));
         let started = Instant::now();
-        let err = w.next_event().await.unwrap_err();
+        let err = w.next_event_within().await.unwrap_err();
         assert!(err.is_transient() && err.to_string().contains("acknowledged no record"), "{err}");
         assert!(started.elapsed() >= Duration::from_millis(300));
         assert_eq!(w.in_flight(), 1, "only the first record was handed over");

@@ -258,7 +258,11 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let snapshotting = Observed { snapshot_running: true, ..stalled };
-        assert_eq!(level(evaluate(&status(0, "reserved"), snapshotting, &t())), AlarmLevel::Ok, "a snapshot holds the stream back");
+        assert_eq!(
+            level(evaluate(&status(0, "reserved"), snapshotting, &t())),
+            AlarmLevel::Ok,
+            "a snapshot holds the stream back"
+        );
         let mut st = status(0, "reserved");
         st.oldest_transaction = Some(OldestTransaction {
             pid: 4242,

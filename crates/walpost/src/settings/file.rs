@@ -18,6 +18,10 @@ use super::{ConfigError, SnapshotMode};
 pub struct FileConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postgres: Option<String>,
+    /// A file holding the PostgreSQL password (owner-only), when the connection string
+    /// has none; it wins over PGPASSWORD.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres_password_file: Option<std::path::PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,7 +70,27 @@ impl FileConfig {
     pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        FileConfig::parse(&text).map_err(|message| ConfigError::Parse { path: path.display().to_string(), message })
+        let file = FileConfig::parse(&text)
+            .map_err(|message| ConfigError::Parse { path: path.display().to_string(), message })?;
+        if let Some(secret) = file.secret_held() {
+            super::secrets::require_private(path, secret)?;
+        }
+        Ok(file)
+    }
+
+    /// What secret the file itself holds, if any (a password in `postgres`, a secret
+    /// Kafka property).
+    pub fn secret_held(&self) -> Option<&'static str> {
+        let url_password = self
+            .postgres
+            .as_deref()
+            .and_then(|url| replication::Config::parse_with_env(url, &|_| None).ok())
+            .is_some_and(|c| c.password().is_some());
+        if url_password {
+            return Some("a PostgreSQL password (in postgres)");
+        }
+        super::secrets::has_kafka_secret(self.kafka.properties.keys())
+            .map(|_| "a secret Kafka property (in [kafka.properties])")
     }
 
     /// Parses a file's text. Debezium options walpost does not implement are refused
@@ -123,6 +147,10 @@ fn parse_error_message(e: &toml::de::Error, text: &str) -> String {
 pub struct KafkaFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub brokers: Option<String>,
+    /// librdkafka properties from a `key=value` file (owner-only when it holds a
+    /// secret); `[kafka.properties]` and flags override it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub properties_file: Option<std::path::PathBuf>,
     /// Any librdkafka property, passed through (some are refused: see `crate::kafka`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, String>,
@@ -229,6 +257,13 @@ pub struct MessagesFile {
     /// JSON field names of the envelope, under the router's option names.
     #[serde(default)]
     pub router: RouterFile,
+    /// Roles that may execute `pg_logical_emit_message`; walpost refuses to run while
+    /// any other (PUBLIC included) can, since every such role could publish events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_roles: Vec<String>,
+    /// Accept every role that can execute it (not recommended).
+    #[serde(default)]
+    pub trust_all_roles: bool,
 }
 
 impl MessagesFile {

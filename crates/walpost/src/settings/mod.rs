@@ -13,6 +13,7 @@
 
 mod file;
 mod resolve;
+pub mod secrets;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -210,6 +211,10 @@ pub enum OnPermanentError {
 pub struct Messages {
     pub prefixes: Vec<String>,
     pub allow_non_transactional: bool,
+    /// Roles that may execute `pg_logical_emit_message` (superusers always can).
+    pub allowed_roles: Vec<String>,
+    /// Accept any role that can execute it, PUBLIC included (not recommended).
+    pub trust_all_roles: bool,
     pub router: RouterConfig,
     pub op_invalid: OpInvalid,
 }
@@ -259,6 +264,8 @@ pub enum ConfigError {
     Read { path: String, source: std::io::Error },
     #[error("config file {path} is not valid: {message}")]
     Parse { path: String, message: String },
+    #[error("{path} holds {what} and is readable by group or others (mode {mode}): run chmod 600 {path} (and chown it to the user walpost runs as)")]
+    Insecure { path: String, what: String, mode: String },
     #[error("{key} is required: pass --{flag}, set WALPOST_{env}, or put {key} in the config file")]
     Missing { key: &'static str, flag: &'static str, env: &'static str },
     #[error("{key} = '{value}' is not valid: expected {expected}")]

@@ -1,11 +1,12 @@
 //! Flags and environment over the file over defaults, validated once.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use router::RouterConfig;
 
 use super::{
-    ConfigError, FileConfig, KafkaSettings, Messages, MonitorSettings, OnPermanentError, OpInvalid, Outbox,
+    secrets, ConfigError, FileConfig, KafkaSettings, Messages, MonitorSettings, OnPermanentError, OpInvalid, Outbox,
     RetentionFile, RetentionSettings, RouterFile, Settings, SnapshotMode, SnapshotSettings, SourceSettings,
     StreamSettings, TableName, Thresholds,
 };
@@ -35,6 +36,10 @@ pub struct Overrides {
     /// `walpost retention --keep-days` / `--days-ahead`.
     pub retention_keep_days: Option<u32>,
     pub retention_days_ahead: Option<u32>,
+    /// `--postgres-password-file` / `WALPOST_POSTGRES_PASSWORD_FILE`.
+    pub postgres_password_file: Option<std::path::PathBuf>,
+    /// Secret Kafka properties from `WALPOST_KAFKA_*` variables: (property, value).
+    pub kafka_secret_env: Vec<(String, String)>,
 }
 
 impl Settings {
@@ -105,6 +110,8 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         Some(Messages {
             prefixes: file.messages.prefix_include.clone(),
             allow_non_transactional: file.messages.allow_non_transactional,
+            allowed_roles: file.messages.allowed_roles.clone(),
+            trust_all_roles: file.messages.trust_all_roles,
             router: r,
             op_invalid: op,
         })
@@ -148,7 +155,12 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             expected: "a valid Kafka topic name not starting with __",
         });
     }
-    let mut properties = file.kafka.properties;
+    let mut properties = match &file.kafka.properties_file {
+        Some(path) => secrets::read_properties_file(path)?,
+        None => BTreeMap::new(),
+    };
+    properties.extend(file.kafka.properties);
+    properties.extend(o.kafka_secret_env.iter().cloned());
     for kv in &o.kafka_properties {
         let (k, v) = kv.split_once('=').ok_or_else(|| ConfigError::Invalid {
             key: "kafka-property",
@@ -156,7 +168,14 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             value: kv.split('=').next().unwrap_or_default().to_owned(),
             expected: "KEY=VALUE, e.g. compression.type=zstd",
         })?;
-        properties.insert(k.trim().to_owned(), v.trim().to_owned());
+        let key = k.trim().to_owned();
+        if secrets::KAFKA_SECRET_PROPERTIES.contains(&key.as_str()) {
+            tracing::warn!(
+                "{key} was given with --kafka-property, on the command line, where other users of this machine can read it: use {} or [kafka] properties_file instead",
+                secrets::kafka_secret_env_var(&key)
+            );
+        }
+        properties.insert(key, v.trim().to_owned());
     }
     let kafka = KafkaSettings { brokers, properties, on_permanent_error, dead_letter_topic, log_values };
 
@@ -221,8 +240,20 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             expected: "host:port with an IP address, e.g. 127.0.0.1:9187",
         })?),
     };
+    let password_file = o.postgres_password_file.clone().or(file.postgres_password_file);
+    let postgres = match &password_file {
+        None => replication::Config::from_url(&postgres)?,
+        Some(path) => {
+            // The file wins over PGPASSWORD, not over a password in the connection string.
+            let mut config = replication::Config::parse_with_env(&postgres, &|k| {
+                (k != "PGPASSWORD").then(|| std::env::var(k).ok()).flatten()
+            })?;
+            config.set_password_if_missing(secrets::read_secret_file(path, "the PostgreSQL password")?);
+            config
+        }
+    };
     Ok(Settings {
-        postgres: replication::Config::from_url(&postgres)?,
+        postgres,
         source,
         kafka,
         stream,

@@ -230,7 +230,10 @@ impl Snapshot<'_> {
     }
 
     async fn next_event(&mut self) -> Result<Event<RowTag>, PipelineError> {
-        self.window.next_event().await.map_err(|e| PipelineError::transient(format!("{e}; the snapshot starts over")))
+        self.window
+            .next_event_within()
+            .await
+            .map_err(|e| PipelineError::transient(format!("{e}; the snapshot starts over")))
     }
 
     fn dead_letter(

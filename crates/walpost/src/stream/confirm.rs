@@ -52,6 +52,11 @@ impl Confirmer {
         self.checkpoint.flush_lsn()
     }
 
+    /// The furthest WAL position received.
+    pub fn received_lsn(&self) -> Lsn {
+        self.received
+    }
+
     /// WAL up to `lsn` was received.
     pub fn received(&mut self, lsn: Lsn) {
         if lsn > self.received {

@@ -77,7 +77,9 @@ async fn session(
         _ = shutdown.changed() => return (Ok(SessionEnd::Shutdown), Culprit::Postgres),
     };
     let (stream, start, window, wal_sender_timeout) = match begun {
-        Ok(Begun::Streaming { stream, start, window, wal_sender_timeout }) => (stream, start, window, wal_sender_timeout),
+        Ok(Begun::Streaming { stream, start, window, wal_sender_timeout }) => {
+            (stream, start, window, wal_sender_timeout)
+        }
         Ok(Begun::BackfillDone) => return (Ok(SessionEnd::Shutdown), Culprit::Postgres),
         Err(e) => return (Err(e), Culprit::Postgres),
     };

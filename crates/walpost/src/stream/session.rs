@@ -129,6 +129,7 @@ impl<'a> Session<'a> {
         let mut tick = tokio::time::interval(MIN_STATUS_GAP);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_turn = Instant::now();
+        let mut last_trace = Instant::now();
         loop {
             let since = last_turn.elapsed();
             if since >= self.frozen_after {
@@ -143,13 +144,22 @@ impl<'a> Session<'a> {
                 biased;
                 _ = shutdown.changed() => return Ok(SessionEnd::Shutdown),
                 event = self.window.next_event(), if !self.window.is_idle() => {
-                    let event = event.map_err(|e| {
-                        self.culprit = Culprit::Kafka;
-                        PipelineError::transient(format!("{e} from the last confirmed position {}", self.confirmer.flush_lsn()))
-                    })?;
+                    let event = event.map_err(|e| self.kafka_failed(e))?;
                     self.on_event(event)?;
                 }
                 _ = tick.tick() => {
+                    self.window.check_stalled().map_err(|e| self.kafka_failed(e))?;
+                    if last_trace.elapsed() >= Duration::from_secs(5) {
+                        last_trace = Instant::now();
+                        tracing::debug!(
+                            window = ?self.window,
+                            pending_transactions = self.confirmer.checkpoint.pending_transactions(),
+                            in_transaction = self.decoding.in_transaction(),
+                            confirmed = %self.confirmer.flush_lsn(),
+                            received = %self.confirmer.received_lsn(),
+                            "session state"
+                        );
+                    }
                     self.metrics.set_oldest_unconfirmed_commit(self.confirmer.checkpoint.oldest_pending_commit_ms());
                     self.confirmer.maybe_send(&mut self.stream).await?;
                 }
@@ -159,7 +169,19 @@ impl<'a> Session<'a> {
                     None => return Err(PipelineError::transient("PostgreSQL ended the replication stream")),
                 },
             }
+            // Hand what was just routed to librdkafka now: the next turn's conditions are
+            // evaluated before any branch runs, and a queued record would keep WAL from
+            // being read until an acknowledgement came (one record per round trip).
+            if let Some(event) = self.window.pump() {
+                self.on_event(event)?;
+            }
         }
+    }
+
+    /// The producer failed or stalled: the session restarts from the confirmed position.
+    fn kafka_failed(&mut self, e: PipelineError) -> PipelineError {
+        self.culprit = Culprit::Kafka;
+        PipelineError::transient(format!("{e} from the last confirmed position {}", self.confirmer.flush_lsn()))
     }
 
     fn on_event(&mut self, event: Event<Tag>) -> Result<(), PipelineError> {

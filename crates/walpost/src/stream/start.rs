@@ -25,7 +25,12 @@ use crate::telemetry::Metrics;
 #[allow(clippy::large_enum_variant)]
 pub enum Begun {
     /// Streaming from `start` with a producer ready.
-    Streaming { stream: ReplicationStream, start: Lsn, window: ProduceWindow<Tag>, wal_sender_timeout: Option<Duration> },
+    Streaming {
+        stream: ReplicationStream,
+        start: Lsn,
+        window: ProduceWindow<Tag>,
+        wal_sender_timeout: Option<Duration>,
+    },
     /// `--snapshot initial_only` is done: every row is acknowledged.
     BackfillDone,
 }

@@ -520,7 +520,17 @@ fn regression_dead_letter_mode_with_a_broker_side_rejection_does_not_livelock() 
     let topic = w.topic("order");
     topic_command(
         &w.kafka_bootstrap,
-        &["--create", "--topic", &topic, "--partitions", "1", "--replication-factor", "1", "--config", "max.message.bytes=2000"],
+        &[
+            "--create",
+            "--topic",
+            &topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+            "--config",
+            "max.message.bytes=2000",
+        ],
     );
     let dlq = format!("{}dead", w.topic_prefix);
     let port = testkit::free_port();
@@ -552,7 +562,10 @@ fn regression_dead_letter_mode_with_a_broker_side_rejection_does_not_livelock() 
     // commit LSN is at or before the WAL position read right after its INSERT committed.
     let lsn = parse_lsn(std::str::from_utf8(dead[0].header("walpost.lsn").unwrap()).unwrap()).unwrap();
     let after_big = parse_lsn(&big_txn_lsn).unwrap();
-    assert!(lsn <= after_big && lsn > lsn_after_batch(&w, 0), "walpost.lsn {lsn:X} is not the refused row's transaction");
+    assert!(
+        lsn <= after_big && lsn > lsn_after_batch(&w, 0),
+        "walpost.lsn {lsn:X} is not the refused row's transaction"
+    );
     let delivered: Vec<Consumed> = records.iter().filter(|r| r.topic != dlq).cloned().collect();
     let a = audit(&w, &delivered);
     assert_eq!(a.lost, vec![big_id.parse::<i64>().unwrap()], "{a:?}");
