@@ -67,7 +67,7 @@ RUN apt-get update \
 COPY --from=build /out/walpost /usr/local/bin/walpost
 
 # /metrics, /healthz and /readyz; the health check below needs them on.
-ENV WALPOST_METRICS_ADDR=0.0.0.0:9187
+ENV WALPOST_METRICS_ADDR=127.0.0.1:9187
 EXPOSE 9187
 
 USER 10001:10001

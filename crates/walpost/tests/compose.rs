@@ -487,10 +487,15 @@ fn every_variable_compose_gives_walpost_is_one_walpost_reads() {
     let mut seen = BTreeSet::new();
     for (k, v) in &shared {
         assert!(seen.insert(k.clone()), "{SHARED_ENV}: {k} is set twice");
+        // The one exception: the shared file binds metrics to loopback (systemd, the
+        // local demo), a container must bind every interface for its port mapping.
         assert!(
-            !inline.contains_key(k),
+            !inline.contains_key(k) || k == "WALPOST_METRICS_ADDR",
             "{k} is set both in {SHARED_ENV} and in {COMPOSE}'s walpost environment: keep shared settings in {SHARED_ENV} only"
         );
+        if k == "WALPOST_METRICS_ADDR" {
+            assert!(v.starts_with("127.0.0.1:"), "{SHARED_ENV}: metrics must bind the loopback, not {v}");
+        }
         // The file is read by bash (`source`), compose (env_file) and systemd
         // (EnvironmentFile), which disagree on quotes, `$`, backslashes and spaces.
         assert!(
@@ -587,6 +592,13 @@ fn metrics_port_is_published_and_exposed() {
         "WALPOST_METRICS_ADDR={addr}: bind 0.0.0.0 in a container, or the published port reaches nothing"
     );
     let published = published_container_ports(service(&doc, "walpost"));
+    // The published port is the host's loopback only (metrics are not for the network).
+    if let Yaml::Array(items) = &service(&doc, "walpost")["ports"] {
+        for item in items {
+            let text = scalar(item).unwrap_or_default();
+            assert!(text.starts_with("127.0.0.1:"), "{COMPOSE}: walpost publishes {text:?} beyond the host's loopback");
+        }
+    }
     assert!(
         published.contains(&addr.port()),
         "{COMPOSE}: walpost publishes {published:?} but WALPOST_METRICS_ADDR listens on {}",

@@ -129,6 +129,12 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         _ => {}
     }
     out.push(from_result(format!("table {table} has the mapped columns"), preflight::check_tables(sql, s).await));
+    if s.source.messages.is_some() {
+        out.push(from_result(
+            "[messages]: only allowed roles can execute pg_logical_emit_message".into(),
+            preflight::check_emit_message_rights(sql, s).await,
+        ));
+    }
     let publication = &s.source.publication;
     out.push(match catalog::publication_state(sql, s).await {
         Ok(catalog::Publication::Missing) => Check::Warn(format!(

@@ -17,7 +17,60 @@ pub async fn preflight(sql: &mut ReplicationClient, s: &Settings) -> Result<(), 
     check_wal_level(sql).await?;
     check_role(sql).await?;
     check_tables(sql, s).await?;
+    check_emit_message_rights(sql, s).await?;
     ensure_publication(sql, s).await
+}
+
+/// With the table-less outbox (`[messages]`), whoever can execute
+/// `pg_logical_emit_message` can publish events: refuses to run while PUBLIC, or a role
+/// outside `[messages] allowed_roles`, can (superusers always can; walpost's own role
+/// is allowed), unless `[messages] trust_all_roles = true`.
+pub async fn check_emit_message_rights(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    let Some(m) = &s.source.messages else { return Ok(()) };
+    if m.trust_all_roles {
+        return Ok(());
+    }
+    let r = query(
+        sql,
+        "SELECT string_agg(p.oid::regprocedure::text, '; ' ORDER BY p.oid) FILTER (WHERE has_function_privilege('public', p.oid, 'EXECUTE')) AS public_fns,
+                string_agg(p.oid::regprocedure::text, '; ' ORDER BY p.oid) AS fns
+         FROM pg_proc p WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace",
+    )
+    .await?;
+    let fns = r.first("fns").unwrap_or("pg_logical_emit_message(boolean,text,text)").to_owned();
+    let revoke =
+        fns.split("; ").map(|f| format!("REVOKE EXECUTE ON FUNCTION {f} FROM PUBLIC;")).collect::<Vec<_>>().join(" ");
+    let grant = fns
+        .split("; ")
+        .map(|f| format!("GRANT EXECUTE ON FUNCTION {f} TO <application role>;"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if r.first("public_fns").is_some() {
+        return Err(PipelineError::definite(format!(
+            "pg_logical_emit_message is executable by PUBLIC, so with [messages] any role that can log in can publish events: as a superuser run {revoke} {grant} and list the application roles in [messages] allowed_roles (or set [messages] trust_all_roles = true to accept every role)"
+        )));
+    }
+    let others = query(
+        sql,
+        "SELECT string_agg(DISTINCT r.rolname, ', ' ORDER BY r.rolname) AS roles FROM pg_roles r JOIN pg_proc p
+           ON p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace
+         WHERE NOT r.rolsuper AND r.rolname <> current_user AND left(r.rolname, 3) <> 'pg_'
+           AND has_function_privilege(r.oid, p.oid, 'EXECUTE')",
+    )
+    .await?;
+    let unexpected: Vec<&str> = others
+        .first("roles")
+        .unwrap_or_default()
+        .split(", ")
+        .filter(|r| !r.is_empty() && !m.allowed_roles.iter().any(|a| a == r))
+        .collect();
+    if !unexpected.is_empty() {
+        return Err(PipelineError::definite(format!(
+            "roles {} can execute pg_logical_emit_message and so publish events through [messages], but are not in [messages] allowed_roles: add them there if they may, or REVOKE EXECUTE on {fns} from them",
+            unexpected.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 pub async fn check_wal_level(sql: &mut ReplicationClient) -> Result<(), PipelineError> {

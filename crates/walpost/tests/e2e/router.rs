@@ -232,9 +232,46 @@ fn table_less_outbox_messages_follow_their_transaction() {
     let toml = r#"
 [messages]
 "prefix.include" = ["outbox"]
+allowed_roles = ["app_writer"]
 [messages.router]
-"table.field.event.type" = "type"
+"table.field.event.type.header" = "type"
 "#;
+    // Regression (issue 19): pg_logical_emit_message is executable by PUBLIC by default,
+    // so any role that can log in could publish events: walpost refuses to start.
+    let cfg = config(&w, toml);
+    let mut args = vec!["--config".to_string(), cfg];
+    args.extend(w.args());
+    let mut refused = Walpost::start(&args, &[]);
+    let status = refused.wait_exit(Duration::from_secs(60)).expect("must refuse while PUBLIC can emit");
+    assert!(!status.success());
+    assert!(refused.log_text().contains("pg_logical_emit_message is executable by PUBLIC"), "{}", refused.log_text());
+    assert!(w.confirmed_flush_lsn().is_none(), "nothing may start");
+    // The README's REVOKE/GRANT; a role outside allowed_roles is refused too.
+    // Every overload (PostgreSQL 17 added a flush argument), as the README shows.
+    let for_each_emit = |statement: &str| {
+        format!(
+            "DO $$ DECLARE f regprocedure; BEGIN
+               FOR f IN SELECT oid FROM pg_proc WHERE proname = 'pg_logical_emit_message' LOOP
+                 EXECUTE format('{statement}', f);
+               END LOOP; END $$;"
+        )
+    };
+    w.sql(&for_each_emit("REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC"));
+    w.sql("CREATE ROLE stranger LOGIN");
+    w.sql(&for_each_emit("GRANT EXECUTE ON FUNCTION %s TO stranger"));
+    let mut refused = Walpost::start(&args, &[]);
+    assert!(!refused.wait_exit(Duration::from_secs(60)).expect("must refuse a role outside allowed_roles").success());
+    assert!(
+        refused.log_text().contains("roles stranger can execute pg_logical_emit_message"),
+        "{}",
+        refused.log_text()
+    );
+    w.sql(&for_each_emit("REVOKE EXECUTE ON FUNCTION %s FROM stranger"));
+    w.sql("CREATE ROLE app_writer LOGIN");
+    w.sql(&for_each_emit("GRANT EXECUTE ON FUNCTION %s TO app_writer"));
+    // A role without the right cannot forge an event.
+    let forged = w.try_sql("SET ROLE stranger; SELECT pg_logical_emit_message(true, 'outbox', '{\"id\": 9}')");
+    assert!(forged.is_err_and(|e| e.contains("permission denied")), "an unprivileged role emitted a message");
     let p = start_with(&w, toml, &[]);
     assert!(w.wait_for_slot(WAIT));
     let msg = |id: u32, agg: &str| {
