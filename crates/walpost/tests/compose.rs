@@ -934,7 +934,8 @@ fn healthz_answers(port: u16) -> bool {
     }
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
-    out.starts_with("HTTP/1.1 200")
+    // An HTTP/1.0 request gets an HTTP/1.0 answer (hyper), as the probes' grep expects.
+    out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200")
 }
 
 /// Runs a probe the way the container engine would, with the container's metrics
