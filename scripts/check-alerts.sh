@@ -6,8 +6,8 @@
 #   3. every rule has a severity label, summary/description/runbook_url annotations, and
 #      at least one firing and one not-firing test case; every runbook_url points to a file
 #      (and heading) of this repository
-#   4. every walpost_* metric the rules use is exported (metrics::METRICS in
-#      crates/walpost/src/metrics.rs), except the ones listed in PENDING_METRICS below
+#   4. every walpost_* metric the rules use is exported (telemetry::metrics::names in
+#      crates/walpost/src/telemetry/metrics.rs), except the ones listed in PENDING_METRICS below
 #   5. deploy/prometheus/slot-check.sql against a throwaway PostgreSQL 15 cluster (wal_level =
 #      logical, 1 MB WAL segments, max_slot_wal_keep_size = 4MB): a slot goes from ok through
 #      the byte and budget thresholds to unreserved and lost, an active slot is ok, bad input
@@ -25,7 +25,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Metrics the rules use before walpost exports them (issue 20: the slot monitor's confirm
 # stall and the Kafka acknowledgement gauge). Remove a name once metrics::METRICS has it.
-PENDING_METRICS=(walpost_slot_confirm_stalled_seconds walpost_kafka_unacknowledged_seconds)
+PENDING_METRICS=()
 
 rules=deploy/prometheus/alerts.yml
 tests=deploy/prometheus/alerts_test.yml
@@ -133,9 +133,9 @@ while read -r url; do
 done < <(sed -n 's/^ *runbook_url: *"\(.*\)"$/\1/p' "$rules" | sort -u)
 
 # ------------------------------------------------------------------ 4: metric names
-metrics_rs=crates/walpost/src/metrics.rs
-mapfile -t exported < <(sed -n '/^pub const METRICS/,/^];/p' "$metrics_rs" | grep -o '"walpost_[a-z0-9_]*"' | tr -d '"')
-((${#exported[@]} > 10)) || die "could not read metrics::METRICS from $metrics_rs"
+metrics_rs=crates/walpost/src/telemetry/metrics.rs
+mapfile -t exported < <(sed -n '/^pub mod names/,/^}/p' "$metrics_rs" | grep -o '"walpost_[a-z0-9_]*"' | tr -d '"')
+((${#exported[@]} > 10)) || die "could not read the metric names (telemetry::metrics::names) from $metrics_rs"
 mapfile -t used < <(grep -v '^ *#' "$rules" | grep -o 'walpost_[a-z0-9_]*' | sed -E 's/_(bucket|sum|count)$//' | sort -u)
 for m in "${used[@]}"; do
     if in_list "$m" "${exported[@]}"; then

@@ -18,6 +18,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup-deps.sh
 cargo test --workspace --locked --features walpost/failpoints "$@"
 
+# Alerting rules (promtool check + unit tests, runbook links, metric names) and the
+# PostgreSQL-side slot check; then licences, sources and bans of every dependency
+# (cargo-deny, offline). The RustSec advisory database is not on any package registry
+# this machine reaches: with none given (WALPOST_ADVISORY_DB, ../shared/advisory-db/),
+# advisories are skipped with a warning rather than failing the run.
+bash scripts/check-alerts.sh
+WALPOST_SUPPLY_CHAIN_ADVISORIES="${WALPOST_SUPPLY_CHAIN_ADVISORIES:-skip}" bash scripts/supply-chain.sh
+
 majors="${WALPOST_TEST_MAJORS-14 18}"
 if [[ $# -eq 0 && -n "$majors" ]]; then
     # shellcheck disable=SC2086 # a list of majors
