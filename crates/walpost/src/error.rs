@@ -30,6 +30,9 @@ pub enum ErrorClass {
 #[derive(Debug)]
 pub struct PipelineError {
     class: ErrorClass,
+    /// A transient state that is expected and needs no one (a hot standby waiting for
+    /// the slot): logged at INFO, not WARN.
+    expected: bool,
     message: String,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
 }
@@ -48,11 +51,20 @@ impl StdError for PipelineError {
 
 impl PipelineError {
     pub fn definite(message: impl fmt::Display) -> Self {
-        PipelineError { class: ErrorClass::Definite, message: message.to_string(), source: None }
+        PipelineError { class: ErrorClass::Definite, expected: false, message: message.to_string(), source: None }
     }
 
     pub fn transient(message: impl fmt::Display) -> Self {
-        PipelineError { class: ErrorClass::Transient, message: message.to_string(), source: None }
+        PipelineError { class: ErrorClass::Transient, expected: false, message: message.to_string(), source: None }
+    }
+
+    /// A transient state that is expected (a hot standby waiting for the slot).
+    pub fn waiting(message: impl fmt::Display) -> Self {
+        PipelineError { class: ErrorClass::Transient, expected: true, message: message.to_string(), source: None }
+    }
+
+    pub fn is_expected(&self) -> bool {
+        self.expected
     }
 
     /// Keeps `source` as the cause (its text is not added to the message).
@@ -87,7 +99,7 @@ impl From<replication::Error> for PipelineError {
             ErrorClass::Transient => e.to_string(),
             ErrorClass::Definite => explain_server_error(&e),
         };
-        PipelineError { class, message, source: Some(Box::new(e)) }
+        PipelineError { class, expected: false, message, source: Some(Box::new(e)) }
     }
 }
 

@@ -124,11 +124,15 @@ impl ClientContext for SinkContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        // Connection failures are already in librdkafka's own log lines.
+        // Connection failures are already in librdkafka's own log lines; they are counted
+        // as they happen (records wait meanwhile, and fail only when a producer is closed).
         let logged_already = matches!(
             error.rdkafka_error_code(),
             Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
         );
+        if logged_already {
+            self.metrics.produce_error("connection");
+        }
         if logged_already || self.repeated(reason) {
             tracing::debug!(error = %error, "Kafka client error: {reason}");
         } else {
@@ -178,7 +182,15 @@ impl ProducerContext for SinkContext {
                     }
                 }
                 None => {
-                    self.metrics.produce_error("retryable");
+                    // A record purged when walpost closes a producer is not a failure of
+                    // Kafka's (it is sent again by the next producer).
+                    let purged = matches!(
+                        error.rdkafka_error_code(),
+                        Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight)
+                    );
+                    if !purged {
+                        self.metrics.produce_error("retryable");
+                    }
                     Outcome::Retryable { error: error.to_string() }
                 }
             },

@@ -170,7 +170,7 @@ pub fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineError> {
         return Err(PipelineError::definite(messages::slot_lost_message(slot)));
     }
     if let Some(pid) = row.active_pid {
-        return Err(PipelineError::transient(messages::slot_in_use(slot, pid)));
+        return Err(PipelineError::waiting(messages::slot_in_use(slot, pid)));
     }
     Ok(())
 }

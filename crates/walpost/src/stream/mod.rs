@@ -40,6 +40,7 @@ use start::Begun;
 pub async fn run(s: &Settings, metrics: &Metrics, mut shutdown: watch::Receiver<bool>) -> Result<(), PipelineError> {
     let mut backoff = Backoff::new(s.stream.max_backoff);
     let mut memo = DeliveryMemo::default();
+    let mut last_waiting_note: Option<Instant> = None;
     loop {
         let started = Instant::now();
         let (result, culprit) = session(s, metrics, &mut memo, &mut shutdown).await;
@@ -52,7 +53,17 @@ pub async fn run(s: &Settings, metrics: &Metrics, mut shutdown: watch::Receiver<
                     backoff.reset();
                 }
                 let wait = backoff.next_delay();
-                tracing::warn!(retry_in_ms = wait.as_millis() as u64, "{e}; reconnecting");
+                if e.is_expected() {
+                    // A hot standby: normal, said at INFO once a minute.
+                    if last_waiting_note.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                        last_waiting_note = Some(Instant::now());
+                        tracing::info!("{e}");
+                    } else {
+                        tracing::debug!("{e}");
+                    }
+                } else {
+                    tracing::warn!(retry_in_ms = wait.as_millis() as u64, "{e}; reconnecting");
+                }
                 metrics.stream.reconnect(match culprit {
                     Culprit::Postgres => ReconnectCause::Postgres,
                     Culprit::Kafka => ReconnectCause::Kafka,

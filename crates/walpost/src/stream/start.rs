@@ -84,7 +84,7 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
     if snapshots && snapshot::unfinished(&mut sql, s).await? {
         if let Some(row) = &slot {
             if let Some(pid) = row.active_pid {
-                return Err(PipelineError::transient(format!(
+                return Err(PipelineError::waiting(format!(
                     "replication slot \"{slot_name}\" is in use by server process {pid}; waiting to restart the unfinished snapshot"
                 )));
             }

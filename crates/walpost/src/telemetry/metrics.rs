@@ -74,7 +74,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (CONFIRMED_LSN, "gauge", "Last WAL position confirmed (flushed) to the slot."),
     (IN_FLIGHT, "gauge", "Records handed to the producer and not yet acknowledged."),
     (UNACKNOWLEDGED, "gauge", "Seconds since Kafka last acknowledged a record while records wait (0: nothing waits)."),
-    (PRODUCE_ERRORS, "counter", "Failed deliveries by class (retryable, rejected), counted when they happen."),
+    (
+        PRODUCE_ERRORS,
+        "counter",
+        "Kafka errors as they happen, by class: retryable (a record failed, sent again), rejected (never), connection (a broker unreachable).",
+    ),
     (RECONNECTS, "counter", "Stream restarts after a transient error, by cause (postgres, kafka)."),
     (DEAD_LETTERS, "counter", "Events acknowledged on the dead-letter topic, by error class."),
     (SKIPPED, "counter", "Changes that are not outbox events and were skipped, by reason."),
@@ -234,7 +238,7 @@ impl KafkaMetrics {
         self.published_bytes.inc_by(bytes);
     }
 
-    /// A delivery failed; `class` is `retryable` or `rejected`.
+    /// A Kafka error; `class` is `retryable`, `rejected` or `connection`.
     pub fn produce_error(&self, class: &'static str) {
         self.produce_errors.with_label_values(&[class]).inc();
     }
@@ -354,7 +358,7 @@ impl Metrics {
                 Histogram::with_opts(HistogramOpts::new(LATENCY, help(LATENCY)).buckets(LATENCY_BUCKETS.to_vec())),
             )?,
         };
-        for class in ["retryable", "rejected"] {
+        for class in ["retryable", "rejected", "connection"] {
             let _ = kafka.produce_errors.with_label_values(&[class]);
         }
         let slot = SlotMetrics {
