@@ -393,10 +393,12 @@ def drop_slot(conn, slot: str) -> None:
 
 
 def drain(ctx: Ctx, system: str, argv, env=None, slot=None, prefix=None, exits_itself=False,
-          window=None, note="") -> Row:
+          window=None, note="", until_lsn=None) -> Row:
     """Starts a system on the backlog and measures until the last record is acknowledged
     (Kafka high watermarks reach the backlog size), or until it exits (pg_recvlogical),
-    or for a fixed window (relays)."""
+    or for a fixed window (relays). `until_lsn`: done when the slot's confirmed position
+    reaches it instead (exactly-once: transaction markers are offsets too, so high
+    watermarks overcount, and the slot follows the committed progress record)."""
     topics = topics_of(prefix) if prefix else []
     load = loadavg()
     log(f"drain {system}: starting (load {load})")
@@ -435,6 +437,10 @@ def drain(ctx: Ctx, system: str, argv, env=None, slot=None, prefix=None, exits_i
             t = time.monotonic()
             if acked > 0 and first is None:
                 first = t
+            if until_lsn is not None:
+                acked = ctx.events if conn.execute(
+                    "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                    (until_lsn, slot)).fetchone()[0] else 0
             if window is None and acked >= ctx.events:
                 done_at = t
                 break
@@ -722,6 +728,11 @@ def write_results(ctx: Ctx, machine: str) -> None:
             lines.append(f"  - same binary with `compression.type = none`: {nc.events_per_s:,.0f} events/s, "
                          f"broker {fmt(nc.broker_cpu_s_per_m, 1)} CPU s / M events, peak RSS {nc.peak_rss_mb:.1f} MB "
                          f"(lz4, the default: {wp.events_per_s:,.0f} events/s, broker {fmt(wp.broker_cpu_s_per_m, 1)})")
+        eo = by.get(("walpost-eos", "drain", 0))
+        if eo:
+            ratio = eo.events_per_s / wp.events_per_s
+            lines.append(f"- exactly-once drain ≥ 0.8 × at-least-once (issue 14): {eo.events_per_s:,.0f} / "
+                         f"{wp.events_per_s:,.0f} = {ratio:.2f} × → {verdict(ratio >= 0.8)}")
         dzf = f" (Debezium: {dz.first_ack_ms:,.0f} ms)" if dz else ""
         lines.append(f"- start → first acknowledged record ≤ 100 ms: {wp.first_ack_ms:.0f} ms{dzf} → {verdict(wp.first_ack_ms <= 100)}")
     l5 = by.get(("walpost", "live", 5000.0))
@@ -756,7 +767,7 @@ def chart(ctx: Ctx, path: Path) -> None:
     drains = [r for r in ctx.rows if r.mode == "drain"]
     lives = [r for r in ctx.rows if r.mode == "live"]
     colors = {"recv": "#999999", "recv-again": "#777777", "kafka-floor": "#bbbbbb", "walpost": "#1f77b4", "debezium": "#d62728",
-              "relay002": "#ff7f0e", "walpost-nolz4": "#6baed6", "relay001": "#8c564b"}
+              "relay002": "#ff7f0e", "walpost-nolz4": "#6baed6", "walpost-eos": "#08519c", "relay001": "#8c564b"}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.2))
     names = [r.system for r in drains]
     vals = [r.events_per_s for r in drains]
@@ -799,7 +810,7 @@ def main() -> int:
     ap.add_argument("--relay-live-rates", default="100", help="events/s for the relays' live phase")
     ap.add_argument("--live-seconds", type=float)
     ap.add_argument("--relay-seconds", type=float, help="drain window for the relays")
-    ap.add_argument("--systems", default="recv,walpost,walpost-nolz4,kafka-floor,debezium,relay002,relay001")
+    ap.add_argument("--systems", default="recv,walpost,walpost-nolz4,walpost-eos,kafka-floor,debezium,relay002,relay001")
     ap.add_argument("--walpost-kafka-property", action="append", default=[], metavar="K=V")
     ap.add_argument("--walpost-bin", default=str(ROOT / "target/release/walpost"))
     ap.add_argument("--walpost-config", help="a walpost TOML file (e.g. [pipeline] settings)")
@@ -839,7 +850,7 @@ def main() -> int:
             c.execute((ROOT / "migrations/0001_events_outbox.sql").read_text())
             c.execute(workload.filler_sql(SEED))
         kafka = Kafka(servers.brokers)
-        kafka.create_topics([p + t for p in ("wp.", "wpnc.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
+        kafka.create_topics([p + t for p in ("wp.", "wpnc.", "wpeo.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
         warm_up_broker(servers.brokers)
         ctx = Ctx(args=args, servers=servers, kafka=kafka, url=url, events=args.events, payload_bytes=0, workdir=workdir)
 
@@ -866,6 +877,11 @@ def main() -> int:
         wpnc_conf.write_text('[kafka.properties]\n"compression.type" = "none"\n')
         if "walpost-nolz4" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('wpnc', 'pgoutput')")
+        # walpost-eos: --delivery exactly-once (Kafka transactions + progress record), drain only.
+        wpeo_conf = workdir / "walpost-eos.toml"
+        wpeo_conf.write_text('delivery = "exactly-once"\n')
+        if "walpost-eos" in systems:
+            conn.execute("SELECT pg_create_logical_replication_slot('wpeo', 'pgoutput')")
         if "debezium" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
             # warm the page cache for the JVM's jars like walpost's binary (run once above)
@@ -899,6 +915,10 @@ def main() -> int:
             drain(ctx, "walpost-nolz4", walpost_argv(ctx, "wpnc", "wpnc.", str(wpnc_conf)), slot="wpnc", prefix="wpnc.",
                   note="compression.type = none (default lz4)")
             drop_slot(conn, "wpnc")
+        if "walpost-eos" in systems:
+            drain(ctx, "walpost-eos", walpost_argv(ctx, "wpeo", "wpeo.", str(wpeo_conf)), slot="wpeo", prefix="wpeo.",
+                  until_lsn=endpos, note="delivery = exactly-once; done when the slot confirmed the backlog's end")
+            drop_slot(conn, "wpeo")
         if "recv" in systems:
             # The ceiling measured again after the Kafka systems: recv otherwise always
             # drains first, right after the backlog's CHECKPOINT (an order effect check).

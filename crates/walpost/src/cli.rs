@@ -227,6 +227,12 @@ pub struct RunArgs {
     #[arg(long, env = "WALPOST_SLOT_FAILOVER", hide_env_values = true)]
     pub slot_failover: bool,
 
+    /// Delivery guarantee: at-least-once, or exactly-once (Kafka transactions, progress
+    /// in a compacted topic; consumers read with isolation.level=read_committed)
+    /// [default: at-least-once].
+    #[arg(long, env = "WALPOST_DELIVERY", hide_env_values = true, value_name = "MODE")]
+    pub delivery: Option<String>,
+
     /// File holding the PostgreSQL password (owner-only), when the URL has none; it wins
     /// over PGPASSWORD. Keeps the password out of argv and the environment.
     #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
@@ -263,6 +269,7 @@ impl RunArgs {
             retention_keep_days: None,
             retention_days_ahead: None,
             postgres_password_file: self.postgres_password_file.clone(),
+            delivery: self.delivery.clone(),
             kafka_secret_env: kafka_secret_env(&|k| std::env::var(k).ok()),
         }
     }

@@ -73,17 +73,36 @@ pub fn refuse_property(key: &str, value: &str) -> Option<&'static str> {
     }
 }
 
+/// A transactional producer's identity and its transactions' timeout
+/// (`--delivery exactly-once`).
+#[derive(Debug, Clone)]
+pub struct Transactional {
+    pub id: String,
+    pub timeout: std::time::Duration,
+}
+
 /// The producer configuration: defaults, then user properties (checked). Also the set
 /// of keys the user gave (librdkafka's configuration warnings are shown for those only).
 pub fn producer_config(
     brokers: &str,
     properties: &BTreeMap<String, String>,
+    transactional: Option<&Transactional>,
 ) -> Result<(ClientConfig, BTreeSet<String>), SinkError> {
     let mut cfg = client_config(brokers, properties)?;
     for (k, v, _) in DEFAULTS {
         if !properties.contains_key(*k) {
             cfg.set(*k, *v);
         }
+    }
+    if let Some(t) = transactional {
+        // An expired record aborts its transaction (nothing of it is ever read), so
+        // records may expire with it; the gap-less guarantee is the idempotent
+        // producer's answer to what transactions answer by aborting.
+        let ms = t.timeout.as_millis().to_string();
+        cfg.set("transactional.id", &t.id);
+        cfg.set("transaction.timeout.ms", &ms);
+        cfg.set("message.timeout.ms", &ms);
+        cfg.remove("enable.gapless.guarantee");
     }
     if cfg.get("partitioner") != Some("murmur2_random") {
         tracing::warn!(
@@ -144,7 +163,7 @@ mod tests {
         ] {
             let mut props = BTreeMap::new();
             props.insert(k.to_owned(), v.to_owned());
-            let err = producer_config("h:9092", &props).unwrap_err().to_string();
+            let err = producer_config("h:9092", &props, None).unwrap_err().to_string();
             assert!(err.contains(&format!("{k}={v} is refused")), "{err}");
         }
         for (k, v) in [
@@ -156,13 +175,13 @@ mod tests {
         ] {
             let mut props = BTreeMap::new();
             props.insert(k.to_owned(), v.to_owned());
-            assert!(producer_config("h:9092", &props).is_ok(), "{k}={v}");
+            assert!(producer_config("h:9092", &props, None).is_ok(), "{k}={v}");
         }
     }
 
     #[test]
     fn defaults_are_durable_and_java_compatible() {
-        let (cfg, user) = producer_config("h:9092", &BTreeMap::new()).unwrap();
+        let (cfg, user) = producer_config("h:9092", &BTreeMap::new(), None).unwrap();
         assert_eq!(cfg.get("acks"), Some("all"));
         assert_eq!(cfg.get("enable.idempotence"), Some("true"));
         assert_eq!(cfg.get("partitioner"), Some("murmur2_random"));
@@ -172,10 +191,21 @@ mod tests {
     }
 
     #[test]
+    fn a_transactional_producer_gets_its_id_and_expiring_records() {
+        let t = Transactional { id: "walpost-1-db-slot".into(), timeout: std::time::Duration::from_secs(30) };
+        let (cfg, _) = producer_config("h:9092", &BTreeMap::new(), Some(&t)).unwrap();
+        assert_eq!(cfg.get("transactional.id"), Some("walpost-1-db-slot"));
+        assert_eq!(cfg.get("transaction.timeout.ms"), Some("30000"));
+        assert_eq!(cfg.get("message.timeout.ms"), Some("30000"));
+        assert_eq!(cfg.get("enable.gapless.guarantee"), None);
+        assert_eq!(cfg.get("enable.idempotence"), Some("true"));
+    }
+
+    #[test]
     fn librdkafka_debug_property_lets_its_debug_logs_through() {
         let mut props = BTreeMap::new();
         props.insert("debug".to_owned(), "broker,msg".to_owned());
-        assert!(matches!(producer_config("h:9092", &props).unwrap().0.log_level, RDKafkaLogLevel::Debug));
+        assert!(matches!(producer_config("h:9092", &props, None).unwrap().0.log_level, RDKafkaLogLevel::Debug));
     }
 
     /// Regression: `walpost check` built a bare client and ignored [kafka.properties].

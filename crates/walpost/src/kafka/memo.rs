@@ -55,6 +55,9 @@ struct TxnRecords {
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct DeliveryMemo {
+    /// Exactly-once: what the progress topic says is committed (it replaces the
+    /// in-process knowledge of acknowledgements, which do not mean committed there).
+    committed: Option<super::progress::Position>,
     acknowledged: HashMap<Lsn, TxnRecords>,
     poisoned: HashMap<RecordId, Failure>,
     /// Snapshot rows (outbox number, event id) Kafka refused in a way that stopped the
@@ -99,9 +102,22 @@ impl DeliveryMemo {
         self.poisoned_rows.get(&(outbox, event_id.clone()))
     }
 
+    /// Exactly-once: every record up to `position` is committed in Kafka (the last
+    /// committed progress record); forgets what sessions remembered of acknowledgements.
+    pub fn set_committed(&mut self, position: Option<super::progress::Position>) {
+        self.committed = position;
+        self.acknowledged.clear();
+    }
+
     pub fn lookup(&self, id: RecordId) -> Known<'_> {
         if let Some(f) = self.poisoned.get(&id) {
             return Known::Poisoned(f);
+        }
+        if let Some(c) = self.committed {
+            let in_split = c.partial.is_some_and(|(txn, records)| txn == id.txn && id.ordinal < records);
+            if id.txn < c.lsn || in_split {
+                return Known::Acknowledged;
+            }
         }
         match self.acknowledged.get(&id.txn) {
             Some(t) if u64::from(id.ordinal) < t.handed_over && !t.not_acknowledged.contains(&id.ordinal) => {
@@ -142,6 +158,19 @@ mod tests {
         assert_eq!(m.lookup(id(200, 0)), Known::Nothing);
         m.forget_confirmed(Lsn(300));
         assert!(m.is_empty());
+    }
+
+    #[test]
+    fn committed_progress_covers_transactions_and_a_split_ones_first_records() {
+        let mut m = DeliveryMemo::default();
+        m.remember([(Lsn(100), 3)], &[]);
+        m.set_committed(Some(super::super::progress::Position { lsn: Lsn(500), partial: Some((Lsn(600), 2)) }));
+        assert_eq!(m.lookup(id(499, 9)), Known::Acknowledged, "committed before the position");
+        assert_eq!(m.lookup(id(500, 0)), Known::Nothing);
+        assert_eq!(m.lookup(id(600, 1)), Known::Acknowledged, "the split transaction's first two");
+        assert_eq!(m.lookup(id(600, 2)), Known::Nothing);
+        m.set_committed(None);
+        assert_eq!(m.lookup(id(100, 0)), Known::Nothing, "acknowledged is not committed");
     }
 
     #[test]

@@ -7,8 +7,10 @@
 pub mod config;
 pub mod memo;
 pub mod policy;
+pub mod progress;
 pub mod rejection;
 pub mod sink;
+pub mod transaction;
 pub mod window;
 
 use std::sync::Arc;
@@ -23,10 +25,15 @@ use crate::error::PipelineError;
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
 
-/// A new producer and its window, as the settings describe them.
-pub fn open_window<T>(s: &Settings, metrics: &Metrics) -> Result<ProduceWindow<T>, PipelineError> {
-    let (config, user_keys) =
-        config::producer_config(&s.kafka.brokers, &s.kafka.properties).map_err(PipelineError::definite)?;
+/// A new producer and its window, as the settings describe them (`transactional`:
+/// `--delivery exactly-once`'s transactional producer).
+pub fn open_window<T>(
+    s: &Settings,
+    metrics: &Metrics,
+    transactional: Option<&config::Transactional>,
+) -> Result<ProduceWindow<T>, PipelineError> {
+    let (config, user_keys) = config::producer_config(&s.kafka.brokers, &s.kafka.properties, transactional)
+        .map_err(PipelineError::definite)?;
     let (sink, reports) = KafkaSink::new(&config, user_keys, metrics.kafka.clone()).map_err(PipelineError::definite)?;
     let limits = WindowLimits {
         max_records: s.stream.max_in_flight_records,

@@ -200,6 +200,11 @@ impl ProducerContext for SinkContext {
     }
 }
 
+/// Runs a blocking librdkafka call on a blocking thread.
+async fn blocking(call: impl FnOnce() -> Result<(), KafkaError> + Send + 'static) -> Result<(), KafkaError> {
+    tokio::task::spawn_blocking(call).await.unwrap_or_else(|_| Err(KafkaError::Canceled))
+}
+
 /// A producer plus the channel of its delivery reports.
 pub struct KafkaSink {
     producer: ThreadedProducer<SinkContext>,
@@ -254,6 +259,30 @@ impl KafkaSink {
                 None => SendError::Retryable(error.to_string()),
             }),
         }
+    }
+
+    /// `init_transactions`: fences any earlier producer with the same transactional id
+    /// and aborts what it left open. Blocking: runs off the runtime.
+    pub async fn init_transactions(&self, timeout: Duration) -> Result<(), KafkaError> {
+        let producer = self.producer.clone();
+        blocking(move || producer.init_transactions(timeout)).await
+    }
+
+    /// `begin_transaction` (local, does not wait).
+    pub fn begin_transaction(&self) -> Result<(), KafkaError> {
+        self.producer.begin_transaction()
+    }
+
+    /// `commit_transaction`: flushes every record and commits them with the transaction.
+    pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+        let producer = self.producer.clone();
+        blocking(move || producer.commit_transaction(timeout)).await
+    }
+
+    /// `abort_transaction`: nothing of the open transaction is ever read.
+    pub async fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+        let producer = self.producer.clone();
+        blocking(move || producer.abort_transaction(timeout)).await
     }
 
     /// The producer's fatal error (e.g. the gap-less guarantee after a record failed

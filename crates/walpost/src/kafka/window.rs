@@ -178,23 +178,49 @@ impl<T> ProduceWindow<T> {
             if let Some(event) = self.send_queued() {
                 return Ok(event);
             }
-            let report = if self.queue_full {
-                // librdkafka's queue was full: try again once some records went out.
-                match tokio::time::timeout(Duration::from_millis(5), self.reports.recv()).await {
-                    Ok(report) => report,
-                    Err(_) => continue,
-                }
-            } else {
-                self.reports.recv().await
-            };
-            match report {
-                Some(report) => {
-                    if let Some(event) = self.on_report(report) {
-                        return Ok(event);
-                    }
-                }
-                None => return Err(PipelineError::transient("the Kafka client stopped reporting deliveries")),
+            if let Some(event) = self.wait_report().await? {
+                return Ok(event);
             }
+        }
+    }
+
+    /// Hands every queued record to librdkafka, waiting for reports while the barrier
+    /// or librdkafka's full queue holds them back (and at most until the watchdog's
+    /// delivery timeout). `Some(event)`: a report came first; handle it and call again.
+    /// `None`: the queue is empty. Exactly-once needs this before a commit: a record
+    /// still queued would be sent after it, outside any transaction.
+    pub async fn send_queue(&mut self) -> Result<Option<Event<T>>, PipelineError> {
+        let deadline = tokio::time::Instant::from_std(self.last_progress + self.limits.delivery_timeout);
+        loop {
+            if let Some(event) = self.send_queued() {
+                return Ok(Some(event));
+            }
+            if self.queue.is_empty() {
+                return Ok(None);
+            }
+            match tokio::time::timeout_at(deadline, self.wait_report()).await {
+                Ok(Ok(Some(event))) => return Ok(Some(event)),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(self.stalled()),
+            }
+        }
+    }
+
+    /// Waits for one report (a few milliseconds when librdkafka's queue was full, so
+    /// the caller can send again); `None` when none came or it was about nothing.
+    async fn wait_report(&mut self) -> Result<Option<Event<T>>, PipelineError> {
+        let report = if self.queue_full {
+            match tokio::time::timeout(Duration::from_millis(5), self.reports.recv()).await {
+                Ok(report) => report,
+                Err(_) => return Ok(None),
+            }
+        } else {
+            self.reports.recv().await
+        };
+        match report {
+            Some(report) => Ok(self.on_report(report)),
+            None => Err(PipelineError::transient("the Kafka client stopped reporting deliveries")),
         }
     }
 
@@ -340,6 +366,11 @@ impl<T> ProduceWindow<T> {
         self.health.set_waiting_for_acks((self.records > 0).then_some(self.last_progress));
     }
 
+    /// The producer (`None` once closed).
+    pub fn sink(&self) -> Option<&KafkaSink> {
+        self.sink.as_ref()
+    }
+
     /// The producer stopped for good (see [`Event::Rejected`]).
     pub fn producer_fatal(&self) -> Option<String> {
         self.sink.as_ref().and_then(KafkaSink::fatal_error)
@@ -404,7 +435,7 @@ mod tests {
     fn unreachable_window(delivery_timeout: Duration) -> ProduceWindow<u32> {
         let health = Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60)));
         let metrics = Metrics::new(health.clone()).unwrap();
-        let (config, _) = crate::kafka::config::producer_config("127.0.0.1:1", &BTreeMap::new()).unwrap();
+        let (config, _) = crate::kafka::config::producer_config("127.0.0.1:1", &BTreeMap::new(), None).unwrap();
         let (sink, reports) = KafkaSink::new(&config, BTreeSet::new(), metrics.kafka.clone()).unwrap();
         let limits = WindowLimits { max_records: 10, max_bytes: 1 << 20, delivery_timeout };
         ProduceWindow::new(sink, reports, limits, metrics.kafka, health)
@@ -472,6 +503,22 @@ mod tests {
         let n = ticks.load(std::sync::atomic::Ordering::Relaxed);
         assert!(n >= 30, "the runtime ran only {n} ticks during an 800 ms close");
         ticker.abort();
+    }
+
+    /// Regression (issue 14): an exactly-once commit began while a record waited behind
+    /// the first-for-its-topic barrier, and that record went out after the commit,
+    /// outside any transaction. `send_queue` returns `None` only with the queue empty:
+    /// here the barrier never lifts, so the watchdog ends it.
+    #[tokio::test]
+    async fn regression_send_queue_returns_only_with_the_queue_empty() {
+        let mut w = unreachable_window(Duration::from_millis(300));
+        w.enqueue(out("t1", 1));
+        assert!(w.send_queue().await.unwrap().is_none(), "one record: handed over at once");
+        w.enqueue(out("t2", 2));
+        let err = w.send_queue().await.unwrap_err();
+        assert!(err.to_string().contains("acknowledged no record"), "{err}");
+        assert!(!w.has_room(), "the second record is still queued");
+        w.close(Duration::from_millis(10), |_| {}).await;
     }
 
     /// librdkafka refuses a record larger than message.max.bytes on the spot: the

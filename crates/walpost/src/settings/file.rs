@@ -47,6 +47,11 @@ pub struct FileConfig {
     /// name the event id, column and LSN instead).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_values: Option<bool>,
+    /// `at-least-once` (default) or `exactly-once`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
+    #[serde(default, skip_serializing_if = "ExactlyOnceFile::is_empty")]
+    pub exactly_once: ExactlyOnceFile,
     #[serde(default)]
     pub kafka: KafkaFile,
     #[serde(default)]
@@ -269,6 +274,27 @@ pub struct MessagesFile {
 impl MessagesFile {
     fn is_empty(&self) -> bool {
         self.prefix_include.is_empty()
+    }
+}
+
+/// `[exactly_once]`: Kafka transactions (with `delivery = "exactly-once"`).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExactlyOnceFile {
+    pub progress_topic: Option<String>,
+    pub max_transaction_records: Option<u64>,
+    pub max_transaction_bytes: Option<u64>,
+    pub max_transaction_ms: Option<u64>,
+    pub transaction_timeout_ms: Option<u64>,
+}
+
+impl ExactlyOnceFile {
+    fn is_empty(&self) -> bool {
+        self.progress_topic.is_none()
+            && self.max_transaction_records.is_none()
+            && self.max_transaction_bytes.is_none()
+            && self.max_transaction_ms.is_none()
+            && self.transaction_timeout_ms.is_none()
     }
 }
 

@@ -23,7 +23,10 @@ use std::time::Duration;
 use router::RouterConfig;
 use serde::{Deserialize, Serialize};
 
-pub use file::{FileConfig, KafkaFile, MessagesFile, MonitorFile, OutboxFile, PipelineFile, RetentionFile, RouterFile};
+pub use file::{
+    ExactlyOnceFile, FileConfig, KafkaFile, MessagesFile, MonitorFile, OutboxFile, PipelineFile, RetentionFile,
+    RouterFile,
+};
 pub use resolve::{validate_identifier, Overrides};
 
 /// Resolved, validated settings.
@@ -77,6 +80,45 @@ pub struct KafkaSettings {
     pub dead_letter_topic: String,
     /// Errors, log lines and dead-letter headers may show column values.
     pub log_values: bool,
+    pub delivery: Delivery,
+}
+
+/// The delivery guarantee (`--delivery`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Every event at least once; after a crash, what was acknowledged but not yet
+    /// confirmed is sent again.
+    AtLeastOnce,
+    /// Kafka transactions with the slot position in a progress topic: a read_committed
+    /// consumer sees every event exactly once.
+    ExactlyOnce(ExactlyOnce),
+}
+
+/// `[exactly_once]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExactlyOnce {
+    /// Compacted topic holding each slot's last committed WAL position.
+    pub progress_topic: String,
+    /// A Kafka transaction is committed once it holds this many records...
+    pub max_transaction_records: u64,
+    /// ...or this many payload bytes...
+    pub max_transaction_bytes: u64,
+    /// ...or has been open this long (at the next PostgreSQL commit).
+    pub max_transaction_interval: std::time::Duration,
+    /// librdkafka's `transaction.timeout.ms`: the broker aborts a transaction open longer.
+    pub transaction_timeout: std::time::Duration,
+}
+
+impl Default for ExactlyOnce {
+    fn default() -> Self {
+        ExactlyOnce {
+            progress_topic: "walpost.progress".into(),
+            max_transaction_records: 10_000,
+            max_transaction_bytes: 32 << 20,
+            max_transaction_interval: std::time::Duration::from_millis(100),
+            transaction_timeout: std::time::Duration::from_secs(60),
+        }
+    }
 }
 
 /// The produce window and the replication session.

@@ -6,9 +6,9 @@ use std::time::Duration;
 use router::RouterConfig;
 
 use super::{
-    secrets, ConfigError, FileConfig, KafkaSettings, Messages, MonitorSettings, OnPermanentError, OpInvalid, Outbox,
-    RetentionFile, RetentionSettings, RouterFile, Settings, SnapshotMode, SnapshotSettings, SourceSettings,
-    StreamSettings, TableName, Thresholds,
+    secrets, ConfigError, Delivery, ExactlyOnce, ExactlyOnceFile, FileConfig, KafkaSettings, Messages, MonitorSettings,
+    OnPermanentError, OpInvalid, Outbox, RetentionFile, RetentionSettings, RouterFile, Settings, SnapshotMode,
+    SnapshotSettings, SourceSettings, StreamSettings, TableName, Thresholds,
 };
 
 /// What the command line (flags and `WALPOST_*` variables, already merged by it) sets.
@@ -40,6 +40,8 @@ pub struct Overrides {
     pub postgres_password_file: Option<std::path::PathBuf>,
     /// Secret Kafka properties from `WALPOST_KAFKA_*` variables: (property, value).
     pub kafka_secret_env: Vec<(String, String)>,
+    /// `--delivery`: `at-least-once` or `exactly-once`.
+    pub delivery: Option<String>,
 }
 
 impl Settings {
@@ -177,7 +179,8 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         }
         properties.insert(key, v.trim().to_owned());
     }
-    let kafka = KafkaSettings { brokers, properties, on_permanent_error, dead_letter_topic, log_values };
+    let delivery = resolve_delivery(o.delivery.clone().or(file.delivery), &file.exactly_once)?;
+    let kafka = KafkaSettings { brokers, properties, on_permanent_error, dead_letter_topic, log_values, delivery };
 
     let snapshot_mode = o.snapshot.or(file.snapshot).unwrap_or(SnapshotMode::Never);
     let filter = pick(&o.snapshot_filter, file.snapshot_filter).filter(|f| !f.trim().is_empty());
@@ -262,6 +265,61 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         retention: resolve_retention(&file.retention, o.retention_keep_days, o.retention_days_ahead)?,
         metrics_addr,
     })
+}
+
+fn resolve_delivery(mode: Option<String>, f: &ExactlyOnceFile) -> Result<Delivery, ConfigError> {
+    match mode.as_deref() {
+        None | Some("at-least-once") => Ok(Delivery::AtLeastOnce),
+        Some("exactly-once") => {
+            let d = ExactlyOnce::default();
+            let progress_topic = f.progress_topic.clone().unwrap_or(d.progress_topic);
+            if router::validate_topic(&progress_topic).is_err()
+                || progress_topic.starts_with(router::INTERNAL_TOPIC_PREFIX)
+            {
+                return Err(ConfigError::Invalid {
+                    key: "exactly_once.progress_topic",
+                    value: progress_topic,
+                    expected: "a valid Kafka topic name not starting with __",
+                });
+            }
+            let e = ExactlyOnce {
+                progress_topic,
+                max_transaction_records: positive(
+                    "exactly_once.max_transaction_records",
+                    f.max_transaction_records,
+                    d.max_transaction_records,
+                )?,
+                max_transaction_bytes: positive(
+                    "exactly_once.max_transaction_bytes",
+                    f.max_transaction_bytes,
+                    d.max_transaction_bytes,
+                )?,
+                max_transaction_interval: Duration::from_millis(positive(
+                    "exactly_once.max_transaction_ms",
+                    f.max_transaction_ms,
+                    d.max_transaction_interval.as_millis() as u64,
+                )?),
+                transaction_timeout: Duration::from_millis(positive(
+                    "exactly_once.transaction_timeout_ms",
+                    f.transaction_timeout_ms,
+                    d.transaction_timeout.as_millis() as u64,
+                )?),
+            };
+            if e.max_transaction_interval * 4 > e.transaction_timeout {
+                return Err(ConfigError::Invalid {
+                    key: "exactly_once.max_transaction_ms",
+                    value: e.max_transaction_interval.as_millis().to_string(),
+                    expected: "at most a quarter of exactly_once.transaction_timeout_ms",
+                });
+            }
+            Ok(Delivery::ExactlyOnce(e))
+        }
+        Some(other) => Err(ConfigError::Invalid {
+            key: "delivery",
+            value: other.to_owned(),
+            expected: "at-least-once or exactly-once",
+        }),
+    }
 }
 
 fn positive(key: &'static str, v: Option<u64>, default: u64) -> Result<u64, ConfigError> {

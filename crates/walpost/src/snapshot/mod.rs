@@ -40,7 +40,12 @@ use crate::postgres::catalog;
 use crate::postgres::sql::{ident, literal};
 use crate::settings::{Outbox, Settings};
 use crate::telemetry::Metrics;
-use progress::Progress;
+use progress::Progress as SnapshotProgress;
+use router::Record;
+
+use crate::kafka::config::Transactional;
+use crate::kafka::progress::Progress;
+use crate::kafka::transaction::transaction_error;
 pub use state::{mark_finished, mark_started, unfinished};
 
 /// Header marking a record that came from the snapshot rather than the stream.
@@ -48,6 +53,26 @@ pub const HEADER_SNAPSHOT: &str = "walpost.snapshot";
 
 /// Rows fetched per round trip.
 const FETCH_ROWS: usize = 2000;
+
+/// An exactly-once snapshot is one Kafka transaction: it may stay open this long (the
+/// brokers' default `transaction.max.timeout.ms`, 15 minutes).
+pub const TRANSACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// `--delivery exactly-once`: the snapshot's Kafka transaction.
+#[derive(Debug, Clone)]
+pub struct Transaction {
+    pub producer: Transactional,
+    /// Committed with the rows: where the stream goes on.
+    pub progress: Option<ProgressRecord>,
+}
+
+/// A progress record to commit with the snapshot.
+#[derive(Debug, Clone)]
+pub struct ProgressRecord {
+    pub topic: String,
+    pub key: String,
+    pub value: Progress,
+}
 
 /// What a snapshot record stands for: its outbox table and event id.
 #[derive(Debug, Clone)]
@@ -93,15 +118,31 @@ pub async fn run(
     snapshot_name: Option<&str>,
     metrics: &Metrics,
     memo: &mut DeliveryMemo,
+    transaction: Option<Transaction>,
 ) -> Result<u64, PipelineError> {
+    let window = kafka::open_window(s, metrics, transaction.as_ref().map(|t| &t.producer))?;
+    if let Some(t) = &transaction {
+        let sink = window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+        sink.init_transactions(t.producer.timeout).await.map_err(transaction_error)?;
+        sink.begin_transaction().map_err(transaction_error)?;
+    }
     let mut snapshot = Snapshot {
         s,
-        window: kafka::open_window(s, metrics)?,
+        window,
         policy: PermanentErrorPolicy::new(&s.kafka),
         memo,
-        progress: Progress::new(metrics.snapshot.clone()),
+        progress: SnapshotProgress::new(metrics.snapshot.clone()),
+        transactional: transaction.is_some(),
     };
-    let result = snapshot.publish_all(sql, snapshot_name).await;
+    let mut result = snapshot.publish_all(sql, snapshot_name).await;
+    if let (Ok(_), Some(t)) = (&result, &transaction) {
+        result = snapshot.commit(t).await.and(result);
+    }
+    if let (Err(_), Some(t)) = (&result, &transaction) {
+        if let Some(sink) = snapshot.window.sink() {
+            let _ = sink.abort_transaction(t.producer.timeout.min(std::time::Duration::from_secs(10))).await;
+        }
+    }
     metrics.snapshot.running.set(0);
     let Snapshot { window, .. } = snapshot;
     window.close(std::time::Duration::ZERO, |_| {}).await;
@@ -113,10 +154,36 @@ struct Snapshot<'a> {
     window: ProduceWindow<RowTag>,
     policy: PermanentErrorPolicy,
     memo: &'a mut DeliveryMemo,
-    progress: Progress,
+    progress: SnapshotProgress,
+    /// One Kafka transaction (exactly-once).
+    transactional: bool,
 }
 
 impl Snapshot<'_> {
+    /// Exactly-once: the progress record goes in with the rows, then the commit.
+    async fn commit(&mut self, t: &Transaction) -> Result<u64, PipelineError> {
+        if let Some(p) = &t.progress {
+            let record = Record {
+                topic: Arc::from(p.topic.as_str()),
+                key: Bytes::from(p.key.clone()),
+                value: Some(p.value.encode()),
+                headers: Vec::new(),
+                event_id: Bytes::new(),
+                timestamp_ms: None,
+                partition: None,
+            };
+            let tag = RowTag { outbox: usize::MAX, event_id: Bytes::new() };
+            self.window.enqueue(Outgoing { record, timestamp_ms: None, tag, dead_letter: None });
+            while !self.window.is_idle() {
+                let event = self.next_event().await?;
+                self.on_event(event)?;
+            }
+        }
+        let sink = self.window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+        sink.commit_transaction(t.producer.timeout).await.map_err(transaction_error)?;
+        Ok(0)
+    }
+
     async fn publish_all(
         &mut self,
         sql: &mut ReplicationClient,
@@ -251,8 +318,10 @@ impl Snapshot<'_> {
 
     fn on_event(&mut self, event: Event<RowTag>) -> Result<(), PipelineError> {
         match event {
-            Event::Delivered { .. } => {
-                self.progress.acked();
+            Event::Delivered { tag, .. } => {
+                if tag.outbox != usize::MAX {
+                    self.progress.acked();
+                }
                 Ok(())
             }
             Event::Failed { error, .. } => Err(PipelineError::transient(format!("{error}; the snapshot starts over"))),
@@ -263,6 +332,9 @@ impl Snapshot<'_> {
             ))),
             Event::Rejected { tag, rejection, original, producer_fatal, .. } => {
                 let failure = Failure::rejected(&rejection, Lsn::ZERO);
+                // In a Kafka transaction a refused record fails the whole transaction.
+                let producer_fatal = producer_fatal
+                    .or_else(|| self.transactional.then(|| "the Kafka transaction must be aborted".to_owned()));
                 if let Some(fatal) = producer_fatal {
                     self.memo.poison_row(tag.outbox, tag.event_id, failure);
                     return Err(PipelineError::transient(format!(

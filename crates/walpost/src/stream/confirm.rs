@@ -30,6 +30,8 @@ pub struct Confirmer {
     status_interval: Duration,
     /// Kafka acknowledged records since the last status update (for the crash seam).
     acked_since_status: bool,
+    /// Exactly-once: never confirm past the last committed progress record.
+    gate: Option<Lsn>,
     metrics: StreamMetrics,
 }
 
@@ -44,12 +46,22 @@ impl Confirmer {
             last_status: Instant::now(),
             status_interval,
             acked_since_status: false,
+            gate: None,
             metrics,
         }
     }
 
+    /// What may be confirmed: the checkpoint's position, held back by the gate.
     pub fn flush_lsn(&self) -> Lsn {
-        self.checkpoint.flush_lsn()
+        match self.gate {
+            Some(gate) => self.checkpoint.flush_lsn().min(gate),
+            None => self.checkpoint.flush_lsn(),
+        }
+    }
+
+    /// Exactly-once: the last committed progress position.
+    pub fn set_gate(&mut self, gate: Lsn) {
+        self.gate = Some(gate);
     }
 
     /// The furthest WAL position received.

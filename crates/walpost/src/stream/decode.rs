@@ -66,6 +66,11 @@ impl Decoding {
         self.current.as_mut()
     }
 
+    /// The open transaction, read-only.
+    pub fn current_ref(&self) -> Option<&OpenTxn> {
+        self.current.as_ref()
+    }
+
     pub fn in_transaction(&self) -> bool {
         self.current.is_some()
     }

@@ -20,6 +20,7 @@
 pub mod checkpoint;
 pub mod confirm;
 pub mod decode;
+pub mod exactly_once;
 pub mod route;
 pub mod session;
 pub mod start;
@@ -87,21 +88,25 @@ async fn session(
         begun = start::begin(s, metrics, memo) => begun,
         _ = shutdown.changed() => return (Ok(SessionEnd::Shutdown), Culprit::Postgres),
     };
-    let (stream, start, window, wal_sender_timeout) = match begun {
-        Ok(Begun::Streaming { stream, start, window, wal_sender_timeout }) => {
-            (stream, start, window, wal_sender_timeout)
+    let (stream, start, window, wal_sender_timeout, exactly_once) = match begun {
+        Ok(Begun::Streaming { stream, start, window, wal_sender_timeout, exactly_once }) => {
+            (stream, start, window, wal_sender_timeout, exactly_once)
         }
         Ok(Begun::BackfillDone) => return (Ok(SessionEnd::Shutdown), Culprit::Postgres),
         Err(e) => return (Err(e), Culprit::Postgres),
     };
-    memo.forget_confirmed(start);
+    if exactly_once.is_none() {
+        memo.forget_confirmed(start);
+    }
     let routing = match route::Routing::new(s, metrics.stream.clone()) {
         Ok(r) => r,
         Err(e) => return (Err(e), Culprit::Postgres),
     };
     metrics.health().set_streaming(true);
     let frozen_after = session::frozen_after(wal_sender_timeout);
-    Session::new(s, metrics.stream.clone(), stream, start, routing, window, memo, frozen_after).run(shutdown).await
+    Session::new(s, metrics.stream.clone(), stream, start, routing, window, memo, frozen_after, exactly_once)
+        .run(shutdown)
+        .await
 }
 
 /// Capped exponential backoff: 250 ms, 500 ms, 1 s, ... up to `max`.

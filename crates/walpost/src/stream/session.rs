@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use super::checkpoint::TxnSeq;
 use super::confirm::{Confirmer, MIN_STATUS_GAP};
 use super::decode::{Change, Decoding, OpenTxn};
+use super::exactly_once::{Due, ExactlyOnceState};
 use super::route::{unroutable_halt, Routed, Routing};
 use crate::error::PipelineError;
 use crate::kafka::{
@@ -40,10 +41,11 @@ pub fn frozen_after(wal_sender_timeout: Option<Duration>) -> Duration {
 /// How long a restart waits for the old producer's in-flight records.
 const RESTART_FLUSH: Duration = Duration::from_secs(5);
 
-/// What a record in the window stands for.
+/// What a record in the window stands for: a record of a transaction, or (`txn` is
+/// `None`) an exactly-once progress record.
 #[derive(Debug, Clone, Copy)]
 pub struct Tag {
-    pub txn: TxnSeq,
+    pub txn: Option<TxnSeq>,
     pub id: RecordId,
 }
 
@@ -76,6 +78,8 @@ pub struct Session<'a> {
     culprit: Culprit,
     frozen: bool,
     frozen_after: Duration,
+    /// `--delivery exactly-once`.
+    exactly_once: Option<ExactlyOnceState>,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -95,10 +99,15 @@ impl<'a> Session<'a> {
         window: ProduceWindow<Tag>,
         memo: &'a mut DeliveryMemo,
         frozen_after: Duration,
+        exactly_once: Option<ExactlyOnceState>,
     ) -> Session<'a> {
+        let mut confirmer = Confirmer::new(start, s.stream.status_interval, metrics.clone());
+        if let Some(e) = &exactly_once {
+            confirmer.set_gate(e.gate());
+        }
         Session {
             s,
-            confirmer: Confirmer::new(start, s.stream.status_interval, metrics.clone()),
+            confirmer,
             metrics,
             stream,
             decoding: Decoding::default(),
@@ -110,19 +119,69 @@ impl<'a> Session<'a> {
             culprit: Culprit::Postgres,
             frozen: false,
             frozen_after,
+            exactly_once,
         }
     }
 
     /// Streams until shutdown or an error, then ends the session as that requires.
     pub async fn run(mut self, shutdown: &mut watch::Receiver<bool>) -> (Result<SessionEnd, PipelineError>, Culprit) {
-        let result = self.stream_loop(shutdown).await;
+        let mut result = self.stream_loop(shutdown).await;
         let culprit = self.culprit;
         match &result {
-            Ok(SessionEnd::Shutdown) => self.finish("shutdown").await,
+            Ok(SessionEnd::Shutdown) => {
+                if let Err(e) = self.commit_now().await {
+                    tracing::warn!(
+                        "shutdown: the last Kafka transaction was not committed ({e}); it is sent again on restart"
+                    );
+                }
+                self.finish("shutdown").await
+            }
             Err(e) if !e.is_transient() => self.finish("halting").await,
-            Err(_) => self.restart().await,
+            Err(_) => {
+                // An aborted transaction that says this producer was fenced: stop.
+                if let Some(fenced) = self.restart().await {
+                    result = Err(fenced);
+                }
+            }
         }
         (result, culprit)
+    }
+
+    /// Exactly-once: commits the open Kafka transaction now (what it holds completely).
+    async fn commit_now(&mut self) -> Result<(), PipelineError> {
+        let Some(eos) = self.exactly_once.as_ref() else { return Ok(()) };
+        if !eos.is_open() {
+            return Ok(());
+        }
+        let due = eos.due(None, None, std::time::Instant::now() + Duration::from_secs(86_400));
+        self.commit_kafka_transaction(due).await
+    }
+
+    /// Exactly-once: commits the Kafka transaction when a bound says so (or an idle
+    /// position is worth recording).
+    async fn maybe_commit(&mut self) -> Result<(), PipelineError> {
+        let Some(eos) = self.exactly_once.as_ref() else { return Ok(()) };
+        let reading = self.decoding.current_ref().map(|t| (t.final_lsn, t.records));
+        let checkpoint = &self.confirmer.checkpoint;
+        let idle_at = (checkpoint.is_idle() && reading.is_none()).then(|| checkpoint.flush_lsn());
+        let due = eos.due(reading, idle_at, std::time::Instant::now());
+        self.commit_kafka_transaction(due).await
+    }
+
+    async fn commit_kafka_transaction(&mut self, due: Due) -> Result<(), PipelineError> {
+        let Due::At(position) = due else { return Ok(()) };
+        let Some(eos) = self.exactly_once.as_mut() else { return Ok(()) };
+        eos.before_record(self.window.sink())?;
+        self.window.enqueue(eos.progress_outgoing(position));
+        // Everything routed so far, the progress record last, goes into this
+        // transaction: a record left queued would be sent after the commit.
+        while let Some(event) = self.window.send_queue().await.map_err(|e| self.kafka_failed(e))? {
+            self.on_event(event)?;
+        }
+        let Some(eos) = self.exactly_once.as_mut() else { return Ok(()) };
+        eos.commit(&self.window, position).await.inspect_err(|_| self.culprit = Culprit::Kafka)?;
+        self.confirmer.set_gate(eos.gate());
+        Ok(())
     }
 
     async fn stream_loop(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<SessionEnd, PipelineError> {
@@ -149,6 +208,7 @@ impl<'a> Session<'a> {
                 }
                 _ = tick.tick() => {
                     self.window.check_stalled().map_err(|e| self.kafka_failed(e))?;
+                    self.maybe_commit().await?;
                     if last_trace.elapsed() >= Duration::from_secs(5) {
                         last_trace = Instant::now();
                         tracing::debug!(
@@ -175,6 +235,7 @@ impl<'a> Session<'a> {
             if let Some(event) = self.window.pump() {
                 self.on_event(event)?;
             }
+            self.maybe_commit().await?;
         }
     }
 
@@ -186,7 +247,10 @@ impl<'a> Session<'a> {
 
     fn on_event(&mut self, event: Event<Tag>) -> Result<(), PipelineError> {
         match event {
-            Event::Delivered { tag, .. } => self.confirmer.delivered(tag.txn),
+            Event::Delivered { tag, .. } => match tag.txn {
+                Some(txn) => self.confirmer.delivered(txn),
+                None => Ok(()),
+            },
             Event::Failed { tag, error } => {
                 self.not_acknowledged.push(tag.id);
                 self.culprit = Culprit::Kafka;
@@ -196,6 +260,11 @@ impl<'a> Session<'a> {
                 )))
             }
             Event::Rejected { tag, rejection, original, dead_letter, producer_fatal } => {
+                // In a Kafka transaction a refused record makes the whole transaction
+                // fail: it is aborted, and the next one sends the dead letter instead.
+                let producer_fatal = producer_fatal.or_else(|| {
+                    self.exactly_once.is_some().then(|| "the Kafka transaction must be aborted".to_owned())
+                });
                 if dead_letter || !self.policy.dead_letters() || producer_fatal.is_some() {
                     self.not_acknowledged.push(tag.id);
                 }
@@ -239,6 +308,9 @@ impl<'a> Session<'a> {
         match self.decoding.decode(x, self.confirmer.flush_lsn())? {
             Change::Begin | Change::Nothing => {}
             Change::Commit { txn, end_lsn } => {
+                if let Some(eos) = self.exactly_once.as_mut() {
+                    eos.pg_commit(end_lsn);
+                }
                 match txn.seq {
                     Some(seq) => self.confirmer.checkpoint.commit(seq, end_lsn).map_err(PipelineError::definite)?,
                     None => self.confirmer.checkpoint.commit_empty(end_lsn),
@@ -326,10 +398,14 @@ impl<'a> Session<'a> {
             }
         }
         checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
+        if let Some(eos) = self.exactly_once.as_mut() {
+            eos.before_record(self.window.sink())?;
+            eos.recorded(record.value.as_ref().map_or(0, |v| v.len() as u64));
+        }
         self.window.enqueue(Outgoing {
             record,
             timestamp_ms: commit_time_ms,
-            tag: Tag { txn: seq, id },
+            tag: Tag { txn: Some(seq), id },
             dead_letter: dead_letter.map(Into::into),
         });
         Ok(())
@@ -343,8 +419,8 @@ impl<'a> Session<'a> {
         let left = self
             .window
             .drain(self.s.stream.shutdown_timeout, |event| {
-                if let Event::Delivered { tag, .. } = event {
-                    let _ = confirmer.delivered(tag.txn);
+                if let Event::Delivered { tag: Tag { txn: Some(txn), .. }, .. } = event {
+                    let _ = confirmer.delivered(txn);
                 }
             })
             .await;
@@ -365,7 +441,16 @@ impl<'a> Session<'a> {
     /// A transient error: closes the producer off the runtime (letting in-flight
     /// records finish, unless the process was frozen), confirms what got delivered if
     /// the stream still works, and remembers what Kafka has for the next session.
-    async fn restart(mut self) {
+    /// Exactly-once: the open Kafka transaction is aborted instead (nothing of it is read;
+    /// the next session starts from the committed progress), and `Some` is returned when
+    /// the abort says another instance fenced this one.
+    async fn restart(mut self) -> Option<PipelineError> {
+        if let Some(mut eos) = self.exactly_once.take() {
+            let fenced = eos.abort(self.window.sink()).await.err();
+            self.window.close(Duration::ZERO, |_| {}).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.close()).await;
+            return fenced;
+        }
         // In-flight records may still be acknowledged when PostgreSQL ended the session;
         // not when Kafka did, nor after a freeze (they must not be published late).
         let flush = if self.frozen || self.culprit == Culprit::Kafka { Duration::ZERO } else { RESTART_FLUSH };
@@ -374,7 +459,9 @@ impl<'a> Session<'a> {
             .window
             .close(flush, |event| match event {
                 Event::Delivered { tag, .. } => {
-                    let _ = confirmer.delivered(tag.txn);
+                    if let Some(txn) = tag.txn {
+                        let _ = confirmer.delivered(txn);
+                    }
                 }
                 Event::Failed { tag, .. } | Event::Rejected { tag, .. } => not_acknowledged.push(tag.id),
             })
@@ -385,5 +472,6 @@ impl<'a> Session<'a> {
         }
         self.memo.remember(self.confirmer.checkpoint.pending(), &self.not_acknowledged);
         let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.close()).await;
+        None
     }
 }

@@ -13,12 +13,17 @@ use std::time::Duration;
 use pgoutput::Lsn;
 use replication::{ReplicationClient, ReplicationStream, SlotSnapshot};
 
+use super::exactly_once::ExactlyOnceState;
 use super::session::Tag;
 use crate::error::PipelineError;
+use crate::kafka::config::Transactional;
+use crate::kafka::progress::{self, Position, Progress, SlotIdentity};
+use crate::kafka::transaction::transaction_error;
 use crate::kafka::{self, DeliveryMemo, ProduceWindow};
 use crate::postgres::{catalog, preflight, sql};
-use crate::settings::{Settings, SnapshotMode};
+use crate::settings::{Delivery, ExactlyOnce, Settings, SnapshotMode};
 use crate::snapshot;
+use crate::snapshot::ProgressRecord;
 use crate::telemetry::Metrics;
 
 /// How a session began (built once per session: its size does not matter).
@@ -30,6 +35,7 @@ pub enum Begun {
         start: Lsn,
         window: ProduceWindow<Tag>,
         wal_sender_timeout: Option<Duration>,
+        exactly_once: Option<ExactlyOnceState>,
     },
     /// `--snapshot initial_only` is done: every row is acknowledged.
     BackfillDone,
@@ -46,9 +52,18 @@ impl std::fmt::Debug for Begun {
 
 /// See the module docs.
 pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> Result<Begun, PipelineError> {
+    let exactly_once = match &s.kafka.delivery {
+        Delivery::ExactlyOnce(e) => Some(e),
+        Delivery::AtLeastOnce => None,
+    };
     // The producer first: its broker connection and idempotent producer id are set up
     // in the background while PostgreSQL is checked, so the first record does not wait.
-    let window = kafka::open_window::<Tag>(s, metrics)?;
+    // A transactional producer waits for the slot instead: its transactional id fences
+    // every other producer of this slot, which only the slot's holder may do.
+    let mut window = match exactly_once {
+        None => Some(kafka::open_window::<Tag>(s, metrics, None)?),
+        Some(_) => None,
+    };
     let checked = async {
         let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
         preflight::preflight(&mut sql, s).await?;
@@ -59,9 +74,19 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
     };
     if s.snapshot.mode == SnapshotMode::InitialOnly {
         let mut sql = checked.await?;
-        window.close(std::time::Duration::ZERO, |_| {}).await;
-        // A backfill: read in a fresh snapshot, no slot (it would only pin WAL).
-        let rows = snapshot::run(&mut sql, s, None, metrics, memo).await?;
+        if let Some(w) = window.take() {
+            w.close(std::time::Duration::ZERO, |_| {}).await;
+        }
+        // A backfill: read in a fresh snapshot, no slot (it would only pin WAL); with
+        // exactly-once, one Kafka transaction (all rows or none).
+        let transaction = exactly_once.map(|_| snapshot::Transaction {
+            producer: Transactional {
+                id: format!("walpost-backfill-{}-{}", s.postgres.dbname, s.source.slot),
+                timeout: snapshot::TRANSACTION_TIMEOUT,
+            },
+            progress: None,
+        });
+        let rows = snapshot::run(&mut sql, s, None, metrics, memo, transaction).await?;
         tracing::info!(rows, "--snapshot initial_only: every row is acknowledged by Kafka; exiting");
         sql.close().await;
         return Ok(Begun::BackfillDone);
@@ -108,6 +133,11 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
         .ok()
         .and_then(|r| r.first("wal_sender_timeout").and_then(parse_interval));
     tracing::debug!(system_id = %system.system_id, timeline = system.timeline, wal = %system.xlog_pos, "connected for replication");
+    let identity = SlotIdentity {
+        system_id: system.system_id.clone(),
+        database: s.postgres.dbname.clone(),
+        slot: slot_name.clone(),
+    };
     let start = match slot {
         Some(row) => {
             preflight::check_slot(&row, s)?;
@@ -124,7 +154,21 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
             let created = repl.create_logical_slot(slot_name, "pgoutput", export, s.source.slot_failover).await?;
             tracing::info!(slot = %slot_name, consistent_point = %created.consistent_point, "created replication slot");
             if snapshots {
-                let rows = snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo).await?;
+                // With exactly-once the snapshot is one Kafka transaction whose progress
+                // record is the slot's consistent point: the stream goes on from there.
+                let transaction = exactly_once.map(|e| snapshot::Transaction {
+                    producer: Transactional { id: identity.transactional_id(), timeout: snapshot::TRANSACTION_TIMEOUT },
+                    progress: Some(ProgressRecord {
+                        topic: e.progress_topic.clone(),
+                        key: identity.key(),
+                        value: Progress::new(&identity, Position { lsn: created.consistent_point, partial: None }),
+                    }),
+                });
+                if let Some(e) = exactly_once {
+                    progress::ensure_topic(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic).await?;
+                }
+                let rows =
+                    snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction).await?;
                 snapshot::mark_finished(&mut sql, s, rows).await?;
             }
             created.consistent_point
@@ -139,8 +183,51 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
         options.push(("messages", "true"));
     }
     let stream = repl.start_logical_replication(slot_name, start, &options).await?;
-    tracing::info!(slot = %slot_name, from = %start, "streaming");
-    Ok(Begun::Streaming { stream, start, window, wal_sender_timeout })
+    let (window, exactly_once) = match (window, exactly_once) {
+        (Some(window), _) => (window, None),
+        (None, Some(e)) => {
+            let (window, state) = begin_transactions(s, metrics, memo, e, identity, start).await?;
+            (window, Some(state))
+        }
+        (None, None) => (kafka::open_window::<Tag>(s, metrics, None)?, None),
+    };
+    tracing::info!(slot = %slot_name, from = %start, exactly_once = exactly_once.is_some(), "streaming");
+    Ok(Begun::Streaming { stream, start, window, wal_sender_timeout, exactly_once })
+}
+
+/// Exactly-once, with the slot held: the transactional producer (fencing any earlier
+/// one), the progress topic, and the last committed position, which the memo then
+/// skips up to.
+async fn begin_transactions(
+    s: &Settings,
+    metrics: &Metrics,
+    memo: &mut DeliveryMemo,
+    e: &ExactlyOnce,
+    identity: SlotIdentity,
+    start: Lsn,
+) -> Result<(ProduceWindow<Tag>, ExactlyOnceState), PipelineError> {
+    let transactional = Transactional { id: identity.transactional_id(), timeout: e.transaction_timeout };
+    let window = kafka::open_window::<Tag>(s, metrics, Some(&transactional))?;
+    let sink = window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+    sink.init_transactions(e.transaction_timeout).await.map_err(transaction_error)?;
+    progress::ensure_topic(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic).await?;
+    let committed = match progress::read(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic, &identity).await? {
+        Some(p) => Some(p.position_for(&identity, &e.progress_topic)?),
+        None => None,
+    };
+    match committed {
+        Some(p) if p.lsn < start => tracing::warn!(
+            progress = %p.lsn, slot = %start,
+            "the progress topic is behind the slot's confirmed position (it was deleted, truncated or compacted away); resuming from the slot: events committed to Kafka after the progress position may be published a second time (see runbooks/exactly-once.md)"
+        ),
+        None => {
+            tracing::info!(topic = %e.progress_topic, "no committed progress for this slot yet: starting from the slot's confirmed position")
+        }
+        Some(_) => {}
+    }
+    memo.set_committed(committed);
+    let gate = committed.map_or(start, |p| p.lsn.max(start));
+    Ok((window, ExactlyOnceState::new(identity, e, gate, s.stream.status_interval)))
 }
 
 /// A PostgreSQL duration setting as SHOW prints it (`60s`, `500ms`, `1min`, `0`).

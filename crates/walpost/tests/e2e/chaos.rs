@@ -457,6 +457,17 @@ fn commit_lsns(w: &World, audit_slot: &str) -> HashMap<u64, u64> {
 
 #[test]
 fn chaos_run() {
+    run(false);
+}
+
+/// The same faults with `--delivery exactly-once`: a read_committed consumer sees every
+/// committed event exactly once.
+#[test]
+fn chaos_run_exactly_once() {
+    run(true);
+}
+
+fn run(exactly_once: bool) {
     let profile = Profile::from_env();
     let seed = ["CHAOS_SEED", "E2E_SEED"]
         .iter()
@@ -464,7 +475,7 @@ fn chaos_run() {
         .unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64
         });
-    eprintln!("chaos: profile={} CHAOS_SEED={seed}", profile.name);
+    eprintln!("chaos: profile={} CHAOS_SEED={seed} exactly_once={exactly_once}", profile.name);
     let mut rng = Rng(seed);
     let t_start = Instant::now();
 
@@ -501,7 +512,8 @@ fn chaos_run() {
     let config = std::env::temp_dir().join(format!("{}.toml", testkit::unique_name("chaos")));
     // A producer silent for 10 s is restarted (default 60 s): Kafka restarts (10-15 s) and
     // long stalls exercise that path too.
-    std::fs::write(&config, "[pipeline]\nmax_backoff_secs = 2\ndelivery_timeout_secs = 10\n")
+    let delivery = if exactly_once { "delivery = \"exactly-once\"\n" } else { "" };
+    std::fs::write(&config, format!("{delivery}[pipeline]\nmax_backoff_secs = 2\ndelivery_timeout_secs = 10\n"))
         .expect("write walpost config");
     let env = vec![("WALPOST_CONFIG".to_string(), config.to_string_lossy().into_owned())];
     let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -601,7 +613,11 @@ fn chaos_run() {
 
     // Audit.
     let w = &chaos.w;
-    let records = read_all(&w.kafka_bootstrap, &w.topic_prefix);
+    let records = if exactly_once {
+        read_all_committed(&w.kafka_bootstrap, &w.topic_prefix)
+    } else {
+        read_all(&w.kafka_bootstrap, &w.topic_prefix)
+    };
     let a = audit(w, &records);
     let rows = w.committed_rows();
     let xmins: HashMap<i64, u64> = w
@@ -706,6 +722,11 @@ fn chaos_run() {
     );
     eprintln!("{summary}");
     println!("{summary}");
+    let kills = c.count(|f| f == Fault::Kill).max(1);
+    eprintln!(
+        "chaos: duplicates per kill -9: {:.1} (exactly_once={exactly_once})",
+        explained_by.get(&Fault::Kill).copied().unwrap_or(0) as f64 / kills as f64
+    );
     let rec: Vec<String> = recovery
         .iter()
         .map(|(f, ds)| {
@@ -728,6 +749,9 @@ fn chaos_run() {
         "duplicates not explained by a fault: {:?}",
         &unexplained[..unexplained.len().min(10)]
     );
+    if exactly_once {
+        assert_eq!(duplicates, 0, "a read_committed consumer saw duplicates with --delivery exactly-once");
+    }
     for &(fault, n) in &profile.plan {
         assert_eq!(chaos.counts.get(&fault).copied().unwrap_or(0), n, "{}", fault.name());
     }

@@ -367,6 +367,7 @@ fn idle_outbox_confirms_while_other_tables_write() {
 /// records and before the slot hears of it. The restart re-sends them: duplicates,
 /// never a gap.
 #[test]
+#[allow(clippy::assertions_on_constants)] // says why when the feature is off
 fn crash_after_ack_before_confirm_resends_instead_of_losing() {
     assert!(
         cfg!(feature = "failpoints"),

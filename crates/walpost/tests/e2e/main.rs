@@ -10,6 +10,7 @@ mod bad_inputs;
 mod chaos;
 mod core;
 mod errors;
+mod exactly_once;
 mod hardening;
 mod ops;
 mod retention;

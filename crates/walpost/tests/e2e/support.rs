@@ -380,16 +380,34 @@ pub fn consume_every_committed(w: &World, timeout: Duration) -> Vec<Consumed> {
     }
 }
 
-/// Reads every record currently in the topics with `prefix`, from offset 0 to the high watermark.
+/// Reads every committed record (isolation.level=read_committed) in the topics with
+/// `prefix`, up to each partition's last stable offset.
+pub fn read_all_committed(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
+    read_to_end(bootstrap, prefix, "read_committed")
+}
+
+/// Reads every record currently in the topics with `prefix` (aborted ones included),
+/// from offset 0 to the high watermark.
 pub fn read_all(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
+    read_to_end(bootstrap, prefix, "read_uncommitted")
+}
+
+fn read_to_end(bootstrap: &str, prefix: &str, isolation: &str) -> Vec<Consumed> {
     let highs = high_watermarks(bootstrap, prefix);
-    let c = consumer(bootstrap);
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", testkit::unique_name("e2e-reader"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .create()
+        .expect("create consumer");
     let mut tpl = TopicPartitionList::new();
-    let mut remaining: Highs = HashMap::new();
+    let mut remaining: HashSet<(String, i32)> = HashSet::new();
     for ((topic, partition), high) in &highs {
         if *high > 0 {
             tpl.add_partition_offset(topic, *partition, Offset::Beginning).unwrap();
-            remaining.insert((topic.clone(), *partition), *high);
+            remaining.insert((topic.clone(), *partition));
         }
     }
     if remaining.is_empty() {
@@ -398,29 +416,37 @@ pub fn read_all(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
     c.assign(&tpl).expect("assign");
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !remaining.is_empty() {
-        assert!(Instant::now() < deadline, "timed out reading {prefix}: still waiting for {remaining:?}");
-        let Some(result) = c.poll(Duration::from_millis(500)) else {
-            continue;
-        };
-        let m = result.expect("consume");
-        let key = (m.topic().to_owned(), m.partition());
-        out.push(Consumed {
-            topic: m.topic().to_owned(),
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().map(<[u8]>::to_vec),
-            headers: m
-                .headers()
-                .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
-                .unwrap_or_default(),
-            timestamp: m.timestamp().to_millis(),
+    // Done when every partition's position reached its high watermark: past the last
+    // record and any transaction markers after it (which are offsets too).
+    let done = |c: &BaseConsumer, remaining: &mut HashSet<(String, i32)>| {
+        let positions = c.position().expect("position");
+        remaining.retain(|(t, part)| {
+            let pos = positions.find_partition(t, *part).and_then(|e| e.offset().to_raw()).unwrap_or(-1);
+            pos < *highs.get(&(t.clone(), *part)).unwrap_or(&0)
         });
-        if let Some(high) = remaining.get(&key) {
-            if m.offset() + 1 >= *high {
-                remaining.remove(&key);
+        remaining.is_empty()
+    };
+    loop {
+        assert!(Instant::now() < deadline, "timed out reading {prefix}: still waiting for {remaining:?}");
+        match c.poll(Duration::from_millis(300)) {
+            None | Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {
+                if done(&c, &mut remaining) {
+                    break;
+                }
             }
+            Some(Err(e)) => panic!("consume: {e}"),
+            Some(Ok(m)) => out.push(Consumed {
+                topic: m.topic().to_owned(),
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
+                headers: m
+                    .headers()
+                    .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
+                    .unwrap_or_default(),
+                timestamp: m.timestamp().to_millis(),
+            }),
         }
     }
     out.sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
@@ -546,4 +572,14 @@ pub fn with_flag(mut args: Vec<String>, flag: &str, value: &str) -> Vec<String> 
         }
     }
     args
+}
+
+/// Produces one record (acks=all) and waits for the broker's acknowledgement.
+#[allow(dead_code)] // used by the exactly-once tests
+pub fn produce_one(bootstrap: &str, topic: &str, key: &str, value: &str) {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let p: ThreadedProducer<DefaultProducerContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).set("acks", "all").create().expect("create producer");
+    p.send(BaseRecord::to(topic).key(key).payload(value)).map_err(|(e, _)| e).expect("enqueue");
+    p.flush(Duration::from_secs(30)).expect("flush");
 }

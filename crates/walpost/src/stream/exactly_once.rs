@@ -1,0 +1,218 @@
+//! The stream's side of `--delivery exactly-once`: the open Kafka transaction, when it
+//! is committed (the pure rule is `kafka::transaction::decide`), the progress record
+//! every commit carries (`kafka::progress`), and the confirm gate: the slot's confirmed
+//! position never passes the last committed progress record.
+//!
+//! Invariants:
+//! - A record is handed over only inside an open Kafka transaction.
+//! - A commit carries a progress record naming the last PostgreSQL transaction it holds
+//!   completely (and, for a split one, how many of its records it holds), so a restart
+//!   skips exactly what is committed.
+//! - The gate moves only after `commit_transaction` returned, and only forward.
+//! - A quiet outbox on a busy database still lets the slot advance: when nothing is
+//!   pending, an empty Kafka transaction with a progress record moves the gate (at most
+//!   once per status interval).
+//! - A producer fenced by another instance (same transactional id) is a definite error:
+//!   this instance stops instead of fencing the other one back.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use pgoutput::Lsn;
+use router::Record;
+
+use crate::error::PipelineError;
+use crate::kafka::progress::{Position, Progress, SlotIdentity};
+use crate::kafka::transaction::{decide, is_fenced, transaction_error, Bounds, Decision, OpenTransaction};
+use crate::kafka::{KafkaSink, Outgoing, ProduceWindow, RecordId};
+use crate::settings::ExactlyOnce;
+
+use super::session::Tag;
+
+/// How long an abort may take when a session ends.
+const ABORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct ExactlyOnceState {
+    identity: SlotIdentity,
+    topic: std::sync::Arc<str>,
+    bounds: Bounds,
+    commit_timeout: Duration,
+    open: Option<OpenTransaction>,
+    committed: Lsn,
+    last_idle_commit: Instant,
+    idle_every: Duration,
+}
+
+/// What a commit should cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    No,
+    /// Commit with this progress position.
+    At(Position),
+}
+
+impl ExactlyOnceState {
+    /// `committed`: the last committed progress position (or the slot's confirmed
+    /// position when there is none).
+    pub fn new(identity: SlotIdentity, e: &ExactlyOnce, committed: Lsn, idle_every: Duration) -> ExactlyOnceState {
+        ExactlyOnceState {
+            identity,
+            topic: std::sync::Arc::from(e.progress_topic.as_str()),
+            bounds: Bounds::from(e),
+            commit_timeout: e.transaction_timeout,
+            open: None,
+            committed,
+            last_idle_commit: Instant::now(),
+            idle_every,
+        }
+    }
+
+    /// The slot may be confirmed up to here.
+    pub fn gate(&self) -> Lsn {
+        self.committed
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Opens the Kafka transaction if none is: call before handing a record over.
+    pub fn before_record(&mut self, sink: Option<&KafkaSink>) -> Result<(), PipelineError> {
+        if self.open.is_none() {
+            let sink = sink.ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+            sink.begin_transaction().map_err(transaction_error)?;
+            self.open = Some(OpenTransaction::new(Instant::now()));
+        }
+        Ok(())
+    }
+
+    /// A record of `bytes` was handed over in the open transaction.
+    pub fn recorded(&mut self, bytes: u64) {
+        if let Some(t) = self.open.as_mut() {
+            t.record(bytes);
+        }
+    }
+
+    /// A PostgreSQL transaction committed at `end`.
+    pub fn pg_commit(&mut self, end: Lsn) {
+        if let Some(t) = self.open.as_mut() {
+            t.pg_commit(end);
+        }
+    }
+
+    /// Whether to commit now. `reading`: the PostgreSQL transaction being read (its
+    /// commit LSN and the records routed so far); `idle_at`: the position confirmable
+    /// when nothing is pending (`None` otherwise).
+    pub fn due(&self, reading: Option<(Lsn, u32)>, idle_at: Option<Lsn>, now: Instant) -> Due {
+        match &self.open {
+            Some(t) => match decide(t, &self.bounds, reading.is_some(), now) {
+                Decision::Wait => Due::No,
+                Decision::Commit => {
+                    Due::At(Position { lsn: t.complete_up_to.unwrap_or(self.committed), partial: None })
+                }
+                Decision::Split => {
+                    Due::At(Position { lsn: t.complete_up_to.unwrap_or(self.committed), partial: reading })
+                }
+            },
+            None => match idle_at {
+                Some(at)
+                    if at > self.committed
+                        && now.saturating_duration_since(self.last_idle_commit) >= self.idle_every =>
+                {
+                    Due::At(Position { lsn: at, partial: None })
+                }
+                _ => Due::No,
+            },
+        }
+    }
+
+    /// The progress record for `position`, queued in the open transaction.
+    pub fn progress_outgoing(&self, position: Position) -> Outgoing<Tag> {
+        let record = Record {
+            topic: self.topic.clone(),
+            key: Bytes::from(self.identity.key()),
+            value: Some(Progress::new(&self.identity, position).encode()),
+            headers: Vec::new(),
+            event_id: Bytes::new(),
+            timestamp_ms: None,
+            partition: None,
+        };
+        Outgoing {
+            record,
+            timestamp_ms: None,
+            tag: Tag { txn: None, id: RecordId { txn: Lsn::ZERO, ordinal: 0 } },
+            dead_letter: None,
+        }
+    }
+
+    /// Commits the open transaction (opening an empty one for an idle position); the
+    /// progress record for `position` must be queued already. The gate moves on success.
+    pub async fn commit(&mut self, window: &ProduceWindow<Tag>, position: Position) -> Result<(), PipelineError> {
+        let sink = window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+        let idle = self.open.is_none();
+        sink.commit_transaction(self.commit_timeout).await.map_err(transaction_error)?;
+        crate::crash_seam!("after-kafka-commit-before-confirm");
+        self.open = None;
+        if position.lsn > self.committed {
+            self.committed = position.lsn;
+        }
+        if idle {
+            self.last_idle_commit = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Ends the session's transaction: aborts it (nothing of it is ever read). `Err`
+    /// when the abort says this producer was fenced (stop: another instance owns it).
+    pub async fn abort(&mut self, sink: Option<&KafkaSink>) -> Result<(), PipelineError> {
+        self.open = None;
+        let Some(sink) = sink else { return Ok(()) };
+        match sink.abort_transaction(ABORT_TIMEOUT).await {
+            Err(e) if is_fenced(&e) => Err(transaction_error(e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> ExactlyOnceState {
+        let id = SlotIdentity { system_id: "1".into(), database: "d".into(), slot: "s".into() };
+        let e = ExactlyOnce { max_transaction_records: 2, ..ExactlyOnce::default() };
+        ExactlyOnceState::new(id, &e, Lsn(100), Duration::from_secs(10))
+    }
+
+    #[test]
+    fn commit_positions_cover_complete_transactions_and_split_ones() {
+        let mut s = state();
+        s.open = Some(OpenTransaction::new(Instant::now()));
+        s.recorded(1);
+        s.recorded(1);
+        s.pg_commit(Lsn(300));
+        assert_eq!(s.due(None, None, Instant::now()), Due::At(Position { lsn: Lsn(300), partial: None }));
+        s.open = Some(OpenTransaction::new(Instant::now()));
+        for _ in 0..4 {
+            s.recorded(1);
+        }
+        assert_eq!(
+            s.due(Some((Lsn(400), 4)), None, Instant::now()),
+            Due::At(Position { lsn: Lsn(100), partial: Some((Lsn(400), 4)) }),
+            "a transaction twice the bound is split; nothing complete in it yet"
+        );
+    }
+
+    #[test]
+    fn an_idle_position_is_committed_at_most_once_per_interval() {
+        let mut s = state();
+        let later = Instant::now() + Duration::from_secs(11);
+        assert_eq!(s.due(None, Some(Lsn(90)), later), Due::No, "not past the gate");
+        assert_eq!(s.due(None, Some(Lsn(500)), Instant::now()), Due::No, "too soon");
+        assert_eq!(s.due(None, Some(Lsn(500)), later), Due::At(Position { lsn: Lsn(500), partial: None }));
+        s.last_idle_commit = later;
+        assert_eq!(s.due(None, Some(Lsn(600)), later), Due::No);
+    }
+}
