@@ -918,7 +918,6 @@ def main() -> int:
         if "walpost-eos" in systems:
             drain(ctx, "walpost-eos", walpost_argv(ctx, "wpeo", "wpeo.", str(wpeo_conf)), slot="wpeo", prefix="wpeo.",
                   until_lsn=endpos, note="delivery = exactly-once; done when the slot confirmed the backlog's end")
-            drop_slot(conn, "wpeo")
         if "recv" in systems:
             # The ceiling measured again after the Kafka systems: recv otherwise always
             # drains first, right after the backlog's CHECKPOINT (an order effect check).
@@ -942,6 +941,13 @@ def main() -> int:
             live(ctx, "walpost", walpost_argv(ctx, "wp", "wp."), None, "wp.", rates, slot="wp", ready=1.0)
         if "walpost" in systems:
             drop_slot(conn, "wp")
+        if "walpost-eos" in systems and rates:
+            # the latency consumer reads read_committed (librdkafka's default): a record
+            # counts when its Kafka transaction committed
+            live(ctx, "walpost-eos", walpost_argv(ctx, "wpeo", "wpeo.", str(wpeo_conf)), None, "wpeo.", rates, slot="wpeo",
+                 ready=1.0, note="delivery = exactly-once, read_committed consumer")
+        if "walpost-eos" in systems:
+            drop_slot(conn, "wpeo")
         if "kafka-floor" in systems and rates:
             live(ctx, "kafka-floor", None, None, "floor.", rates, ready=0,
                  note="no CDC: floorgen.py produces the bursts (walpost's producer settings) beside the same PostgreSQL insert load")
