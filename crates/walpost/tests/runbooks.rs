@@ -108,3 +108,38 @@ fn grafana_dashboard_uses_only_exported_metrics() {
     }
     assert!(used >= 8, "the dashboard should chart the main metrics");
 }
+
+#[test]
+fn slot_missing_after_a_failover_is_quoted_verbatim_in_its_runbook() {
+    let origin = walpost::postgres::lineage::Origin {
+        system_id: "7401234567890123456".into(),
+        timeline: 1,
+        created_at: Some("2026-11-30 09:12:44.193+00".into()),
+    };
+    let message =
+        walpost::postgres::messages::slot_missing_message("walpost", &"pg-b:5432", &origin, 2, "events.walpost_slots");
+    assert!(message.contains("runbooks/upgrade-and-failover.md"));
+    let runbook = read("runbooks/upgrade-and-failover.md");
+    assert!(runbook.contains(&message), "runbooks/upgrade-and-failover.md must quote:\n{message}");
+}
+
+#[test]
+fn exactly_once_errors_are_quoted_verbatim_in_their_runbook() {
+    let runbook = read("runbooks/exactly-once.md");
+    let fenced = walpost::kafka::transaction::fenced_message();
+    assert!(runbook.contains(&fenced), "runbooks/exactly-once.md must quote:\n{fenced}");
+    let id = walpost::kafka::progress::SlotIdentity {
+        system_id: "7409876543210987654".into(),
+        database: "app".into(),
+        slot: "walpost".into(),
+    };
+    let foreign = walpost::kafka::progress::Progress {
+        system_id: "7301234567890123456".into(),
+        database: "app".into(),
+        slot: "walpost".into(),
+        lsn: "0/1".into(),
+        partial: None,
+    };
+    let message = foreign.position_for(&id, "walpost.progress").unwrap_err().to_string();
+    assert!(runbook.contains(&message), "runbooks/exactly-once.md must quote:\n{message}");
+}

@@ -59,6 +59,9 @@ pub async fn check(s: &Settings) -> Vec<Check> {
             sql.close().await;
         }
     }
+    for c in super::failover::evaluate(&super::failover::gather(s).await, &s.source.slot, s.source.slot_failover) {
+        emit(c);
+    }
     match ReplicationClient::connect(&s.postgres).await {
         Ok(repl) => {
             emit(Check::Ok("replication connection (replication=database) accepted".into()));

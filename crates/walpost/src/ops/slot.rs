@@ -11,7 +11,7 @@ use replication::{ReplicationClient, SlotSnapshot};
 
 use crate::error::PipelineError;
 use crate::monitor::{self, Observed, Verdict};
-use crate::postgres::{catalog, messages, preflight};
+use crate::postgres::{catalog, lineage, messages, preflight};
 use crate::settings::Settings;
 use crate::telemetry::AlarmLevel;
 
@@ -126,8 +126,12 @@ pub async fn create(s: &Settings) -> Result<(), PipelineError> {
     }
     sql.close().await;
     let mut repl = ReplicationClient::connect(&s.postgres).await?;
+    let system = repl.identify_system().await?;
     let created = repl.create_logical_slot(slot, "pgoutput", SlotSnapshot::Nothing, s.source.slot_failover).await?;
+    let mut sql = ReplicationClient::connect_sql(&s.postgres.pinned_to(repl.connected_host())).await?;
     repl.close().await;
+    lineage::Lineage::default().record(&mut sql, s, &system, true).await;
+    sql.close().await;
     println!("created replication slot \"{}\" at {}", created.slot_name, created.consistent_point);
     Ok(())
 }
@@ -160,6 +164,8 @@ pub async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
         )));
     }
     catalog::drop_slot(&mut sql, slot).await?;
+    // The operator chose to start over: a new slot is not a lost one.
+    lineage::forget(&mut sql, s).await?;
     sql.close().await;
     println!("dropped replication slot \"{slot}\"");
     Ok(())

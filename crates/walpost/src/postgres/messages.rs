@@ -1,6 +1,7 @@
 //! Operator-facing texts about PostgreSQL state. Each is quoted verbatim in the runbook
 //! it names (checked by `tests/runbooks.rs`), so change both together.
 
+use super::lineage::Origin;
 use super::sql::ident;
 use crate::settings::TableName;
 
@@ -8,6 +9,25 @@ use crate::settings::TableName;
 pub const SLOT_LOST_RUNBOOK: &str = "runbooks/slot-lost.md";
 /// The runbook an outbox table that stopped being streamed points to.
 pub const OUTBOX_CHANGED_RUNBOOK: &str = "runbooks/outbox-recreated.md";
+
+/// The runbook a slot missing after a failover points to.
+pub const FAILOVER_RUNBOOK: &str = "runbooks/upgrade-and-failover.md";
+
+/// The fatal error for a slot walpost streamed from that no longer exists (see
+/// `postgres::lineage`). `table`: where the lineage is recorded.
+pub fn slot_missing_message(
+    slot: &str,
+    host: &impl std::fmt::Display,
+    origin: &Origin,
+    timeline_now: u32,
+    table: &str,
+) -> String {
+    let since = origin.created_at.as_deref().map(|t| format!(" since {t}")).unwrap_or_default();
+    format!(
+        "replication slot \"{slot}\" does not exist on {host}, but walpost streamed from it{since} (system {}, timeline {}; the server is on timeline {timeline_now} now): it was lost in a failover to a server that did not have it (PostgreSQL before 17, or a standby without slot synchronization) or it was dropped; a new slot would silently skip every event committed since the old one's confirmed position, so walpost stopped: follow {FAILOVER_RUNBOOK} (re-create it with --snapshot when_needed and a --snapshot-filter covering the gap, or accept the gap: DELETE FROM {table} WHERE slot = '{slot}')",
+        origin.system_id, origin.timeline
+    )
+}
 
 /// The fatal error for an invalidated slot.
 pub fn slot_lost_message(slot: &str) -> String {

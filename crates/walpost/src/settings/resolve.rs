@@ -243,6 +243,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             expected: "host:port with an IP address, e.g. 127.0.0.1:9187",
         })?),
     };
+    let raw_postgres = postgres.clone();
     let password_file = o.postgres_password_file.clone().or(file.postgres_password_file);
     let postgres = match &password_file {
         None => replication::Config::from_url(&postgres)?,
@@ -255,6 +256,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             config
         }
     };
+    let postgres = stream_from_primary(postgres, &raw_postgres)?;
     Ok(Settings {
         postgres,
         source,
@@ -265,6 +267,26 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         retention: resolve_retention(&file.retention, o.retention_keep_days, o.retention_days_ahead)?,
         metrics_addr,
     })
+}
+
+/// walpost streams from a primary only: without `target_session_attrs` (in the string or
+/// PGTARGETSESSIONATTRS) it connects with `primary`, so a multi-host string settles on the
+/// primary wherever it is; a value that could settle on a standby is refused.
+fn stream_from_primary(mut config: replication::Config, text: &str) -> Result<replication::Config, ConfigError> {
+    use replication::TargetSessionAttrs as T;
+    let explicit = text.contains("target_session_attrs") || std::env::var_os("PGTARGETSESSIONATTRS").is_some();
+    match config.target_session_attrs {
+        T::ReadWrite | T::Primary => {}
+        T::Any if !explicit => config.target_session_attrs = T::Primary,
+        other => {
+            return Err(ConfigError::Invalid {
+                key: "target_session_attrs (in the PostgreSQL connection string or PGTARGETSESSIONATTRS)",
+                value: other.as_str().to_owned(),
+                expected: "read-write or primary (or none: walpost uses primary); walpost reads its slot and writes its tables on the primary only",
+            })
+        }
+    }
+    Ok(config)
 }
 
 fn resolve_delivery(mode: Option<String>, f: &ExactlyOnceFile) -> Result<Delivery, ConfigError> {
@@ -523,6 +545,27 @@ mod tests {
         assert_eq!(s.source.publication, "walpost_outbox");
         assert_eq!(s.kafka.properties["compression.type"], "zstd");
         assert_eq!(s.kafka.properties["linger.ms"], "20");
+    }
+
+    #[test]
+    fn walpost_connects_to_a_primary_whatever_the_host_order() {
+        use replication::TargetSessionAttrs as T;
+        let with = |url: &str| Overrides { postgres: Some(url.into()), ..base() };
+        let s = Settings::resolve(&with("postgres://u@a:5432,b:5433/d"), FileConfig::default()).unwrap();
+        assert_eq!(s.postgres.target_session_attrs, T::Primary, "no target_session_attrs: primary");
+        assert_eq!(s.postgres.hosts.len(), 2);
+        for (given, expected) in [("read-write", T::ReadWrite), ("primary", T::Primary)] {
+            let url = format!("postgres://u@a,b/d?target_session_attrs={given}");
+            assert_eq!(
+                Settings::resolve(&with(&url), FileConfig::default()).unwrap().postgres.target_session_attrs,
+                expected
+            );
+        }
+        for refused in ["any", "standby", "prefer-standby", "read-only"] {
+            let url = format!("host=a,b dbname=d user=u target_session_attrs={refused}");
+            let err = Settings::resolve(&with(&url), FileConfig::default()).unwrap_err().to_string();
+            assert!(err.contains(refused) && err.contains("primary only"), "{err}");
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ use tokio::sync::watch;
 
 use crate::error::PipelineError;
 use crate::kafka::DeliveryMemo;
+use crate::postgres::lineage::Lineage;
 use crate::settings::Settings;
 use crate::telemetry::metrics::ReconnectCause;
 use crate::telemetry::Metrics;
@@ -41,10 +42,11 @@ use start::Begun;
 pub async fn run(s: &Settings, metrics: &Metrics, mut shutdown: watch::Receiver<bool>) -> Result<(), PipelineError> {
     let mut backoff = Backoff::new(s.stream.max_backoff);
     let mut memo = DeliveryMemo::default();
+    let mut lineage = Lineage::default();
     let mut last_waiting_note: Option<Instant> = None;
     loop {
         let started = Instant::now();
-        let (result, culprit) = session(s, metrics, &mut memo, &mut shutdown).await;
+        let (result, culprit) = session(s, metrics, &mut memo, &mut lineage, &mut shutdown).await;
         metrics.health().set_streaming(false);
         match result {
             Ok(SessionEnd::Shutdown) => return Ok(()),
@@ -82,10 +84,11 @@ async fn session(
     s: &Settings,
     metrics: &Metrics,
     memo: &mut DeliveryMemo,
+    lineage: &mut Lineage,
     shutdown: &mut watch::Receiver<bool>,
 ) -> (Result<SessionEnd, PipelineError>, Culprit) {
     let begun = tokio::select! {
-        begun = start::begin(s, metrics, memo) => begun,
+        begun = start::begin(s, metrics, memo, lineage) => begun,
         _ = shutdown.changed() => return (Ok(SessionEnd::Shutdown), Culprit::Postgres),
     };
     let (stream, start, window, wal_sender_timeout, exactly_once) = match begun {

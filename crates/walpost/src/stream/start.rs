@@ -20,6 +20,7 @@ use crate::kafka::config::Transactional;
 use crate::kafka::progress::{self, Position, Progress, SlotIdentity};
 use crate::kafka::transaction::transaction_error;
 use crate::kafka::{self, DeliveryMemo, ProduceWindow};
+use crate::postgres::lineage::Lineage;
 use crate::postgres::{catalog, preflight, sql};
 use crate::settings::{Delivery, ExactlyOnce, Settings, SnapshotMode};
 use crate::snapshot;
@@ -51,7 +52,12 @@ impl std::fmt::Debug for Begun {
 }
 
 /// See the module docs.
-pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> Result<Begun, PipelineError> {
+pub async fn begin(
+    s: &Settings,
+    metrics: &Metrics,
+    memo: &mut DeliveryMemo,
+    lineage: &mut Lineage,
+) -> Result<Begun, PipelineError> {
     let exactly_once = match &s.kafka.delivery {
         Delivery::ExactlyOnce(e) => Some(e),
         Delivery::AtLeastOnce => None,
@@ -138,6 +144,7 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
         database: s.postgres.dbname.clone(),
         slot: slot_name.clone(),
     };
+    let creates_slot = slot.is_none();
     let start = match slot {
         Some(row) => {
             preflight::check_slot(&row, s)?;
@@ -147,6 +154,8 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
             row.confirmed_flush.unwrap_or(Lsn::ZERO)
         }
         None => {
+            // A slot walpost streamed from before is not silently re-created.
+            lineage.check_missing(&mut sql, s, &system, snapshots).await?;
             if snapshots {
                 snapshot::mark_started(&mut sql, s).await?;
             }
@@ -174,6 +183,7 @@ pub async fn begin(s: &Settings, metrics: &Metrics, memo: &mut DeliveryMemo) -> 
             created.consistent_point
         }
     };
+    lineage.record(&mut sql, s, &system, creates_slot).await;
     sql.close().await;
 
     let publications = sql::ident(&s.source.publication);

@@ -159,11 +159,14 @@ impl World {
             .collect()
     }
 
+    /// Drops the slot as `walpost slot drop` does: with its lineage row, so the next
+    /// walpost creates a new slot instead of stopping on a slot lost in a failover.
     pub fn drop_slot(&self) {
         let _ = self.try_sql(&format!(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{}' AND NOT active",
             self.slot
         ));
+        let _ = self.try_sql(&format!("DELETE FROM events.walpost_slots WHERE slot = '{}'", self.slot));
     }
 }
 

@@ -1,0 +1,156 @@
+//! The slot's lineage: a record that walpost streamed from a slot, so that a slot which
+//! disappears is told apart from a first start.
+//!
+//! A slot disappears in a failover to a server that did not have it (PostgreSQL before
+//! 17, or a standby without slot synchronization) or when someone drops it. Creating a
+//! new slot then starts at the new server's current WAL position and skips, silently,
+//! every event committed since the old slot's confirmed position. Debezium does exactly
+//! that; walpost refuses instead, and the runbook's recovery fills the gap.
+//!
+//! The record is a row of `<outbox schema>.walpost_slots` (slot, system identifier,
+//! timeline, created_at): an ordinary table, so physical replication carries it to the
+//! standby that is promoted later. A process also remembers, in memory, that it streamed
+//! (for a role that may not create the table).
+//!
+//! Invariants:
+//! - With `--snapshot never`, a slot known to have existed is never re-created: the
+//!   session stops with [`slot_missing_message`]. `--snapshot initial` and `when_needed`
+//!   re-create it with a snapshot (nothing is lost: the snapshot publishes the rows).
+//! - `walpost slot drop` deletes the row (the operator chose the gap); `walpost slot
+//!   create` and every session that streams write it.
+//! - The table is optional: without the privilege to create it, walpost warns once and
+//!   relies on its memory (which does not survive a restart of walpost itself).
+
+use replication::{ReplicationClient, SystemInfo};
+
+use super::messages::slot_missing_message;
+use super::sql::{ident, literal};
+use crate::error::PipelineError;
+use crate::settings::Settings;
+
+/// Where a slot was created (or first seen) by walpost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub system_id: String,
+    pub timeline: u32,
+    /// `created_at` as PostgreSQL prints it; `None` when only this process remembers.
+    pub created_at: Option<String>,
+}
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub struct Lineage {
+    /// The slot this process streamed from.
+    streamed: Option<Origin>,
+    /// The table could not be written: warned once.
+    warned: bool,
+}
+
+fn table(s: &Settings) -> String {
+    format!("{}.walpost_slots", ident(&s.table().schema))
+}
+
+impl Lineage {
+    /// Before a missing slot is created: `Err` (definite) when walpost streamed from it
+    /// before and the snapshot mode would not republish what the new slot skips.
+    /// `republishes`: the session takes a snapshot when it creates the slot.
+    pub async fn check_missing(
+        &self,
+        sql: &mut ReplicationClient,
+        s: &Settings,
+        now: &SystemInfo,
+        republishes: bool,
+    ) -> Result<(), PipelineError> {
+        if republishes {
+            return Ok(());
+        }
+        let known = match read(sql, s).await {
+            Some(origin) => Some(origin),
+            None => self.streamed.clone(),
+        };
+        match known {
+            None => Ok(()),
+            Some(origin) => Err(PipelineError::definite(slot_missing_message(
+                &s.source.slot,
+                sql.connected_host(),
+                &origin,
+                now.timeline,
+                &table(s),
+            ))),
+        }
+    }
+
+    /// The session streams from the slot (`created`: walpost just created it): remember
+    /// it, in memory and in the table.
+    pub async fn record(&mut self, sql: &mut ReplicationClient, s: &Settings, now: &SystemInfo, created: bool) {
+        if let Some(before) = &self.streamed {
+            if !created && (before.system_id != now.system_id || before.timeline != now.timeline) {
+                tracing::info!(
+                    slot = %s.source.slot,
+                    host = %sql.connected_host(),
+                    timeline = now.timeline,
+                    previous_timeline = before.timeline,
+                    "the slot is on a promoted server now (a failover slot kept in sync): resuming from its confirmed position"
+                );
+            }
+        }
+        self.streamed = Some(Origin { system_id: now.system_id.clone(), timeline: now.timeline, created_at: None });
+        let t = table(s);
+        let row = format!("({}, {}, {}, now())", literal(&s.source.slot), literal(&now.system_id), now.timeline);
+        let conflict = if created {
+            "DO UPDATE SET system_identifier = EXCLUDED.system_identifier, timeline = EXCLUDED.timeline, created_at = EXCLUDED.created_at"
+        } else {
+            "DO NOTHING"
+        };
+        let statements = [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t} (slot text PRIMARY KEY, system_identifier text NOT NULL, timeline integer NOT NULL, created_at timestamptz NOT NULL)"
+            ),
+            format!("INSERT INTO {t} (slot, system_identifier, timeline, created_at) VALUES {row} ON CONFLICT (slot) {conflict}"),
+        ];
+        for statement in statements {
+            if let Err(e) = sql.simple_query(&statement).await {
+                if !self.warned {
+                    self.warned = true;
+                    tracing::warn!(
+                        "cannot record the slot in {t} ({e}): a slot lost in a failover is then detected only while this process runs; grant CREATE on schema {} or apply migrations/0003_walpost_slots.sql",
+                        s.table().schema
+                    );
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// The recorded origin of the slot, if the table and a row exist.
+async fn read(sql: &mut ReplicationClient, s: &Settings) -> Option<Origin> {
+    let t = table(s);
+    let present =
+        sql.simple_query(&format!("SELECT to_regclass({}) IS NOT NULL AS present", literal(&t))).await.ok()?;
+    if present.first("present") != Some("t") {
+        return None;
+    }
+    let r = sql
+        .simple_query(&format!(
+            "SELECT system_identifier, timeline, created_at::text AS created_at FROM {t} WHERE slot = {}",
+            literal(&s.source.slot)
+        ))
+        .await
+        .ok()?;
+    Some(Origin {
+        system_id: r.first("system_identifier")?.to_owned(),
+        timeline: r.first("timeline")?.parse().ok()?,
+        created_at: r.first("created_at").map(str::to_owned),
+    })
+}
+
+/// `walpost slot drop`: the operator chose to start over; forget the slot.
+pub async fn forget(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    let t = table(s);
+    let present = sql.simple_query(&format!("SELECT to_regclass({}) IS NOT NULL AS present", literal(&t))).await?;
+    if present.first("present") == Some("t") {
+        sql.simple_query(&format!("DELETE FROM {t} WHERE slot = {}", literal(&s.source.slot))).await?;
+    }
+    Ok(())
+}
