@@ -11,6 +11,7 @@ mod chaos;
 mod core;
 mod errors;
 mod exactly_once;
+mod failover;
 mod hardening;
 mod ops;
 mod retention;

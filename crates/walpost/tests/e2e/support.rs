@@ -263,6 +263,12 @@ impl Walpost {
         self.wait_exit(timeout)
     }
 
+    /// Whether the process is still running (not exited, not reaped).
+    #[allow(dead_code)] // used by some test modules only
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
         let child = self.child.as_mut()?;
