@@ -257,7 +257,8 @@ fn slot_cli_creates_reports_and_drops() {
 }
 
 /// The runbooks' SQL blocks run against a real server (slot "walpost" and an empty
-/// publication "walpost_outbox" present).
+/// publication "walpost_outbox" present). Blocks with `<placeholders>` are steps of an
+/// incident: the drills (`drills.rs`) run them with values, against the incident.
 #[test]
 fn runbook_sql_runs_against_a_real_server() {
     let pg = own_pg(&[]);
@@ -282,8 +283,10 @@ fn runbook_sql_runs_against_a_real_server() {
                 continue;
             }
             if in_block && trimmed.starts_with("```") {
-                w.try_sql(&block).unwrap_or_else(|e| panic!("{}: SQL failed: {e}\n{block}", file.display()));
-                ran += 1;
+                if crate::drills::placeholders(&block).is_empty() {
+                    w.try_sql(&block).unwrap_or_else(|e| panic!("{}: SQL failed: {e}\n{block}", file.display()));
+                    ran += 1;
+                }
                 in_block = false;
                 continue;
             }
