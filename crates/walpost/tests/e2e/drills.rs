@@ -603,3 +603,174 @@ fn drill_slot_wal_buildup_hung_instance_is_killed_and_the_standby_takes_over() {
     let end = lsn_now(&w);
     assert!(testkit::wait_until(WAIT, || w.confirmed_flush_lsn().unwrap() >= end), "the standby does not confirm");
 }
+
+// ---- long-transaction.md ----
+
+/// A psql session kept open (its stdin is a pipe), e.g. a forgotten `BEGIN`.
+struct Session {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+impl Session {
+    /// `tcp`: connect over TCP to 127.0.0.1 (client_addr set) instead of the Unix socket.
+    fn open(w: &World, application_name: &str, tcp: bool) -> Session {
+        let mut cmd = Command::new(w.pg.psql_path());
+        cmd.args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"]);
+        if tcp {
+            cmd.args(["-h", "127.0.0.1"]).env("PGPASSWORD", w.pg.password());
+        } else {
+            cmd.arg("-h").arg(w.pg.socket_dir());
+        }
+        cmd.args(["-p", &w.pg.port().to_string(), "-U", "walpost", "-d", &w.db])
+            .env("PGAPPNAME", application_name)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().expect("psql");
+        let stdin = child.stdin.take();
+        Session { child, stdin }
+    }
+
+    fn send(&mut self, sql: &str) {
+        let stdin = self.stdin.as_mut().expect("session closed");
+        stdin.write_all(sql.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The server pid of the session, once it is connected.
+    fn pid(w: &World, application_name: &str) -> String {
+        let mut pid = String::new();
+        let found = testkit::wait_until(Duration::from_secs(20), || {
+            pid = w.sql(&format!("SELECT pid FROM pg_stat_activity WHERE application_name = '{application_name}'"));
+            !pid.is_empty()
+        });
+        assert!(found, "no session {application_name}");
+        pid
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first `slot alarm` line naming a transaction, and its pid.
+fn long_transaction_alarm(log: &str) -> Option<(String, String)> {
+    let log = strip_ansi(log);
+    let line = log.lines().find(|l| l.contains("slot alarm") && l.contains("transaction of server pid "))?;
+    let pid = line.split("transaction of server pid ").nth(1)?.split(' ').next()?.to_owned();
+    Some((line.to_owned(), pid))
+}
+
+/// runbooks/long-transaction.md: a forgotten `BEGIN` with an outbox INSERT holds the
+/// slot's restart_lsn while events keep streaming. The alarm names its pid (the runbook's
+/// quoted line matches); the diagnosis query's first row is the same pid; the runbook
+/// terminates exactly that backend: a younger idle-in-transaction session survives, the
+/// forgotten row is rolled back (never published), restart_lsn moves on, the alarm clears,
+/// every committed event arrives once, in order.
+#[test]
+fn drill_long_transaction_is_ended_by_its_pid() {
+    let rb = Runbook::open("long-transaction");
+    let pg = own_pg(&[]);
+    let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "drill-longtx");
+    // docs/least-privilege.md: without it, other roles' transactions are invisible to the alarm.
+    w.sql(&format!("GRANT pg_read_all_stats TO {}", w.role));
+    let config = service_config(&w, "[monitor]\ninterval_secs = 1\nlong_transaction_secs = 3\n");
+    let p = service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    let writes = writer(&w, 0, 100, 5, 10, Duration::from_millis(300));
+    let mut forgotten = Session::open(&w, "nightly-report", false);
+    forgotten.send(
+        "BEGIN; INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', '00000000-0000-4000-8000-0000000000ff', 'Forgotten', '{}');",
+    );
+    let forgotten_pid = Session::pid(&w, "nightly-report");
+    let held = parse_lsn(&slot_field(&w, "restart_lsn")).unwrap();
+
+    let mut alarm = None;
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || {
+            alarm = long_transaction_alarm(&p.log_text());
+            alarm.is_some()
+        }),
+        "no long-transaction alarm:\n{}",
+        p.log_text()
+    );
+    let (line, alarm_pid) = alarm.unwrap();
+    rb.block("alarm").assert_lines_in(&line);
+    assert_eq!(alarm_pid, forgotten_pid, "{line}");
+    assert!(line.contains("application_name 'nightly-report', client local"), "{line}");
+
+    let diag = w.sql(&rb.block("diagnose").fill(&[]));
+    let first: Vec<&str> = diag.lines().next().unwrap().split('|').collect();
+    assert_eq!((first[0], first[2]), (alarm_pid.as_str(), "nightly-report"), "{diag}");
+    // A younger idle-in-transaction session of another client: not the one to end.
+    let mut bystander = Session::open(&w, "pool", false);
+    bystander.send("BEGIN; SELECT 1;");
+    let bystander_pid = Session::pid(&w, "pool");
+    std::thread::sleep(Duration::from_millis(500));
+    let ended = w.sql(&rb.block("terminate").fill(&[("pid", &alarm_pid)]));
+    assert_eq!(ended, "t");
+    let at_terminate = lsn_now(&w);
+    let gone = testkit::wait_until(Duration::from_secs(10), || {
+        w.sql(&format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {alarm_pid}")) == "0"
+    });
+    assert!(gone, "the forgotten session is still there");
+    drop(forgotten);
+    assert_eq!(
+        w.sql(&format!("SELECT state FROM pg_stat_activity WHERE pid = {bystander_pid}")),
+        "idle in transaction",
+        "the runbook ended another session"
+    );
+    bystander.send("COMMIT;");
+    drop(bystander);
+    // restart_lsn moves past the ended transaction; the alarm clears.
+    let moved = testkit::wait_until(Duration::from_secs(45), || {
+        parse_lsn(&slot_field(&w, "restart_lsn")).unwrap() > at_terminate
+    });
+    assert!(moved, "restart_lsn stayed at {} (held at {held:X})", slot_field(&w, "restart_lsn"));
+    assert!(testkit::wait_until(Duration::from_secs(20), || p.log_text().contains("slot alarm cleared")));
+    assert_ne!(slot_field(&w, "wal_status"), "lost");
+    writes.join().unwrap();
+    let records = consume_every_committed(&w, WAIT);
+    let a = audit(&w, &records);
+    assert_clean(&a);
+    assert_eq!(a.duplicates, 0);
+    assert!(!records.iter().any(|r| r.header("eventType") == Some(&b"Forgotten"[..])), "a rolled-back row was published");
+}
+
+/// Issue 20, finding 7: the long-transaction alarm (log line and structured fields) names
+/// the server pid, application_name and client address of the oldest transaction, so the
+/// runbook can end exactly that one.
+#[test]
+fn regression_long_transaction_alarm_names_pid_application_and_client() {
+    let w = World::new("reg-longtx");
+    w.sql(&format!("GRANT pg_read_all_stats TO {}", w.role));
+    let config = service_config(&w, "[monitor]\ninterval_secs = 1\nlong_transaction_secs = 2\n");
+    let p = service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    let mut open = Session::open(&w, "billing-batch", true);
+    open.send("BEGIN; SELECT txid_current();");
+    let pid = Session::pid(&w, "billing-batch");
+    let mut alarm = None;
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || {
+            alarm = long_transaction_alarm(&p.log_text());
+            alarm.is_some()
+        }),
+        "no long-transaction alarm:\n{}",
+        p.log_text()
+    );
+    let (line, alarm_pid) = alarm.unwrap();
+    assert_eq!(alarm_pid, pid, "{line}");
+    assert!(line.contains("application_name 'billing-batch', client 127.0.0.1"), "{line}");
+    assert!(line.contains("see runbooks/long-transaction.md"), "{line}");
+    for field in [format!("oldest_xact_pid={pid}"), "oldest_xact_application=\"billing-batch\"".into(), "oldest_xact_client=\"127.0.0.1\"".into()] {
+        assert!(line.contains(&field), "{field} missing: {line}");
+    }
+    open.send("ROLLBACK;");
+}
