@@ -774,3 +774,144 @@ fn regression_long_transaction_alarm_names_pid_application_and_client() {
     }
     open.send("ROLLBACK;");
 }
+
+// ---- slot-lost.md ----
+
+fn lose_the_slot(w: &World) {
+    let lost = testkit::wait_until(Duration::from_secs(60), || {
+        w.sql("CREATE TABLE IF NOT EXISTS public.noise (v text); INSERT INTO public.noise VALUES ('x'); SELECT pg_switch_wal(); CHECKPOINT;");
+        slot_field(w, "wal_status") == "lost"
+    });
+    assert!(lost, "the slot was not invalidated");
+}
+
+fn is_snapshot(r: &Consumed) -> bool {
+    r.header("walpost.snapshot") == Some(&b"true"[..])
+}
+
+/// runbooks/slot-lost.md (issue 20, finding 2: the old runbook's `id > <last id>` cut lost
+/// an event and streaming before the backfill reordered aggregates). A transaction inserts
+/// before the last published event and commits after walpost stopped; more events commit;
+/// the slot is lost. Following the runbook: walpost's error and `slot status` (exit 4);
+/// drop the slot; the newest record timestamp over every partition (kcat); one
+/// `walpost run --snapshot when_needed --snapshot-filter` with a margin, while writers go
+/// on. Every event arrives (the late one too, which an id cut or a cut without margin
+/// would have missed: both are checked), per-aggregate order holds, duplicates are at most
+/// the rows inside the margin.
+#[test]
+fn drill_slot_lost_recovers_without_loss_or_reordering() {
+    let rb = Runbook::open("slot-lost");
+    let pg = own_pg(&[("max_slot_wal_keep_size", "1MB"), ("max_wal_size", "32MB"), ("min_wal_size", "32MB")]);
+    let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "drill-lost");
+    let config = service_config(&w, "[monitor]\ninterval_secs = 1\n");
+    let mut p = service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    insert_batches(&w, 0, 10, 10, 20, &["order", "payment"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 100, WAIT);
+    // A transaction that inserts now and commits after walpost has stopped.
+    let late = {
+        let (pg, db) = (w.pg, w.db.clone());
+        std::thread::spawn(move || {
+            pg.psql_db(
+                &db,
+                "BEGIN;
+                 INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+                 VALUES ('order', '00000000-0000-4000-8000-0000000000ff', 'Late', '{}');
+                 SELECT pg_sleep(5);
+                 COMMIT;",
+            )
+            .expect("late transaction")
+        })
+    };
+    assert!(testkit::wait_until(Duration::from_secs(10), || {
+        w.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(5)%' AND pid <> pg_backend_pid()") == "1"
+    }));
+    insert_batches(&w, 10, 10, 10, 20, &["order", "payment"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 200, WAIT);
+    assert!(p.terminate(Duration::from_secs(30)).unwrap().success());
+    late.join().unwrap();
+    insert_batches(&w, 20, 10, 10, 20, &["order", "payment"]);
+    lose_the_slot(&w);
+
+    // Symptoms: the error, and `slot status` exits 4.
+    let mut p = service(&config, &[]);
+    let status = p.wait_exit(WAIT).expect("walpost must stop on a lost slot");
+    assert_eq!(status.code(), Some(1));
+    assert!(p.log_text().contains(&walpost::postgres::messages::slot_lost_message(&w.slot)), "{}", p.log_text());
+    let out = sh(&rb.block("status").fill(&[("config", &config)]));
+    assert_eq!(out.status.code(), Some(4), "slot status of a lost slot");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("lost"));
+
+    // 2. Drop the slot. 3. The newest record in Kafka.
+    w.sql(&rb.block("drop-slot").fill(&[("slot", &w.slot)]));
+    let topics = format!("{} {}", w.topic("order"), w.topic("payment"));
+    let newest = sh_ok(&rb.block("newest").fill(&[("topics", &topics), ("brokers", &w.kafka_bootstrap)]));
+    let newest = newest.trim().to_owned();
+    let in_kafka = read_all(&w.kafka_bootstrap, &w.topic_prefix);
+    let newest_ts = in_kafka.iter().filter_map(|r| r.timestamp).max().unwrap();
+    assert_eq!(newest, newest_ts.to_string(), "the runbook's newest timestamp is not the highest of all partitions");
+    // The trap: the late event has a smaller id than events in Kafka and an older
+    // occurred_at than the newest record: an id cut or a cut without margin misses it.
+    let late_id: i64 = w.sql("SELECT id FROM events.outbox WHERE event_type = 'Late'").parse().unwrap();
+    let max_id = in_kafka.iter().map(Consumed::event_id).max().unwrap();
+    assert!(late_id < max_id, "late {late_id}, newest id in Kafka {max_id}");
+    assert_eq!(
+        w.sql(&format!("SELECT occurred_at < to_timestamp({newest} / 1000.0) FROM events.outbox WHERE id = {late_id}")),
+        "t"
+    );
+
+    // 5. One command, while the application keeps writing.
+    let writes = writer(&w, 30, 20, 10, 20, Duration::from_millis(100));
+    let vars = [("config", config.as_str()), ("newest-ms", newest.as_str()), ("margin", "1 minute")];
+    let mut recover = spawn_sh(&rb.block("recover").fill(&vars));
+    let ready = testkit::wait_until(WAIT, || {
+        let log = recover.log_text();
+        log.contains("snapshot finished") && log.contains("streaming slot=")
+    });
+    assert!(ready, "{}", recover.log_text());
+    writes.join().unwrap();
+    let records = consume_every_committed(&w, WAIT);
+    let a = audit(&w, &records);
+    assert_clean(&a);
+    let bound: usize = w.sql(&rb.block("duplicates").fill(&vars)).parse().unwrap();
+    assert!(a.duplicates <= bound, "{} duplicates, the runbook says at most {bound}", a.duplicates);
+    let snapshot = records.iter().filter(|r| is_snapshot(r)).count();
+    assert!(records.iter().any(|r| r.event_id() == late_id && is_snapshot(r)), "the late event came from the snapshot");
+    eprintln!(
+        "[drill] slot lost: {} events, {} records, {snapshot} from the snapshot, {} duplicates (bound {bound}), late id {late_id} < {max_id}",
+        w.committed_rows().len(),
+        records.len(),
+        a.duplicates
+    );
+    assert!(recover.terminate(Duration::from_secs(30)).unwrap().success(), "{}", recover.log_text());
+}
+
+/// Issue 20, finding 9: `walpost slot status` exits 4 for a lost slot (0 ok, 2 warning,
+/// 3 critical, 4 lost) and says the retained WAL is unknown instead of 0.
+#[test]
+fn regression_slot_status_exits_4_for_a_lost_slot() {
+    let pg = own_pg(&[("max_slot_wal_keep_size", "1MB"), ("max_wal_size", "32MB"), ("min_wal_size", "32MB")]);
+    let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "reg-status-lost");
+    let config = service_config(&w, "");
+    let status = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_walpost"));
+        cmd.args(["slot", "status", "--config", &config]);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    };
+    let created = Command::new(env!("CARGO_BIN_EXE_walpost")).args(["slot", "create", "--config", &config]).output().unwrap();
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    assert_eq!(status(false).status.code(), Some(0), "a fresh slot is ok");
+    lose_the_slot(&w);
+    let out = status(false);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("unknown (the slot was invalidated)") && !text.contains("0.0 B"), "{text}");
+    assert!(text.contains("runbooks/slot-lost.md"), "{text}");
+    let out = status(true);
+    assert_eq!(out.status.code(), Some(4));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["alarm"], "lost");
+}
