@@ -915,3 +915,64 @@ fn regression_slot_status_exits_4_for_a_lost_slot() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["alarm"], "lost");
 }
+
+// ---- issue 20, finding 6: a frozen instance ----
+
+/// Issue 20, finding 6: an active instance frozen (SIGSTOP) while events flow, with
+/// `wal_sender_timeout = 5s`: the server ends its connection, the hot standby takes the
+/// slot and streams; writes go on; then the frozen instance resumes (SIGCONT). It must
+/// publish nothing it had read before the freeze late (a frozen instance once published
+/// 1,500 records after the standby had taken over): its log says it dropped its work,
+/// it becomes the standby, and among the records Kafka received after the freeze no event
+/// appears twice (a late copy would be a second one there). Nothing lost, order kept,
+/// duplicates only of what the slot had not confirmed at the freeze.
+#[test]
+fn regression_frozen_instance_drops_its_work_and_becomes_the_standby() {
+    let pg = own_pg(&[("wal_sender_timeout", "5s")]);
+    let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "reg-frozen");
+    let config = service_config(&w, "[pipeline]\nmax_backoff_secs = 1\n");
+    let active = service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", active.log_text());
+    insert_batches(&w, 0, 2, 10, 10, &["order", "payment"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 20, WAIT);
+    let standby = service(&config, &[]);
+    assert!(testkit::wait_until(Duration::from_secs(30), || standby.log_text().contains("in use by server process")));
+    let writes = writer(&w, 2, 150, 10, 10, Duration::from_millis(100));
+    std::thread::sleep(Duration::from_secs(3));
+
+    active.signal("-STOP");
+    let stopped = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let frozen_at = w.confirmed_flush_lsn().unwrap();
+    let highs_at_freeze = high_watermarks(&w.kafka_bootstrap, &w.topic_prefix);
+    let took_over = testkit::wait_until(Duration::from_secs(30), || standby.log_text().contains("streaming slot="));
+    assert!(took_over, "the standby did not take over:\n{}", standby.log_text());
+    eprintln!("[regression] standby streaming {:?} after SIGSTOP", stopped.elapsed());
+    std::thread::sleep(Duration::from_secs(2));
+    active.signal("-CONT");
+    let dropped = testkit::wait_until(Duration::from_secs(20), || {
+        active.log_text().contains("is dropped, not published late")
+    });
+    assert!(dropped, "the resumed instance did not drop its work:\n{}", active.log_text());
+    let waits = testkit::wait_until(Duration::from_secs(20), || {
+        let log = active.log_text();
+        let after = log.split("is dropped, not published late").nth(1).unwrap_or_default().to_owned();
+        after.contains("in use by server process")
+    });
+    assert!(waits, "the resumed instance did not become the standby:\n{}", active.log_text());
+    writes.join().unwrap();
+    let records = consume_every_committed(&w, WAIT);
+    let a = audit(&w, &records);
+    assert_clean(&a);
+    let bound = rows_after(&w, frozen_at, 10);
+    assert!(a.duplicates <= bound, "{} duplicates, only {bound} rows were unconfirmed at the freeze", a.duplicates);
+    let mut seen_after = HashSet::new();
+    let twice: Vec<i64> = records
+        .iter()
+        .filter(|r| r.offset >= *highs_at_freeze.get(&(r.topic.clone(), r.partition)).unwrap_or(&0))
+        .map(Consumed::event_id)
+        .filter(|id| !seen_after.insert(*id))
+        .collect();
+    assert!(twice.is_empty(), "events published twice after the freeze (a late copy): {twice:?}");
+    eprintln!("[regression] frozen instance: {} records, {} duplicates (bound {bound})", records.len(), a.duplicates);
+}
