@@ -108,3 +108,10 @@ fn grafana_dashboard_uses_only_exported_metrics() {
     }
     assert!(used >= 8, "the dashboard should chart the main metrics");
 }
+
+#[test]
+fn backfill_resume_hint_is_quoted_in_the_replay_runbook() {
+    let hint = walpost::snapshot::resume_hint("<resume-id>", "<resume-filter>");
+    assert!(hint.contains("runbooks/replay.md"));
+    assert!(read("runbooks/replay.md").contains(&hint), "runbooks/replay.md must quote:\n{hint}");
+}

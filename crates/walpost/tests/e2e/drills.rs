@@ -976,3 +976,201 @@ fn regression_frozen_instance_drops_its_work_and_becomes_the_standby() {
     assert!(twice.is_empty(), "events published twice after the freeze (a late copy): {twice:?}");
     eprintln!("[regression] frozen instance: {} records, {} duplicates (bound {bound})", records.len(), a.duplicates);
 }
+
+// ---- replay.md ----
+
+fn consumed(m: &rdkafka::message::BorrowedMessage<'_>) -> Consumed {
+    use rdkafka::message::{Headers, Message};
+    Consumed {
+        topic: m.topic().to_owned(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key().map(<[u8]>::to_vec),
+        value: m.payload().map(<[u8]>::to_vec),
+        headers: m
+            .headers()
+            .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
+            .unwrap_or_default(),
+        timestamp: m.timestamp().to_millis(),
+    }
+}
+
+/// A consumer of `group` on `topic` (the application whose state needs the replay):
+/// reads until it has `expected` records and nothing more comes for a second, commits
+/// its offsets and leaves the group.
+fn consume_as_group(bootstrap: &str, group: &str, topic: &str, expected: usize) -> Vec<Consumed> {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    c.subscribe(&[topic]).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut quiet_since = None;
+    while Instant::now() < deadline {
+        match c.poll(Duration::from_millis(200)) {
+            Some(m) => {
+                out.push(consumed(&m.unwrap()));
+                quiet_since = None;
+            }
+            None if out.len() >= expected => {
+                let since = *quiet_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(1) {
+                    break;
+                }
+            }
+            None => {}
+        }
+    }
+    assert!(out.len() >= expected, "group {group} read {} of {expected} records", out.len());
+    c.commit_consumer_state(CommitMode::Sync).unwrap();
+    c.unsubscribe();
+    out
+}
+
+fn utc_text(w: &World) -> String {
+    w.sql("SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
+}
+
+/// runbooks/replay.md. Events before, inside and after a range [from, to), one of them
+/// large. (A) A consumer group read everything; the runbook's reset moves it back to
+/// `<from>`: it reads exactly the records committed from then on again. (B) The runbook's
+/// backfill into other topics, one of which refuses the large row: the backfill stops
+/// naming where to resume; after the fix (poison-record.md), the printed filter resumes it:
+/// every row of the range arrives, with the snapshot header, in id order per aggregate,
+/// and no row before the resume point twice (it did not start over). (B') The backfill
+/// into the live topics beside the running walpost: the range arrives a second time,
+/// marked, nothing else changes, the stream goes on.
+#[test]
+fn drill_replay_resets_the_group_or_republishes_a_range_resuming_after_a_poison_row() {
+    let rb = Runbook::open("replay");
+    let w = World::new("drill-replay");
+    let config = service_config(&w, "");
+    let _service = service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT));
+    let topic = w.topic("order");
+    insert_batches(&w, 0, 5, 10, 10, &["order"]);
+    std::thread::sleep(Duration::from_millis(1100));
+    let from = utc_text(&w);
+    std::thread::sleep(Duration::from_millis(100));
+    insert_batches(&w, 5, 5, 10, 10, &["order"]);
+    let big: i64 = w
+        .sql(
+            "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ('order', '00000000-0000-4000-8000-000000000003', 'Big',
+                     jsonb_build_object('blob', (SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 200))))
+             RETURNING id",
+        )
+        .parse()
+        .unwrap();
+    insert_batches(&w, 10, 5, 10, 10, &["order"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let to = utc_text(&w);
+    std::thread::sleep(Duration::from_millis(1100));
+    insert_batches(&w, 15, 5, 10, 10, &["order"]);
+    let live = consume_every_committed(&w, WAIT);
+    assert_eq!(live.len(), 201);
+    let in_range: BTreeMap<i64, Row> = {
+        let ids = w.sql(&format!("SELECT id FROM events.outbox WHERE occurred_at >= '{from}' AND occurred_at < '{to}'"));
+        let ids: HashSet<i64> = ids.lines().map(|l| l.parse().unwrap()).collect();
+        w.committed_rows().into_iter().filter(|(id, _)| ids.contains(id)).collect()
+    };
+    assert_eq!(in_range.len(), 101);
+
+    // Diagnosis: Kafka still holds the range.
+    let oldest = sh_ok(&rb.block("oldest").fill(&[("brokers", &w.kafka_bootstrap), ("topic", &topic)]));
+    let from_ms = live.iter().filter(|r| in_range.contains_key(&r.event_id())).filter_map(|r| r.timestamp).min().unwrap();
+    let oldest: Vec<i64> = oldest.lines().filter_map(|l| l.strip_prefix("partition ")?.split(" oldest ").nth(1)?.parse().ok()).collect();
+    assert_eq!(oldest.len(), 3, "one line per partition");
+    assert!(oldest.iter().all(|&t| t < from_ms));
+
+    // A: the consumer group read everything; reset it to <from>.
+    let group = testkit::unique_name("drill-billing");
+    consume_as_group(&w.kafka_bootstrap, &group, &topic, 201);
+    sh_ok(&rb.block("reset-group").fill(&[
+        ("brokers", &w.kafka_bootstrap),
+        ("group", &group),
+        ("topic", &topic),
+        ("from", &from),
+    ]));
+    let from_epoch_ms: i64 =
+        w.sql(&format!("SELECT (extract(epoch FROM '{from}'::timestamptz) * 1000)::bigint")).parse().unwrap();
+    let expected: HashSet<i64> =
+        live.iter().filter(|r| r.timestamp.unwrap() >= from_epoch_ms).map(Consumed::event_id).collect();
+    let again = consume_as_group(&w.kafka_bootstrap, &group, &topic, expected.len());
+    let again_ids: HashSet<i64> = again.iter().map(Consumed::event_id).collect();
+    assert_eq!(again.len(), expected.len(), "re-read more than the records from <from> on");
+    assert_eq!(again_ids, expected);
+    assert!(in_range.keys().all(|id| again_ids.contains(id)), "the reset group misses part of the range");
+
+    // B: republish into other topics; the one for "order" refuses the large row.
+    let new_topics = format!("{}replay.${{routedByValue}}", w.topic_prefix);
+    let replay_topic = format!("{}replay.order", w.topic_prefix);
+    topic_tool(
+        &w,
+        &["--create", "--topic", &replay_topic, "--partitions", "3", "--replication-factor", "1", "--config", "max.message.bytes=2000"],
+    );
+    let vars = [("config", config.as_str()), ("new-topics", new_topics.as_str()), ("from", from.as_str()), ("to", to.as_str())];
+    let out = sh(&rb.block("replay-elsewhere").fill(&vars));
+    let log = strip_ansi(&format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(1), "the backfill must stop on the refused row:\n{log}");
+    rb.block("halt").assert_lines_in(&log);
+    let resume_filter = log
+        .split("--snapshot-filter \"")
+        .nth(1)
+        .and_then(|rest| rest.split("\" to resume").next())
+        .unwrap_or_else(|| panic!("no resume filter in:\n{log}"))
+        .to_owned();
+    let resume_id: i64 = log.split("every row before id=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(resume_id <= big && resume_id > *in_range.keys().next().unwrap(), "resume at {resume_id}, big {big}");
+    let poison = Runbook::open("poison-record");
+    sh_ok(&poison.block("raise-topic-limit").fill(&[
+        ("brokers", &w.kafka_bootstrap),
+        ("topic", &replay_topic),
+        ("bytes", "1048588"),
+    ]));
+    let out = sh(&rb.block("resume").fill(&[
+        ("config", &config),
+        ("new-topics", &new_topics),
+        ("resume-filter", &resume_filter),
+    ]));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let replayed = read_all(&w.kafka_bootstrap, &replay_topic);
+    assert!(replayed.iter().all(is_snapshot), "a replayed record without the snapshot header");
+    let mut first: HashMap<i64, usize> = HashMap::new();
+    let mut per_key: HashMap<Vec<u8>, Vec<i64>> = HashMap::new();
+    for r in &replayed {
+        let id = r.event_id();
+        *first.entry(id).or_default() += 1;
+        if first[&id] == 1 {
+            per_key.entry(r.key.clone().unwrap()).or_default().push(id);
+        }
+    }
+    assert_eq!(first.keys().copied().collect::<HashSet<_>>(), in_range.keys().copied().collect(), "the replay is not the range");
+    let twice: Vec<i64> = first.iter().filter(|(_, n)| **n > 1).map(|(id, _)| *id).collect();
+    assert!(twice.iter().all(|id| *id >= resume_id), "rows before the resume point sent twice: {twice:?}");
+    for (key, ids) in &per_key {
+        assert!(ids.windows(2).all(|p| p[0] < p[1]), "{key:?} out of order: {ids:?}");
+    }
+    eprintln!("[drill] replay: resumed at id {resume_id} (big {big}), {} of {} rows twice", twice.len(), in_range.len());
+
+    // B': the same range into the live topics, beside the running walpost.
+    sh_ok(&rb.block("replay").fill(&[("config", &config), ("from", &from), ("to", &to)]));
+    insert_batches(&w, 20, 2, 10, 10, &["order"]);
+    let records = consume_every_committed(&w, WAIT);
+    let records = {
+        // Wait for the backfill's records too (they are duplicates, so not counted above).
+        let total = 221 + in_range.len();
+        consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, total.max(records.len()), WAIT)
+    };
+    let live_topics: Vec<Consumed> = records.into_iter().filter(|r| !r.topic.contains(".replay.")).collect();
+    let a = audit(&w, &live_topics);
+    assert_clean(&a);
+    assert_eq!(a.duplicates, in_range.len());
+    let marked: HashSet<i64> = live_topics.iter().filter(|r| is_snapshot(r)).map(Consumed::event_id).collect();
+    assert_eq!(marked, in_range.keys().copied().collect(), "the republished records are the range, marked");
+}
