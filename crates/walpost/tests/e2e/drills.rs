@@ -1174,3 +1174,136 @@ fn drill_replay_resets_the_group_or_republishes_a_range_resuming_after_a_poison_
     let marked: HashSet<i64> = live_topics.iter().filter(|r| is_snapshot(r)).map(Consumed::event_id).collect();
     assert_eq!(marked, in_range.keys().copied().collect(), "the republished records are the range, marked");
 }
+
+// ---- kafka-outage.md ----
+
+/// The value of `series` in the runbook's metrics block output.
+fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// runbooks/kafka-outage.md: the broker stops while events keep coming. Following the
+/// runbook's symptoms and diagnosis: `/readyz` answers 503 with the reason before the
+/// producer restart; the metrics show Kafka's silence, connection errors, a growing lag
+/// and records waiting; kcat cannot reach the brokers; the log has the quoted lines (the
+/// producer restart after `delivery_timeout_secs`). Resolution: the broker comes back and
+/// walpost recovers by itself: ready again, nothing lost, order kept.
+#[test]
+fn drill_kafka_outage_readiness_drops_and_walpost_recovers_by_itself() {
+    let rb = Runbook::open("kafka-outage");
+    let mut kafka = own_kafka();
+    let w = World::on(testkit::shared_postgres(), &kafka.bootstrap(), "drill-kafka");
+    let config = service_config(&w, "[pipeline]\ndelivery_timeout_secs = 10\nmax_backoff_secs = 2\n");
+    let port = testkit::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let p = service(&config, &["--metrics-addr", &format!("127.0.0.1:{port}")]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    insert_batches(&w, 0, 5, 10, 10, &["order", "payment"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 50, WAIT);
+    let readyz = rb.block("readyz").fill(&[("url", &url)]);
+    let metrics = rb.block("metrics").fill(&[("url", &url)]);
+    assert!(testkit::wait_until(Duration::from_secs(20), || sh_ok(&readyz).ends_with("200\n")));
+
+    kafka.stop().expect("stop kafka");
+    let stopped = Instant::now();
+    insert_batches(&w, 5, 5, 10, 10, &["order", "payment"]);
+    // Not ready within unready_after_secs (5 s here), before the producer restart (10 s).
+    let mut answer = String::new();
+    assert!(
+        testkit::wait_until(Duration::from_secs(20), || {
+            answer = sh_ok(&readyz);
+            answer.ends_with("503\n")
+        }),
+        "still ready: {answer}"
+    );
+    let not_ready_after = stopped.elapsed();
+    assert!(not_ready_after < Duration::from_secs(10), "not ready only after {not_ready_after:?}");
+    assert!(answer.starts_with("Kafka has acknowledged nothing for "), "{answer}");
+    let mut m = String::new();
+    let visible = testkit::wait_until(Duration::from_secs(20), || {
+        m = sh_ok(&metrics);
+        series_value(&m, "walpost_kafka_unacknowledged_seconds").unwrap_or(0.0) >= 3.0
+            && series_value(&m, "walpost_produce_errors_total{class=\"connection\"}").unwrap_or(0.0) >= 1.0
+            && series_value(&m, "walpost_lag_seconds").unwrap_or(0.0) >= 3.0
+            && series_value(&m, "walpost_kafka_in_flight_records").unwrap_or(0.0) >= 1.0
+    });
+    assert!(visible, "the outage does not show in the metrics:\n{m}");
+    // Diagnosis: the brokers do not answer from here.
+    let out = sh(&rb.block("brokers").fill(&[("brokers", &w.kafka_bootstrap)]));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("brokers:"), "kcat reached a stopped broker");
+    // The log lines the runbook quotes, the restart after delivery_timeout_secs included.
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || p.log_text().contains("restarting the producer from the last confirmed position")),
+        "{}",
+        p.log_text()
+    );
+    rb.block("log").assert_lines_in(&p.log_text());
+    // The producer restart does not make the instance ready, nor reset Kafka's silence.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(sh_ok(&readyz).ends_with("503\n"), "ready again after the producer restart, Kafka still down");
+    let m = sh_ok(&metrics);
+    let silent = series_value(&m, "walpost_kafka_unacknowledged_seconds").unwrap_or(0.0);
+    assert!(silent >= 10.0, "walpost_kafka_unacknowledged_seconds restarted with the producer: {m}");
+
+    // Resolution: the brokers come back; walpost recovers by itself.
+    kafka.start_again().expect("start kafka again");
+    insert_batches(&w, 10, 5, 10, 10, &["order", "payment"]);
+    assert!(testkit::wait_until(Duration::from_secs(60), || sh_ok(&readyz).ends_with("200\n")), "not ready again");
+    let records = consume_every_committed(&w, WAIT);
+    assert_clean(&audit(&w, &records));
+    let m = sh_ok(&metrics);
+    assert_eq!(series_value(&m, "walpost_kafka_unacknowledged_seconds"), Some(0.0), "{m}");
+    eprintln!("[drill] kafka outage: not ready {not_ready_after:?} after the broker stopped, Kafka silent {silent} s at the producer restart");
+}
+
+/// Issue 20, finding 4: a Kafka outage was invisible (readiness 200 throughout, lag
+/// constant, errors counted only 60 s later). With the defaults: `/readyz` answers 503
+/// within 30 s of records waiting and before the producer restart at
+/// `delivery_timeout_secs` (60 s); `walpost_lag_seconds` grows while the reader is stuck;
+/// broker connection failures are counted during the outage.
+#[test]
+fn regression_kafka_outage_shows_in_readiness_lag_and_connection_errors() {
+    let mut kafka = own_kafka();
+    let w = World::on(testkit::shared_postgres(), &kafka.bootstrap(), "reg-kafka-visible");
+    let config = service_config(&w, "");
+    let port = testkit::free_port();
+    let p = service(&config, &["--metrics-addr", &format!("127.0.0.1:{port}")]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    insert_batches(&w, 0, 2, 10, 10, &["order"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 20, WAIT);
+    assert!(testkit::wait_until(Duration::from_secs(20), || http_get(port, "/readyz").0 == 200));
+
+    kafka.stop().expect("stop kafka");
+    insert_batches(&w, 2, 2, 10, 10, &["order"]);
+    let waiting = Instant::now();
+    let connection = "walpost_produce_errors_total{class=\"connection\"}";
+    assert!(
+        testkit::wait_until(Duration::from_secs(25), || metric(port, connection).unwrap_or(0.0) >= 1.0),
+        "no connection error counted during the outage:\n{}",
+        http_get(port, "/metrics").1
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let lag1 = metric(port, "walpost_lag_seconds").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let lag2 = metric(port, "walpost_lag_seconds").unwrap();
+    assert!(lag1 >= 1.0 && lag2 >= lag1 + 2.0, "walpost_lag_seconds does not grow while stuck: {lag1} then {lag2}");
+    let mut answer = (0, String::new());
+    assert!(
+        testkit::wait_until(Duration::from_secs(40), || {
+            answer = http_get(port, "/readyz");
+            answer.0 == 503
+        }),
+        "/readyz stayed {} during the outage",
+        answer.0
+    );
+    let after = waiting.elapsed();
+    assert!(after <= Duration::from_secs(35), "/readyz failed only after {after:?}");
+    assert!(answer.1.contains("Kafka has acknowledged nothing for"), "{}", answer.1);
+    assert!(!p.log_text().contains("restarting the producer"), "readiness dropped only after the producer restart");
+    eprintln!("[regression] Kafka outage: /readyz 503 {after:?} after records started waiting; lag {lag1} -> {lag2}");
+
+    kafka.start_again().expect("start kafka again");
+    assert!(testkit::wait_until(Duration::from_secs(60), || http_get(port, "/readyz").0 == 200));
+    let records = consume_every_committed(&w, WAIT);
+    assert_clean(&audit(&w, &records));
+}
