@@ -231,7 +231,7 @@ fn path_env() -> String {
 }
 
 /// Runs a filled sh block to its end.
-fn sh(text: &str) -> Output {
+pub fn sh(text: &str) -> Output {
     let out = Command::new("sh")
         .arg("-c")
         .arg(text)
@@ -279,7 +279,7 @@ fn own_pg(extra: &[(&str, &str)]) -> &'static Postgres {
 
 /// The service's configuration file for a world (owner-only: it holds a password),
 /// with `extra` TOML after the connection settings.
-fn service_config(w: &World, extra: &str) -> String {
+pub fn service_config(w: &World, extra: &str) -> String {
     let path = std::env::temp_dir().join(format!("{}-{}.toml", w.db, testkit::unique_name("drill")));
     let text = format!(
         "postgres = \"{url}\"\nslot = \"{slot}\"\npublication = \"{slot}_pub\"\n{extra}\n\
@@ -296,7 +296,7 @@ fn service_config(w: &World, extra: &str) -> String {
 }
 
 /// The service as systemd would run it: `walpost run --config <config>`.
-fn service(config: &str, extra: &[&str]) -> Walpost {
+pub fn service(config: &str, extra: &[&str]) -> Walpost {
     let mut args = vec!["run".to_string(), "--config".to_string(), config.to_owned()];
     args.extend(extra.iter().map(|s| s.to_string()));
     Walpost::start(&args, &[])
@@ -1306,4 +1306,50 @@ fn regression_kafka_outage_shows_in_readiness_lag_and_connection_errors() {
     assert!(testkit::wait_until(Duration::from_secs(60), || http_get(port, "/readyz").0 == 200));
     let records = consume_every_committed(&w, WAIT);
     assert_clean(&audit(&w, &records));
+}
+
+// ---- outbox-recreated.md ----
+
+/// runbooks/outbox-recreated.md, the table left the publication and came back: rows
+/// committed in between are not in the stream. walpost stops with the quoted error;
+/// following the runbook: ADD TABLE, the newest record over every partition (slot-lost's
+/// command), a backfill of the rows since then with a margin, restart. Every event
+/// arrives, order kept. (The re-created table: `bad_inputs::regression_outbox_recreated_...`,
+/// which follows the same file.)
+#[test]
+fn drill_outbox_left_the_publication_and_came_back() {
+    let rb = Runbook::open("outbox-recreated");
+    let w = World::new("drill-leftpub");
+    let config = service_config(&w, "[monitor]\ninterval_secs = 1\n");
+    let publication = format!("{}_pub", w.slot);
+    let mut p = service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    insert_batches(&w, 0, 5, 10, 10, &["order", "payment"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 50, WAIT);
+    w.sql(&format!("ALTER PUBLICATION {publication} DROP TABLE events.outbox"));
+    insert_batches(&w, 5, 3, 10, 10, &["order", "payment"]);
+    let status = p.wait_exit(WAIT).unwrap_or_else(|| panic!("walpost kept running:\n{}", p.log_text()));
+    assert_eq!(status.code(), Some(1));
+    let table = walpost::settings::TableName { schema: "events".into(), name: "outbox".into() };
+    let why = walpost::postgres::messages::publication_lacks_table(&publication, &table);
+    let expected = walpost::postgres::messages::outbox_changed_message(&why);
+    assert!(p.log_text().contains(&expected), "{}", p.log_text());
+
+    w.sql(&rb.block("add-table").fill(&[("publication", &publication)]));
+    insert_batches(&w, 8, 2, 10, 10, &["order", "payment"]);
+    let topics = format!("{} {}", w.topic("order"), w.topic("payment"));
+    let newest = sh_ok(&Runbook::open("slot-lost").block("newest").fill(&[("topics", &topics), ("brokers", &w.kafka_bootstrap)]));
+    let out = sh(&rb.block("backfill-since").fill(&[
+        ("config", &config),
+        ("newest-ms", newest.trim()),
+        ("margin", "1 minute"),
+    ]));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _restarted = service(&config, &[]);
+    insert_batches(&w, 10, 2, 10, 10, &["order", "payment"]);
+    let records = consume_every_committed(&w, WAIT);
+    let a = audit(&w, &records);
+    assert_clean(&a);
+    assert!(records.iter().filter(|r| is_snapshot(r)).count() >= 50, "the backfill did not publish the missing rows");
+    eprintln!("[drill] outbox left the publication: {} records, {} duplicates", records.len(), a.duplicates);
 }
