@@ -1353,3 +1353,31 @@ fn drill_outbox_left_the_publication_and_came_back() {
     assert!(records.iter().filter(|r| is_snapshot(r)).count() >= 50, "the backfill did not publish the missing rows");
     eprintln!("[drill] outbox left the publication: {} records, {} duplicates", records.len(), a.duplicates);
 }
+
+// ---- issue 20, finding 12 ----
+
+/// Issue 20, finding 12: a healthy hot standby logged a WARN line on every retry, and the
+/// producer's `enable.gapless.guarantee is experimental` warning came with every
+/// reconnect. At the default log level, a standby waiting through several retries logs
+/// the wait once, at INFO, and no WARN line about waiting or the gap-less setting.
+#[test]
+fn regression_waiting_standby_logs_no_warnings() {
+    let w = World::new("reg-standby-quiet");
+    let config = service_config(&w, "");
+    let _active = service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT));
+    let args: Vec<String> = ["run", "--config", &config].map(String::from).to_vec();
+    let standby = Walpost::start(&args, &[("WALPOST_LOG", "info")]);
+    // Backoff 0.25, 0.5, 1, 2, 4 s: five retries within about 8 s.
+    std::thread::sleep(Duration::from_secs(10));
+    let log = strip_ansi(&standby.log_text());
+    let waiting: Vec<&str> = log.lines().filter(|l| l.contains("in use by server process")).collect();
+    assert_eq!(waiting.len(), 1, "the wait is said once a minute:\n{log}");
+    assert!(waiting[0].contains(" INFO "), "{}", waiting[0]);
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .filter(|l| l.contains("in use") || l.contains("waiting") || l.contains("gapless") || l.contains("gap-less"))
+        .collect();
+    assert!(warnings.is_empty(), "warnings from a healthy standby:\n{}", warnings.join("\n"));
+}
