@@ -100,7 +100,10 @@ impl Runbook {
         let found: Vec<Block> = self.blocks().into_iter().filter(|(t, _)| t == tag).map(|(_, b)| b).collect();
         match found.len() {
             1 => found.into_iter().next().unwrap(),
-            0 => panic!("{} has no code block tagged drill={tag}: the drill follows the runbook, so the step must be there", self.name),
+            0 => panic!(
+                "{} has no code block tagged drill={tag}: the drill follows the runbook, so the step must be there",
+                self.name
+            ),
             n => panic!("{} has {n} code blocks tagged drill={tag}", self.name),
         }
     }
@@ -351,7 +354,17 @@ fn drill_poison_record() {
     let topic = w.topic("order");
     topic_tool(
         &w,
-        &["--create", "--topic", &topic, "--partitions", "3", "--replication-factor", "1", "--config", "max.message.bytes=2000"],
+        &[
+            "--create",
+            "--topic",
+            &topic,
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "1",
+            "--config",
+            "max.message.bytes=2000",
+        ],
     );
     let config = service_config(&w, "");
     let mut p = service(&config, &[]);
@@ -447,7 +460,14 @@ fn pretty_bytes(text: &str) -> u64 {
 
 /// A writer thread: `batches` transactions of `size` rows (aggregate ids cycling through
 /// `aggregates`), `pause` between them, batch numbers from `first`.
-fn writer(w: &World, first: u32, batches: u32, size: u32, aggregates: u32, pause: Duration) -> std::thread::JoinHandle<()> {
+fn writer(
+    w: &World,
+    first: u32,
+    batches: u32,
+    size: u32,
+    aggregates: u32,
+    pause: Duration,
+) -> std::thread::JoinHandle<()> {
     let (pg, db) = (w.pg, w.db.clone());
     std::thread::spawn(move || {
         for b in first..first + batches {
@@ -740,7 +760,10 @@ fn drill_long_transaction_is_ended_by_its_pid() {
     let a = audit(&w, &records);
     assert_clean(&a);
     assert_eq!(a.duplicates, 0);
-    assert!(!records.iter().any(|r| r.header("eventType") == Some(&b"Forgotten"[..])), "a rolled-back row was published");
+    assert!(
+        !records.iter().any(|r| r.header("eventType") == Some(&b"Forgotten"[..])),
+        "a rolled-back row was published"
+    );
 }
 
 /// Issue 20, finding 7: the long-transaction alarm (log line and structured fields) names
@@ -769,7 +792,11 @@ fn regression_long_transaction_alarm_names_pid_application_and_client() {
     assert_eq!(alarm_pid, pid, "{line}");
     assert!(line.contains("application_name 'billing-batch', client 127.0.0.1"), "{line}");
     assert!(line.contains("see runbooks/long-transaction.md"), "{line}");
-    for field in [format!("oldest_xact_pid={pid}"), "oldest_xact_application=\"billing-batch\"".into(), "oldest_xact_client=\"127.0.0.1\"".into()] {
+    for field in [
+        format!("oldest_xact_pid={pid}"),
+        "oldest_xact_application=\"billing-batch\"".into(),
+        "oldest_xact_client=\"127.0.0.1\"".into(),
+    ] {
         assert!(line.contains(&field), "{field} missing: {line}");
     }
     open.send("ROLLBACK;");
@@ -824,7 +851,8 @@ fn drill_slot_lost_recovers_without_loss_or_reordering() {
         })
     };
     assert!(testkit::wait_until(Duration::from_secs(10), || {
-        w.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(5)%' AND pid <> pg_backend_pid()") == "1"
+        w.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(5)%' AND pid <> pg_backend_pid()")
+            == "1"
     }));
     insert_batches(&w, 10, 10, 10, 20, &["order", "payment"]);
     consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 200, WAIT);
@@ -901,7 +929,8 @@ fn regression_slot_status_exits_4_for_a_lost_slot() {
         }
         cmd.output().unwrap()
     };
-    let created = Command::new(env!("CARGO_BIN_EXE_walpost")).args(["slot", "create", "--config", &config]).output().unwrap();
+    let created =
+        Command::new(env!("CARGO_BIN_EXE_walpost")).args(["slot", "create", "--config", &config]).output().unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     assert_eq!(status(false).status.code(), Some(0), "a fresh slot is ok");
     lose_the_slot(&w);
@@ -950,9 +979,8 @@ fn regression_frozen_instance_drops_its_work_and_becomes_the_standby() {
     eprintln!("[regression] standby streaming {:?} after SIGSTOP", stopped.elapsed());
     std::thread::sleep(Duration::from_secs(2));
     active.signal("-CONT");
-    let dropped = testkit::wait_until(Duration::from_secs(20), || {
-        active.log_text().contains("is dropped, not published late")
-    });
+    let dropped =
+        testkit::wait_until(Duration::from_secs(20), || active.log_text().contains("is dropped, not published late"));
     assert!(dropped, "the resumed instance did not drop its work:\n{}", active.log_text());
     let waits = testkit::wait_until(Duration::from_secs(20), || {
         let log = active.log_text();
@@ -1075,7 +1103,8 @@ fn drill_replay_resets_the_group_or_republishes_a_range_resuming_after_a_poison_
     let live = consume_every_committed(&w, WAIT);
     assert_eq!(live.len(), 201);
     let in_range: BTreeMap<i64, Row> = {
-        let ids = w.sql(&format!("SELECT id FROM events.outbox WHERE occurred_at >= '{from}' AND occurred_at < '{to}'"));
+        let ids =
+            w.sql(&format!("SELECT id FROM events.outbox WHERE occurred_at >= '{from}' AND occurred_at < '{to}'"));
         let ids: HashSet<i64> = ids.lines().map(|l| l.parse().unwrap()).collect();
         w.committed_rows().into_iter().filter(|(id, _)| ids.contains(id)).collect()
     };
@@ -1083,8 +1112,10 @@ fn drill_replay_resets_the_group_or_republishes_a_range_resuming_after_a_poison_
 
     // Diagnosis: Kafka still holds the range.
     let oldest = sh_ok(&rb.block("oldest").fill(&[("brokers", &w.kafka_bootstrap), ("topic", &topic)]));
-    let from_ms = live.iter().filter(|r| in_range.contains_key(&r.event_id())).filter_map(|r| r.timestamp).min().unwrap();
-    let oldest: Vec<i64> = oldest.lines().filter_map(|l| l.strip_prefix("partition ")?.split(" oldest ").nth(1)?.parse().ok()).collect();
+    let from_ms =
+        live.iter().filter(|r| in_range.contains_key(&r.event_id())).filter_map(|r| r.timestamp).min().unwrap();
+    let oldest: Vec<i64> =
+        oldest.lines().filter_map(|l| l.strip_prefix("partition ")?.split(" oldest ").nth(1)?.parse().ok()).collect();
     assert_eq!(oldest.len(), 3, "one line per partition");
     assert!(oldest.iter().all(|&t| t < from_ms));
 
@@ -1112,9 +1143,24 @@ fn drill_replay_resets_the_group_or_republishes_a_range_resuming_after_a_poison_
     let replay_topic = format!("{}replay.order", w.topic_prefix);
     topic_tool(
         &w,
-        &["--create", "--topic", &replay_topic, "--partitions", "3", "--replication-factor", "1", "--config", "max.message.bytes=2000"],
+        &[
+            "--create",
+            "--topic",
+            &replay_topic,
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "1",
+            "--config",
+            "max.message.bytes=2000",
+        ],
     );
-    let vars = [("config", config.as_str()), ("new-topics", new_topics.as_str()), ("from", from.as_str()), ("to", to.as_str())];
+    let vars = [
+        ("config", config.as_str()),
+        ("new-topics", new_topics.as_str()),
+        ("from", from.as_str()),
+        ("to", to.as_str()),
+    ];
     let out = sh(&rb.block("replay-elsewhere").fill(&vars));
     let log = strip_ansi(&format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
     assert_eq!(out.status.code(), Some(1), "the backfill must stop on the refused row:\n{log}");
@@ -1150,13 +1196,21 @@ fn drill_replay_resets_the_group_or_republishes_a_range_resuming_after_a_poison_
             per_key.entry(r.key.clone().unwrap()).or_default().push(id);
         }
     }
-    assert_eq!(first.keys().copied().collect::<HashSet<_>>(), in_range.keys().copied().collect(), "the replay is not the range");
+    assert_eq!(
+        first.keys().copied().collect::<HashSet<_>>(),
+        in_range.keys().copied().collect(),
+        "the replay is not the range"
+    );
     let twice: Vec<i64> = first.iter().filter(|(_, n)| **n > 1).map(|(id, _)| *id).collect();
     assert!(twice.iter().all(|id| *id >= resume_id), "rows before the resume point sent twice: {twice:?}");
     for (key, ids) in &per_key {
         assert!(ids.windows(2).all(|p| p[0] < p[1]), "{key:?} out of order: {ids:?}");
     }
-    eprintln!("[drill] replay: resumed at id {resume_id} (big {big}), {} of {} rows twice", twice.len(), in_range.len());
+    eprintln!(
+        "[drill] replay: resumed at id {resume_id} (big {big}), {} of {} rows twice",
+        twice.len(),
+        in_range.len()
+    );
 
     // B': the same range into the live topics, beside the running walpost.
     sh_ok(&rb.block("replay").fill(&[("config", &config), ("from", &from), ("to", &to)]));
@@ -1233,7 +1287,9 @@ fn drill_kafka_outage_readiness_drops_and_walpost_recovers_by_itself() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("brokers:"), "kcat reached a stopped broker");
     // The log lines the runbook quotes, the restart after delivery_timeout_secs included.
     assert!(
-        testkit::wait_until(Duration::from_secs(30), || p.log_text().contains("restarting the producer from the last confirmed position")),
+        testkit::wait_until(Duration::from_secs(30), || p
+            .log_text()
+            .contains("restarting the producer from the last confirmed position")),
         "{}",
         p.log_text()
     );
@@ -1338,7 +1394,9 @@ fn drill_outbox_left_the_publication_and_came_back() {
     w.sql(&rb.block("add-table").fill(&[("publication", &publication)]));
     insert_batches(&w, 8, 2, 10, 10, &["order", "payment"]);
     let topics = format!("{} {}", w.topic("order"), w.topic("payment"));
-    let newest = sh_ok(&Runbook::open("slot-lost").block("newest").fill(&[("topics", &topics), ("brokers", &w.kafka_bootstrap)]));
+    let newest = sh_ok(
+        &Runbook::open("slot-lost").block("newest").fill(&[("topics", &topics), ("brokers", &w.kafka_bootstrap)]),
+    );
     let out = sh(&rb.block("backfill-since").fill(&[
         ("config", &config),
         ("newest-ms", newest.trim()),
