@@ -143,3 +143,10 @@ fn exactly_once_errors_are_quoted_verbatim_in_their_runbook() {
     let message = foreign.position_for(&id, "walpost.progress").unwrap_err().to_string();
     assert!(runbook.contains(&message), "runbooks/exactly-once.md must quote:\n{message}");
 }
+
+#[test]
+fn backfill_resume_hint_is_quoted_in_the_replay_runbook() {
+    let hint = walpost::snapshot::resume_hint("<resume-id>", "<resume-filter>");
+    assert!(hint.contains("runbooks/replay.md"));
+    assert!(read("runbooks/replay.md").contains(&hint), "runbooks/replay.md must quote:\n{hint}");
+}

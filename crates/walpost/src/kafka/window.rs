@@ -327,6 +327,10 @@ impl<T> ProduceWindow<T> {
         self.last_progress = Instant::now();
         self.records -= 1;
         self.bytes = self.bytes.saturating_sub(flight.bytes);
+        if !matches!(report.outcome, Outcome::Retryable { .. }) {
+            // Kafka answered (a purged or failed record is no answer: it is sent again).
+            self.health.kafka_progress(self.records > 0);
+        }
         let was_alone = self.alone == Some(report.seq);
         if was_alone {
             self.alone = None;
@@ -360,10 +364,15 @@ impl<T> ProduceWindow<T> {
         Some(event)
     }
 
-    /// In-flight gauge and the health's "waiting for acknowledgements" clock.
+    /// In-flight gauge, and the health's "waiting for acknowledgements" clock started
+    /// when records wait. Only reports move or stop it (`on_report`): a new window that
+    /// is idle because its predecessor's records are not re-sent yet must not reset
+    /// Kafka's silence.
     fn publish_state(&self) {
         self.metrics.in_flight.set(i64::try_from(self.records).unwrap_or(i64::MAX));
-        self.health.set_waiting_for_acks((self.records > 0).then_some(self.last_progress));
+        if self.records > 0 {
+            self.health.waiting_for_acks();
+        }
     }
 
     /// The producer (`None` once closed).
@@ -406,7 +415,8 @@ impl<T> ProduceWindow<T> {
                 on_event(event);
             }
         }
-        self.health.set_waiting_for_acks(None);
+        // The health's clock keeps running: the records left here are sent again by the
+        // next producer (`stream::run` stops the clock when no such restart follows).
         self.metrics.in_flight.set(0);
         self.take_unreported()
     }

@@ -76,7 +76,7 @@ pub async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<SlotStatus
                     CASE WHEN current_setting('max_slot_wal_keep_size') = '-1' THEN NULL
                          ELSE pg_size_bytes(current_setting('max_slot_wal_keep_size'))::text END AS keep_bytes,
                     o.pid::text AS oldest_pid, coalesce(o.application_name, '') AS oldest_app,
-                    coalesce(o.client_addr::text, 'local') AS oldest_client,
+                    coalesce(host(o.client_addr), 'local') AS oldest_client,
                     extract(epoch FROM now() - o.xact_start)::float8::text AS oldest_age
              FROM (SELECT 1) AS one
              LEFT JOIN pg_replication_slots s ON s.slot_name = {}

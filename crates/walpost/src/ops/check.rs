@@ -188,6 +188,22 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         Some(v) => out.push(Check::Ok(format!("idle_in_transaction_session_timeout = {v}"))),
         None => {}
     }
+    // pg_stat_activity shows xact_start of other roles' sessions only to these.
+    let sees_all = sql
+        .simple_query(
+            "SELECT (pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
+                     OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user))::text AS ok",
+        )
+        .await
+        .ok()
+        .and_then(|r| r.first("ok").map(|v| v == "true"));
+    match sees_all {
+        Some(true) => out.push(Check::Ok("the role sees every session's transactions (long-transaction alarm)".into())),
+        Some(false) => out.push(Check::Warn(
+            "the role cannot see other roles' open transactions (pg_stat_activity.xact_start): the long-transaction alarm stays silent for them; GRANT pg_read_all_stats TO the role (see docs/least-privilege.md, runbooks/long-transaction.md)".into(),
+        )),
+        None => {}
+    }
     out
 }
 

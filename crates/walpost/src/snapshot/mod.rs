@@ -23,10 +23,16 @@
 //! neither hold a second statement nor change what else the query does.
 //!
 //! Memory: one FETCH chunk plus the produce window, whatever the table size.
+//!
+//! A backfill (`--snapshot initial_only`, one outbox table) that halts on a row Kafka
+//! refuses or that cannot be routed names where to resume: the lowest row (in id order)
+//! that Kafka has not acknowledged, and the filter that selects it and every row after
+//! it ([`resume_hint`]), so a replay need not start over from its first row.
 
 mod progress;
 mod state;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -38,7 +44,7 @@ use crate::error::PipelineError;
 use crate::kafka::{self, DeliveryMemo, Event, Failure, Original, Outgoing, PermanentErrorPolicy, ProduceWindow};
 use crate::postgres::catalog;
 use crate::postgres::sql::{ident, literal};
-use crate::settings::{Outbox, Settings};
+use crate::settings::{Outbox, Settings, SnapshotMode};
 use crate::telemetry::Metrics;
 use progress::Progress as SnapshotProgress;
 use router::Record;
@@ -74,11 +80,34 @@ pub struct ProgressRecord {
     pub value: Progress,
 }
 
-/// What a snapshot record stands for: its outbox table and event id.
+/// What a snapshot record stands for: its outbox table, event id, and its place in the
+/// cursor's order.
 #[derive(Debug, Clone)]
 struct RowTag {
     outbox: usize,
     event_id: Bytes,
+    seq: u64,
+}
+
+/// The text appended to a backfill's halt: where to resume. `id` is the lowest row
+/// (in the cursor's id order) Kafka has not acknowledged; `filter` selects it and every
+/// row after it.
+pub fn resume_hint(id: &str, filter: &str) -> String {
+    format!(
+        "every row before id={id} is in Kafka: once fixed, run the same backfill with --snapshot-filter \"{filter}\" to resume instead of starting over (see runbooks/replay.md)"
+    )
+}
+
+/// The filter that resumes a backfill at row `id`: the old filter (if any) and the id
+/// column from `id` on, compared in the column's own type (as the cursor orders).
+pub fn resume_filter(old: Option<&str>, id_field: &str, id: &str) -> String {
+    let simple = id_field.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && id_field.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    let column = if simple { id_field.to_owned() } else { ident(id_field) };
+    match old {
+        Some(f) => format!("({f}) AND {column} >= {}", literal(id)),
+        None => format!("{column} >= {}", literal(id)),
+    }
 }
 
 /// The query the cursor runs for one outbox table.
@@ -133,6 +162,9 @@ pub async fn run(
         memo,
         progress: SnapshotProgress::new(metrics.snapshot.clone()),
         transactional: transaction.is_some(),
+        next_seq: 0,
+        unacknowledged: BTreeMap::new(),
+        halted_on: None,
     };
     let mut result = snapshot.publish_all(sql, snapshot_name).await;
     if let (Ok(_), Some(t)) = (&result, &transaction) {
@@ -141,6 +173,13 @@ pub async fn run(
     if let (Err(_), Some(t)) = (&result, &transaction) {
         if let Some(sink) = snapshot.window.sink() {
             let _ = sink.abort_transaction(t.producer.timeout.min(std::time::Duration::from_secs(10))).await;
+        }
+    }
+    if let Err(e) = &result {
+        if !e.is_transient() {
+            if let Some(hint) = snapshot.resume_hint().await {
+                result = Err(PipelineError::definite(format!("{}; {hint}", e.message())));
+            }
         }
     }
     metrics.snapshot.running.set(0);
@@ -157,6 +196,13 @@ struct Snapshot<'a> {
     progress: SnapshotProgress,
     /// One Kafka transaction (exactly-once).
     transactional: bool,
+    /// The next row's place in the cursor's order.
+    next_seq: u64,
+    /// Rows handed to the window and not yet acknowledged (a dead letter in their place
+    /// counts as acknowledged), by their place: the first is where a backfill resumes.
+    unacknowledged: BTreeMap<u64, Bytes>,
+    /// A row the snapshot halted on before handing it to the window.
+    halted_on: Option<Bytes>,
 }
 
 impl Snapshot<'_> {
@@ -172,7 +218,7 @@ impl Snapshot<'_> {
                 timestamp_ms: None,
                 partition: None,
             };
-            let tag = RowTag { outbox: usize::MAX, event_id: Bytes::new() };
+            let tag = RowTag { outbox: usize::MAX, event_id: Bytes::new(), seq: u64::MAX };
             self.window.enqueue(Outgoing { record, timestamp_ms: None, tag, dead_letter: None });
             while !self.window.is_idle() {
                 let event = self.next_event().await?;
@@ -182,6 +228,28 @@ impl Snapshot<'_> {
         let sink = self.window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
         sink.commit_transaction(t.producer.timeout).await.map_err(transaction_error)?;
         Ok(0)
+    }
+
+    /// A backfill of one table halted: waits (at most the shutdown timeout) for what is
+    /// in flight, then names the lowest row Kafka has not acknowledged and the filter
+    /// that resumes there.
+    async fn resume_hint(&mut self) -> Option<String> {
+        let s = self.s;
+        if s.snapshot.mode != SnapshotMode::InitialOnly || s.source.outboxes.len() != 1 {
+            return None;
+        }
+        let unacknowledged = &mut self.unacknowledged;
+        self.window
+            .drain(s.stream.shutdown_timeout, |event| {
+                if let Event::Delivered { tag, .. } = event {
+                    unacknowledged.remove(&tag.seq);
+                }
+            })
+            .await;
+        let id = self.unacknowledged.values().next().or(self.halted_on.as_ref())?;
+        let id = String::from_utf8_lossy(id).into_owned();
+        let outbox = s.source.outboxes.first()?;
+        Some(resume_hint(&id, &resume_filter(s.snapshot.filter.as_deref(), &outbox.router.id_field, &id)))
     }
 
     async fn publish_all(
@@ -251,10 +319,12 @@ impl Snapshot<'_> {
                 let values: Vec<ColumnValue> =
                     row.into_iter().map(|v| v.map_or(ColumnValue::Null, ColumnValue::Text)).collect();
                 let tuple = TupleData::from_values(&values);
+                let seq = self.next_seq;
+                self.next_seq += 1;
                 let out = match router.route(rel, &tuple) {
                     Ok(mut record) => {
                         record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true")));
-                        let tag = RowTag { outbox: index, event_id: record.event_id.clone() };
+                        let tag = RowTag { outbox: index, event_id: record.event_id.clone(), seq };
                         match self.memo.poisoned_row(index, &record.event_id).cloned() {
                             Some(failure) => self.dead_letter(&failure, Original::of(&record), tag)?,
                             None => Outgoing { record, timestamp_ms: None, tag, dead_letter: None },
@@ -264,8 +334,15 @@ impl Snapshot<'_> {
                         let (id, key, value) = router.salvage(rel, &tuple);
                         let event_id = id.unwrap_or_default();
                         if !self.policy.dead_letters() {
+                            let again = if self.s.snapshot.mode == SnapshotMode::InitialOnly {
+                                ""
+                            } else {
+                                "; the snapshot starts over once fixed"
+                            };
+                            self.halted_on = Some(event_id.clone());
                             return Err(PipelineError::definite(format!(
-                                "cannot route a snapshot row of {table}: {error}; the snapshot starts over once fixed (set on_permanent_error = \"dead_letter\" to divert such rows instead of halting)"
+                                "cannot route a snapshot row of {table} (id={}): {error}{again} (set on_permanent_error = \"dead_letter\" to divert such rows instead of halting)",
+                                String::from_utf8_lossy(&event_id)
                             )));
                         }
                         let failure = Failure {
@@ -281,9 +358,10 @@ impl Snapshot<'_> {
                             value: value.map(|v| v.to_vec()),
                             headers: Vec::new(),
                         };
-                        self.dead_letter(&failure, original, RowTag { outbox: index, event_id })?
+                        self.dead_letter(&failure, original, RowTag { outbox: index, event_id, seq })?
                     }
                 };
+                self.unacknowledged.insert(seq, out.tag.event_id.clone());
                 self.window.enqueue(out);
                 if let Some(event) = self.window.pump() {
                     self.on_event(event)?;
@@ -319,6 +397,7 @@ impl Snapshot<'_> {
     fn on_event(&mut self, event: Event<RowTag>) -> Result<(), PipelineError> {
         match event {
             Event::Delivered { tag, .. } => {
+                self.unacknowledged.remove(&tag.seq);
                 if tag.outbox != usize::MAX {
                     self.progress.acked();
                 }
@@ -326,10 +405,17 @@ impl Snapshot<'_> {
             }
             Event::Failed { error, .. } => Err(PipelineError::transient(format!("{error}; the snapshot starts over"))),
             Event::Rejected { dead_letter: true, rejection, .. } => Err(self.policy.dead_letter_refused(&rejection)),
-            Event::Rejected { rejection, .. } if !self.policy.dead_letters() => Err(PipelineError::definite(format!(
-                "Kafka rejected snapshot event id={} for topic {} permanently ({}: {}): {}, then restart walpost; the snapshot starts over",
-                rejection.event_id, rejection.topic, rejection.code, rejection.error, rejection.fix
-            ))),
+            Event::Rejected { rejection, .. } if !self.policy.dead_letters() => {
+                let then = if self.s.snapshot.mode == SnapshotMode::InitialOnly {
+                    ""
+                } else {
+                    ", then restart walpost; the snapshot starts over"
+                };
+                Err(PipelineError::definite(format!(
+                    "Kafka rejected snapshot event id={} for topic {} permanently ({}: {}): {}{then}",
+                    rejection.event_id, rejection.topic, rejection.code, rejection.error, rejection.fix
+                )))
+            }
             Event::Rejected { tag, rejection, original, producer_fatal, .. } => {
                 let failure = Failure::rejected(&rejection, Lsn::ZERO);
                 // In a Kafka transaction a refused record fails the whole transaction.
@@ -347,5 +433,22 @@ impl Snapshot<'_> {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resume_filter_keeps_the_old_filter_and_compares_in_the_column_type() {
+        assert_eq!(resume_filter(None, "id", "4711"), "id >= '4711'");
+        assert_eq!(
+            resume_filter(Some("occurred_at >= '2026-11-28'"), "id", "4711"),
+            "(occurred_at >= '2026-11-28') AND id >= '4711'"
+        );
+        assert_eq!(resume_filter(None, "EventId", "a'b"), "\"EventId\" >= 'a''b'");
+        let hint = resume_hint("4711", "id >= '4711'");
+        assert!(hint.contains("--snapshot-filter \"id >= '4711'\"") && hint.contains("runbooks/replay.md"), "{hint}");
     }
 }

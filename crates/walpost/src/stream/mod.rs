@@ -48,6 +48,11 @@ pub async fn run(s: &Settings, metrics: &Metrics, mut shutdown: watch::Receiver<
         let started = Instant::now();
         let (result, culprit) = session(s, metrics, &mut memo, &mut lineage, &mut shutdown).await;
         metrics.health().set_streaming(false);
+        let kafka_restart = culprit == Culprit::Kafka && matches!(&result, Err(e) if e.is_transient());
+        if !kafka_restart {
+            // Only a producer restart carries Kafka's silence over to the next session.
+            metrics.health().set_waiting_for_acks(None);
+        }
         match result {
             Ok(SessionEnd::Shutdown) => return Ok(()),
             Err(e) if !e.is_transient() => return Err(e),

@@ -99,6 +99,18 @@ impl Health {
         self.unacked_since.store(at, Ordering::Relaxed);
     }
 
+    /// Records wait for Kafka: the clock starts now, unless it runs already (a restarted
+    /// producer re-sends what its predecessor left: Kafka's silence goes on).
+    pub fn waiting_for_acks(&self) {
+        let _ = self.unacked_since.compare_exchange(0, self.now(), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Kafka reported on a record: the clock starts again if records still wait, else
+    /// it stops.
+    pub fn kafka_progress(&self, still_waiting: bool) {
+        self.unacked_since.store(if still_waiting { self.now() } else { 0 }, Ordering::Relaxed);
+    }
+
     /// How long records have waited for an acknowledgement (zero when nothing waits).
     pub fn unacknowledged_for(&self) -> Duration {
         match self.unacked_since.load(Ordering::Relaxed) {
@@ -159,6 +171,22 @@ mod tests {
         assert!(h.unacknowledged_for() >= Duration::from_millis(50));
         h.set_waiting_for_acks(None);
         assert_eq!(h.readiness(), Ok(()));
+        assert_eq!(h.unacknowledged_for(), Duration::ZERO);
+    }
+
+    /// A producer restart during an outage: the new window's records wait on the old
+    /// clock, so readiness does not come back while Kafka stays silent.
+    #[test]
+    fn the_silence_clock_survives_a_producer_restart_and_stops_on_progress() {
+        let h = Health::new(Duration::from_millis(50), Duration::from_secs(60));
+        h.set_streaming(true);
+        h.waiting_for_acks();
+        std::thread::sleep(Duration::from_millis(60));
+        h.waiting_for_acks();
+        assert!(h.readiness().is_err(), "a second window waiting does not restart the clock");
+        h.kafka_progress(true);
+        assert_eq!(h.readiness(), Ok(()), "an acknowledgement restarts it");
+        h.kafka_progress(false);
         assert_eq!(h.unacknowledged_for(), Duration::ZERO);
     }
 

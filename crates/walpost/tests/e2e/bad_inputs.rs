@@ -355,7 +355,9 @@ fn regression_outbox_dropped_mid_stream_halts_walpost() {
 /// confirmed past them (the silent skip this test was written for). walpost stops
 /// within a monitor tick naming the publication and the runbook; following
 /// runbooks/outbox-recreated.md (ADD TABLE, backfill with `--snapshot initial_only`,
-/// restart) publishes every row of the new table, nothing lost.
+/// restart; the commands are read from the runbook) publishes every row of the new
+/// table, nothing lost. Also the runbook's drill for a re-created table (see
+/// `drills::drill_outbox_left_the_publication_and_came_back` for the other case).
 #[test]
 fn regression_outbox_recreated_mid_stream_halts_and_the_runbook_recovers_every_row() {
     let w = World::new("bad-recreate");
@@ -394,11 +396,14 @@ fn regression_outbox_recreated_mid_stream_halts_and_the_runbook_recovers_every_r
         w.confirmed_flush_lsn().unwrap() >= lsn_unstreamed
     );
 
-    // The runbook: put the table back, backfill, restart.
-    w.sql(&format!("ALTER PUBLICATION {publication} ADD TABLE events.outbox"));
-    let (status, log) = run_to_exit(&with_flag(w.args(), "--snapshot", "initial_only"));
-    assert!(status.success(), "backfill failed:\n{log}");
-    let _restarted = w.start_walpost();
+    // The runbook, its commands taken from runbooks/outbox-recreated.md: put the table
+    // back, backfill, restart.
+    let rb = crate::drills::Runbook::open("outbox-recreated");
+    w.sql(&rb.block("add-table").fill(&[("publication", &publication)]));
+    let config = crate::drills::service_config(&w, "");
+    let out = crate::drills::sh(&rb.block("backfill").fill(&[("config", &config)]));
+    assert!(out.status.success(), "backfill failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let _restarted = crate::drills::service(&config, &[]);
     let (after_id, _) = insert(&w, "'order'", "gen_random_uuid()", "{}");
     let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 7, WAIT);
     let a = audit(&w, &records);

@@ -9,6 +9,7 @@
 mod bad_inputs;
 mod chaos;
 mod core;
+mod drills;
 mod errors;
 mod exactly_once;
 mod failover;

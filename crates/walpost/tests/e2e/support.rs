@@ -193,10 +193,23 @@ pub fn parse_lsn(text: &str) -> Option<u64> {
 /// Inserts `txns` transactions of `size` rows; aggregate ids cycle through `aggregates`
 /// UUIDs; each row's event_type is `b<batch>` so tests can find its transaction.
 pub fn insert_batches(w: &World, first_batch: u32, txns: u32, size: u32, aggregates: u32, types: &[&str]) {
+    insert_batches_in(w.pg, &w.db, first_batch, txns, size, aggregates, types);
+}
+
+/// [`insert_batches`] for a writer thread, which has the server and database only.
+pub fn insert_batches_in(
+    pg: &Postgres,
+    db: &str,
+    first_batch: u32,
+    txns: u32,
+    size: u32,
+    aggregates: u32,
+    types: &[&str],
+) {
     let types_sql = types.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(",");
     // One DO block, a COMMIT per transaction (procedural COMMIT, PostgreSQL 11+), and
     // after each commit the WAL insert position, an upper bound of the commit's end LSN.
-    w.sql(&format!(
+    let sql = format!(
         "CREATE TABLE IF NOT EXISTS public.txlog (batch int PRIMARY KEY, lsn_after pg_lsn);
          DO $$
          DECLARE b int; types text[] := ARRAY[{types_sql}];
@@ -214,7 +227,8 @@ pub fn insert_batches(w: &World, first_batch: u32, txns: u32, size: u32, aggrega
            END LOOP;
          END $$;",
         last = first_batch + txns - 1,
-    ));
+    );
+    pg.psql_db(db, &sql).unwrap_or_else(|e| panic!("SQL failed: {e}\n{sql}"));
 }
 
 /// The walpost binary under test, with its stderr in a file.
@@ -225,14 +239,21 @@ pub struct Walpost {
 
 impl Walpost {
     pub fn start(args: &[String], env: &[(&str, &str)]) -> Walpost {
-        let log = std::env::temp_dir().join(format!("{}.log", testkit::unique_name("walpost")));
-        let file = File::create(&log).expect("create log file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_walpost"));
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(file);
-        cmd.env("WALPOST_LOG", "info,walpost=debug");
+        cmd.args(args).env("WALPOST_LOG", "info,walpost=debug");
         for (k, v) in env {
             cmd.env(k, v);
         }
+        Walpost::spawn(cmd)
+    }
+
+    /// Runs `cmd` (walpost itself, or a shell that `exec`s it) with stdout and stderr in
+    /// the log file.
+    pub fn spawn(mut cmd: Command) -> Walpost {
+        let log = std::env::temp_dir().join(format!("{}.log", testkit::unique_name("walpost")));
+        let file = File::create(&log).expect("create log file");
+        let out = file.try_clone().expect("clone log file");
+        cmd.stdin(Stdio::null()).stdout(out).stderr(file);
         let child = cmd.spawn().expect("spawn walpost");
         Walpost { child: Some(child), log }
     }
