@@ -1,5 +1,6 @@
 //! The router's configuration: which columns mean what, and how topics are named.
 
+use crate::cloudevents::CloudEventsConfig;
 use crate::options::AdditionalField;
 
 /// The placeholder in the topic pattern.
@@ -9,6 +10,10 @@ pub const DEFAULT_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
 /// walpost's option naming the column of the `eventType` header
 /// ([`RouterConfig::event_type_header_field`]); it replaces `table.field.event.type`.
 pub const EVENT_TYPE_HEADER_OPTION: &str = "table.field.event.type.header";
+/// walpost's name of the trace context column ([`RouterConfig::tracing_field`]).
+pub const TRACING_OPTION: &str = "table.field.event.tracing";
+/// Debezium's name of the same option.
+pub const DEBEZIUM_TRACING_OPTION: &str = "tracing.span.context.field";
 
 /// Which columns mean what, and how topics are named.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +44,12 @@ pub struct RouterConfig {
     pub timestamp_field: Option<String>,
     /// `table.field.event.headers` (walpost): a JSON object column whose keys become headers.
     pub headers_field: Option<String>,
+    /// [`TRACING_OPTION`] (Debezium's `tracing.span.context.field`): a column holding the
+    /// writer's trace context as Debezium serialises it (`traceparent=...`).
+    pub tracing_field: Option<String>,
+    /// `envelope = "cloudevents"` (walpost): records are CloudEvents (see
+    /// [`crate::cloudevents`]); `None`: Debezium's records.
+    pub cloudevents: Option<CloudEventsConfig>,
     /// `table.fields.additional.placement`.
     pub additional: Vec<AdditionalField>,
     /// `table.field.additional.missing = ignore`: placements of missing columns are skipped.
@@ -64,6 +75,8 @@ impl Default for RouterConfig {
             event_type_header_field: Some("event_type".into()),
             timestamp_field: None,
             headers_field: None,
+            tracing_field: None,
+            cloudevents: None,
             additional: Vec::new(),
             additional_missing_ignore: false,
             tombstone_on_empty_payload: false,

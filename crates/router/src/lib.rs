@@ -52,14 +52,20 @@
 //! - Key and payload bytes of text-like columns are `Bytes` slices of the decoded message:
 //!   no copies. No input panics.
 
+pub mod cloudevents;
 mod config;
 mod error;
 mod options;
 mod route;
 mod topic;
+pub mod tracecontext;
 pub mod value;
 
-pub use config::{RouterConfig, DEFAULT_TOPIC_REGEX, EVENT_TYPE_HEADER_OPTION, ROUTED_BY_VALUE};
+pub use cloudevents::{CloudEventsConfig, CloudEventsMode};
+pub use config::{
+    RouterConfig, DEBEZIUM_TRACING_OPTION, DEFAULT_TOPIC_REGEX, EVENT_TYPE_HEADER_OPTION, ROUTED_BY_VALUE,
+    TRACING_OPTION,
+};
 pub use error::{RouteError, ERROR_CLASSES};
 pub use options::{
     AdditionalField, Placement, ADDITIONAL_PLACEMENT, DEBEZIUM_OPTIONS_IMPLEMENTED, DEBEZIUM_OPTIONS_NOT_IMPLEMENTED,
@@ -68,6 +74,7 @@ pub use route::{Record, ResolvedRelation, Router, HEADER_EVENT_TYPE, HEADER_ID};
 pub use topic::{
     validate_topic, TopicGuard, TopicRejection, INTERNAL_TOPIC_PREFIX, TOPICS_ALLOW_ANY, TOPICS_ALLOW_REGEX,
 };
+pub use tracecontext::{TraceOutcome, TraceParent};
 pub use value::{decode_bytea, parse_timestamp, parse_timestamp_ms};
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub const DEBEZIUM_OPTIONS_IMPLEMENTED: &[&str] = &[
     "route.topic.regex",
     "route.topic.replacement",
     "route.tombstone.on.empty.payload",
+    "tracing.span.context.field",
 ];
 
 /// Options Debezium documents for the Outbox Event Router that walpost does not
@@ -38,11 +39,13 @@ pub const DEBEZIUM_OPTIONS_NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "it tunes the schema table.expand.json.payload infers; walpost copies JSON payloads verbatim, empty arrays included",
     ),
     (
-        "tracing.span.context.field",
-        "walpost has no OpenTelemetry integration; a W3C traceparent can travel as a header through table.field.event.headers",
+        "tracing.operation.name",
+        "walpost names its spans after OpenTelemetry's messaging conventions (send <topic>)",
     ),
-    ("tracing.operation.name", "walpost has no OpenTelemetry integration"),
-    ("tracing.with.context.field.only", "walpost has no OpenTelemetry integration"),
+    (
+        "tracing.with.context.field.only",
+        "walpost's spans follow OTEL_TRACES_SAMPLER; parentbased_always_off traces only rows that carry a sampled trace context",
+    ),
 ];
 
 /// Where an additional column goes (`table.fields.additional.placement`).

@@ -8,11 +8,13 @@ use bytes::Bytes;
 use pgoutput::{ColumnValue, Relation, TupleData};
 use regex::Regex;
 
-use crate::config::{RouterConfig, DEFAULT_TOPIC_REGEX, EVENT_TYPE_HEADER_OPTION};
+use crate::cloudevents::{self, Attributes, Data, Envelope};
+use crate::config::{RouterConfig, DEFAULT_TOPIC_REGEX, EVENT_TYPE_HEADER_OPTION, TRACING_OPTION};
 use crate::error::{display_text, RouteError};
 use crate::options::{Placement, ADDITIONAL_PLACEMENT};
 use crate::topic::{TopicGuard, TopicPattern, TopicRejection};
-use crate::value::{self, parse_timestamp_ms, Kind};
+use crate::tracecontext::{self, TraceOutcome, TraceParent, TRACEPARENT, TRACESTATE};
+use crate::value::{self, parse_timestamp, Kind};
 
 /// Header carrying the event id (Debezium: `id`).
 pub const HEADER_ID: &str = "id";
@@ -46,6 +48,7 @@ pub struct ResolvedRelation {
     event_type: Option<Col>,
     timestamp: Option<Col>,
     headers: Option<Col>,
+    tracing: Option<Col>,
     extra: Vec<ResolvedExtra>,
 }
 
@@ -63,6 +66,9 @@ pub struct Record {
     pub timestamp_ms: Option<i64>,
     /// From a `:partition` placement.
     pub partition: Option<i32>,
+    /// The row's W3C trace context (its headers are among `headers`), and whether an
+    /// invalid one was dropped.
+    pub trace: TraceOutcome,
 }
 
 /// Maps outbox rows to records; holds a small cache of topic names.
@@ -77,6 +83,10 @@ pub struct Router {
     topics: HashMap<Bytes, Arc<str>>,
     header_id: Arc<str>,
     header_type: Arc<str>,
+    header_traceparent: Arc<str>,
+    header_tracestate: Arc<str>,
+    /// `envelope = "cloudevents"`.
+    cloudevents: Option<Envelope>,
 }
 
 /// Topic names are cached per route value; past this many distinct values the cache is
@@ -116,6 +126,32 @@ impl Router {
             }
         }
         let envelope = envelope_names.len() > 1;
+        let cloudevents = match &config.cloudevents {
+            None => None,
+            Some(ce) => {
+                let invalid = |key, reason: String| Err(RouteError::InvalidOption { key, reason });
+                if ce.source.trim().is_empty() {
+                    return invalid("cloudevents.source", "it is empty; CloudEvents require a source (a URI-reference such as /walpost/shop/events.outbox)".into());
+                }
+                if config.event_type_header_field.is_none() {
+                    return invalid(
+                        EVENT_TYPE_HEADER_OPTION,
+                        "it is empty, but envelope = \"cloudevents\" needs an event type column for the required type attribute".into(),
+                    );
+                }
+                for a in &config.additional {
+                    if let Placement::Header(alias) = &a.placement {
+                        if cloudevents::reserved_header(alias) {
+                            return invalid(
+                                ADDITIONAL_PLACEMENT,
+                                format!("the header '{alias}' would collide with the CloudEvents headers (ce_* and content-type) that envelope = \"cloudevents\" writes; choose another alias"),
+                            );
+                        }
+                    }
+                }
+                Some(Envelope::new(ce))
+            }
+        };
         Ok(Router {
             config,
             regex,
@@ -125,6 +161,9 @@ impl Router {
             topics: HashMap::new(),
             header_id: Arc::from(HEADER_ID),
             header_type: Arc::from(HEADER_EVENT_TYPE),
+            header_traceparent: Arc::from(TRACEPARENT),
+            header_tracestate: Arc::from(TRACESTATE),
+            cloudevents,
         })
     }
 
@@ -187,14 +226,26 @@ impl Router {
             event_type: optional(&c.event_type_header_field, EVENT_TYPE_HEADER_OPTION)?,
             timestamp: optional(&c.timestamp_field, TIMESTAMP_KEY)?,
             headers: optional(&c.headers_field, "table.field.event.headers")?,
+            tracing: optional(&c.tracing_field, TRACING_OPTION)?,
             extra,
             columns: relation.columns.len(),
             table,
         })
     }
 
-    /// Turns one inserted row into a record.
+    /// Turns one inserted row into a record (no commit time known: see [`Router::route_at`]).
     pub fn route(&mut self, rel: &ResolvedRelation, row: &TupleData) -> Result<Record, RouteError> {
+        self.route_at(rel, row, None)
+    }
+
+    /// Turns one inserted row of a transaction committed at `commit_time_ms` (Unix ms)
+    /// into a record; the commit time is the CloudEvents `time` when the row has none.
+    pub fn route_at(
+        &mut self,
+        rel: &ResolvedRelation,
+        row: &TupleData,
+        commit_time_ms: Option<i64>,
+    ) -> Result<Record, RouteError> {
         if row.len() != rel.columns {
             return Err(RouteError::ColumnCountMismatch {
                 table: rel.table.clone(),
@@ -224,22 +275,27 @@ impl Router {
                 event_id: rr.event_id.clone(),
             });
         }
-        let mut headers = Vec::with_capacity(2 + rel.extra.len());
+        let mut headers = Vec::with_capacity(if self.cloudevents.is_some() { 10 } else { 2 } + rel.extra.len());
         headers.push((self.header_id.clone(), event_id.clone()));
+        let mut event_type = None;
         if let (Some(col), Some(column)) = (rel.event_type, &c.event_type_header_field) {
             if let Some(t) = rr.render(col, column, EVENT_TYPE_HEADER_OPTION, Form::Header)? {
-                headers.push((self.header_type.clone(), t));
+                headers.push((self.header_type.clone(), t.clone()));
+                event_type = Some(t);
             }
         }
-        let timestamp_ms = match (rel.timestamp, &c.timestamp_field) {
-            (Some(col), Some(column)) => rr.timestamp_ms(col, column)?,
+        let time = match (rel.timestamp, &c.timestamp_field) {
+            (Some(col), Some(column)) => rr.timestamp(col, column)?,
             _ => None,
         };
+        let timestamp_ms = time.map(|t| t.as_millisecond());
         if let (Some(col), Some(column)) = (rel.headers, &c.headers_field) {
             match rr.cell(col, column)? {
                 None => {}
                 Some(Cell::Text(json) | Cell::Binary(json)) => {
-                    expand_json_headers(json, &mut headers)
+                    let reserved =
+                        if self.cloudevents.is_some() { cloudevents::reserved_header } else { |_: &str| false };
+                    expand_json_headers(json, &mut headers, reserved)
                         .map_err(|expected| rr.bad_value(column, "table.field.event.headers", json, expected))?;
                 }
             }
@@ -261,7 +317,15 @@ impl Router {
                 }
             }
         }
-        let value = match payload {
+        let tracing_column = match (rel.tracing, &c.tracing_field) {
+            (Some(col), Some(column)) => match rr.cell(col, column)? {
+                Some(Cell::Text(text) | Cell::Binary(text)) => Some(text),
+                None => None,
+            },
+            _ => None,
+        };
+        let trace = self.trace_context(tracing_column.map(|t| t.as_ref()), &mut headers);
+        let mut value = match payload {
             Some(cell) if !tombstone => Some(if self.envelope {
                 rr.envelope(rel.payload, &c.payload_field, cell, &envelope_fields)?
             } else {
@@ -269,9 +333,85 @@ impl Router {
             }),
             _ => None,
         };
+        if let Some(envelope) = &self.cloudevents {
+            let event_type = event_type.ok_or_else(|| RouteError::NullField {
+                table: rel.table.clone(),
+                column: c.event_type_header_field.clone().unwrap_or_default(),
+                config_key: EVENT_TYPE_HEADER_OPTION,
+                event_id: rr.event_id.clone(),
+            })?;
+            let subject = rr.required(rel.key, &c.key_field, "table.field.event.key", Form::Header)?;
+            let time = time.or_else(|| commit_time_ms.and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok()));
+            let attributes = Attributes { id: &event_id, event_type: &event_type, time, subject: &subject };
+            let data = value.as_ref().map(|v| {
+                let json = self.envelope || matches!(payload, Some(Cell::Text(_)) if rel.payload.kind == Kind::Json);
+                let bytea = matches!(payload, Some(Cell::Binary(_))) || rel.payload.kind == Kind::Bytea;
+                match () {
+                    _ if json => Data::Json(v),
+                    _ if bytea => Data::Binary(v),
+                    _ => Data::classify(v),
+                }
+            });
+            match (data, envelope.mode) {
+                (None, _) => envelope.headers(&attributes, None, &mut headers),
+                (Some(data), cloudevents::CloudEventsMode::Binary) => envelope.binary(&attributes, data, &mut headers),
+                (Some(data), cloudevents::CloudEventsMode::Structured) => {
+                    let document = envelope.structured(&attributes, data, &mut headers);
+                    value = Some(document);
+                }
+            }
+        }
         let event = rr.event_id.take();
         let topic = self.topic_for(route_value, &rel.table, &event)?;
-        Ok(Record { topic, key, value, headers, event_id, timestamp_ms, partition })
+        Ok(Record { topic, key, value, headers, event_id, timestamp_ms, partition, trace })
+    }
+
+    /// Keeps at most one valid `traceparent` (the tracing column's, else the last such
+    /// header) and the `tracestate` that goes with it; see [`crate::tracecontext`].
+    fn trace_context(&self, column: Option<&[u8]>, headers: &mut Vec<(Arc<str>, Bytes)>) -> TraceOutcome {
+        let is = |name: &str, wanted: &str| name.eq_ignore_ascii_case(wanted);
+        let mut parent: Option<Bytes> = None;
+        let mut state: Option<Bytes> = None;
+        let mut found = false;
+        headers.retain(|(name, v)| {
+            if is(name, TRACEPARENT) {
+                parent = Some(v.clone());
+            } else if is(name, TRACESTATE) {
+                state = Some(v.clone());
+            } else {
+                return true;
+            }
+            found = true;
+            false
+        });
+        if let Some(text) = column {
+            let (p, s) = tracecontext::from_properties(text);
+            if p.is_some() || s.is_some() {
+                found = true;
+                parent = p.map(Bytes::from);
+                state = s.map(Bytes::from);
+            }
+        }
+        if !found {
+            return TraceOutcome::default();
+        }
+        let mut out = TraceOutcome::default();
+        match parent.as_deref().and_then(TraceParent::parse) {
+            Some(p) => {
+                out.parent = Some(p);
+                headers.push((self.header_traceparent.clone(), parent.unwrap_or_default()));
+            }
+            None => out.invalid = true,
+        }
+        if let Some(s) = state {
+            if out.parent.is_some() && tracecontext::valid_tracestate(&s) {
+                headers.push((self.header_tracestate.clone(), s.clone()));
+                out.state = Some(s);
+            } else {
+                out.invalid = true;
+            }
+        }
+        out
     }
 
     /// The id, key and payload of a row that could not be routed, as far as they can be
@@ -290,7 +430,13 @@ impl Router {
     /// whose fields are named by the same options as an outbox table's columns
     /// (`route.by.field`, `table.field.event.key`, `...id`, `...payload`, and the event
     /// type header's). The payload is the field's JSON text, a slice of `content`.
-    pub fn route_json(&mut self, content: &Bytes, source: &str) -> Result<Record, RouteError> {
+    /// `commit_time_ms`: the CloudEvents `time`.
+    pub fn route_json(
+        &mut self,
+        content: &Bytes,
+        source: &str,
+        commit_time_ms: Option<i64>,
+    ) -> Result<Record, RouteError> {
         let c = &self.config;
         let map: HashMap<String, &serde_json::value::RawValue> =
             serde_json::from_slice(content).map_err(|_| RouteError::BadValue {
@@ -324,10 +470,11 @@ impl Router {
         let key = text(&c.key_field).ok_or_else(|| null_field(&c.key_field, "table.field.event.key", &event))?;
         let route_value =
             text(&c.route_by_field).ok_or_else(|| null_field(&c.route_by_field, "route.by.field", &event))?;
-        let payload = map.get(c.payload_field.as_str()).map(|raw| raw.get()).filter(|raw| *raw != "null").map(|raw| {
-            let offset = (raw.as_ptr() as usize).saturating_sub(content.as_ptr() as usize);
-            content.slice(offset..offset.saturating_add(raw.len()).min(content.len()))
-        });
+        let mut payload =
+            map.get(c.payload_field.as_str()).map(|raw| raw.get()).filter(|raw| *raw != "null").map(|raw| {
+                let offset = (raw.as_ptr() as usize).saturating_sub(content.as_ptr() as usize);
+                content.slice(offset..offset.saturating_add(raw.len()).min(content.len()))
+            });
         if payload.is_none() && !c.tombstone_on_empty_payload {
             return Err(RouteError::EmptyPayload {
                 table: source.to_owned(),
@@ -336,11 +483,41 @@ impl Router {
             });
         }
         let mut headers = vec![(self.header_id.clone(), event_id.clone())];
-        if let Some(t) = c.event_type_header_field.as_deref().and_then(text) {
-            headers.push((self.header_type.clone(), t));
+        let event_type = c.event_type_header_field.as_deref().and_then(text);
+        if let Some(t) = &event_type {
+            headers.push((self.header_type.clone(), t.clone()));
+        }
+        if let Some(envelope) = &self.cloudevents {
+            let event_type = event_type.ok_or_else(|| RouteError::NullField {
+                table: source.to_owned(),
+                column: c.event_type_header_field.clone().unwrap_or_default(),
+                config_key: EVENT_TYPE_HEADER_OPTION,
+                event_id: event.clone(),
+            })?;
+            let time = commit_time_ms.and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok());
+            let attributes = Attributes { id: &event_id, event_type: &event_type, time, subject: &key };
+            match (&payload, envelope.mode) {
+                (None, _) => envelope.headers(&attributes, None, &mut headers),
+                (Some(p), cloudevents::CloudEventsMode::Binary) => {
+                    envelope.binary(&attributes, Data::Json(p), &mut headers)
+                }
+                (Some(p), cloudevents::CloudEventsMode::Structured) => {
+                    let document = envelope.structured(&attributes, Data::Json(p), &mut headers);
+                    payload = Some(document);
+                }
+            }
         }
         let topic = self.topic_for(route_value, source, &event)?;
-        Ok(Record { topic, key, value: payload, headers, event_id, timestamp_ms: None, partition: None })
+        Ok(Record {
+            topic,
+            key,
+            value: payload,
+            headers,
+            event_id,
+            timestamp_ms: None,
+            partition: None,
+            trace: TraceOutcome::default(),
+        })
     }
 
     fn topic_for(
@@ -494,7 +671,7 @@ impl<'a> RowReader<'a> {
     }
 
     /// `table.field.event.timestamp`: NULL is no timestamp (the caller's commit time).
-    fn timestamp_ms(&self, col: Col, column: &str) -> Result<Option<i64>, RouteError> {
+    fn timestamp(&self, col: Col, column: &str) -> Result<Option<jiff::Timestamp>, RouteError> {
         let text = match self.cell(col, column)? {
             None => return Ok(None),
             Some(Cell::Text(text)) => text,
@@ -502,8 +679,8 @@ impl<'a> RowReader<'a> {
                 return Err(self.bad_value(column, TIMESTAMP_KEY, bytes, "a timestamp in text format"))
             }
         };
-        let ms = parse_timestamp_ms(text).map_err(|expected| self.bad_value(column, TIMESTAMP_KEY, text, expected))?;
-        if ms < 0 {
+        let ts = parse_timestamp(text).map_err(|expected| self.bad_value(column, TIMESTAMP_KEY, text, expected))?;
+        if ts.as_millisecond() < 0 {
             return Err(self.bad_value(
                 column,
                 TIMESTAMP_KEY,
@@ -511,7 +688,7 @@ impl<'a> RowReader<'a> {
                 "a timestamp from 1970-01-01 00:00:00 UTC on (Kafka refuses negative record timestamps)",
             ));
         }
-        Ok(Some(ms))
+        Ok(Some(ts))
     }
 
     /// A `:partition` placement: NULL is no explicit partition, as in Debezium.
@@ -571,9 +748,19 @@ impl<'a> RowReader<'a> {
     }
 }
 
-/// One header per key of a JSON object; strings unquoted, other values as JSON text.
-fn expand_json_headers(json: &[u8], headers: &mut Vec<(Arc<str>, Bytes)>) -> Result<(), &'static str> {
+/// One header per key of a JSON object; strings unquoted, other values as JSON text. A
+/// `reserved` key (the CloudEvents headers, when that envelope is on) is an error.
+fn expand_json_headers(
+    json: &[u8],
+    headers: &mut Vec<(Arc<str>, Bytes)>,
+    reserved: fn(&str) -> bool,
+) -> Result<(), &'static str> {
     let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(json).map_err(|_| "a JSON object")?;
+    if map.keys().any(|k| reserved(k)) {
+        return Err(
+            "a JSON object without ce_* or content-type keys (envelope = \"cloudevents\" writes those headers)",
+        );
+    }
     for (k, v) in map {
         let value = match v {
             serde_json::Value::String(s) => Bytes::from(s),

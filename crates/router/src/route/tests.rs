@@ -1,5 +1,6 @@
 use super::*;
 use crate::options::AdditionalField;
+use crate::value::parse_timestamp_ms;
 use pgoutput::Column;
 use std::collections::HashSet;
 
@@ -400,7 +401,7 @@ fn json_messages_route_with_the_same_options() {
     let content = Bytes::from_static(
         br#"{"id": 17, "aggregate_type": "order", "aggregate_id": "o-1", "type": "OrderPlaced", "payload": {"total": 5, "s": "a\"b"}}"#,
     );
-    let rec = r.route_json(&content, "message prefix outbox").unwrap();
+    let rec = r.route_json(&content, "message prefix outbox", None).unwrap();
     assert_eq!(&*rec.topic, "outbox.event.order");
     assert_eq!(rec.key.as_ref(), b"o-1");
     assert_eq!(rec.event_id.as_ref(), b"17");
@@ -409,11 +410,12 @@ fn json_messages_route_with_the_same_options() {
     // The payload is a slice of the message content, not a copy.
     let v = rec.value.unwrap();
     assert!(v.as_ptr() >= content.as_ptr() && v.as_ptr() < content.as_ptr().wrapping_add(content.len()));
-    let err =
-        r.route_json(&Bytes::from_static(br#"{"id": 1, "aggregate_type": "x", "payload": {}}"#), "m").unwrap_err();
+    let err = r
+        .route_json(&Bytes::from_static(br#"{"id": 1, "aggregate_type": "x", "payload": {}}"#), "m", None)
+        .unwrap_err();
     assert_eq!(err.class(), "null_field");
-    assert_eq!(r.route_json(&Bytes::from_static(b"[1]"), "m").unwrap_err().class(), "bad_value");
-    assert_eq!(r.route_json(&Bytes::from_static(b"not json"), "m").unwrap_err().class(), "bad_value");
+    assert_eq!(r.route_json(&Bytes::from_static(b"[1]"), "m", None).unwrap_err().class(), "bad_value");
+    assert_eq!(r.route_json(&Bytes::from_static(b"not json"), "m", None).unwrap_err().class(), "bad_value");
 }
 
 #[test]
@@ -669,7 +671,7 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
             (r.route(&rel, &with(7, canary())).unwrap_err(), CANARY, true),
             (r.route(&rel, &with(8, canary())).unwrap_err(), CANARY, true),
             (
-                r.route_json(&Bytes::from_static(b"canary-secret@example.com"), "message prefix m").unwrap_err(),
+                r.route_json(&Bytes::from_static(b"canary-secret@example.com"), "message prefix m", None).unwrap_err(),
                 CANARY,
                 true,
             ),
@@ -701,3 +703,5 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
         assert_eq!(seen.len(), VARIANTS, "every variant is rendered: {seen:?}");
     }
 }
+
+mod envelope;
