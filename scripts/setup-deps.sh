@@ -9,6 +9,9 @@
 #   * an ordinary OS user to run test clusters (initdb refuses to run as root):
 #     `postgres` when it exists, else `walpost-pg` (or $WALPOST_PG_OS_USER)
 #   * the Apache Kafka 4.1.1 jars (scripts/fetch-kafka.sh)
+#   * the CloudEvents SDK (PyPI, in a venv) and the OpenTelemetry Collector built from
+#     tools/otelcol (Go module proxy), for the CloudEvents and tracing end-to-end tests
+#     (scripts/fetch-test-tools.sh)
 # Rust, Java 17 and Maven are expected to be installed already.
 #
 # Idempotent: packages are installed (and `apt-get update` run) only when missing.
@@ -22,7 +25,8 @@ if [[ $(id -u) -ne 0 ]]; then
     if command -v sudo >/dev/null 2>&1; then
         say "not root; re-running the system part through sudo"
         sudo --preserve-env=WALPOST_PG_OS_USER WALPOST_SETUP_SKIP_KAFKA=1 "$0" "$@"
-        # Fetch Kafka as the invoking user so the jars land in *their* cache.
+        # Fetch Kafka and the test tools as the invoking user so they land in *their* cache.
+        "$script_dir/fetch-test-tools.sh" >&2
         exec "$script_dir/fetch-kafka.sh"
     fi
     say "must run as root (and sudo is not available)" >&2
@@ -78,3 +82,4 @@ if [[ -n "${WALPOST_SETUP_SKIP_KAFKA:-}" ]]; then
 fi
 libs="$("$script_dir/fetch-kafka.sh")"
 say "Kafka jars: $libs"
+"$script_dir/fetch-test-tools.sh" >&2
