@@ -233,6 +233,11 @@ pub struct RunArgs {
     #[arg(long, env = "WALPOST_DELIVERY", hide_env_values = true, value_name = "MODE")]
     pub delivery: Option<String>,
 
+    /// Record envelope: none (Debezium's records), or cloudevents (CloudEvents Kafka
+    /// binding 1.0; [cloudevents] mode = binary or structured) [default: none].
+    #[arg(long, env = "WALPOST_ENVELOPE", hide_env_values = true, value_name = "ENVELOPE")]
+    pub envelope: Option<String>,
+
     /// File holding the PostgreSQL password (owner-only), when the URL has none; it wins
     /// over PGPASSWORD. Keeps the password out of argv and the environment.
     #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
@@ -270,6 +275,7 @@ impl RunArgs {
             retention_days_ahead: None,
             postgres_password_file: self.postgres_password_file.clone(),
             delivery: self.delivery.clone(),
+            envelope: self.envelope.clone(),
             kafka_secret_env: kafka_secret_env(&|k| std::env::var(k).ok()),
         }
     }

@@ -118,6 +118,7 @@ impl PermanentErrorPolicy {
             event_id: failure.event_id.clone(),
             timestamp_ms: None,
             partition: None,
+            trace: router::TraceOutcome::default(),
         })
     }
 

@@ -460,6 +460,7 @@ mod tests {
             event_id: Bytes::from_static(b"1"),
             timestamp_ms: None,
             partition: None,
+            trace: router::TraceOutcome::default(),
         }
     }
 

@@ -52,6 +52,11 @@ pub struct FileConfig {
     pub delivery: Option<String>,
     #[serde(default, skip_serializing_if = "ExactlyOnceFile::is_empty")]
     pub exactly_once: ExactlyOnceFile,
+    /// `none` (default) or `cloudevents`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub envelope: Option<String>,
+    #[serde(default, skip_serializing_if = "CloudEventsFile::is_empty")]
+    pub cloudevents: CloudEventsFile,
     #[serde(default)]
     pub kafka: KafkaFile,
     #[serde(default)]
@@ -199,6 +204,14 @@ pub struct RouterFile {
     /// A JSON object column whose keys become headers (walpost extension).
     #[serde(rename = "table.field.event.headers", skip_serializing_if = "Option::is_none")]
     pub headers_field: Option<String>,
+    /// A column with the writer's trace context in Debezium's serialised form
+    /// (`traceparent=...`); Debezium's name `tracing.span.context.field` is accepted.
+    #[serde(
+        rename = "table.field.event.tracing",
+        alias = "tracing.span.context.field",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tracing_field: Option<String>,
     #[serde(rename = "table.fields.additional.placement", skip_serializing_if = "Option::is_none")]
     pub additional_placement: Option<String>,
     /// `error` (default) or `ignore`.
@@ -232,6 +245,7 @@ impl RouterFile {
             event_type_field,
             timestamp_field,
             headers_field,
+            tracing_field,
             additional_placement,
             additional_missing,
             op_invalid_behavior,
@@ -274,6 +288,22 @@ pub struct MessagesFile {
 impl MessagesFile {
     fn is_empty(&self) -> bool {
         self.prefix_include.is_empty()
+    }
+}
+
+/// `[cloudevents]`: the CloudEvents envelope (with `envelope = "cloudevents"`).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudEventsFile {
+    /// `binary` (default: attributes in `ce_*` headers) or `structured` (one JSON document).
+    pub mode: Option<String>,
+    /// The `source` attribute; default `/walpost/<database>/<schema>.<table>`.
+    pub source: Option<String>,
+}
+
+impl CloudEventsFile {
+    fn is_empty(&self) -> bool {
+        self.mode.is_none() && self.source.is_none()
     }
 }
 

@@ -24,8 +24,8 @@ use router::RouterConfig;
 use serde::{Deserialize, Serialize};
 
 pub use file::{
-    ExactlyOnceFile, FileConfig, KafkaFile, MessagesFile, MonitorFile, OutboxFile, PipelineFile, RetentionFile,
-    RouterFile,
+    CloudEventsFile, ExactlyOnceFile, FileConfig, KafkaFile, MessagesFile, MonitorFile, OutboxFile, PipelineFile,
+    RetentionFile, RouterFile,
 };
 pub use resolve::{validate_identifier, Overrides};
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 use router::RouterConfig;
 
 use super::{
-    secrets, ConfigError, Delivery, ExactlyOnce, ExactlyOnceFile, FileConfig, KafkaSettings, Messages, MonitorSettings,
-    OnPermanentError, OpInvalid, Outbox, RetentionFile, RetentionSettings, RouterFile, Settings, SnapshotMode,
-    SnapshotSettings, SourceSettings, StreamSettings, TableName, Thresholds,
+    secrets, CloudEventsFile, ConfigError, Delivery, ExactlyOnce, ExactlyOnceFile, FileConfig, KafkaSettings, Messages,
+    MonitorSettings, OnPermanentError, OpInvalid, Outbox, RetentionFile, RetentionSettings, RouterFile, Settings,
+    SnapshotMode, SnapshotSettings, SourceSettings, StreamSettings, TableName, Thresholds,
 };
 
 /// What the command line (flags and `WALPOST_*` variables, already merged by it) sets.
@@ -42,6 +42,8 @@ pub struct Overrides {
     pub kafka_secret_env: Vec<(String, String)>,
     /// `--delivery`: `at-least-once` or `exactly-once`.
     pub delivery: Option<String>,
+    /// `--envelope`: `none` or `cloudevents`.
+    pub envelope: Option<String>,
 }
 
 impl Settings {
@@ -91,11 +93,17 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
     };
     let base = from_flags.or(&file.router);
     let log_values = file.log_values.unwrap_or(false);
-    let (router, op_invalid) = resolve_router(&base, log_values)?;
+    let envelope = resolve_envelope(o.envelope.clone().or(file.envelope), &file.cloudevents)?;
+    // The default CloudEvents source names the database and the table.
+    let dbname = replication::Config::parse_with_env(&postgres, &|k| std::env::var(k).ok())
+        .map(|c| c.dbname)
+        .unwrap_or_default();
+    let ce_for = |what: &str| envelope.as_ref().map(|e| e.for_source(&dbname, what));
+    let (router, op_invalid) = resolve_router(&base, log_values, ce_for(&table.to_string()))?;
     let mut outboxes = vec![Outbox { table, router, op_invalid }];
     for extra in &file.outbox {
-        let (r, op) = resolve_router(&extra.router.or(&base), log_values)?;
         let t = TableName::parse(&extra.table)?;
+        let (r, op) = resolve_router(&extra.router.or(&base), log_values, ce_for(&t.to_string()))?;
         if outboxes.iter().any(|o| o.table == t) {
             return Err(ConfigError::Invalid {
                 key: "outbox.table",
@@ -108,7 +116,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
     let messages = if file.messages.prefix_include.is_empty() {
         None
     } else {
-        let (r, op) = resolve_router(&file.messages.router.or(&base), log_values)?;
+        let (r, op) = resolve_router(&file.messages.router.or(&base), log_values, ce_for("messages"))?;
         Some(Messages {
             prefixes: file.messages.prefix_include.clone(),
             allow_non_transactional: file.messages.allow_non_transactional,
@@ -356,8 +364,68 @@ fn secs(key: &'static str, v: Option<u64>, default: u64) -> Result<Duration, Con
     positive(key, v, default).map(Duration::from_secs)
 }
 
+/// `envelope` and `[cloudevents]`, before the default source is known per table.
+#[derive(Debug, Clone)]
+struct EnvelopeChoice {
+    mode: router::CloudEventsMode,
+    source: Option<String>,
+}
+
+impl EnvelopeChoice {
+    /// The configuration for one outbox (`what`: `schema.table`, or `messages`).
+    fn for_source(&self, database: &str, what: &str) -> router::CloudEventsConfig {
+        router::CloudEventsConfig {
+            mode: self.mode,
+            source: self.source.clone().unwrap_or_else(|| format!("/walpost/{database}/{what}")),
+        }
+    }
+}
+
+fn resolve_envelope(envelope: Option<String>, f: &CloudEventsFile) -> Result<Option<EnvelopeChoice>, ConfigError> {
+    let cloudevents = match envelope.as_deref() {
+        None | Some("none") => false,
+        Some("cloudevents") => true,
+        Some(other) => {
+            return Err(ConfigError::Invalid { key: "envelope", value: other.into(), expected: "none or cloudevents" })
+        }
+    };
+    if !cloudevents {
+        if f.mode.is_some() || f.source.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "cloudevents",
+                value: "[cloudevents] settings".into(),
+                expected: "envelope = \"cloudevents\" when [cloudevents] is set",
+            });
+        }
+        return Ok(None);
+    }
+    let mode = match f.mode.as_deref() {
+        None | Some("binary") => router::CloudEventsMode::Binary,
+        Some("structured") => router::CloudEventsMode::Structured,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "cloudevents.mode",
+                value: other.into(),
+                expected: "binary or structured",
+            })
+        }
+    };
+    if f.source.as_deref().is_some_and(|s| s.trim().is_empty()) {
+        return Err(ConfigError::Invalid {
+            key: "cloudevents.source",
+            value: String::new(),
+            expected: "a URI-reference such as /walpost/shop/events.outbox (or leave it out for that default)",
+        });
+    }
+    Ok(Some(EnvelopeChoice { mode, source: f.source.clone() }))
+}
+
 /// The router configuration and the invalid-operation policy these options describe.
-fn resolve_router(f: &RouterFile, log_values: bool) -> Result<(RouterConfig, OpInvalid), ConfigError> {
+fn resolve_router(
+    f: &RouterFile,
+    log_values: bool,
+    cloudevents: Option<router::CloudEventsConfig>,
+) -> Result<(RouterConfig, OpInvalid), ConfigError> {
     let d = RouterConfig::default();
     let additional = match &f.additional_placement {
         Some(text) => router::AdditionalField::parse_list(text).map_err(ConfigError::Option)?,
@@ -414,6 +482,8 @@ fn resolve_router(f: &RouterFile, log_values: bool) -> Result<(RouterConfig, OpI
         log_values,
         timestamp_field: f.timestamp_field.clone().filter(|c| !c.is_empty()),
         headers_field: f.headers_field.clone().filter(|c| !c.is_empty()),
+        tracing_field: f.tracing_field.clone().filter(|c| !c.is_empty()),
+        cloudevents,
         additional,
         additional_missing_ignore,
         tombstone_on_empty_payload: f.tombstone_on_empty_payload.unwrap_or(false),
@@ -666,6 +736,54 @@ mod tests {
         assert!(resolve_retention(&bad, None, None).unwrap_err().to_string().contains("retention.days_ahead"));
         let err = toml::from_str::<RetentionFile>("keep_dayz = 3").unwrap_err().to_string();
         assert!(err.contains("keep_dayz"), "{err}");
+    }
+
+    #[test]
+    fn cloudevents_envelope_resolves_per_table() {
+        assert!(Settings::resolve(&base(), FileConfig::default()).unwrap().router().cloudevents.is_none());
+        let f = file(
+            "envelope = \"cloudevents\"\n[[outbox]]\ntable = \"billing.outbox\"\n[messages]\n\"prefix.include\" = [\"outbox\"]",
+        );
+        let s = Settings::resolve(&base(), f).unwrap();
+        let ce = |i: usize| s.source.outboxes[i].router.cloudevents.clone().unwrap();
+        assert_eq!(ce(0).mode, router::CloudEventsMode::Binary);
+        assert_eq!(ce(0).source, "/walpost/d/events.outbox", "database d of postgres://u@h/d");
+        assert_eq!(ce(1).source, "/walpost/d/billing.outbox");
+        assert_eq!(
+            s.source.messages.as_ref().unwrap().router.cloudevents.as_ref().unwrap().source,
+            "/walpost/d/messages"
+        );
+        let f = file("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"structured\"\nsource = \"urn:shop\"");
+        let o = Overrides { envelope: Some("none".into()), ..base() };
+        let err = Settings::resolve(&o, f).unwrap_err().to_string();
+        assert!(err.contains("cloudevents"), "the flag turned the envelope off while [cloudevents] is set: {err}");
+        let f = file("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"structured\"\nsource = \"urn:shop\"");
+        let ce = Settings::resolve(&base(), f).unwrap().router().cloudevents.clone().unwrap();
+        assert_eq!((ce.mode, ce.source.as_str()), (router::CloudEventsMode::Structured, "urn:shop"));
+        let o = Overrides { envelope: Some("cloudevents".into()), ..base() };
+        assert!(Settings::resolve(&o, FileConfig::default()).unwrap().router().cloudevents.is_some(), "--envelope");
+        for (text, key) in [
+            ("envelope = \"xml\"", "envelope"),
+            ("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"batch\"", "cloudevents.mode"),
+            ("envelope = \"cloudevents\"\n[cloudevents]\nsource = \"\"", "cloudevents.source"),
+            (
+                "envelope = \"cloudevents\"\n[router]\n\"table.fields.additional.placement\" = \"event_type:header:ce_type\"",
+                "collide",
+            ),
+            ("envelope = \"cloudevents\"\n[router]\n\"table.field.event.type.header\" = \"\"", "event type column"),
+        ] {
+            let err = Settings::resolve(&base(), file(text)).unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+        assert!(FileConfig::parse("[cloudevents]\nmodes = \"binary\"").unwrap_err().contains("modes"));
+    }
+
+    #[test]
+    fn debeziums_tracing_option_names_the_trace_column() {
+        for key in ["tracing.span.context.field", "table.field.event.tracing"] {
+            let s = Settings::resolve(&base(), file(&format!("[router]\n\"{key}\" = \"trace\""))).unwrap();
+            assert_eq!(s.router().tracing_field.as_deref(), Some("trace"), "{key}");
+        }
     }
 
     #[test]

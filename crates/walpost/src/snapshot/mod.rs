@@ -217,6 +217,7 @@ impl Snapshot<'_> {
                 event_id: Bytes::new(),
                 timestamp_ms: None,
                 partition: None,
+                trace: router::TraceOutcome::default(),
             };
             let tag = RowTag { outbox: usize::MAX, event_id: Bytes::new(), seq: u64::MAX };
             self.window.enqueue(Outgoing { record, timestamp_ms: None, tag, dead_letter: None });

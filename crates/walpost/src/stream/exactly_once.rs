@@ -138,6 +138,7 @@ impl ExactlyOnceState {
             event_id: Bytes::new(),
             timestamp_ms: None,
             partition: None,
+            trace: router::TraceOutcome::default(),
         };
         Outgoing {
             record,

@@ -7,8 +7,12 @@
 //! [`Routed::Unroutable`] for the permanent-error policy, never as a silent skip; an
 //! UPDATE/DELETE/TRUNCATE of an outbox table is skipped only under `warn`/`error`
 //! (counted in `walpost_events_skipped_total`) and halts under `fatal`.
+//! - A row's invalid trace context never stops it: the router leaves it out of the
+//!   headers, and it is counted (`walpost_trace_context_invalid_total`) and logged with
+//!   the event id only, at most once per [`TRACE_WARNING_EVERY`].
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pgoutput::{Lsn, Relation, TupleData};
@@ -18,6 +22,9 @@ use crate::error::PipelineError;
 use crate::kafka::Original;
 use crate::settings::{OpInvalid, Settings, TableName};
 use crate::telemetry::metrics::StreamMetrics;
+
+/// Invalid trace contexts are logged at most this often (each is counted).
+pub const TRACE_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// What a change became.
 #[derive(Debug)]
@@ -63,6 +70,32 @@ pub struct Routing {
     messages: Option<MessageRoute>,
     relations: HashMap<u32, RelationEntry>,
     metrics: StreamMetrics,
+    trace_warnings: TraceWarnings,
+}
+
+/// When an invalid trace context was last logged, and how many came since.
+#[derive(Debug, Default)]
+struct TraceWarnings {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl TraceWarnings {
+    /// Counts a row whose trace context was dropped; logs it (event id only, never the
+    /// value) at most once per [`TRACE_WARNING_EVERY`].
+    fn note(&mut self, metrics: &StreamMetrics, record: &Record, table: &TableName) {
+        metrics.trace_context_invalid.inc();
+        self.unlogged += 1;
+        if self.last.is_none_or(|t| t.elapsed() >= TRACE_WARNING_EVERY) {
+            tracing::warn!(
+                event_id = %String::from_utf8_lossy(&record.event_id),
+                rows = self.unlogged,
+                "outbox table {table}: an invalid traceparent or tracestate was left out of the record's headers (the event is published without it); rows counts those since the last such line"
+            );
+            self.last = Some(Instant::now());
+            self.unlogged = 0;
+        }
+    }
 }
 
 impl std::fmt::Debug for Routing {
@@ -97,7 +130,7 @@ impl Routing {
             }),
             None => None,
         };
-        Ok(Routing { outboxes, messages, relations: HashMap::new(), metrics })
+        Ok(Routing { outboxes, messages, relations: HashMap::new(), metrics, trace_warnings: TraceWarnings::default() })
     }
 
     /// A Relation message: (re)learns the relation's columns.
@@ -118,12 +151,24 @@ impl Routing {
         self.relations.insert(r.oid, entry);
     }
 
-    /// An INSERT.
-    pub fn insert(&mut self, relation_oid: u32, tuple: &TupleData) -> Result<Routed, PipelineError> {
+    /// An INSERT of a transaction committed at `commit_time_ms` (the CloudEvents time
+    /// when the row has none).
+    pub fn insert(
+        &mut self,
+        relation_oid: u32,
+        tuple: &TupleData,
+        commit_time_ms: Option<i64>,
+    ) -> Result<Routed, PipelineError> {
         match self.relations.get(&relation_oid) {
             Some(RelationEntry::Outbox(i, rel)) => {
                 let o = self.outboxes.get_mut(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
-                Ok(match o.router.route(rel, tuple) {
+                let routed = o.router.route_at(rel, tuple, commit_time_ms);
+                if let Ok(record) = &routed {
+                    if record.trace.invalid {
+                        self.trace_warnings.note(&self.metrics, record, &o.table);
+                    }
+                }
+                Ok(match routed {
                     Ok(record) => Routed::Record(record),
                     Err(error) => {
                         let (id, key, value) = o.router.salvage(rel, tuple);
@@ -152,7 +197,8 @@ impl Routing {
 
     /// Whether a message's prefix is an outbox prefix, and if so whether a
     /// non-transactional one may be published (`Err` decides by the policy).
-    pub fn message(&mut self, m: &pgoutput::Message) -> Result<Routed, PipelineError> {
+    /// `commit_time_ms`: the CloudEvents time.
+    pub fn message(&mut self, m: &pgoutput::Message, commit_time_ms: Option<i64>) -> Result<Routed, PipelineError> {
         let Some(config) = self.messages.as_mut() else {
             return Ok(Routed::NotAnEvent);
         };
@@ -170,7 +216,7 @@ impl Routing {
             return Ok(Routed::NotAnEvent);
         }
         let source = format!("message prefix {prefix}");
-        Ok(match config.router.route_json(&m.content, &source) {
+        Ok(match config.router.route_json(&m.content, &source, commit_time_ms) {
             Ok(record) => Routed::Record(record),
             Err(error) => unroutable(error, None, None, Some(m.content.clone())),
         })

@@ -319,12 +319,18 @@ impl<'a> Session<'a> {
             }
             Change::Relation(r) => self.routing.relation(&r),
             Change::Insert { relation_oid, tuple } => {
-                let routed = self.routing.insert(relation_oid, &tuple)?;
+                let commit_time = self.decoding.current_ref().map(|t| t.commit_time_ms);
+                let routed = self.routing.insert(relation_oid, &tuple, commit_time)?;
                 self.publish_in_open_txn(routed)?;
             }
             Change::Other { op, relation_oids } => self.routing.other_operation(op, &relation_oids)?,
             Change::Message(m) => {
-                let routed = self.routing.message(&m)?;
+                let commit_time = if m.transactional {
+                    self.decoding.current_ref().map(|t| t.commit_time_ms)
+                } else {
+                    Some(now_ms())
+                };
+                let routed = self.routing.message(&m, commit_time)?;
                 if m.transactional {
                     self.publish_in_open_txn(routed)?;
                 } else if !matches!(routed, Routed::NotAnEvent) {

@@ -7,7 +7,7 @@
 //! series.
 //!
 //! Each subsystem owns a typed handle group ([`StreamMetrics`], [`KafkaMetrics`],
-//! [`SlotMetrics`], [`SnapshotMetrics`], [`RetentionMetrics`]) and updates it
+//! [`SlotMetrics`], [`SnapshotMetrics`], [`RetentionMetrics`], [`SpanMetrics`]) and updates it
 //! directly; nothing is looked up by name at run time. Labels are low-cardinality and
 //! never carry payload contents: error `class`, skip `reason`, reconnect `cause`, slot
 //! `status`/alarm `level`, and `topic`, which is capped at [`MAX_TOPIC_SERIES`] distinct
@@ -61,6 +61,9 @@ pub mod names {
     pub const RETENTION_SKIPPED: &str = "walpost_retention_partitions_skipped_total";
     pub const RETENTION_PASSES: &str = "walpost_retention_passes_total";
     pub const RETENTION_LAST_SUCCESS: &str = "walpost_retention_last_success_timestamp_seconds";
+    pub const TRACE_CONTEXT_INVALID: &str = "walpost_trace_context_invalid_total";
+    pub const SPANS_EXPORTED: &str = "walpost_spans_exported_total";
+    pub const SPANS_DROPPED: &str = "walpost_spans_dropped_total";
 }
 
 use names::*;
@@ -110,6 +113,17 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (RETENTION_SKIPPED, "counter", "Partitions retention left in place although due, by reason."),
     (RETENTION_PASSES, "counter", "Retention passes by result (ok, error)."),
     (RETENTION_LAST_SUCCESS, "gauge", "Unix time of the last retention pass without error (0: none yet)."),
+    (
+        TRACE_CONTEXT_INVALID,
+        "counter",
+        "Rows whose traceparent or tracestate was invalid and left out of the record's headers.",
+    ),
+    (SPANS_EXPORTED, "counter", "Spans the OTLP endpoint accepted (with OTEL_EXPORTER_OTLP_ENDPOINT)."),
+    (
+        SPANS_DROPPED,
+        "counter",
+        "Spans not exported: the export queue was full, or the OTLP endpoint failed or refused them.",
+    ),
 ];
 
 /// Distinct `topic` label values of `walpost_events_published_total`; more are `(other)`.
@@ -149,6 +163,7 @@ pub struct Metrics {
     pub slot: SlotMetrics,
     pub snapshot: SnapshotMetrics,
     pub retention: RetentionMetrics,
+    pub spans: SpanMetrics,
     streaming: IntGauge,
     unacknowledged: Gauge,
     lag: Gauge,
@@ -163,6 +178,8 @@ pub struct StreamMetrics {
     reconnects: IntCounterVec,
     skipped: IntCounterVec,
     lag: Arc<LagClock>,
+    /// Rows whose trace context was invalid (dropped from the headers).
+    pub trace_context_invalid: IntCounter,
 }
 
 /// Why the stream reconnected.
@@ -292,6 +309,13 @@ pub struct SnapshotMetrics {
     pub running: IntGauge,
 }
 
+/// The OTLP span exporter's counters.
+#[derive(Debug, Clone)]
+pub struct SpanMetrics {
+    pub exported: IntCounter,
+    pub dropped: IntCounter,
+}
+
 /// Retention's metrics.
 #[derive(Debug, Clone)]
 pub struct RetentionMetrics {
@@ -339,6 +363,7 @@ impl Metrics {
             reconnects: counters(RECONNECTS, "cause")?,
             skipped: counters(SKIPPED, "reason")?,
             lag: Arc::new(LagClock::default()),
+            trace_context_invalid: counter(TRACE_CONTEXT_INVALID)?,
         };
         for cause in ["postgres", "kafka"] {
             let _ = stream.reconnects.with_label_values(&[cause]);
@@ -389,10 +414,23 @@ impl Metrics {
         for result in ["ok", "error"] {
             let _ = retention.passes.with_label_values(&[result]);
         }
+        let spans = SpanMetrics { exported: counter(SPANS_EXPORTED)?, dropped: counter(SPANS_DROPPED)? };
         let streaming = gauge(STREAMING)?;
         let unacknowledged = fgauge(UNACKNOWLEDGED)?;
         let lag = fgauge(LAG)?;
-        Ok(Metrics { registry: r, health, stream, kafka, slot, snapshot, retention, streaming, unacknowledged, lag })
+        Ok(Metrics {
+            registry: r,
+            health,
+            stream,
+            kafka,
+            slot,
+            snapshot,
+            retention,
+            spans,
+            streaming,
+            unacknowledged,
+            lag,
+        })
     }
 
     /// The shared state the scrape-time gauges come from.
