@@ -12,7 +12,7 @@ use crate::cli::{Cli, Command, SlotAction};
 use crate::error::PipelineError;
 use crate::settings::{FileConfig, Settings};
 use crate::telemetry::{http, Health, Metrics};
-use crate::{kafka, monitor, ops, retention, stream};
+use crate::{kafka, monitor, ops, otlp, retention, stream};
 
 /// How long after start-up the slot monitor, retention and heartbeat tasks begin, so
 /// their connections do not compete with the stream's on the way to the first record.
@@ -20,6 +20,8 @@ const BACKGROUND_START_DELAY: Duration = Duration::from_secs(1);
 
 /// `/healthz` fails when the stream's runtime has not run for this long.
 const LIVENESS_TIMEOUT: Duration = Duration::from_secs(30);
+/// At a stop, queued spans get this long to reach the OTLP endpoint.
+const SPAN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The process's exit code for a run that did not fail: 0, or what a command says
 /// (`walpost slot status` by the slot's state, `import-debezium` 2 when incomplete).
@@ -96,6 +98,11 @@ async fn run(settings: Settings) -> Result<(), PipelineError> {
         "walpost starting"
     );
     kafka::config::log_defaults(&settings.kafka.properties);
+    // Only with OTEL_EXPORTER_OTLP_ENDPOINT: otherwise no thread, no queue, no spans.
+    let spans = match &settings.otel {
+        Some(otel) => Some(otlp::Exporter::start(otel, metrics.spans.clone())?),
+        None => None,
+    };
     let shutdown = shutdown_signal()?;
     // The beat proves the stream's runtime thread runs (`/healthz`).
     let beat = health.clone();
@@ -117,14 +124,19 @@ async fn run(settings: Settings) -> Result<(), PipelineError> {
             tokio::spawn(monitor::heartbeat::run(settings, every));
         }
     });
-    tokio::select! {
-        result = stream::run(&settings, &metrics, shutdown) => result?,
+    let result = tokio::select! {
+        result = stream::run(&settings, &metrics, spans.as_ref(), shutdown) => result,
         // The slot was invalidated or an outbox table stopped being streamed.
         Ok(()) = fatal.changed() => {
             let message = fatal.borrow().clone().unwrap_or_default();
-            return Err(PipelineError::definite(message));
+            Err(PipelineError::definite(message))
         }
+    };
+    if let Some(spans) = spans {
+        // The spans of what was delivered before the stop; off the runtime's thread.
+        let _ = tokio::task::spawn_blocking(move || spans.shutdown(SPAN_FLUSH_TIMEOUT)).await;
     }
+    result?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | 0 | [`error`] | the transient/definite split |
 //! | 1 | [`settings`], [`telemetry`] | configuration; metrics, health, HTTP |
-//! | 2 | [`postgres`], [`kafka`] | catalog queries and checks; producer, produce window, permanent-error policy |
+//! | 2 | [`postgres`], [`kafka`], [`otlp`] | catalog queries and checks; producer, produce window, permanent-error policy; span export |
 //! | 3 | [`snapshot`] | the initial snapshot |
 //! | 4 | [`stream`], [`monitor`], [`retention`] | THE DATA PATH; slot alarms; partition retention |
 //! | 5 | [`ops`] | `check`, `slot`, `import-debezium` |
@@ -24,6 +24,7 @@ pub mod settings;
 pub mod telemetry;
 
 pub mod kafka;
+pub mod otlp;
 pub mod postgres;
 
 pub mod snapshot;

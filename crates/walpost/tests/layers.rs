@@ -19,7 +19,7 @@ fn repo() -> PathBuf {
 const LAYERS: &[&[&str]] = &[
     &["error"],
     &["settings", "telemetry"],
-    &["postgres", "kafka"],
+    &["postgres", "kafka", "otlp"],
     &["snapshot"],
     &["stream", "monitor", "retention"],
     &["ops"],

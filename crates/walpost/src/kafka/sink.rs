@@ -43,9 +43,18 @@ pub struct Report {
 /// See the module docs.
 #[derive(Debug)]
 pub enum Outcome {
-    Delivered,
-    Retryable { error: String },
-    Rejected { rejection: Rejection, original: Box<Original> },
+    /// Where Kafka put it.
+    Delivered {
+        partition: i32,
+        offset: i64,
+    },
+    Retryable {
+        error: String,
+    },
+    Rejected {
+        rejection: Rejection,
+        original: Box<Original>,
+    },
 }
 
 /// A copy of a rejected record, kept so it can go to the dead-letter topic.
@@ -152,7 +161,7 @@ impl ProducerContext for SinkContext {
                 if let Some(ts) = msg.timestamp().to_millis() {
                     self.metrics.latency.observe((now_ms() - ts).max(0) as f64 / 1000.0);
                 }
-                Outcome::Delivered
+                Outcome::Delivered { partition: msg.partition(), offset: msg.offset() }
             }
             Err((error, msg)) => match classify(error) {
                 Some((code, fix)) => {

@@ -63,9 +63,9 @@ pub struct Outgoing<T> {
 /// What became of a record.
 #[derive(Debug)]
 pub enum Event<T> {
-    /// Acknowledged (acks=all). A dead letter's acknowledgement is counted in
-    /// `walpost_dead_letters_total` here.
-    Delivered { tag: T, dead_letter: bool },
+    /// Acknowledged (acks=all), at this topic, partition and offset. A dead letter's
+    /// acknowledgement is counted in `walpost_dead_letters_total` here.
+    Delivered { tag: T, dead_letter: bool, topic: Arc<str>, partition: i32, offset: i64 },
     /// Kafka will never take it. `producer_fatal`: the producer stopped for good
     /// because of it (the gap-less guarantee) and will deliver nothing more.
     Rejected {
@@ -337,17 +337,17 @@ impl<T> ProduceWindow<T> {
         }
         let dead_letter = flight.dead_letter.is_some();
         let event = match report.outcome {
-            Outcome::Delivered => {
+            Outcome::Delivered { partition, offset } => {
                 if was_alone {
                     if self.settled.len() >= MAX_SETTLED_TOPICS {
                         self.settled.clear();
                     }
-                    self.settled.insert(flight.topic);
+                    self.settled.insert(flight.topic.clone());
                 }
                 if let Some(class) = &flight.dead_letter {
                     self.metrics.dead_letter(class);
                 }
-                Event::Delivered { tag: flight.tag, dead_letter }
+                Event::Delivered { tag: flight.tag, dead_letter, topic: flight.topic, partition, offset }
             }
             Outcome::Rejected { rejection, original } => Event::Rejected {
                 tag: flight.tag,

@@ -12,6 +12,7 @@
 //! ordered (warning <= critical), and the router options resolve into routers.
 
 mod file;
+pub mod otel;
 mod resolve;
 pub mod secrets;
 
@@ -41,6 +42,8 @@ pub struct Settings {
     pub retention: RetentionSettings,
     /// `/metrics`, `/healthz`, `/readyz`; `None`: not served.
     pub metrics_addr: Option<SocketAddr>,
+    /// Span export (`OTEL_EXPORTER_OTLP_ENDPOINT`...); `None`: no exporter, no spans.
+    pub otel: Option<otel::OtelSettings>,
 }
 
 impl Settings {

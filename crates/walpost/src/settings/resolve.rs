@@ -274,6 +274,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         monitor,
         retention: resolve_retention(&file.retention, o.retention_keep_days, o.retention_days_ahead)?,
         metrics_addr,
+        otel: super::otel::OtelSettings::from_env(&|k| std::env::var(k).ok())?,
     })
 }
 

@@ -143,7 +143,7 @@ impl ExactlyOnceState {
         Outgoing {
             record,
             timestamp_ms: None,
-            tag: Tag { txn: None, id: RecordId { txn: Lsn::ZERO, ordinal: 0 } },
+            tag: Tag { txn: None, id: RecordId { txn: Lsn::ZERO, ordinal: 0 }, span: None },
             dead_letter: None,
         }
     }

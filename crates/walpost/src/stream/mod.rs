@@ -31,6 +31,7 @@ use tokio::sync::watch;
 
 use crate::error::PipelineError;
 use crate::kafka::DeliveryMemo;
+use crate::otlp::Exporter;
 use crate::postgres::lineage::Lineage;
 use crate::settings::Settings;
 use crate::telemetry::metrics::ReconnectCause;
@@ -38,15 +39,20 @@ use crate::telemetry::Metrics;
 use session::{Culprit, Session, SessionEnd};
 use start::Begun;
 
-/// Streams until shutdown (Ok) or a definite error.
-pub async fn run(s: &Settings, metrics: &Metrics, mut shutdown: watch::Receiver<bool>) -> Result<(), PipelineError> {
+/// Streams until shutdown (Ok) or a definite error; `spans`: the span exporter, if any.
+pub async fn run(
+    s: &Settings,
+    metrics: &Metrics,
+    spans: Option<&Exporter>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), PipelineError> {
     let mut backoff = Backoff::new(s.stream.max_backoff);
     let mut memo = DeliveryMemo::default();
     let mut lineage = Lineage::default();
     let mut last_waiting_note: Option<Instant> = None;
     loop {
         let started = Instant::now();
-        let (result, culprit) = session(s, metrics, &mut memo, &mut lineage, &mut shutdown).await;
+        let (result, culprit) = session(s, metrics, spans, &mut memo, &mut lineage, &mut shutdown).await;
         metrics.health().set_streaming(false);
         let kafka_restart = culprit == Culprit::Kafka && matches!(&result, Err(e) if e.is_transient());
         if !kafka_restart {
@@ -88,6 +94,7 @@ pub async fn run(s: &Settings, metrics: &Metrics, mut shutdown: watch::Receiver<
 async fn session(
     s: &Settings,
     metrics: &Metrics,
+    spans: Option<&Exporter>,
     memo: &mut DeliveryMemo,
     lineage: &mut Lineage,
     shutdown: &mut watch::Receiver<bool>,
@@ -112,7 +119,8 @@ async fn session(
     };
     metrics.health().set_streaming(true);
     let frozen_after = session::frozen_after(wal_sender_timeout);
-    Session::new(s, metrics.stream.clone(), stream, start, routing, window, memo, frozen_after, exactly_once)
+    let tracer = spans.and_then(Exporter::tracer);
+    Session::new(s, metrics.stream.clone(), stream, start, routing, window, memo, frozen_after, exactly_once, tracer)
         .run(shutdown)
         .await
 }

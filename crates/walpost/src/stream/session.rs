@@ -19,6 +19,7 @@ use crate::error::PipelineError;
 use crate::kafka::{
     DeliveryMemo, Event, Failure, Known, Original, Outgoing, PermanentErrorPolicy, ProduceWindow, RecordId,
 };
+use crate::otlp::{PendingSpan, Placed, Tracer};
 use crate::settings::Settings;
 use crate::telemetry::metrics::StreamMetrics;
 use crate::telemetry::now_ms;
@@ -42,11 +43,13 @@ pub fn frozen_after(wal_sender_timeout: Option<Duration>) -> Duration {
 const RESTART_FLUSH: Duration = Duration::from_secs(5);
 
 /// What a record in the window stands for: a record of a transaction, or (`txn` is
-/// `None`) an exactly-once progress record.
-#[derive(Debug, Clone, Copy)]
+/// `None`) an exactly-once progress record; `span`: its producer span, when spans are
+/// exported and the record is sampled (ended at the acknowledgement).
+#[derive(Debug, Clone)]
 pub struct Tag {
     pub txn: Option<TxnSeq>,
     pub id: RecordId,
+    pub span: Option<Box<PendingSpan>>,
 }
 
 /// How a session ended without error.
@@ -80,6 +83,8 @@ pub struct Session<'a> {
     frozen_after: Duration,
     /// `--delivery exactly-once`.
     exactly_once: Option<ExactlyOnceState>,
+    /// Spans (`OTEL_EXPORTER_OTLP_ENDPOINT`); `None`: nothing is traced.
+    tracer: Option<Tracer>,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -100,6 +105,7 @@ impl<'a> Session<'a> {
         memo: &'a mut DeliveryMemo,
         frozen_after: Duration,
         exactly_once: Option<ExactlyOnceState>,
+        tracer: Option<Tracer>,
     ) -> Session<'a> {
         let mut confirmer = Confirmer::new(start, s.stream.status_interval, metrics.clone());
         if let Some(e) = &exactly_once {
@@ -120,6 +126,7 @@ impl<'a> Session<'a> {
             frozen: false,
             frozen_after,
             exactly_once,
+            tracer,
         }
     }
 
@@ -247,10 +254,15 @@ impl<'a> Session<'a> {
 
     fn on_event(&mut self, event: Event<Tag>) -> Result<(), PipelineError> {
         match event {
-            Event::Delivered { tag, .. } => match tag.txn {
-                Some(txn) => self.confirmer.delivered(txn),
-                None => Ok(()),
-            },
+            Event::Delivered { tag, topic, partition, offset, .. } => {
+                if let (Some(span), Some(tracer)) = (tag.span, &self.tracer) {
+                    tracer.finish(*span, Placed { topic: &topic, partition, offset, commit_lsn: tag.id.txn });
+                }
+                match tag.txn {
+                    Some(txn) => self.confirmer.delivered(txn),
+                    None => Ok(()),
+                }
+            }
             Event::Failed { tag, error } => {
                 self.not_acknowledged.push(tag.id);
                 self.culprit = Culprit::Kafka;
@@ -408,10 +420,14 @@ impl<'a> Session<'a> {
             eos.before_record(self.window.sink())?;
             eos.recorded(record.value.as_ref().map_or(0, |v| v.len() as u64));
         }
+        let span = match (&mut self.tracer, &dead_letter) {
+            (Some(tracer), None) => start_span(tracer, &mut record, txn.commit_time_ms),
+            _ => None,
+        };
         self.window.enqueue(Outgoing {
             record,
             timestamp_ms: commit_time_ms,
-            tag: Tag { txn: Some(seq), id },
+            tag: Tag { txn: Some(seq), id, span },
             dead_letter: dead_letter.map(Into::into),
         });
         Ok(())
@@ -480,4 +496,17 @@ impl<'a> Session<'a> {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.close()).await;
         None
     }
+}
+
+/// A producer span for `record` if the sampler says so; the record's `traceparent` then
+/// names it (the consumer's span becomes its child), and its `tracestate` stays.
+fn start_span(tracer: &mut Tracer, record: &mut router::Record, commit_time_ms: i64) -> Option<Box<PendingSpan>> {
+    let span =
+        tracer.start(record.trace.parent.as_ref(), record.trace.state.as_ref(), commit_time_ms, &record.event_id)?;
+    let header = bytes::Bytes::from(span.traceparent());
+    match record.headers.iter_mut().find(|(k, _)| &**k == router::tracecontext::TRACEPARENT) {
+        Some((_, v)) => *v = header,
+        None => record.headers.push((std::sync::Arc::from(router::tracecontext::TRACEPARENT), header)),
+    }
+    Some(Box::new(span))
 }

@@ -16,6 +16,7 @@ mod exactly_once;
 mod failover;
 mod hardening;
 mod ops;
+mod otel;
 mod retention;
 mod router;
 mod security;

@@ -1,0 +1,331 @@
+//! OpenTelemetry span export, from the standard `OTEL_*` environment variables (the
+//! OpenTelemetry SDK configuration spec): nothing is exported unless
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set.
+//!
+//! walpost's exporter speaks OTLP/HTTP with protobuf bodies (`http/protobuf`, the spec's
+//! default protocol) over plain HTTP; `grpc`, `http/json` and `https://` endpoints are
+//! refused at start-up by name (run a Collector beside walpost for those), never ignored.
+
+use std::time::Duration;
+
+use super::ConfigError;
+
+/// How spans are exported (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtelSettings {
+    /// `host:port` of the OTLP/HTTP receiver.
+    pub authority: String,
+    /// The request path, `/v1/traces` unless a traces endpoint names another.
+    pub path: String,
+    /// `OTEL_EXPORTER_OTLP_(TRACES_)HEADERS`: sent with every export (e.g. a token).
+    pub headers: Vec<(String, String)>,
+    /// `OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT`: one export request at most this long.
+    pub timeout: Duration,
+    /// `OTEL_SERVICE_NAME` (else `service.name` of `OTEL_RESOURCE_ATTRIBUTES`, else `walpost`).
+    pub service_name: String,
+    /// `OTEL_RESOURCE_ATTRIBUTES`, `service.name` left out.
+    pub resource: Vec<(String, String)>,
+    pub sampler: Sampler,
+    /// `OTEL_BSP_MAX_QUEUE_SIZE`: spans waiting for export; more are dropped (counted).
+    pub max_queue: usize,
+    /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: spans per export request.
+    pub max_batch: usize,
+    /// `OTEL_BSP_SCHEDULE_DELAY`: a partial batch waits at most this long.
+    pub schedule_delay: Duration,
+}
+
+/// `OTEL_TRACES_SAMPLER` (and `_ARG`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampler {
+    /// What decides for a span without a parent (and for every span when not parent-based).
+    pub root: RootSampler,
+    /// `parentbased_*`: a row's sampled context is sampled, an unsampled one is not.
+    pub parent_based: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RootSampler {
+    AlwaysOn,
+    AlwaysOff,
+    /// `traceidratio`: this fraction of trace ids.
+    Ratio(f64),
+}
+
+/// The names of the variables, for messages and the README.
+pub const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+
+impl OtelSettings {
+    /// Reads the variables through `env`; `None` when no endpoint is set, the SDK is
+    /// disabled (`OTEL_SDK_DISABLED=true`) or `OTEL_TRACES_EXPORTER=none`.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<OtelSettings>, ConfigError> {
+        let var = |k: &str| env(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let traces_or = |specific: &'static str, general: &'static str| {
+            var(specific).map(|v| (specific, v)).or_else(|| var(general).map(|v| (general, v)))
+        };
+        if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            return Ok(None);
+        }
+        match var("OTEL_TRACES_EXPORTER").as_deref() {
+            None | Some("otlp") => {}
+            Some("none") => return Ok(None),
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    key: "OTEL_TRACES_EXPORTER",
+                    value: other.into(),
+                    expected: "otlp or none (walpost exports spans over OTLP only)",
+                })
+            }
+        }
+        let (key, url, append) = match (var(TRACES_ENDPOINT), var(ENDPOINT)) {
+            (Some(url), _) => (TRACES_ENDPOINT, url, false),
+            (None, Some(url)) => (ENDPOINT, url, true),
+            (None, None) => return Ok(None),
+        };
+        if let Some((key, protocol)) = traces_or("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") {
+            if protocol != "http/protobuf" {
+                return Err(ConfigError::Invalid {
+                    key,
+                    value: protocol,
+                    expected: "http/protobuf (walpost exports OTLP over HTTP with protobuf: point it at a collector's OTLP/HTTP port, 4318 by default)",
+                });
+            }
+        }
+        let (authority, path) = parse_http_url(&url).ok_or_else(|| ConfigError::Invalid {
+            key,
+            value: url.clone(),
+            expected: "an http:// URL such as http://localhost:4318 (walpost's exporter has no TLS: send https through a collector beside walpost)",
+        })?;
+        // The general variable is a base URL: the signal's path is appended (spec).
+        let path = if append { format!("{}/v1/traces", path.trim_end_matches('/')) } else { path };
+        let headers = match traces_or("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS") {
+            None => Vec::new(),
+            Some((key, text)) => parse_pairs(&text).ok_or(ConfigError::Invalid {
+                key,
+                // The values may be secrets (tokens): never echoed.
+                value: "(not shown)".into(),
+                expected: "key=value pairs separated by commas, values URL-encoded",
+            })?,
+        };
+        let millis = |key: &'static str, default: u64| -> Result<u64, ConfigError> {
+            match var(key) {
+                None => Ok(default),
+                Some(v) => v.parse::<u64>().ok().filter(|n| *n > 0).ok_or(ConfigError::Invalid {
+                    key,
+                    value: v,
+                    expected: "a positive number of milliseconds",
+                }),
+            }
+        };
+        let timeout = match var("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") {
+            Some(_) => millis("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", 10_000)?,
+            None => millis("OTEL_EXPORTER_OTLP_TIMEOUT", 10_000)?,
+        };
+        let count = |key: &'static str, default: usize| -> Result<usize, ConfigError> {
+            match var(key) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=1_000_000).contains(n))
+                    .ok_or(ConfigError::Invalid { key, value: v, expected: "a number from 1 to 1000000" }),
+            }
+        };
+        let max_queue = count("OTEL_BSP_MAX_QUEUE_SIZE", 2048)?;
+        let max_batch = count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)?.min(max_queue);
+        let schedule_delay = Duration::from_millis(millis("OTEL_BSP_SCHEDULE_DELAY", 5000)?);
+        let mut resource = match var("OTEL_RESOURCE_ATTRIBUTES") {
+            None => Vec::new(),
+            Some(text) => parse_pairs(&text).ok_or(ConfigError::Invalid {
+                key: "OTEL_RESOURCE_ATTRIBUTES",
+                value: text,
+                expected: "key=value pairs separated by commas, values URL-encoded",
+            })?,
+        };
+        let from_resource = resource.iter().position(|(k, _)| k == "service.name").map(|i| resource.remove(i).1);
+        let service_name = var("OTEL_SERVICE_NAME").or(from_resource).unwrap_or_else(|| "walpost".into());
+        Ok(Some(OtelSettings {
+            authority,
+            path,
+            headers,
+            timeout: Duration::from_millis(timeout),
+            service_name,
+            resource,
+            sampler: sampler(var("OTEL_TRACES_SAMPLER"), var("OTEL_TRACES_SAMPLER_ARG"))?,
+            max_queue,
+            max_batch,
+            schedule_delay,
+        }))
+    }
+}
+
+fn sampler(name: Option<String>, arg: Option<String>) -> Result<Sampler, ConfigError> {
+    let ratio = || -> Result<RootSampler, ConfigError> {
+        match &arg {
+            None => Ok(RootSampler::Ratio(1.0)),
+            Some(a) => a.parse::<f64>().ok().filter(|r| (0.0..=1.0).contains(r)).map(RootSampler::Ratio).ok_or(
+                ConfigError::Invalid {
+                    key: "OTEL_TRACES_SAMPLER_ARG",
+                    value: a.clone(),
+                    expected: "a ratio from 0 to 1",
+                },
+            ),
+        }
+    };
+    let (root, parent_based) = match name.as_deref().unwrap_or("parentbased_always_on") {
+        "always_on" => (RootSampler::AlwaysOn, false),
+        "always_off" => (RootSampler::AlwaysOff, false),
+        "traceidratio" => (ratio()?, false),
+        "parentbased_always_on" => (RootSampler::AlwaysOn, true),
+        "parentbased_always_off" => (RootSampler::AlwaysOff, true),
+        "parentbased_traceidratio" => (ratio()?, true),
+        other => {
+            return Err(ConfigError::Invalid {
+                key: "OTEL_TRACES_SAMPLER",
+                value: other.into(),
+                expected: "always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio",
+            })
+        }
+    };
+    Ok(Sampler { root, parent_based })
+}
+
+/// `http://host[:port][/path]` into (`host:port`, path).
+fn parse_http_url(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("http://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (rest.get(..i)?, rest.get(i..)?),
+        None => (rest, ""),
+    };
+    if authority.is_empty() || authority.contains('@') || path.contains(['?', '#']) {
+        return None;
+    }
+    // An IPv6 literal keeps its brackets; a port, when given, must be a number.
+    let port = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.1.strip_prefix(':'),
+        None => authority.split_once(':').map(|(_, p)| p),
+    };
+    let authority = match port {
+        Some(p) => {
+            p.parse::<u16>().ok()?;
+            authority.to_owned()
+        }
+        None => format!("{authority}:80"),
+    };
+    Some((authority, if path.is_empty() { "/".into() } else { path.to_owned() }))
+}
+
+/// `k=v,k2=v2` (W3C baggage style, values percent-decoded).
+fn parse_pairs(text: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=')?;
+        let k = k.trim();
+        if k.is_empty() {
+            return None;
+        }
+        out.push((k.to_owned(), percent_decode(v.trim())?));
+    }
+    Some(out)
+}
+
+fn percent_decode(v: &str) -> Option<String> {
+    let bytes = v.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(vars: &[(&str, &str)]) -> Result<Option<OtelSettings>, ConfigError> {
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        OtelSettings::from_env(&|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn nothing_without_an_endpoint() {
+        assert_eq!(from(&[("OTEL_SERVICE_NAME", "x")]).unwrap(), None);
+        assert_eq!(from(&[(ENDPOINT, "http://c:4318"), ("OTEL_SDK_DISABLED", "true")]).unwrap(), None);
+        assert_eq!(from(&[(ENDPOINT, "http://c:4318"), ("OTEL_TRACES_EXPORTER", "none")]).unwrap(), None);
+    }
+
+    #[test]
+    fn defaults_and_the_standard_variables() {
+        let s = from(&[(ENDPOINT, "http://collector:4318")]).unwrap().unwrap();
+        assert_eq!((s.authority.as_str(), s.path.as_str()), ("collector:4318", "/v1/traces"));
+        assert_eq!(s.sampler, Sampler { root: RootSampler::AlwaysOn, parent_based: true });
+        assert_eq!((s.max_queue, s.max_batch, s.schedule_delay), (2048, 512, Duration::from_millis(5000)));
+        assert_eq!((s.service_name.as_str(), s.timeout), ("walpost", Duration::from_secs(10)));
+        let s = from(&[
+            (ENDPOINT, "http://collector/base/"),
+            (TRACES_ENDPOINT, "http://[::1]:4318/custom"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20t0k,x-tenant=a"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-resource,deployment.environment=prod"),
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "1500"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!((s.authority.as_str(), s.path.as_str()), ("[::1]:4318", "/custom"), "the traces endpoint, as is");
+        assert_eq!(s.headers, vec![("authorization".into(), "Bearer t0k".into()), ("x-tenant".into(), "a".into())]);
+        assert_eq!(s.service_name, "from-resource");
+        assert_eq!(s.resource, vec![("deployment.environment".into(), "prod".into())]);
+        assert_eq!(s.sampler, Sampler { root: RootSampler::Ratio(0.25), parent_based: true });
+        assert_eq!((s.schedule_delay, s.timeout), (Duration::from_millis(200), Duration::from_millis(1500)));
+        let s = from(&[
+            (ENDPOINT, "http://c"),
+            ("OTEL_SERVICE_NAME", "svc"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.name=r"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!((s.authority.as_str(), s.service_name.as_str()), ("c:80", "svc"));
+    }
+
+    /// What walpost cannot do is refused by name, never ignored; secrets are not echoed.
+    #[test]
+    fn unsupported_settings_are_refused_by_name() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[(ENDPOINT, "https://c:4318")], "no TLS"),
+            (&[(ENDPOINT, "c:4318")], "http:// URL"),
+            (&[(ENDPOINT, "http://c:notaport")], "http:// URL"),
+            (&[(ENDPOINT, "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")], "OTEL_EXPORTER_OTLP_PROTOCOL"),
+            (&[(ENDPOINT, "http://c:4318"), ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")], "http/protobuf"),
+            (&[(ENDPOINT, "http://c:4318"), ("OTEL_TRACES_SAMPLER", "sometimes")], "OTEL_TRACES_SAMPLER"),
+            (
+                &[
+                    (ENDPOINT, "http://c:4318"),
+                    ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                    ("OTEL_TRACES_SAMPLER_ARG", "2"),
+                ],
+                "ratio",
+            ),
+            (&[(ENDPOINT, "http://c:4318"), ("OTEL_TRACES_EXPORTER", "zipkin")], "OTEL_TRACES_EXPORTER"),
+            (&[(ENDPOINT, "http://c:4318"), ("OTEL_BSP_MAX_QUEUE_SIZE", "0")], "OTEL_BSP_MAX_QUEUE_SIZE"),
+        ];
+        for (vars, expected) in cases {
+            let err = from(vars).unwrap_err().to_string();
+            assert!(err.contains(expected), "{vars:?}: {err}");
+        }
+        let err = from(&[(ENDPOINT, "http://c:4318"), ("OTEL_EXPORTER_OTLP_HEADERS", "secret-token-without-key")])
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("secret-token"), "{err}");
+    }
+}
