@@ -150,3 +150,30 @@ fn backfill_resume_hint_is_quoted_in_the_replay_runbook() {
     assert!(hint.contains("runbooks/replay.md"));
     assert!(read("runbooks/replay.md").contains(&hint), "runbooks/replay.md must quote:\n{hint}");
 }
+
+#[test]
+fn tracing_and_cloudevents_refusals_are_quoted_verbatim_in_their_runbook() {
+    use walpost::settings::{FileConfig, Overrides, Settings};
+    let runbook = read("runbooks/otel-and-cloudevents.md");
+    let otel = |vars: &[(&str, &str)]| {
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        walpost::settings::otel::OtelSettings::from_env(&|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+            .unwrap_err()
+            .to_string()
+    };
+    let base = Overrides {
+        postgres: Some("postgres://u@h/d".into()),
+        kafka_brokers: Some("k:1".into()),
+        ..Overrides::default()
+    };
+    let config = |text: &str| Settings::resolve(&base, FileConfig::parse(text).unwrap()).unwrap_err().to_string();
+    for message in [
+        otel(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]),
+        otel(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318")]),
+        otel(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_TRACES_SAMPLER", "sometimes")]),
+        config("envelope = \"cloudevents\"\n[router]\n\"table.fields.additional.placement\" = \"event_type:header:ce_type\""),
+        config("envelope = \"cloudevents\"\n[router]\n\"table.field.event.type.header\" = \"\""),
+    ] {
+        assert!(runbook.contains(&message), "runbooks/otel-and-cloudevents.md must quote:\n{message}");
+    }
+}

@@ -26,6 +26,10 @@ struct Collector {
 
 impl Collector {
     fn start() -> Collector {
+        Collector::start_on(testkit::free_port())
+    }
+
+    fn start_on(port: u16) -> Collector {
         let binary = std::env::var_os("WALPOST_OTELCOL").map(PathBuf::from).unwrap_or_else(|| {
             let cache = match std::env::var_os("WALPOST_TOOLS_CACHE") {
                 Some(d) => PathBuf::from(d),
@@ -42,7 +46,6 @@ impl Collector {
         );
         let dir = std::env::temp_dir().join(testkit::unique_name("otelcol"));
         std::fs::create_dir_all(&dir).unwrap();
-        let port = testkit::free_port();
         let spans = dir.join("spans.jsonl");
         let config = dir.join("config.yaml");
         std::fs::write(
@@ -276,17 +279,22 @@ fn otel_spans_reach_a_real_collector_as_children_of_the_rows_trace() {
     assert!(!log.contains("not-a-trace-context"), "the invalid value is not logged");
 }
 
-/// An endpoint that does not answer never slows the stream: every event is published,
-/// the spans are dropped and counted.
+/// Drill of runbooks/otel-and-cloudevents.md: the Collector is down. Every event is
+/// still published; the spans are dropped and counted; the runbook's log line, metrics and
+/// reachability check show it; once a Collector listens there, spans flow again without a
+/// restart.
 #[test]
-fn otel_an_unreachable_endpoint_drops_spans_and_never_stops_the_stream() {
+fn drill_otel_collector_down_drops_spans_never_events_and_recovers() {
+    let runbook = crate::drills::Runbook::open("otel-and-cloudevents");
     let w = World::new("otel-down");
     let metrics_port = testkit::free_port();
-    let dead = format!("http://127.0.0.1:{}", testkit::free_port());
+    let collector_port = testkit::free_port();
+    let endpoint = format!("http://127.0.0.1:{collector_port}");
+    let url = format!("http://127.0.0.1:{metrics_port}");
     let mut args = w.args();
     args.extend(["--metrics-addr".to_string(), format!("127.0.0.1:{metrics_port}")]);
     let env = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", dead.as_str()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
         ("OTEL_BSP_SCHEDULE_DELAY", "50"),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "16"),
     ];
@@ -301,6 +309,27 @@ fn otel_an_unreachable_endpoint_drops_spans_and_never_stops_the_stream() {
         scrape(metrics_port, "walpost_spans_dropped_total"),
         p.log_text()
     );
-    assert_eq!(scrape(metrics_port, "walpost_spans_exported_total"), Some(0.0));
-    assert!(p.log_text().contains("cannot connect to the OTLP endpoint"), "{}", p.log_text());
+    runbook.block("log").assert_lines_in(&p.log_text());
+    let metrics = crate::drills::sh_ok(&runbook.block("metrics").fill(&[("url", &url)]));
+    assert!(metrics.contains("walpost_spans_dropped_total 200"), "{metrics}");
+    assert!(metrics.contains("walpost_spans_exported_total 0"), "{metrics}");
+    let reach = runbook.block("reachability").fill(&[("endpoint", &endpoint)]);
+    // curl fails (exit 7) and prints 000: nothing listens.
+    let down = crate::drills::sh(&reach);
+    assert_eq!(String::from_utf8_lossy(&down.stdout).trim(), "000", "nothing listens");
+
+    // Resolution: a Collector there; no restart of walpost.
+    let collector = Collector::start_on(collector_port);
+    assert_eq!(crate::drills::sh_ok(&reach).trim(), "200", "the endpoint takes OTLP/HTTP");
+    insert_batches(&w, 4, 2, 10, 10, &["order"]);
+    assert_eq!(consume_every_committed(&w, WAIT).len(), 220, "every event published");
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || scrape(metrics_port, "walpost_spans_exported_total")
+            == Some(20.0)),
+        "spans flow again: {:?}\n{}",
+        scrape(metrics_port, "walpost_spans_exported_total"),
+        p.log_text()
+    );
+    assert_eq!(collector.spans().len(), 20);
+    assert_eq!(scrape(metrics_port, "walpost_spans_dropped_total"), Some(200.0));
 }
