@@ -38,6 +38,8 @@ const ROUTER_OPTIONS: &[(&str, Option<&str>)] = &[
     ("table.field.additional.missing", None),
     ("table.op.invalid.behavior", None),
     ("table.expand.json.payload", None),
+    // Written back as walpost's name, table.field.event.tracing.
+    ("tracing.span.context.field", None),
 ];
 
 /// Connector options that describe Kafka Connect / Debezium internals walpost does not
@@ -358,6 +360,7 @@ mod tests {
             "transforms.outbox.table.fields.additional.error.on.missing": "false",
             "transforms.outbox.route.tombstone.on.empty.payload": "true",
             "transforms.outbox.table.expand.json.payload": "true",
+            "transforms.outbox.tracing.span.context.field": "tracingspancontext",
             "producer.override.compression.type": "zstd", "producer.override.linger.ms": "20"}"#;
         let c = convert(json).unwrap();
         assert!(c.not_carried.is_empty(), "{:?}", c.not_carried);
@@ -371,6 +374,8 @@ mod tests {
         assert_eq!(f.outbox.len(), 1);
         assert_eq!(f.outbox[0].table, "licensing.outbox");
         assert_eq!(f.router.timestamp_field.as_deref(), Some("occurred_at"));
+        assert_eq!(f.router.tracing_field.as_deref(), Some("tracingspancontext"));
+        assert!(c.toml.contains("\"table.field.event.tracing\" = \"tracingspancontext\""), "{}", c.toml);
         assert_eq!(f.router.additional_missing.as_deref(), Some("ignore"));
         assert_eq!(f.router.tombstone_on_empty_payload, Some(true));
         assert_eq!(f.kafka.properties["compression.type"], "zstd");
