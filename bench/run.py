@@ -301,6 +301,8 @@ class Ctx:
     workdir: Path
     rows: list[Row] = field(default_factory=list)
     t_base: int = 1_000_000_000
+    # Processes beside the servers (the Collector), stopped at the end.
+    extra_procs: list = field(default_factory=list)
 
 
 def wait4(pid: int, block: bool):
@@ -382,6 +384,55 @@ def spawn(ctx: Ctx, name: str, argv: list[str], env=None) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(BENCH))
 
 
+def start_collector(ctx: Ctx) -> tuple[str, Path]:
+    """walpost-otelcol (OTLP/HTTP receiver, file exporter) on a free port; stopped with
+    the servers' process group at the end. Returns the endpoint and the span file."""
+    cache = Path(os.environ.get("WALPOST_TOOLS_CACHE", Path.home() / ".cache/walpost/tools"))
+    exe = Path(os.environ.get("WALPOST_OTELCOL", cache / "otelcol/walpost-otelcol"))
+    if not exe.exists():
+        raise SystemExit(f"{exe} is missing: run scripts/fetch-test-tools.sh")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spans = ctx.workdir / "otel-spans.jsonl"
+    config = ctx.workdir / "otelcol.yaml"
+    config.write_text(
+        f"receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n"
+        f"exporters:\n  file:\n    path: {spans}\n"
+        "service:\n  telemetry:\n    metrics:\n      level: none\n"
+        "  pipelines:\n    traces:\n      receivers: [otlp]\n      exporters: [file]\n")
+    p = spawn(ctx, "otelcol", [str(exe), f"--config={config}"])
+    deadline = time.monotonic() + 30
+    while "Everything is ready" not in (ctx.workdir / "otelcol.log").read_text(errors="replace"):
+        if time.monotonic() > deadline or p.poll() is not None:
+            raise SystemExit("the Collector did not start; see otelcol.log")
+        time.sleep(0.1)
+    ctx.extra_procs.append(p)
+    return f"http://127.0.0.1:{port}", spans
+
+
+def count_spans(path: Path, settle: float = 6.0) -> int:
+    """Spans in the Collector's file, once it stopped growing (walpost flushes its queue
+    at SIGTERM; the file exporter writes as it receives)."""
+    last, stable_since = -1, time.monotonic()
+    while time.monotonic() - stable_since < settle:
+        n = 0
+        if path.exists():
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue
+                n += sum(len(ss.get("spans", [])) for rs in doc.get("resourceSpans", [])
+                         for ss in rs.get("scopeSpans", []))
+        if n != last:
+            last, stable_since = n, time.monotonic()
+        time.sleep(0.5)
+    return last
+
+
 def drop_slot(conn, slot: str) -> None:
     """Drops a slot once the walsender of the stopped system has let go of it."""
     deadline = time.monotonic() + 30
@@ -392,8 +443,21 @@ def drop_slot(conn, slot: str) -> None:
     conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
+def thread_cpu(pid: int, name: str) -> float:
+    """CPU seconds of the threads of `pid` named `name` (e.g. walpost-otlp)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            if (task / "comm").read_text().strip() == name:
+                f = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def drain(ctx: Ctx, system: str, argv, env=None, slot=None, prefix=None, exits_itself=False,
-          window=None, note="", until_lsn=None) -> Row:
+          window=None, note="", until_lsn=None, thread=None) -> Row:
     """Starts a system on the backlog and measures until the last record is acknowledged
     (Kafka high watermarks reach the backlog size), or until it exits (pg_recvlogical),
     or for a fixed window (relays). `until_lsn`: done when the slot's confirmed position
@@ -461,6 +525,8 @@ def drain(ctx: Ctx, system: str, argv, env=None, slot=None, prefix=None, exits_i
         tree.sample()
         if ws_pid:
             ws_cpu = proc_cpu(ws_pid) or ws_cpu
+        if thread:
+            note = (note + f"; thread {thread}: {thread_cpu(p.pid, thread):.2f} CPU s").strip("; ")
     cpu = tree.cpu_s()
     rss = tree.peak_rss_mb()
     broker_cpu = (proc_cpu(ctx.servers.broker_pid) - broker_cpu0) if broker_cpu0 is not None else 0
@@ -733,6 +799,11 @@ def write_results(ctx: Ctx, machine: str) -> None:
             ratio = eo.events_per_s / wp.events_per_s
             lines.append(f"- exactly-once drain ≥ 0.8 × at-least-once (issue 14): {eo.events_per_s:,.0f} / "
                          f"{wp.events_per_s:,.0f} = {ratio:.2f} × → {verdict(ratio >= 0.8)}")
+        ot = by.get(("walpost-otel", "drain", 0))
+        if ot:
+            lines.append(f"- tracing (issue 17): a span per event costs {ot.cpu_s_per_m - wp.cpu_s_per_m:,.1f} CPU s / M events "
+                         f"({ot.cpu_s_per_m:,.1f} with `OTEL_EXPORTER_OTLP_ENDPOINT`, {wp.cpu_s_per_m:,.1f} without); "
+                         f"{ot.events_per_s:,.0f} events/s against {wp.events_per_s:,.0f}; {ot.notes}")
         dzf = f" (Debezium: {dz.first_ack_ms:,.0f} ms)" if dz else ""
         lines.append(f"- start → first acknowledged record ≤ 100 ms: {wp.first_ack_ms:.0f} ms{dzf} → {verdict(wp.first_ack_ms <= 100)}")
     l5 = by.get(("walpost", "live", 5000.0))
@@ -767,7 +838,7 @@ def chart(ctx: Ctx, path: Path) -> None:
     drains = [r for r in ctx.rows if r.mode == "drain"]
     lives = [r for r in ctx.rows if r.mode == "live"]
     colors = {"recv": "#999999", "recv-again": "#777777", "kafka-floor": "#bbbbbb", "walpost": "#1f77b4", "debezium": "#d62728",
-              "relay002": "#ff7f0e", "walpost-nolz4": "#6baed6", "walpost-eos": "#08519c", "relay001": "#8c564b"}
+              "relay002": "#ff7f0e", "walpost-nolz4": "#6baed6", "walpost-eos": "#08519c", "walpost-otel": "#9ecae1", "relay001": "#8c564b"}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.2))
     names = [r.system for r in drains]
     vals = [r.events_per_s for r in drains]
@@ -810,7 +881,7 @@ def main() -> int:
     ap.add_argument("--relay-live-rates", default="100", help="events/s for the relays' live phase")
     ap.add_argument("--live-seconds", type=float)
     ap.add_argument("--relay-seconds", type=float, help="drain window for the relays")
-    ap.add_argument("--systems", default="recv,walpost,walpost-nolz4,walpost-eos,kafka-floor,debezium,relay002,relay001")
+    ap.add_argument("--systems", default="recv,walpost,walpost-nolz4,walpost-eos,walpost-otel,kafka-floor,debezium,relay002,relay001")
     ap.add_argument("--walpost-kafka-property", action="append", default=[], metavar="K=V")
     ap.add_argument("--walpost-bin", default=str(ROOT / "target/release/walpost"))
     ap.add_argument("--walpost-config", help="a walpost TOML file (e.g. [pipeline] settings)")
@@ -850,7 +921,7 @@ def main() -> int:
             c.execute((ROOT / "migrations/0001_events_outbox.sql").read_text())
             c.execute(workload.filler_sql(SEED))
         kafka = Kafka(servers.brokers)
-        kafka.create_topics([p + t for p in ("wp.", "wpnc.", "wpeo.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
+        kafka.create_topics([p + t for p in ("wp.", "wpnc.", "wpeo.", "wpot.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
         warm_up_broker(servers.brokers)
         ctx = Ctx(args=args, servers=servers, kafka=kafka, url=url, events=args.events, payload_bytes=0, workdir=workdir)
 
@@ -882,6 +953,14 @@ def main() -> int:
         wpeo_conf.write_text('delivery = "exactly-once"\n')
         if "walpost-eos" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('wpeo', 'pgoutput')")
+        # walpost-otel: the same binary exporting one span per event (OTLP/HTTP) to an
+        # OpenTelemetry Collector started here (walpost-otelcol, scripts/fetch-test-tools.sh):
+        # what tracing costs walpost; drain only. Backlog rows carry no trace context, so
+        # with the default sampler (parentbased_always_on) every event gets a root span.
+        collector = None
+        if "walpost-otel" in systems:
+            conn.execute("SELECT pg_create_logical_replication_slot('wpot', 'pgoutput')")
+            collector = start_collector(ctx)
         if "debezium" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('dbz', 'pgoutput')")
             # warm the page cache for the JVM's jars like walpost's binary (run once above)
@@ -918,6 +997,16 @@ def main() -> int:
         if "walpost-eos" in systems:
             drain(ctx, "walpost-eos", walpost_argv(ctx, "wpeo", "wpeo.", str(wpeo_conf)), slot="wpeo", prefix="wpeo.",
                   until_lsn=endpos, note="delivery = exactly-once; done when the slot confirmed the backlog's end")
+        if "walpost-otel" in systems:
+            endpoint, spans_file = collector
+            env = dict(os.environ, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_SERVICE_NAME="walpost-bench")
+            r = drain(ctx, "walpost-otel", walpost_argv(ctx, "wpot", "wpot."), env, slot="wpot", prefix="wpot.",
+                      note="OTEL_EXPORTER_OTLP_ENDPOINT set: a span per event to a local Collector",
+                      thread="walpost-otlp")
+            received = count_spans(spans_file)
+            r.notes += f"; spans received by the Collector: {received:,} of {ctx.events:,}"
+            log(f"walpost-otel: the Collector received {received:,} spans")
+            drop_slot(conn, "wpot")
         if "recv" in systems:
             # The ceiling measured again after the Kafka systems: recv otherwise always
             # drains first, right after the backlog's CHECKPOINT (an order effect check).
@@ -980,6 +1069,8 @@ def main() -> int:
         write_results(ctx, machine)
         procs_ok = True
     finally:
+        for p in ctx.extra_procs if ctx else []:
+            terminate(p)
         kafka = ctx = None  # close the admin client before the broker goes away
         import gc
 

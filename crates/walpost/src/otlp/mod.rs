@@ -33,7 +33,7 @@ use router::TraceParent;
 use crate::error::PipelineError;
 use crate::settings::otel::{OtelSettings, RootSampler, Sampler};
 use crate::telemetry::metrics::SpanMetrics;
-use proto::{Span, Value};
+use proto::Span;
 
 /// The exporter thread and the queue into it.
 pub struct Exporter {
@@ -95,6 +95,7 @@ impl Exporter {
             sampler: self.sampler,
             ids: IdGenerator::new(),
             dropped: self.metrics.dropped.clone(),
+            traceparent: Arc::from(router::tracecontext::TRACEPARENT),
         })
     }
 
@@ -137,7 +138,7 @@ impl PendingSpan {
 /// Where Kafka put the record (from its delivery report).
 #[derive(Debug, Clone, Copy)]
 pub struct Placed<'a> {
-    pub topic: &'a str,
+    pub topic: &'a Arc<str>,
     pub partition: i32,
     pub offset: i64,
     pub commit_lsn: pgoutput::Lsn,
@@ -150,9 +151,16 @@ pub struct Tracer {
     sampler: Sampler,
     ids: IdGenerator,
     dropped: prometheus::IntCounter,
+    /// The header name, shared by every record that gets one.
+    traceparent: Arc<str>,
 }
 
 impl Tracer {
+    /// `traceparent`, for a record's headers.
+    pub fn traceparent_header(&self) -> Arc<str> {
+        Arc::clone(&self.traceparent)
+    }
+
     /// A span for event `event_id` of a transaction committed at `commit_time_ms`, child
     /// of the row's context; `None` when the sampler says no.
     pub fn start(
@@ -185,29 +193,20 @@ impl Tracer {
     /// the queue is full).
     pub fn finish(&self, span: PendingSpan, at: Placed<'_>) {
         let end = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let lsn = at.commit_lsn.to_string();
         let span = Span {
             trace_id: span.trace_id,
             span_id: span.span_id,
             parent_span_id: span.parent,
-            trace_state: span.state.map(|s| String::from_utf8_lossy(&s).into_owned()),
+            trace_state: span.state,
             flags: span.flags,
-            parent_remote: true,
-            name: format!("send {}", at.topic),
+            topic: Arc::clone(at.topic),
             // Clocks of two hosts: an acknowledgement never ends before the commit.
             start_unix_nano: span.start_unix_nano.min(end),
             end_unix_nano: end,
-            attributes: vec![
-                ("messaging.system", Value::Str("kafka".into())),
-                ("messaging.operation.name", Value::Str("send".into())),
-                ("messaging.operation.type", Value::Str("send".into())),
-                ("messaging.destination.name", Value::Str(at.topic.to_owned())),
-                ("messaging.destination.partition.id", Value::Str(at.partition.to_string())),
-                ("messaging.kafka.destination.partition", Value::Int(i64::from(at.partition))),
-                ("messaging.kafka.offset", Value::Int(at.offset)),
-                ("messaging.message.id", Value::Str(String::from_utf8_lossy(&span.event_id).into_owned())),
-                ("walpost.commit_lsn", Value::Str(lsn)),
-            ],
+            partition: at.partition,
+            offset: at.offset,
+            message_id: span.event_id,
+            commit_lsn: at.commit_lsn.0,
         };
         match self.tx.try_send(span) {
             Ok(()) => {}
@@ -377,6 +376,7 @@ mod tests {
             sampler: Sampler { root: RootSampler::AlwaysOn, parent_based: true },
             ids: IdGenerator::new(),
             dropped: prometheus::IntCounter::new("d", "d").unwrap(),
+            traceparent: Arc::from("traceparent"),
         };
         let p = parent(1);
         let state = Bytes::from_static(b"rojo=1");
@@ -389,14 +389,14 @@ mod tests {
             TraceParent::parse(header.as_bytes()).map(|h| (h.trace_id, h.parent_id)),
             Some((p.trace_id, span.span_id))
         );
-        let at = Placed { topic: "t", partition: 2, offset: 41, commit_lsn: pgoutput::Lsn(0x16B3748) };
+        let topic: Arc<str> = Arc::from("t");
+        let at = Placed { topic: &topic, partition: 2, offset: 41, commit_lsn: pgoutput::Lsn(0x16B3748) };
         t.finish(span.clone(), at);
         let done = rx.try_recv().unwrap();
-        assert_eq!(done.name, "send t");
-        assert_eq!(done.trace_state.as_deref(), Some("rojo=1"));
-        assert!(done.attributes.contains(&("messaging.kafka.offset", Value::Int(41))));
-        assert!(done.attributes.contains(&("walpost.commit_lsn", Value::Str("0/16B3748".into()))));
-        assert!(done.attributes.contains(&("messaging.message.id", Value::Str("42".into()))));
+        assert_eq!((&*done.topic, done.partition, done.offset), ("t", 2, 41));
+        assert_eq!(done.trace_state.as_deref(), Some(&b"rojo=1"[..]));
+        assert_eq!((done.message_id.as_ref(), done.commit_lsn), (&b"42"[..], 0x16B3748));
+        assert_eq!(done.parent_span_id, Some(p.parent_id));
         // The queue holds one span: the next is dropped and counted, never waited for.
         t.finish(span.clone(), at);
         t.finish(span, at);

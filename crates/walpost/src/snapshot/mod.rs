@@ -161,6 +161,7 @@ pub async fn run(
         policy: PermanentErrorPolicy::new(&s.kafka),
         memo,
         progress: SnapshotProgress::new(metrics.snapshot.clone()),
+        trace_context_invalid: metrics.stream.trace_context_invalid.clone(),
         transactional: transaction.is_some(),
         next_seq: 0,
         unacknowledged: BTreeMap::new(),
@@ -194,6 +195,8 @@ struct Snapshot<'a> {
     policy: PermanentErrorPolicy,
     memo: &'a mut DeliveryMemo,
     progress: SnapshotProgress,
+    /// Rows published without their invalid trace context (`walpost_trace_context_invalid_total`).
+    trace_context_invalid: prometheus::IntCounter,
     /// One Kafka transaction (exactly-once).
     transactional: bool,
     /// The next row's place in the cursor's order.
@@ -295,6 +298,7 @@ impl Snapshot<'_> {
         let fetch = format!("FETCH {FETCH_ROWS} FROM walpost_snapshot");
         let mut resolved = None;
         let mut sent = 0;
+        let mut invalid_trace_context = 0u64;
         loop {
             let chunk = sql.simple_query(&fetch).await?;
             if chunk.rows.is_empty() {
@@ -324,6 +328,10 @@ impl Snapshot<'_> {
                 self.next_seq += 1;
                 let out = match router.route(rel, &tuple) {
                     Ok(mut record) => {
+                        if record.trace.invalid {
+                            self.trace_context_invalid.inc();
+                            invalid_trace_context += 1;
+                        }
                         record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true")));
                         let tag = RowTag { outbox: index, event_id: record.event_id.clone(), seq };
                         match self.memo.poisoned_row(index, &record.event_id).cloned() {
@@ -372,6 +380,14 @@ impl Snapshot<'_> {
             self.progress.tick(false);
         }
         sql.simple_query("CLOSE walpost_snapshot").await?;
+        if invalid_trace_context > 0 {
+            // Once per table, not per row: a backfill can hold many such rows.
+            tracing::warn!(
+                table = %table,
+                rows = invalid_trace_context,
+                "snapshot: rows with an invalid traceparent or tracestate were published without it"
+            );
+        }
         Ok(sent)
     }
 

@@ -506,7 +506,7 @@ fn start_span(tracer: &mut Tracer, record: &mut router::Record, commit_time_ms: 
     let header = bytes::Bytes::from(span.traceparent());
     match record.headers.iter_mut().find(|(k, _)| &**k == router::tracecontext::TRACEPARENT) {
         Some((_, v)) => *v = header,
-        None => record.headers.push((std::sync::Arc::from(router::tracecontext::TRACEPARENT), header)),
+        None => record.headers.push((tracer.traceparent_header(), header)),
     }
     Some(Box::new(span))
 }
