@@ -219,7 +219,7 @@ fn tools_dir() -> &'static Path {
             std::fs::write(
                 &path,
                 format!(
-                    "#!/bin/sh\nexec java -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto -Xmx256m -Dlog4j2.level=warn -cp '{libs}/*' {class} \"$@\"\n"
+                    "#!/bin/sh\nexec \"${{JAVA_HOME:+$JAVA_HOME/bin/}}java\" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto -Xmx256m -Dlog4j2.level=warn -cp '{libs}/*' {class} \"$@\"\n"
                 ),
             )
             .unwrap();
