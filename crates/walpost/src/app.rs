@@ -77,7 +77,15 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
         }
         Command::Replay(args) => {
             let settings = Settings::resolve(&args.run.overrides(), file)?;
-            let spec = ops::replay::spec(&settings, args.id, args.since, args.until, args.condition, args.time_column, args.dry_run);
+            let spec = ops::replay::spec(
+                &settings,
+                args.id,
+                args.since,
+                args.until,
+                args.condition,
+                args.time_column,
+                args.dry_run,
+            );
             ops::replay::command(&settings, &spec).await.map(|()| 0)
         }
     }

@@ -68,7 +68,8 @@ impl Progress {
             let filled = (self.done * WIDTH).checked_div(total).map_or(WIDTH, |f| f.min(WIDTH));
             let bar = format!("{}{}", "#".repeat(filled as usize), ".".repeat((WIDTH - filled) as usize));
             let mut err = std::io::stderr();
-            let _ = write!(err, "\r{} [{bar}] {}/{} rows {:.0} rows/s ETA {:.0}s ", self.what, self.done, total, rate, eta);
+            let _ =
+                write!(err, "\r{} [{bar}] {}/{} rows {:.0} rows/s ETA {:.0}s ", self.what, self.done, total, rate, eta);
             if last {
                 let _ = writeln!(err);
             }

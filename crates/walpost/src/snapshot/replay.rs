@@ -90,7 +90,11 @@ pub async fn validate(sql: &mut ReplicationClient, s: &Settings, spec: &ReplaySp
     }
     if let (Some(since), Some(until)) = (&spec.since, &spec.until) {
         let r = sql
-            .simple_query(&format!("SELECT ({}::timestamptz >= {}::timestamptz)::text AS bad", literal(since), literal(until)))
+            .simple_query(&format!(
+                "SELECT ({}::timestamptz >= {}::timestamptz)::text AS bad",
+                literal(since),
+                literal(until)
+            ))
             .await?;
         if r.first("bad") == Some("true") {
             return Err(PipelineError::definite(format!(
@@ -160,6 +164,9 @@ mod tests {
     #[test]
     fn replay_ids_name_the_time() {
         let id = ReplaySpec::new_id();
-        assert!(id.starts_with("replay-20") && id.ends_with('Z') && id.len() == "replay-20261130T220512Z".len(), "{id}");
+        assert!(
+            id.starts_with("replay-20") && id.ends_with('Z') && id.len() == "replay-20261130T220512Z".len(),
+            "{id}"
+        );
     }
 }

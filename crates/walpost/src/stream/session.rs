@@ -15,13 +15,16 @@ use super::confirm::{Confirmer, MIN_STATUS_GAP};
 use super::decode::{Change, Decoding, OpenTxn};
 use super::exactly_once::{Due, ExactlyOnceState};
 use super::route::{unroutable_halt, Routed, Routing};
+use super::signal::{self, Action, Finished, Replays, SignalRow};
 use crate::error::PipelineError;
 use crate::kafka::{
     DeliveryMemo, Event, Failure, Known, Original, Outgoing, PermanentErrorPolicy, ProduceWindow, RecordId,
 };
-use crate::settings::Settings;
+use crate::settings::{Settings, TableName};
+use crate::snapshot::replay::{self, ReplaySpec};
 use crate::telemetry::metrics::StreamMetrics;
 use crate::telemetry::now_ms;
+use crate::telemetry::Metrics;
 
 /// A loop turn that comes this long after the previous one, when the server's
 /// `wal_sender_timeout` is unknown or off, means the process was stopped.
@@ -80,6 +83,9 @@ pub struct Session<'a> {
     frozen_after: Duration,
     /// `--delivery exactly-once`.
     exactly_once: Option<ExactlyOnceState>,
+    /// Replays asked for by signal rows, and what they need to run.
+    replays: Replays,
+    all_metrics: Metrics,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -92,7 +98,7 @@ impl<'a> Session<'a> {
     #[allow(clippy::too_many_arguments)] // the parts a session is made of
     pub fn new(
         s: &'a Settings,
-        metrics: StreamMetrics,
+        all_metrics: &Metrics,
         stream: ReplicationStream,
         start: pgoutput::Lsn,
         routing: Routing,
@@ -101,6 +107,7 @@ impl<'a> Session<'a> {
         frozen_after: Duration,
         exactly_once: Option<ExactlyOnceState>,
     ) -> Session<'a> {
+        let metrics = all_metrics.stream.clone();
         let mut confirmer = Confirmer::new(start, s.stream.status_interval, metrics.clone());
         if let Some(e) = &exactly_once {
             confirmer.set_gate(e.gate());
@@ -120,6 +127,8 @@ impl<'a> Session<'a> {
             frozen: false,
             frozen_after,
             exactly_once,
+            replays: Replays::default(),
+            all_metrics: all_metrics.clone(),
         }
     }
 
@@ -223,6 +232,7 @@ impl<'a> Session<'a> {
                     self.metrics.set_oldest_unconfirmed_commit(self.confirmer.checkpoint.oldest_pending_commit_ms());
                     self.confirmer.maybe_send(&mut self.stream).await?;
                 }
+                Some(finished) = self.replays.next() => self.replay_finished(finished)?,
                 message = self.stream.next(), if self.window.has_room() => match message? {
                     Some(ReplicationMessage::XLogData(x)) => self.on_xlog(x)?,
                     Some(ReplicationMessage::PrimaryKeepalive(k)) => self.on_keepalive(k).await?,
@@ -359,6 +369,7 @@ impl<'a> Session<'a> {
     fn publish(&mut self, txn: &mut OpenTxn, routed: Routed, commit_time_ms: Option<i64>) -> Result<(), PipelineError> {
         let (mut record, mut dead_letter) = match routed {
             Routed::NotAnEvent => return Ok(()),
+            Routed::Signal(row) => return self.on_signal(txn, row),
             Routed::Record(record) => (record, None),
             Routed::Unroutable { error, salvage, event_id } => {
                 if !self.policy.dead_letters() {
@@ -409,6 +420,54 @@ impl<'a> Session<'a> {
             dead_letter: dead_letter.map(Into::into),
         });
         Ok(())
+    }
+
+    /// A signal row: a replay holds its transaction unconfirmed until it ends (see
+    /// `signal`); anything else is logged and counted.
+    fn on_signal(&mut self, txn: &mut OpenTxn, row: SignalRow) -> Result<(), PipelineError> {
+        let outboxes: Vec<&TableName> = self.s.source.outboxes.iter().map(|o| &o.table).collect();
+        let snapshot_metrics = &self.all_metrics.snapshot;
+        match signal::parse(&row, &outboxes) {
+            Ok(Action::Replay { condition }) => {
+                let checkpoint = &mut self.confirmer.checkpoint;
+                let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
+                checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
+                let spec = ReplaySpec {
+                    id: row.id.clone(),
+                    since: None,
+                    until: None,
+                    condition,
+                    time_column: replay::DEFAULT_TIME_COLUMN.to_owned(),
+                    dry_run: false,
+                };
+                tracing::info!(signal = %row.id, "signal: replay started (the signal's transaction is confirmed once it ends)");
+                self.replays.start(seq, row.id, spec, self.s, &self.all_metrics);
+            }
+            Ok(Action::Ignore(why)) => {
+                tracing::info!(signal = %row.id, "signal ignored: {why}");
+                snapshot_metrics.replay("ignored");
+            }
+            Err(why) => {
+                tracing::warn!(signal = %row.id, "signal cannot be acted on: {why}; insert a corrected signal row");
+                snapshot_metrics.replay("failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// A signal's replay ended: its transaction may be confirmed now, whatever the outcome.
+    fn replay_finished(&mut self, f: Finished) -> Result<(), PipelineError> {
+        match &f.result {
+            Ok(outcome) => {
+                tracing::info!(signal = %f.signal, rows = outcome.rows, "signal: replay done");
+                self.all_metrics.snapshot.replay("done");
+            }
+            Err(e) => {
+                tracing::error!(signal = %f.signal, "signal: replay failed: {e}; the signal is dropped (insert a new signal row once fixed)");
+                self.all_metrics.snapshot.replay("failed");
+            }
+        }
+        self.confirmer.delivered(f.txn)
     }
 
     /// Shutdown or halt: waits (bounded) for what is in flight, confirms what was

@@ -176,8 +176,9 @@ pub async fn begin(
                 if let Some(e) = exactly_once {
                     progress::ensure_topic(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic).await?;
                 }
-                let rows =
-                    snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction).await?.rows;
+                let rows = snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction)
+                    .await?
+                    .rows;
                 snapshot::mark_finished(&mut sql, s, rows).await?;
             }
             created.consistent_point

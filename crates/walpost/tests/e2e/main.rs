@@ -15,6 +15,7 @@ mod exactly_once;
 mod failover;
 mod hardening;
 mod ops;
+mod replay;
 mod retention;
 mod router;
 mod security;
