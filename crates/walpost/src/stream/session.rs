@@ -85,6 +85,8 @@ pub struct Session<'a> {
     exactly_once: Option<ExactlyOnceState>,
     /// Replays asked for by signal rows, and what they need to run.
     replays: Replays,
+    /// The replays running: their transaction and the record id they stand for.
+    running_replays: Vec<(TxnSeq, RecordId)>,
     all_metrics: Metrics,
 }
 
@@ -128,6 +130,7 @@ impl<'a> Session<'a> {
             frozen_after,
             exactly_once,
             replays: Replays::default(),
+            running_replays: Vec::new(),
             all_metrics: all_metrics.clone(),
         }
     }
@@ -269,7 +272,7 @@ impl<'a> Session<'a> {
                     self.confirmer.flush_lsn()
                 )))
             }
-            Event::Rejected { tag, rejection, original, dead_letter, producer_fatal } => {
+            Event::Rejected { tag, rejection, original, dead_letter, producer_fatal, alone } => {
                 // In a Kafka transaction a refused record makes the whole transaction
                 // fail: it is aborted, and the next one sends the dead letter instead.
                 let producer_fatal = producer_fatal.or_else(|| {
@@ -286,10 +289,21 @@ impl<'a> Session<'a> {
                 }
                 let failure = Failure::rejected(&rejection, tag.id.txn);
                 if let Some(fatal) = producer_fatal {
+                    self.culprit = Culprit::Kafka;
+                    if refused_as_a_batch(&rejection, alone) {
+                        // The broker refused the batch this record shared; which record
+                        // is too large it does not say: the next session sends the
+                        // batch's records alone, and only a record refused on its own
+                        // becomes a dead letter.
+                        self.memo.suspect(tag.id);
+                        return Err(PipelineError::transient(format!(
+                            "Kafka refused a batch holding event id={} ({}) and its producer stopped ({fatal}); a new producer sends the batch's events one at a time to find the one too large",
+                            rejection.event_id, rejection.code
+                        )));
+                    }
                     // The producer will deliver nothing more, the dead letter included:
                     // the next producer sends the dead letter in the record's place.
                     self.memo.poison(tag.id, failure);
-                    self.culprit = Culprit::Kafka;
                     return Err(PipelineError::transient(format!(
                         "Kafka refused event id={} for good and its producer stopped ({fatal}); a new producer sends it to the dead-letter topic",
                         rejection.event_id
@@ -393,11 +407,13 @@ impl<'a> Session<'a> {
         txn.records += 1;
         let checkpoint = &mut self.confirmer.checkpoint;
         let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
+        let mut send_alone = false;
         match self.memo.lookup(id) {
             Known::Nothing => {}
             Known::Acknowledged => {
                 return checkpoint.record_skipped(seq).map_err(PipelineError::definite);
             }
+            Known::SendAlone => send_alone = true,
             Known::Poisoned(failure) => {
                 let original = Original::of(&record);
                 let failure = failure.clone();
@@ -413,12 +429,17 @@ impl<'a> Session<'a> {
             eos.before_record(self.window.sink())?;
             eos.recorded(record.value.as_ref().map_or(0, |v| v.len() as u64));
         }
-        self.window.enqueue(Outgoing {
+        let out = Outgoing {
             record,
             timestamp_ms: commit_time_ms,
             tag: Tag { txn: Some(seq), id },
             dead_letter: dead_letter.map(Into::into),
-        });
+        };
+        if send_alone {
+            self.window.enqueue_alone(out);
+        } else {
+            self.window.enqueue(out);
+        }
         Ok(())
     }
 
@@ -429,9 +450,18 @@ impl<'a> Session<'a> {
         let snapshot_metrics = &self.all_metrics.snapshot;
         match signal::parse(&row, &outboxes) {
             Ok(Action::Replay { condition }) => {
+                // The replay takes the place of a record of its transaction (its ordinal
+                // names it across sessions, as a record's does).
+                let id = RecordId { txn: txn.final_lsn, ordinal: txn.records };
+                txn.records += 1;
                 let checkpoint = &mut self.confirmer.checkpoint;
                 let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
+                if self.memo.lookup(id) == Known::Acknowledged {
+                    tracing::info!(signal = %row.id, "signal: its replay ended in an earlier session; not run again");
+                    return checkpoint.record_skipped(seq).map_err(PipelineError::definite);
+                }
                 checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
+                self.running_replays.push((seq, id));
                 let spec = ReplaySpec {
                     id: row.id.clone(),
                     since: None,
@@ -457,6 +487,7 @@ impl<'a> Session<'a> {
 
     /// A signal's replay ended: its transaction may be confirmed now, whatever the outcome.
     fn replay_finished(&mut self, f: Finished) -> Result<(), PipelineError> {
+        self.running_replays.retain(|(seq, _)| *seq != f.txn);
         match &f.result {
             Ok(outcome) => {
                 tracing::info!(signal = %f.signal, rows = outcome.rows, "signal: replay done");
@@ -513,7 +544,8 @@ impl<'a> Session<'a> {
         // In-flight records may still be acknowledged when PostgreSQL ended the session;
         // not when Kafka did, nor after a freeze (they must not be published late).
         let flush = if self.frozen || self.culprit == Culprit::Kafka { Duration::ZERO } else { RESTART_FLUSH };
-        let (confirmer, not_acknowledged) = (&mut self.confirmer, &mut self.not_acknowledged);
+        let dead_letters = self.policy.dead_letters();
+        let (confirmer, not_acknowledged, memo) = (&mut self.confirmer, &mut self.not_acknowledged, &mut *self.memo);
         let left = self
             .window
             .close(flush, |event| match event {
@@ -522,10 +554,19 @@ impl<'a> Session<'a> {
                         let _ = confirmer.delivered(txn);
                     }
                 }
-                Event::Failed { tag, .. } | Event::Rejected { tag, .. } => not_acknowledged.push(tag.id),
+                Event::Rejected { tag, rejection, alone, .. } => {
+                    // The other records of a refused batch: alone next time, too.
+                    if dead_letters && refused_as_a_batch(&rejection, alone) {
+                        memo.suspect(tag.id);
+                    }
+                    not_acknowledged.push(tag.id)
+                }
+                Event::Failed { tag, .. } => not_acknowledged.push(tag.id),
             })
             .await;
         self.not_acknowledged.extend(left.iter().map(|t| t.id));
+        // Unfinished replays run again in the next session.
+        self.not_acknowledged.extend(self.running_replays.iter().map(|(_, id)| *id));
         if !self.frozen {
             let _ = tokio::time::timeout(Duration::from_secs(2), self.confirmer.send(&mut self.stream, false)).await;
         }
@@ -533,4 +574,10 @@ impl<'a> Session<'a> {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.close()).await;
         None
     }
+}
+
+/// Whether a refusal may be about another record of the batch this one shared: the
+/// broker judges a batch's size as a whole, and reports every record of it refused.
+fn refused_as_a_batch(rejection: &crate::kafka::Rejection, alone: bool) -> bool {
+    !alone && matches!(rejection.code.as_str(), "message_size_too_large" | "message_batch_too_large")
 }
