@@ -12,6 +12,7 @@ mod core;
 mod errors;
 mod exactly_once;
 mod hardening;
+mod kafka_cluster;
 mod ops;
 mod retention;
 mod router;

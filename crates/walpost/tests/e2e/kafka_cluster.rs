@@ -1,0 +1,277 @@
+//! Issue 15, the Kafka half: walpost against a 3-broker KRaft cluster (every node a
+//! broker and a controller; outbox topics with replication factor 3 and
+//! `min.insync.replicas=2`) while a partition leader is killed, every broker is restarted
+//! in turn (runbooks/kafka-maintenance.md), or too few brokers remain for `acks=all`.
+//!
+//! What the tests hold, against real brokers:
+//! - nothing committed is lost, nothing is reordered per aggregate, and (one producer
+//!   session, idempotent) nothing is duplicated;
+//! - a leader election or a broker restart is absorbed inside the producer: walpost's
+//!   session never restarts (`walpost_reconnects_total` stays 0, no record fails, no
+//!   "restarting the producer" line), so the longest gap between acknowledgements is the
+//!   cluster's election time, not the 60 s delivery watchdog. The gap is measured from the
+//!   brokers' append timestamps (`message.timestamp.type=LogAppendTime`);
+//! - `NOT_ENOUGH_REPLICAS` is waited out, never dead-lettered.
+//!
+//! walpost runs with its production producer settings: the suite's
+//! `topic.metadata.refresh.interval.ms=1000` (see [`World::args`]) is taken out, so leader
+//! changes are found the way they are in production (librdkafka's leader query on
+//! NOT_LEADER / a lost connection), not by polling every second.
+//!
+//! The tests share one cluster (three JVMs) and take turns ([`cluster`]); each leaves it
+//! healthy (every node running, every replica in sync) for the next. They run in a step of
+//! their own in CI: `cargo test -p walpost --test e2e kafka_cluster::`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::ClientConfig;
+use testkit::{KafkaCluster, KafkaClusterOptions};
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(120);
+/// Aggregate types: one topic each.
+const TYPES: &[&str] = &["order", "payment", "invoice"];
+/// Events of the load: at least this many.
+const LOAD_EVENTS: u32 = 20_000;
+/// One round of the load: transactions x rows.
+const ROUND_TXNS: u32 = 5;
+const ROUND_ROWS: u32 = 50;
+/// Distinct aggregate ids (keys) in the load.
+const AGGREGATES: u32 = 300;
+/// The longest gap between acknowledgements a broker failure may cause. A Kafka election
+/// here takes `broker.session.timeout.ms` (4 s, testkit) plus the controller's reaction;
+/// the bound leaves room for a loaded 2-core machine while staying far below walpost's
+/// 60 s delivery watchdog, so passing proves the producer recovered by itself.
+const MAX_ACK_GAP: Duration = Duration::from_secs(20);
+
+static CLUSTER: Mutex<Option<KafkaCluster>> = Mutex::new(None);
+
+/// The shared 3-node cluster, started on first use; healed (stopped nodes started again,
+/// full ISR) when a test before failed half-way.
+fn cluster() -> MutexGuard<'static, Option<KafkaCluster>> {
+    let mut guard = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    match guard.as_mut() {
+        None => {
+            let opts = KafkaClusterOptions { heap_mb: 256, ..KafkaClusterOptions::default() };
+            *guard = Some(KafkaCluster::start(opts).expect("start the 3-node Kafka cluster"));
+        }
+        Some(c) => {
+            for id in c.node_ids() {
+                if !c.is_running(id) {
+                    c.start_again(id).expect("heal the cluster");
+                }
+            }
+            c.wait_healthy(Duration::from_secs(60)).expect("cluster healthy");
+        }
+    }
+    guard
+}
+
+/// Creates the world's outbox topics: 3 partitions, replicas as `assignment` says (the
+/// first replica of each partition is its preferred leader), `min.insync.replicas=2`, and
+/// append-time timestamps so the records show when the brokers took them.
+fn create_topics(c: &KafkaCluster, w: &World, assignment: &[&[i32]]) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", c.bootstrap()).create().expect("admin client");
+    let names: Vec<String> = TYPES.iter().map(|t| w.topic(t)).collect();
+    let topics: Vec<NewTopic> = names
+        .iter()
+        .map(|n| {
+            NewTopic::new(n, assignment.len() as i32, TopicReplication::Variable(assignment))
+                .set("min.insync.replicas", "2")
+                .set("message.timestamp.type", "LogAppendTime")
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let results = rt.block_on(admin.create_topics(&topics, &AdminOptions::new())).expect("create topics");
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+    c.wait_healthy(WAIT).expect("topics settled");
+    for n in &names {
+        for p in 0..assignment.len() as i32 {
+            c.wait_for_leader(n, p, WAIT, |_| true).expect("topic has leaders");
+        }
+    }
+}
+
+/// walpost's arguments for `w` with production producer settings (see the module docs),
+/// `toml` as its config file and metrics on `metrics_port`.
+fn walpost_args(w: &World, toml: &str, metrics_port: u16) -> Vec<String> {
+    let path = std::env::temp_dir().join(format!("{}-{}.toml", w.db, testkit::unique_name("kc")));
+    std::fs::write(&path, toml).unwrap();
+    let mut args = vec!["--config".to_string(), path.display().to_string()];
+    let mut suite = w.args().into_iter().peekable();
+    while let Some(a) = suite.next() {
+        if a == "--kafka-property" && suite.peek().is_some_and(|v| v.starts_with("topic.metadata.refresh.interval.ms")) {
+            suite.next();
+            continue;
+        }
+        args.push(a);
+    }
+    args.extend(["--metrics-addr".to_string(), format!("127.0.0.1:{metrics_port}")]);
+    args
+}
+
+/// Inserts rounds of `ROUND_TXNS` x `ROUND_ROWS` events, `pause` apart, until `stop` is
+/// set and at least `min_events` are in; returns how many.
+fn write_load(w: &World, stop: &AtomicBool, min_events: u32, pause: Duration) -> u32 {
+    let (mut batch, mut events) = (0, 0);
+    while events < min_events || !stop.load(Ordering::Relaxed) {
+        insert_batches(w, batch, ROUND_TXNS, ROUND_ROWS, AGGREGATES, TYPES);
+        batch += ROUND_TXNS;
+        events += ROUND_TXNS * ROUND_ROWS;
+        std::thread::sleep(pause);
+    }
+    events
+}
+
+fn acknowledged(w: &World) -> i64 {
+    high_watermarks(&w.kafka_bootstrap, &w.topic_prefix).values().sum()
+}
+
+/// Waits until Kafka holds at least `n` of the world's records (the load is under way).
+fn wait_acknowledged(w: &World, n: i64) {
+    assert!(testkit::wait_until(WAIT, || acknowledged(w) >= n), "fewer than {n} records reached Kafka");
+}
+
+/// The `/metrics` text of walpost on `port`.
+fn scrape(port: u16) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// The value of one series (`name{labels}` exactly as exported); `None` if absent.
+fn series(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Asserts that walpost's session never restarted (the producer absorbed every broker
+/// failure) and that no record failed.
+fn assert_no_session_restart(p: &Walpost, metrics_port: u16) {
+    let m = scrape(metrics_port);
+    for (s, want) in [
+        ("walpost_reconnects_total{cause=\"kafka\"}", 0.0),
+        ("walpost_reconnects_total{cause=\"postgres\"}", 0.0),
+        ("walpost_produce_errors_total{class=\"retryable\"}", 0.0),
+        ("walpost_produce_errors_total{class=\"rejected\"}", 0.0),
+    ] {
+        assert_eq!(series(&m, s), Some(want), "{s} in:\n{m}\n--- walpost log ---\n{}", p.log_text());
+    }
+    let log = p.log_text();
+    for line in ["restarting the producer", "restarting from the last confirmed position", "; reconnecting"] {
+        assert!(!log.contains(line), "walpost restarted its session ({line:?}):\n{log}");
+    }
+}
+
+/// The longest time without an acknowledged record: over all partitions (nothing
+/// acknowledged at all) and within one partition (that partition stalled), from the
+/// brokers' append timestamps.
+#[derive(Debug)]
+struct AckGaps {
+    overall_ms: i64,
+    partition_ms: i64,
+    partition: String,
+}
+
+fn ack_gaps(records: &[Consumed]) -> AckGaps {
+    let mut all: Vec<i64> = records.iter().filter_map(|r| r.timestamp).collect();
+    all.sort_unstable();
+    let overall_ms = all.windows(2).map(|p| p[1] - p[0]).max().unwrap_or(0);
+    let (mut partition_ms, mut partition) = (0, String::new());
+    // `records` is sorted by topic, partition, offset.
+    for pair in records.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        if a.topic != b.topic || a.partition != b.partition {
+            continue;
+        }
+        let gap = b.timestamp.unwrap_or(0) - a.timestamp.unwrap_or(0);
+        if gap > partition_ms {
+            partition_ms = gap;
+            partition = format!("{}/{} offsets {}..{}", b.topic, b.partition, a.offset, b.offset);
+        }
+    }
+    AckGaps { overall_ms, partition_ms, partition }
+}
+
+fn assert_all_delivered_once(w: &World, records: &[Consumed]) {
+    let a = audit(w, records);
+    assert!(a.lost.is_empty(), "lost {} events, first: {:?}", a.lost.len(), &a.lost[..a.lost.len().min(10)]);
+    assert!(a.reordered.is_empty(), "reordered: {:?}", &a.reordered[..a.reordered.len().min(10)]);
+    assert!(a.phantoms.is_empty() && a.wrong_content.is_empty(), "{a:?}");
+    assert_eq!(a.duplicates, 0, "duplicates within one producer session (idempotent producer)");
+}
+
+fn assert_gaps_bounded(test: &str, records: &[Consumed]) -> AckGaps {
+    assert!(records.iter().all(|r| r.timestamp.is_some()), "records without a timestamp");
+    let gaps = ack_gaps(records);
+    eprintln!(
+        "{test}: longest gap between acknowledgements {} ms over all partitions, {} ms within one ({})",
+        gaps.overall_ms, gaps.partition_ms, gaps.partition
+    );
+    assert!(
+        gaps.partition_ms < MAX_ACK_GAP.as_millis() as i64,
+        "{test}: a partition acknowledged nothing for {} ms ({}): longer than an election",
+        gaps.partition_ms,
+        gaps.partition
+    );
+    gaps
+}
+
+/// Every outbox partition led by broker 1 (its preferred leader), replicas on all three.
+const LED_BY_1: &[&[i32]] = &[&[1, 2, 3], &[1, 3, 2], &[1, 2, 3]];
+/// Leaders spread over the brokers.
+const SPREAD: &[&[i32]] = &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]];
+
+/// kill -9 of the broker leading every outbox partition during a 20k-event load: the
+/// producer follows the new leaders by itself; nothing lost, reordered or duplicated.
+#[test]
+fn kafka_leader_kill_during_load_loses_nothing() {
+    let t0 = Instant::now();
+    let mut guard = cluster();
+    let c = guard.as_mut().unwrap();
+    let w = World::on(testkit::shared_postgres(), &c.bootstrap(), "kc-leader-kill");
+    create_topics(c, &w, LED_BY_1);
+    let victim = c.leader_of(&w.topic("order"), 0).unwrap();
+    for t in TYPES {
+        for p in 0..3 {
+            assert_eq!(c.leader_of(&w.topic(t), p).unwrap(), victim, "{t}/{p} is not led by broker {victim}");
+        }
+    }
+    let port = testkit::free_port();
+    let walpost = Walpost::start(&walpost_args(&w, "", port), &[]);
+    assert!(w.wait_for_slot(WAIT), "slot not created:\n{}", walpost.log_text());
+
+    let stop = AtomicBool::new(false);
+    let events = std::thread::scope(|s| {
+        let writer = s.spawn(|| write_load(&w, &stop, LOAD_EVENTS, Duration::from_millis(100)));
+        wait_acknowledged(&w, 3_000);
+        c.kill(victim).unwrap();
+        let killed = Instant::now();
+        let new_leader = c.wait_for_leader(&w.topic("order"), 0, WAIT, |l| l != victim).unwrap();
+        eprintln!(
+            "kafka_leader_kill: broker {victim} killed with {} records acknowledged; broker {new_leader} leads order/0 after {} ms",
+            acknowledged(&w),
+            killed.elapsed().as_millis()
+        );
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap()
+    });
+    let records = consume_every_committed(&w, WAIT);
+    assert_eq!(w.committed_rows().len(), events as usize);
+    assert_all_delivered_once(&w, &records);
+    assert_no_session_restart(&walpost, port);
+    assert_gaps_bounded("kafka_leader_kill", &records);
+    c.start_again(victim).unwrap();
+    eprintln!("kafka_leader_kill: {events} events, {} s", t0.elapsed().as_secs());
+}
