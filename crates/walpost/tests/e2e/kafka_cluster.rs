@@ -237,9 +237,9 @@ const SPREAD: &[&[i32]] = &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]];
 /// producer follows the new leaders by itself; nothing lost, reordered or duplicated.
 #[test]
 fn kafka_leader_kill_during_load_loses_nothing() {
-    let t0 = Instant::now();
     let mut guard = cluster();
     let c = guard.as_mut().unwrap();
+    let t0 = Instant::now();
     let w = World::on(testkit::shared_postgres(), &c.bootstrap(), "kc-leader-kill");
     create_topics(c, &w, LED_BY_1);
     let victim = c.leader_of(&w.topic("order"), 0).unwrap();
@@ -274,4 +274,155 @@ fn kafka_leader_kill_during_load_loses_nothing() {
     assert_gaps_bounded("kafka_leader_kill", &records);
     c.start_again(victim).unwrap();
     eprintln!("kafka_leader_kill: {events} events, {} s", t0.elapsed().as_secs());
+}
+
+/// The rolling restart of runbooks/kafka-maintenance.md, step by step, during a 20k-event
+/// load: one broker at a time, graceful stop (controlled shutdown moves its leaderships
+/// away first), start, and the next broker only once no partition is under-replicated.
+#[test]
+fn kafka_rolling_restart_during_load_loses_nothing() {
+    let mut guard = cluster();
+    let c = guard.as_mut().unwrap();
+    let t0 = Instant::now();
+    let w = World::on(testkit::shared_postgres(), &c.bootstrap(), "kc-rolling");
+    create_topics(c, &w, SPREAD);
+    let port = testkit::free_port();
+    let walpost = Walpost::start(&walpost_args(&w, "", port), &[]);
+    assert!(w.wait_for_slot(WAIT), "slot not created:\n{}", walpost.log_text());
+    let runbook = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../runbooks/kafka-maintenance.md"))
+        .expect("runbooks/kafka-maintenance.md");
+    assert!(runbook.contains(UNDER_REPLICATED_CHECK), "the runbook's check is {UNDER_REPLICATED_CHECK:?}");
+
+    let stop = AtomicBool::new(false);
+    let events = std::thread::scope(|s| {
+        let writer = s.spawn(|| write_load(&w, &stop, LOAD_EVENTS, Duration::from_millis(400)));
+        for id in c.node_ids() {
+            let before = acknowledged(&w);
+            wait_acknowledged(&w, before + 500);
+            c.stop(id).unwrap();
+            // While it is down, the load goes on through the other two (ISR 2 = min ISR).
+            let during = acknowledged(&w);
+            wait_acknowledged(&w, during + 500);
+            c.start_again(id).unwrap();
+            // The runbook's gate before the next broker: nothing under-replicated.
+            let out = c
+                .run_tool(
+                    "org.apache.kafka.tools.TopicCommand",
+                    &["--bootstrap-server", &c.bootstrap(), "--describe", "--under-replicated-partitions"],
+                )
+                .unwrap();
+            assert!(out.trim().is_empty(), "under-replicated partitions after restarting broker {id}:\n{out}");
+            eprintln!("kafka_rolling_restart: broker {id} restarted, {} records acknowledged", acknowledged(&w));
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap()
+    });
+    let records = consume_every_committed(&w, WAIT);
+    assert_eq!(w.committed_rows().len(), events as usize);
+    assert_all_delivered_once(&w, &records);
+    assert_no_session_restart(&walpost, port);
+    assert_gaps_bounded("kafka_rolling_restart", &records);
+    eprintln!("kafka_rolling_restart: {events} events, {} s", t0.elapsed().as_secs());
+}
+
+/// The check the runbook runs between two brokers of a rolling restart.
+const UNDER_REPLICATED_CHECK: &str = "--describe --under-replicated-partitions";
+
+/// Two of three brokers down: `min.insync.replicas=2` cannot be met, the remaining leader
+/// answers `NOT_ENOUGH_REPLICAS` and acknowledges nothing (acks=all). walpost waits, with
+/// dead letters configured, sends none, and delivers everything once a broker is back.
+#[test]
+fn kafka_not_enough_replicas_is_waited_out_never_dead_lettered() {
+    let mut guard = cluster();
+    let c = guard.as_mut().unwrap();
+    let t0 = Instant::now();
+    let w = World::on(testkit::shared_postgres(), &c.bootstrap(), "kc-min-isr");
+    create_topics(c, &w, SPREAD);
+    let dead = format!("{}dead", w.topic_prefix);
+    let toml = format!("on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dead}\"\n");
+    let port = testkit::free_port();
+    // librdkafka's message debug lines show the error code each retry got.
+    let mut args = walpost_args(&w, &toml, port);
+    args.extend(["--kafka-property".to_string(), "debug=msg".to_string()]);
+    let walpost = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT), "slot not created:\n{}", walpost.log_text());
+    insert_batches(&w, 0, 2, 50, AGGREGATES, TYPES);
+    wait_acknowledged(&w, 100);
+
+    let survivor = 1;
+    for id in c.node_ids().into_iter().filter(|&id| id != survivor) {
+        c.stop(id).unwrap();
+    }
+    let held = acknowledged(&w);
+    insert_batches(&w, 2, 10, 50, AGGREGATES, TYPES);
+    // Long enough for many retries, well short of the 60 s delivery watchdog.
+    std::thread::sleep(Duration::from_secs(10));
+    assert_eq!(acknowledged(&w), held, "acks=all with one in-sync replica of 3 (min 2) must acknowledge nothing");
+    let log = walpost.log_text();
+    assert!(log.contains("Not enough in-sync replicas"), "the producer never saw NOT_ENOUGH_REPLICAS:\n{log}");
+    assert!(
+        std::fs::read_to_string(c.log_path(survivor).unwrap()).unwrap().contains("NotEnoughReplicasException"),
+        "broker {survivor} never refused an append for lack of in-sync replicas"
+    );
+    assert!(!log.contains("dead-letter topic"), "a record went to the dead-letter topic:\n{log}");
+    let down: Vec<i32> = c.node_ids().into_iter().filter(|&id| id != survivor).collect();
+    for id in down {
+        c.start_again(id).unwrap();
+    }
+    let records = consume_every_committed(&w, WAIT);
+    assert!(records.iter().all(|r| r.topic != dead), "dead letters: {:?}", records.iter().filter(|r| r.topic == dead).count());
+    assert!(!topics_with_prefix(&w.kafka_bootstrap, &w.topic_prefix).contains(&dead), "the dead-letter topic was created");
+    assert_eq!(w.committed_rows().len(), 600);
+    assert_all_delivered_once(&w, &records);
+    let m = scrape(port);
+    assert!(
+        !m.lines().any(|l| l.starts_with("walpost_dead_letters_total{") && !l.ends_with(" 0")),
+        "dead letters counted:\n{m}"
+    );
+    assert_no_session_restart(&walpost, port);
+    eprintln!("kafka_not_enough_replicas: {} s", t0.elapsed().as_secs());
+}
+
+/// The leader kill with `--delivery exactly-once`: a read_committed consumer sees every
+/// event exactly once.
+#[test]
+fn kafka_leader_kill_exactly_once_no_duplicates() {
+    let mut guard = cluster();
+    let c = guard.as_mut().unwrap();
+    let t0 = Instant::now();
+    let w = World::on(testkit::shared_postgres(), &c.bootstrap(), "kc-eos-kill");
+    create_topics(c, &w, LED_BY_1);
+    let victim = c.leader_of(&w.topic("order"), 0).unwrap();
+    let progress = format!("{}-progress", w.db);
+    let toml = format!("delivery = \"exactly-once\"\n[exactly_once]\nprogress_topic = \"{progress}\"\n");
+    let port = testkit::free_port();
+    let walpost = Walpost::start(&walpost_args(&w, &toml, port), &[]);
+    assert!(w.wait_for_slot(WAIT), "slot not created:\n{}", walpost.log_text());
+    let stop = AtomicBool::new(false);
+    let events = std::thread::scope(|s| {
+        let writer = s.spawn(|| write_load(&w, &stop, LOAD_EVENTS, Duration::from_millis(100)));
+        wait_acknowledged(&w, 3_000);
+        c.kill(victim).unwrap();
+        c.wait_for_leader(&w.topic("order"), 0, WAIT, |l| l != victim).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap()
+    });
+    let deadline = Instant::now() + WAIT;
+    let records = loop {
+        let records = read_all_committed(&w.kafka_bootstrap, &w.topic_prefix);
+        if records.len() >= events as usize || Instant::now() > deadline {
+            break records;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(w.committed_rows().len(), events as usize);
+    assert_all_delivered_once(&w, &records);
+    let m = scrape(port);
+    eprintln!(
+        "kafka_leader_kill_exactly_once: {events} events, session restarts caused by Kafka: {:?}, {} s",
+        series(&m, "walpost_reconnects_total{cause=\"kafka\"}"),
+        t0.elapsed().as_secs()
+    );
+    assert_gaps_bounded("kafka_leader_kill_exactly_once", &records);
+    c.start_again(victim).unwrap();
 }
