@@ -426,3 +426,45 @@ fn kafka_leader_kill_exactly_once_no_duplicates() {
     assert_gaps_bounded("kafka_leader_kill_exactly_once", &records);
     c.start_again(victim).unwrap();
 }
+
+/// `walpost check` with `w`'s settings plus `toml`: (exit status 0, output).
+fn walpost_check(w: &World, toml: &str) -> (bool, String) {
+    let path = std::env::temp_dir().join(format!("{}-{}.toml", w.db, testkit::unique_name("check")));
+    std::fs::write(&path, toml).unwrap();
+    let mut args = vec!["check".to_string(), "--config".to_string(), path.display().to_string()];
+    args.extend(w.args().into_iter().skip(1));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walpost")).args(&args).output().expect("run walpost check");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `walpost check` judges durability (acks=all): RF 3 / min.insync.replicas 2 on the
+/// cluster is fine; the single test broker's RF 1 / min.insync.replicas 1 is a warning,
+/// for an existing topic and for topics created on first use (the brokers' defaults).
+#[test]
+fn walpost_check_warns_about_weak_topic_durability() {
+    {
+        let mut guard = cluster();
+        let c = guard.as_mut().unwrap();
+        let w = World::on(testkit::shared_postgres(), &c.bootstrap(), "kc-check");
+        create_topics(c, &w, SPREAD);
+        let (ok, out) = walpost_check(&w, "on_permanent_error = \"dead_letter\"\n");
+        assert!(ok, "{out}");
+        assert!(out.contains("ok    durability: 3 topic(s) with replication factor >= 2 and min.insync.replicas >= 2"), "{out}");
+        // The dead-letter topic does not exist yet: the cluster's defaults (3 / 2) decide.
+        assert!(out.contains("ok    durability: topics created on first use get default.replication.factor >= 2"), "{out}");
+        assert!(!out.contains("warn  durability"), "{out}");
+    }
+    let w = World::new("kc-check-single");
+    let (ok, out) = walpost_check(&w, "");
+    assert!(ok, "a durability warning must not fail the check:\n{out}");
+    assert!(
+        out.contains("warn  durability: topics created on first use get the brokers' defaults, replication factor 1 and min.insync.replicas 1"),
+        "{out}"
+    );
+    let topic = w.topic("order");
+    testkit::shared_kafka().create_topic(&topic, 3).unwrap();
+    let (ok, out) = walpost_check(&w, "");
+    assert!(ok, "{out}");
+    let expected = walpost::ops::check::durability_warning(&topic, "replication factor 1 and min.insync.replicas 1");
+    assert!(out.contains(&format!("warn  {expected}")), "{out}");
+}
