@@ -78,14 +78,25 @@ fn cluster() -> MutexGuard<'static, Option<KafkaCluster>> {
 /// first replica of each partition is its preferred leader), `min.insync.replicas=2`, and
 /// append-time timestamps so the records show when the brokers took them.
 fn create_topics(c: &KafkaCluster, w: &World, assignment: &[&[i32]]) {
+    create_topics_on(&c.bootstrap(), w, assignment, 2);
+    c.wait_healthy(WAIT).expect("topics settled");
+    for t in TYPES {
+        for p in 0..assignment.len() as i32 {
+            c.wait_for_leader(&w.topic(t), p, WAIT, |_| true).expect("topic has leaders");
+        }
+    }
+}
+
+fn create_topics_on(bootstrap: &str, w: &World, assignment: &[&[i32]], min_insync: u32) {
     let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", c.bootstrap()).create().expect("admin client");
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+    let min_insync = min_insync.to_string();
     let names: Vec<String> = TYPES.iter().map(|t| w.topic(t)).collect();
     let topics: Vec<NewTopic> = names
         .iter()
         .map(|n| {
             NewTopic::new(n, assignment.len() as i32, TopicReplication::Variable(assignment))
-                .set("min.insync.replicas", "2")
+                .set("min.insync.replicas", &min_insync)
                 .set("message.timestamp.type", "LogAppendTime")
         })
         .collect();
@@ -93,12 +104,6 @@ fn create_topics(c: &KafkaCluster, w: &World, assignment: &[&[i32]]) {
     let results = rt.block_on(admin.create_topics(&topics, &AdminOptions::new())).expect("create topics");
     for r in results {
         r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
-    }
-    c.wait_healthy(WAIT).expect("topics settled");
-    for n in &names {
-        for p in 0..assignment.len() as i32 {
-            c.wait_for_leader(n, p, WAIT, |_| true).expect("topic has leaders");
-        }
     }
 }
 
@@ -468,3 +473,51 @@ fn walpost_check_warns_about_weak_topic_durability() {
     let expected = walpost::ops::check::durability_warning(&topic, "replication factor 1 and min.insync.replicas 1");
     assert!(out.contains(&format!("warn  {expected}")), "{out}");
 }
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// The silent producer after a single-broker restart (issue 15): once the broker is back,
+/// the producer resumes within librdkafka's reconnect backoff (walpost caps it at 1 s,
+/// `reconnect.backoff.max.ms`; librdkafka's own cap of 10 s left the producer waiting up to
+/// 10 s after the broker was back), without a session restart and far from the 60 s
+/// delivery watchdog.
+#[test]
+fn regression_producer_resumes_within_the_reconnect_backoff_after_a_broker_restart() {
+    let mut kafka = own_kafka();
+    let w = World::on(testkit::shared_postgres(), &kafka.bootstrap(), "kc-single-restart");
+    create_topics_on(&kafka.bootstrap(), &w, &[&[1], &[1], &[1]], 1);
+    let port = testkit::free_port();
+    let walpost = Walpost::start(&walpost_args(&w, "", port), &[]);
+    assert!(w.wait_for_slot(WAIT), "slot not created:\n{}", walpost.log_text());
+    let stop = AtomicBool::new(false);
+    let back_at = std::thread::scope(|s| {
+        let writer = s.spawn(|| write_load(&w, &stop, 0, Duration::from_millis(100)));
+        wait_acknowledged(&w, 1_000);
+        kafka.stop().unwrap();
+        // Down long enough for the client's reconnect backoff to reach its cap.
+        std::thread::sleep(Duration::from_secs(15));
+        kafka.start_again().unwrap();
+        let back_at = now_ms();
+        std::thread::sleep(Duration::from_secs(5));
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        back_at
+    });
+    let records = consume_every_committed(&w, WAIT);
+    assert_all_delivered_once(&w, &records);
+    assert_no_session_restart(&walpost, port);
+    let first_after = records.iter().filter_map(|r| r.timestamp).filter(|&t| t >= back_at - 2_000).min().unwrap();
+    let resumed_ms = first_after - back_at;
+    eprintln!("single broker restart: first record appended {resumed_ms} ms after the broker was ready again");
+    assert!(
+        resumed_ms < RESUME_BOUND.as_millis() as i64,
+        "the producer resumed {resumed_ms} ms after the broker was back (reconnect backoff not capped?)"
+    );
+}
+
+/// How soon after a restarted broker accepts connections the producer must have written
+/// again: the 1 s reconnect backoff cap plus a metadata round trip, with room for a loaded
+/// machine; librdkafka's default cap (10 s) does not fit.
+const RESUME_BOUND: Duration = Duration::from_secs(4);
