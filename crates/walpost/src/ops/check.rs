@@ -268,7 +268,8 @@ async fn durability_checks(s: &Settings, admin: &AdminClient<DefaultClientContex
     if let Some(m) = &s.source.messages {
         prefixes.push(routed_prefix(&m.router));
     }
-    let dead_letter = (s.kafka.on_permanent_error == OnPermanentError::DeadLetter).then_some(&s.kafka.dead_letter_topic);
+    let dead_letter =
+        (s.kafka.on_permanent_error == OnPermanentError::DeadLetter).then_some(&s.kafka.dead_letter_topic);
     let mut topics: Vec<(String, Option<i64>)> = md
         .topics()
         .iter()
@@ -444,22 +445,36 @@ mod tests {
         ];
         let checks = durability_decision(&topics, Some(&d(Some(3), Some(2))), false);
         assert!(!any_failed(&checks));
-        let warns: Vec<&String> = checks.iter().filter_map(|c| if let Check::Warn(m) = c { Some(m) } else { None }).collect();
+        let warns: Vec<&String> =
+            checks.iter().filter_map(|c| if let Check::Warn(m) = c { Some(m) } else { None }).collect();
         assert_eq!(warns.len(), 3, "{checks:?}");
         assert!(warns[0].contains("topic outbox.event.payment has replication factor 1 and min.insync.replicas 1"));
         assert!(warns[1].contains("topic outbox.event.invoice has min.insync.replicas 1"));
         assert!(warns[2].contains("topic outbox.event.refund has replication factor 1:"));
         for w in warns {
-            assert!(w.contains("acks=all") && w.contains("min.insync.replicas=2") && w.contains("runbooks/kafka-maintenance.md"), "{w}");
+            assert!(
+                w.contains("acks=all")
+                    && w.contains("min.insync.replicas=2")
+                    && w.contains("runbooks/kafka-maintenance.md"),
+                "{w}"
+            );
         }
-        assert_eq!(checks.last(), Some(&Check::Ok("durability: 1 topic(s) with replication factor >= 2 and min.insync.replicas >= 2 (acks=all)".into())));
+        assert_eq!(
+            checks.last(),
+            Some(&Check::Ok(
+                "durability: 1 topic(s) with replication factor >= 2 and min.insync.replicas >= 2 (acks=all)".into()
+            ))
+        );
     }
 
     /// Topics not created yet: the brokers' defaults decide, or "cannot tell".
     #[test]
     fn missing_topics_are_judged_by_the_broker_defaults_or_unknown() {
         let weak = durability_decision(&[], Some(&d(Some(1), Some(1))), true);
-        assert!(matches!(&weak[..], [Check::Warn(m)] if m.contains("topics created on first use get the brokers' defaults, replication factor 1 and min.insync.replicas 1")), "{weak:?}");
+        assert!(
+            matches!(&weak[..], [Check::Warn(m)] if m.contains("topics created on first use get the brokers' defaults, replication factor 1 and min.insync.replicas 1")),
+            "{weak:?}"
+        );
         let sound = durability_decision(&[], Some(&d(Some(3), Some(2))), true);
         assert!(matches!(&sound[..], [Check::Ok(_)]), "{sound:?}");
         for unknown in [durability_decision(&[], None, true), durability_decision(&[], Some(&d(None, Some(2))), true)] {

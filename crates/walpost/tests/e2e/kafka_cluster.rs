@@ -115,7 +115,8 @@ fn walpost_args(w: &World, toml: &str, metrics_port: u16) -> Vec<String> {
     let mut args = vec!["--config".to_string(), path.display().to_string()];
     let mut suite = w.args().into_iter().peekable();
     while let Some(a) = suite.next() {
-        if a == "--kafka-property" && suite.peek().is_some_and(|v| v.starts_with("topic.metadata.refresh.interval.ms")) {
+        if a == "--kafka-property" && suite.peek().is_some_and(|v| v.starts_with("topic.metadata.refresh.interval.ms"))
+        {
             suite.next();
             continue;
         }
@@ -375,8 +376,15 @@ fn kafka_not_enough_replicas_is_waited_out_never_dead_lettered() {
         c.start_again(id).unwrap();
     }
     let records = consume_every_committed(&w, WAIT);
-    assert!(records.iter().all(|r| r.topic != dead), "dead letters: {:?}", records.iter().filter(|r| r.topic == dead).count());
-    assert!(!topics_with_prefix(&w.kafka_bootstrap, &w.topic_prefix).contains(&dead), "the dead-letter topic was created");
+    assert!(
+        records.iter().all(|r| r.topic != dead),
+        "dead letters: {:?}",
+        records.iter().filter(|r| r.topic == dead).count()
+    );
+    assert!(
+        !topics_with_prefix(&w.kafka_bootstrap, &w.topic_prefix).contains(&dead),
+        "the dead-letter topic was created"
+    );
     assert_eq!(w.committed_rows().len(), 600);
     assert_all_delivered_once(&w, &records);
     let m = scrape(port);
@@ -438,7 +446,8 @@ fn walpost_check(w: &World, toml: &str) -> (bool, String) {
     std::fs::write(&path, toml).unwrap();
     let mut args = vec!["check".to_string(), "--config".to_string(), path.display().to_string()];
     args.extend(w.args().into_iter().skip(1));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walpost")).args(&args).output().expect("run walpost check");
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_walpost")).args(&args).output().expect("run walpost check");
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
@@ -454,9 +463,15 @@ fn walpost_check_warns_about_weak_topic_durability() {
         create_topics(c, &w, SPREAD);
         let (ok, out) = walpost_check(&w, "on_permanent_error = \"dead_letter\"\n");
         assert!(ok, "{out}");
-        assert!(out.contains("ok    durability: 3 topic(s) with replication factor >= 2 and min.insync.replicas >= 2"), "{out}");
+        assert!(
+            out.contains("ok    durability: 3 topic(s) with replication factor >= 2 and min.insync.replicas >= 2"),
+            "{out}"
+        );
         // The dead-letter topic does not exist yet: the cluster's defaults (3 / 2) decide.
-        assert!(out.contains("ok    durability: topics created on first use get default.replication.factor >= 2"), "{out}");
+        assert!(
+            out.contains("ok    durability: topics created on first use get default.replication.factor >= 2"),
+            "{out}"
+        );
         assert!(!out.contains("warn  durability"), "{out}");
     }
     let w = World::new("kc-check-single");
