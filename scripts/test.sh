@@ -17,6 +17,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup-deps.sh
 cargo test --workspace --locked --features walpost/failpoints "$@"
+# Kafka cluster tests (3 KRaft brokers, ~2.5 min): #[ignore]d in the pass above and in the
+# per-major passes below, run once here (with no arguments, as the per-major passes).
+if [[ $# -eq 0 ]]; then
+    cargo test -p walpost --test e2e --locked --features walpost/failpoints -- --ignored kafka_cluster::
+fi
 
 # Alerting rules (promtool check + unit tests, runbook links, metric names) and the
 # PostgreSQL-side slot check; then licences, sources and bans of every dependency
