@@ -14,6 +14,7 @@ mod errors;
 mod exactly_once;
 mod failover;
 mod hardening;
+mod kafka_cluster;
 mod ops;
 mod replay;
 mod retention;
