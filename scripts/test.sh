@@ -47,5 +47,5 @@ WALPOST_PG_BINDIR="$pg17" cargo test --locked --features walpost/failpoints -p w
 majors="${WALPOST_TEST_MAJORS-14 18}"
 if [[ -n "$majors" ]]; then
     # shellcheck disable=SC2086 # a list of majors
-    WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos --skip drill_ --skip failover_ --skip kafka_cluster::
+    WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos --skip drills:: --skip failover_ --skip kafka_cluster::
 fi

@@ -77,6 +77,19 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
             let settings = Settings::resolve_without_kafka(&args.overrides(), file)?;
             retention::command(&settings, args.dry_run).await.map(|()| 0)
         }
+        Command::Replay(args) => {
+            let settings = Settings::resolve(&args.run.overrides(), file)?;
+            let spec = ops::replay::spec(
+                &settings,
+                args.id,
+                args.since,
+                args.until,
+                args.condition,
+                args.time_column,
+                args.dry_run,
+            );
+            ops::replay::command(&settings, &spec).await.map(|()| 0)
+        }
     }
 }
 

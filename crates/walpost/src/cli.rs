@@ -108,6 +108,46 @@ pub enum Command {
     /// period and the slot has confirmed every row in it (see README, Retention).
     /// `walpost run` runs the same pass every [retention] interval_secs.
     Retention(RetentionArgs),
+
+    /// Publish existing outbox rows again (a range, a condition) through the same router,
+    /// beside a running `walpost run`; exits 0 once Kafka acknowledged every one.
+    ///
+    /// Rows are read on one consistent snapshot in id order; each record keeps its `id`
+    /// header and carries `walpost.replay: <id>`. Progress goes to stderr, a summary per
+    /// topic to stdout. No slot is used.
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Connection, table, router and Kafka settings as for `run` (the slot is not used).
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Rows whose time column is at or after this timestamp (e.g. 2026-11-28T00:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+
+    /// Rows whose time column is before this timestamp.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+
+    /// A further SQL condition on the rows, e.g. "aggregate_type = 'order'".
+    #[arg(long = "where", value_name = "SQL")]
+    pub condition: Option<String>,
+
+    /// The column --since and --until apply to [default: the router's
+    /// table.field.event.timestamp, else occurred_at].
+    #[arg(long, value_name = "COLUMN")]
+    pub time_column: Option<String>,
+
+    /// Count the rows per topic; publish nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// The replay's id (the walpost.replay header) [default: replay-<UTC time>].
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -227,6 +267,11 @@ pub struct RunArgs {
     #[arg(long, env = "WALPOST_SLOT_FAILOVER", hide_env_values = true)]
     pub slot_failover: bool,
 
+    /// A table in Debezium's signal format (id, type, data): inserting an
+    /// execute-snapshot row replays outbox rows while the stream goes on [default: none].
+    #[arg(long, env = "WALPOST_SIGNAL_TABLE", hide_env_values = true, value_name = "SCHEMA.NAME")]
+    pub signal_table: Option<String>,
+
     /// Delivery guarantee: at-least-once, or exactly-once (Kafka transactions, progress
     /// in a compacted topic; consumers read with isolation.level=read_committed)
     /// [default: at-least-once].
@@ -269,6 +314,7 @@ impl RunArgs {
             snapshot: self.snapshot.map(Into::into),
             snapshot_filter: self.snapshot_filter.clone(),
             heartbeat_interval_secs: self.heartbeat_interval,
+            signal_table: self.signal_table.clone(),
             slot_failover: self.slot_failover,
             kafka_properties: self.kafka_property.clone(),
             retention_keep_days: None,

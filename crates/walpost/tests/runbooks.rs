@@ -177,3 +177,33 @@ fn tracing_and_cloudevents_refusals_are_quoted_verbatim_in_their_runbook() {
         assert!(runbook.contains(&message), "runbooks/otel-and-cloudevents.md must quote:\n{message}");
     }
 }
+
+/// Issue 15: runbooks/kafka-maintenance.md quotes `walpost check`'s durability warnings
+/// and the watchdog's line as walpost writes them.
+#[test]
+fn kafka_maintenance_runbook_quotes_the_durability_warnings_and_the_watchdog() {
+    let runbook = read("runbooks/kafka-maintenance.md");
+    let topic = "outbox.event.order";
+    for line in [
+        walpost::ops::check::durability_warning(topic, "replication factor 1 and min.insync.replicas 1"),
+        walpost::ops::check::defaults_warning("replication factor 1 and min.insync.replicas 1"),
+    ] {
+        assert!(line.contains("runbooks/kafka-maintenance.md"));
+        assert!(runbook.contains(&format!("warn  {line}")), "runbooks/kafka-maintenance.md must quote:\n{line}");
+    }
+    // The watchdog line is put together in three places; each literal part is quoted.
+    let window = read("crates/walpost/src/kafka/window.rs");
+    let session = read("crates/walpost/src/stream/session.rs");
+    let stream = read("crates/walpost/src/stream/mod.rs");
+    for (source, part) in [
+        (&window, "Kafka acknowledged no record for {} s while {} records waited; restarting the producer"),
+        (&session, "{e} from the last confirmed position {}"),
+        (&stream, "\"{e}; reconnecting\""),
+    ] {
+        assert!(source.contains(part), "the code no longer says {part:?}");
+    }
+    assert!(runbook.contains(
+        "Kafka acknowledged no record for 60 s while 1873 records waited; restarting the producer from the last confirmed position 0/1A2B3C4; reconnecting"
+    ));
+    assert!(read("README.md").contains("[runbooks/kafka-maintenance.md](runbooks/kafka-maintenance.md)"));
+}

@@ -37,6 +37,11 @@ pub const DEFAULTS: &[(&str, &str, &str)] = &[
         "the brokers are connected (and the idempotent producer id fetched) while PostgreSQL is checked, not on the first record",
     ),
     (
+        "reconnect.backoff.max.ms",
+        "1000",
+        "a restarted broker is reconnected within 1 s of its return (librdkafka's default cap, 10 s, left the producer idle up to 10 s after the broker was back; the Java client's default is 1 s)",
+    ),
+    (
         "message.timeout.ms",
         "0",
         "records never expire inside librdkafka (an expired record followed by a delivered one is a gap); a silent producer is restarted by walpost after [pipeline] delivery_timeout_secs instead",
@@ -186,6 +191,7 @@ mod tests {
         assert_eq!(cfg.get("enable.idempotence"), Some("true"));
         assert_eq!(cfg.get("partitioner"), Some("murmur2_random"));
         assert_eq!(cfg.get("compression.type"), Some("lz4"));
+        assert_eq!(cfg.get("reconnect.backoff.max.ms"), Some("1000"));
         assert!(matches!(cfg.log_level, RDKafkaLogLevel::Warning));
         assert!(user.is_empty());
     }

@@ -42,6 +42,9 @@ pub enum Known<'a> {
     Acknowledged,
     /// Kafka refuses it for good: send its dead letter instead.
     Poisoned(&'a Failure),
+    /// It shared a batch the broker refused: send it alone, to learn whether the
+    /// refusal was about it.
+    SendAlone,
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +63,8 @@ pub struct DeliveryMemo {
     committed: Option<super::progress::Position>,
     acknowledged: HashMap<Lsn, TxnRecords>,
     poisoned: HashMap<RecordId, Failure>,
+    /// Records of a batch the broker refused as a whole (size): sent alone next time.
+    suspects: HashSet<RecordId>,
     /// Snapshot rows (outbox number, event id) Kafka refused in a way that stopped the
     /// producer: the snapshot starts over and sends their dead letters instead.
     poisoned_rows: HashMap<(usize, Bytes), Failure>,
@@ -71,6 +76,9 @@ impl DeliveryMemo {
     pub fn remember(&mut self, pending: impl IntoIterator<Item = (Lsn, u64)>, not_acknowledged: &[RecordId]) {
         for (txn, handed_over) in pending {
             let entry = self.acknowledged.entry(txn).or_default();
+            // This session handed over (or skipped) every record below `handed_over`:
+            // an earlier session's "not acknowledged" there is out of date.
+            entry.not_acknowledged.retain(|ordinal| u64::from(*ordinal) >= handed_over);
             entry.handed_over = entry.handed_over.max(handed_over);
         }
         for id in not_acknowledged {
@@ -82,7 +90,15 @@ impl DeliveryMemo {
 
     /// A record Kafka refused in a way that stopped the producer.
     pub fn poison(&mut self, id: RecordId, failure: Failure) {
+        self.suspects.remove(&id);
         self.poisoned.insert(id, failure);
+    }
+
+    /// A record that shared a batch the broker refused as a whole.
+    pub fn suspect(&mut self, id: RecordId) {
+        if !self.poisoned.contains_key(&id) {
+            self.suspects.insert(id);
+        }
     }
 
     /// Forgets transactions the slot has confirmed (`txn < confirmed`: their commit
@@ -90,6 +106,7 @@ impl DeliveryMemo {
     pub fn forget_confirmed(&mut self, confirmed: Lsn) {
         self.acknowledged.retain(|txn, _| *txn >= confirmed);
         self.poisoned.retain(|id, _| id.txn >= confirmed);
+        self.suspects.retain(|id| id.txn >= confirmed);
     }
 
     /// A snapshot row Kafka refused in a way that stopped the producer.
@@ -123,12 +140,14 @@ impl DeliveryMemo {
             Some(t) if u64::from(id.ordinal) < t.handed_over && !t.not_acknowledged.contains(&id.ordinal) => {
                 Known::Acknowledged
             }
+            // A suspect delivered alone in a later session is acknowledged above.
+            _ if self.suspects.contains(&id) => Known::SendAlone,
             _ => Known::Nothing,
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.acknowledged.is_empty() && self.poisoned.is_empty()
+        self.acknowledged.is_empty() && self.poisoned.is_empty() && self.suspects.is_empty()
     }
 }
 
@@ -138,6 +157,44 @@ mod tests {
 
     fn id(txn: u64, ordinal: u32) -> RecordId {
         RecordId { txn: Lsn(txn), ordinal }
+    }
+
+    /// Regression: a record one session did not get acknowledged and the next session
+    /// did stayed "not acknowledged", so a third session published it a second time.
+    #[test]
+    fn regression_a_later_session_acknowledging_a_record_clears_the_earlier_verdict() {
+        let mut m = DeliveryMemo::default();
+        m.remember([(Lsn(100), 3)], &[id(100, 0), id(100, 1), id(100, 2)]);
+        assert_eq!(m.lookup(id(100, 0)), Known::Nothing);
+        m.remember([(Lsn(100), 2)], &[id(100, 1)]);
+        assert_eq!(m.lookup(id(100, 0)), Known::Acknowledged, "acknowledged in the second session");
+        assert_eq!(m.lookup(id(100, 1)), Known::Nothing);
+        assert_eq!(m.lookup(id(100, 2)), Known::Nothing, "not handed over by the second session");
+    }
+
+    #[test]
+    fn a_suspect_goes_alone_until_it_is_acknowledged_or_poisoned() {
+        let mut m = DeliveryMemo::default();
+        m.suspect(id(100, 1));
+        assert_eq!(m.lookup(id(100, 1)), Known::SendAlone);
+        assert_eq!(m.lookup(id(100, 0)), Known::Nothing);
+        // Delivered alone in the next session, which then ended before the confirm.
+        m.remember([(Lsn(100), 3)], &[]);
+        assert_eq!(m.lookup(id(100, 1)), Known::Acknowledged);
+        let mut m = DeliveryMemo::default();
+        m.suspect(id(100, 1));
+        let failure = Failure {
+            class: "message_size_too_large".into(),
+            message: String::new(),
+            original_topic: String::new(),
+            event_id: Bytes::new(),
+            lsn: Lsn(100),
+            too_large: true,
+        };
+        m.poison(id(100, 1), failure);
+        assert!(matches!(m.lookup(id(100, 1)), Known::Poisoned(_)), "refused alone: poisoned");
+        m.forget_confirmed(Lsn(200));
+        assert!(m.is_empty());
     }
 
     #[test]
@@ -150,9 +207,10 @@ mod tests {
         assert_eq!(m.lookup(id(100, 3)), Known::Nothing, "never handed over");
         assert_eq!(m.lookup(id(200, 0)), Known::Nothing);
         assert_eq!(m.lookup(id(300, 0)), Known::Nothing);
-        // A second restart before the first's transactions were confirmed.
+        // A second session handed over all three records of txn 100 again (sending 1,
+        // skipping 0 and 2) and ended before the confirm with nothing unacknowledged.
         m.remember([(Lsn(100), 3)], &[]);
-        assert_eq!(m.lookup(id(100, 1)), Known::Nothing, "still not known to be in Kafka");
+        assert_eq!(m.lookup(id(100, 1)), Known::Acknowledged, "acknowledged in the second session");
         m.forget_confirmed(Lsn(150));
         assert_eq!(m.lookup(id(100, 0)), Known::Nothing);
         assert_eq!(m.lookup(id(200, 0)), Known::Nothing);

@@ -91,6 +91,36 @@ fn code_name(code: RDKafkaErrorCode) -> &'static str {
 mod tests {
     use super::*;
 
+    /// Issue 15: what brokers answer during elections, restarts, reassignments and while
+    /// `min.insync.replicas` cannot be met is "later": retried (inside librdkafka, or by
+    /// a new session), never halted on and never dead-lettered.
+    #[test]
+    fn election_and_replica_shortage_errors_are_retried_never_dead_lettered() {
+        use RDKafkaErrorCode as C;
+        for code in [
+            C::NotEnoughReplicas,
+            C::NotEnoughReplicasAfterAppend,
+            C::NotLeaderForPartition, // NOT_LEADER_OR_FOLLOWER
+            C::LeaderNotAvailable,
+            C::PreferredLeaderNotAvailable,
+            C::FencedLeaderEpoch,
+            C::UnknownLeaderEpoch,
+            C::ReplicaNotAvailable,
+            C::BrokerNotAvailable,
+            C::NotController,
+            C::KafkaStorageError,
+            C::RequestTimedOut,
+            C::NetworkException,
+            C::NotCoordinator,
+            C::CoordinatorNotAvailable,
+            C::CoordinatorLoadInProgress,
+            C::BrokerTransportFailure,
+            C::AllBrokersDown,
+        ] {
+            assert_eq!(classify(&KafkaError::MessageProduction(code)), None, "{code:?} must be retried");
+        }
+    }
+
     #[test]
     fn permanent_and_transient_errors_are_told_apart() {
         let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);

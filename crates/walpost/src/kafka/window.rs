@@ -74,6 +74,8 @@ pub enum Event<T> {
         original: Box<Original>,
         dead_letter: bool,
         producer_fatal: Option<String>,
+        /// The record was in flight alone: a refusal is about it, not a batch it shared.
+        alone: bool,
     },
     /// Not delivered now; a new producer must send it again.
     Failed { tag: T, error: String },
@@ -81,6 +83,8 @@ pub enum Event<T> {
 
 struct InFlight<T> {
     tag: T,
+    /// Sent with nothing else in flight.
+    alone: bool,
     bytes: u64,
     topic: Arc<str>,
     dead_letter: Option<Arc<str>>,
@@ -93,6 +97,8 @@ pub struct ProduceWindow<T> {
     reports: mpsc::UnboundedReceiver<Report>,
     limits: WindowLimits,
     queue: VecDeque<Outgoing<T>>,
+    /// How many of the queue's first records go alone (see [`ProduceWindow::enqueue_alone`]).
+    alone_marks: VecDeque<bool>,
     /// In-flight records by sequence number: `slots[seq - front_seq]`.
     slots: VecDeque<Option<InFlight<T>>>,
     front_seq: u64,
@@ -132,6 +138,7 @@ impl<T> ProduceWindow<T> {
             reports,
             limits,
             queue: VecDeque::new(),
+            alone_marks: VecDeque::new(),
             slots: VecDeque::new(),
             front_seq: 0,
             records: 0,
@@ -168,6 +175,23 @@ impl<T> ProduceWindow<T> {
             self.last_progress = Instant::now();
         }
         self.queue.push_back(out);
+        self.alone_marks.push_back(false);
+    }
+
+    /// Queues a record that goes alone: sent only when nothing is in flight, and nothing
+    /// after it until its report. For records of a batch the broker refused: a refusal
+    /// of a record in flight alone is about that record.
+    pub fn enqueue_alone(&mut self, out: Outgoing<T>) {
+        self.enqueue(out);
+        if let Some(last) = self.alone_marks.back_mut() {
+            *last = true;
+        }
+    }
+
+    /// Takes the queue's first record and whether it goes alone.
+    fn pop_queued(&mut self) -> Option<(Outgoing<T>, bool)> {
+        let out = self.queue.pop_front()?;
+        Some((out, self.alone_marks.pop_front().unwrap_or(false)))
     }
 
     /// Sends what may be sent, then waits for one report (no timer: the watchdog is
@@ -264,7 +288,8 @@ impl<T> ProduceWindow<T> {
                 break;
             }
             let first_for_topic = !self.settled.contains(&next.record.topic);
-            if first_for_topic && self.records > 0 {
+            let must_be_alone = first_for_topic || self.alone_marks.front().copied().unwrap_or(false);
+            if must_be_alone && self.records > 0 {
                 break;
             }
             let seq = self.front_seq + self.slots.len() as u64;
@@ -276,7 +301,7 @@ impl<T> ProduceWindow<T> {
                     break;
                 }
                 Err(SendError::Rejected(rejection)) => {
-                    let out = self.queue.pop_front()?;
+                    let (out, _) = self.pop_queued()?;
                     self.metrics.produce_error("rejected");
                     let original = Box::new(Original::of(&out.record));
                     return Some(Event::Rejected {
@@ -285,10 +310,11 @@ impl<T> ProduceWindow<T> {
                         original,
                         dead_letter: out.dead_letter.is_some(),
                         producer_fatal: None,
+                        alone: true,
                     });
                 }
                 Err(SendError::Retryable(error)) => {
-                    let out = self.queue.pop_front()?;
+                    let (out, _) = self.pop_queued()?;
                     self.metrics.produce_error("retryable");
                     return Some(Event::Failed {
                         tag: out.tag,
@@ -296,18 +322,19 @@ impl<T> ProduceWindow<T> {
                     });
                 }
             }
-            let out = self.queue.pop_front()?;
+            let (out, _) = self.pop_queued()?;
             let bytes = out.record.value.as_ref().map_or(0, |v| v.len() as u64);
             if self.records == 0 {
                 self.last_progress = Instant::now();
             }
             self.records += 1;
             self.bytes += bytes;
-            if first_for_topic {
+            if must_be_alone {
                 self.alone = Some(seq);
             }
             self.slots.push_back(Some(InFlight {
                 tag: out.tag,
+                alone: must_be_alone,
                 bytes,
                 topic: out.record.topic,
                 dead_letter: out.dead_letter,
@@ -355,6 +382,7 @@ impl<T> ProduceWindow<T> {
                 original,
                 dead_letter,
                 producer_fatal: self.producer_fatal(),
+                alone: flight.alone,
             },
             Outcome::Retryable { error } => {
                 Event::Failed { tag: flight.tag, error: format!("Kafka did not acknowledge a record ({error})") }
@@ -424,6 +452,7 @@ impl<T> ProduceWindow<T> {
     fn take_unreported(&mut self) -> Vec<T> {
         let mut left: Vec<T> = self.slots.drain(..).flatten().map(|f| f.tag).collect();
         left.extend(self.queue.drain(..).map(|out| out.tag));
+        self.alone_marks.clear();
         self.records = 0;
         self.bytes = 0;
         self.alone = None;

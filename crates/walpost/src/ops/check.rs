@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::admin::{AdminClient, AdminOptions, OwnedResourceSpecifier, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::metadata::Metadata;
 use replication::ReplicationClient;
 
 use crate::error::PipelineError;
@@ -14,7 +15,7 @@ use crate::kafka::config::client_config;
 use crate::monitor::evaluate::unreachable_thresholds;
 use crate::postgres::sql::{ident, literal, setting};
 use crate::postgres::{catalog, preflight};
-use crate::settings::Settings;
+use crate::settings::{OnPermanentError, Settings};
 
 /// One line of `walpost check`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,7 +260,7 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
         }
     };
     out.push(Check::Ok(format!("Kafka at {brokers}: {} broker(s)", md.brokers().len())));
-    let prefix = s.router().topic_pattern.split(router::ROUTED_BY_VALUE).next().unwrap_or("").to_owned();
+    let prefix = routed_prefix(s.router());
     let present = md.topics().iter().filter(|t| !prefix.is_empty() && t.name().starts_with(&prefix)).count();
     let auto_create = match md.brokers().first() {
         Some(b) => admin
@@ -272,7 +273,154 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
         None => None,
     };
     out.push(topics_check(auto_create.as_deref(), present, &prefix));
+    out.extend(durability_checks(s, &admin, &md).await);
     out
+}
+
+/// The most topics `walpost check` describes one by one; more are summarised.
+const MAX_DESCRIBED_TOPICS: usize = 200;
+
+/// The durability warnings: every existing topic walpost writes to (routed topics and the
+/// dead-letter topic), and the brokers' defaults for those not created yet.
+async fn durability_checks(s: &Settings, admin: &AdminClient<DefaultClientContext>, md: &Metadata) -> Vec<Check> {
+    let mut prefixes: Vec<String> = s.source.outboxes.iter().map(|o| routed_prefix(&o.router)).collect();
+    if let Some(m) = &s.source.messages {
+        prefixes.push(routed_prefix(&m.router));
+    }
+    let dead_letter =
+        (s.kafka.on_permanent_error == OnPermanentError::DeadLetter).then_some(&s.kafka.dead_letter_topic);
+    let mut topics: Vec<(String, Option<i64>)> = md
+        .topics()
+        .iter()
+        .filter(|t| {
+            prefixes.iter().any(|p| !p.is_empty() && t.name().starts_with(p.as_str()))
+                || dead_letter.is_some_and(|d| d == t.name())
+        })
+        .map(|t| {
+            // The smallest replica count over the partitions: the weakest one decides.
+            let rf = t.partitions().iter().map(|p| p.replicas().len() as i64).min();
+            (t.name().to_owned(), rf)
+        })
+        .collect();
+    topics.sort();
+    topics.truncate(MAX_DESCRIBED_TOPICS);
+    let specifiers: Vec<ResourceSpecifier> = topics.iter().map(|(n, _)| ResourceSpecifier::Topic(n)).collect();
+    let described = if specifiers.is_empty() {
+        Vec::new()
+    } else {
+        admin.describe_configs(&specifiers, &AdminOptions::new()).await.unwrap_or_default()
+    };
+    let mut found = Vec::new();
+    for (name, rf) in &topics {
+        let min_isr = described
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .find(|c| matches!(&c.specifier, OwnedResourceSpecifier::Topic(t) if t == name))
+            .and_then(|c| c.get("min.insync.replicas").and_then(|e| e.value.as_deref()?.parse().ok()));
+        found.push((name.clone(), Durability { replication_factor: *rf, min_insync_replicas: min_isr }));
+    }
+    // Topics created on first use (a new route value, the dead-letter topic before its
+    // first record) get the brokers' defaults.
+    let dead_letter_missing = dead_letter.is_some_and(|d| !topics.iter().any(|(n, _)| n == d));
+    let defaults = match md.brokers().first() {
+        Some(b) => admin
+            .describe_configs(&[ResourceSpecifier::Broker(b.id())], &AdminOptions::new())
+            .await
+            .ok()
+            .and_then(|r| r.into_iter().next())
+            .and_then(|r| r.ok())
+            .map(|c| {
+                let get = |k: &str| c.get(k).and_then(|e| e.value.as_deref()?.parse().ok());
+                Durability {
+                    replication_factor: get("default.replication.factor"),
+                    min_insync_replicas: get("min.insync.replicas"),
+                }
+            }),
+        None => None,
+    };
+    durability_decision(&found, defaults.as_ref(), found.is_empty() || dead_letter_missing)
+}
+
+/// The literal start of every topic a router can produce (`""` when it starts with the
+/// route value: then no prefix narrows it down).
+fn routed_prefix(router: &router::RouterConfig) -> String {
+    router.topic_pattern.split(router::ROUTED_BY_VALUE).next().unwrap_or("").to_owned()
+}
+
+/// Replication settings of a topic, or of the brokers for topics created on first use;
+/// `None` where the brokers did not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Durability {
+    pub replication_factor: Option<i64>,
+    pub min_insync_replicas: Option<i64>,
+}
+
+/// The durability lines of `walpost check`: a warning for each topic whose replication
+/// factor or `min.insync.replicas` is 1 (walpost produces with acks=all, which waits for
+/// `min.insync.replicas` copies only: at 1, an acknowledged event can live on one disk),
+/// one line for the healthy ones, and, when `defaults_matter` (topics still to be created),
+/// the same judgement of the brokers' defaults, or that it cannot be told.
+pub fn durability_decision(
+    topics: &[(String, Durability)],
+    defaults: Option<&Durability>,
+    defaults_matter: bool,
+) -> Vec<Check> {
+    let mut out = Vec::new();
+    let mut sound = 0;
+    for (name, d) in topics {
+        match weakness(d) {
+            Some(weak) => out.push(Check::Warn(durability_warning(name, &weak))),
+            None if d.min_insync_replicas.is_none() => out.push(Check::Warn(format!(
+                "durability: topic {name} has replication factor {}, and its min.insync.replicas could not be read (DescribeConfigs refused): with acks=all, make sure it is at least 2",
+                d.replication_factor.map_or("?".to_owned(), |rf| rf.to_string())
+            ))),
+            None => sound += 1,
+        }
+    }
+    if sound > 0 {
+        out.push(Check::Ok(format!(
+            "durability: {sound} topic(s) with replication factor >= 2 and min.insync.replicas >= 2 (acks=all)"
+        )));
+    }
+    if defaults_matter {
+        match defaults {
+            Some(d) => match weakness(d) {
+                Some(weak) => out.push(Check::Warn(defaults_warning(&weak))),
+                None if d.replication_factor.is_some() && d.min_insync_replicas.is_some() => out.push(Check::Ok(
+                    "durability: topics created on first use get default.replication.factor >= 2 and min.insync.replicas >= 2".into(),
+                )),
+                None => out.push(Check::Warn(DEFAULTS_UNKNOWN.into())),
+            },
+            None => out.push(Check::Warn(DEFAULTS_UNKNOWN.into())),
+        }
+    }
+    out
+}
+
+const DEFAULTS_UNKNOWN: &str = "durability: cannot tell what replication factor and min.insync.replicas topics created on first use get (the brokers did not answer DescribeConfigs): create the outbox topics beforehand with replication factor 3 and min.insync.replicas 2";
+
+/// What is too weak about `d` ("replication factor 1", "min.insync.replicas 1", both).
+fn weakness(d: &Durability) -> Option<String> {
+    let rf = d.replication_factor.filter(|&n| n < 2).map(|n| format!("replication factor {n}"));
+    let isr = d.min_insync_replicas.filter(|&n| n < 2).map(|n| format!("min.insync.replicas {n}"));
+    match (rf, isr) {
+        (Some(a), Some(b)) => Some(format!("{a} and {b}")),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The warning for an existing topic; quoted in runbooks/kafka-maintenance.md.
+pub fn durability_warning(topic: &str, weakness: &str) -> String {
+    format!(
+        "durability: topic {topic} has {weakness}: walpost produces with acks=all, which waits for min.insync.replicas copies only, so an acknowledged event can be on one broker and lost with its disk; give the topic 3 replicas (kafka-reassign-partitions) and set min.insync.replicas=2 (kafka-configs --alter --entity-type topics --entity-name {topic} --add-config min.insync.replicas=2), see runbooks/kafka-maintenance.md"
+    )
+}
+
+/// The warning for the brokers' defaults; quoted in runbooks/kafka-maintenance.md.
+pub fn defaults_warning(weakness: &str) -> String {
+    format!(
+        "durability: topics created on first use get the brokers' defaults, {weakness} (default.replication.factor, min.insync.replicas): an acknowledged event can be on one broker and lost with its disk; set default.replication.factor=3 and min.insync.replicas=2 on the brokers, or create the outbox topics beforehand with them, see runbooks/kafka-maintenance.md"
+    )
 }
 
 /// Whether routed topics can be written: `auto_create` is the brokers'
@@ -299,6 +447,64 @@ fn topics_check(auto_create: Option<&str>, present: usize, prefix: &str) -> Chec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn d(rf: Option<i64>, isr: Option<i64>) -> Durability {
+        Durability { replication_factor: rf, min_insync_replicas: isr }
+    }
+
+    /// Issue 15: RF 1 or min.insync.replicas 1 with acks=all is a warning (never a
+    /// failure) that names the topic, what is weak and the fix.
+    #[test]
+    fn weak_replication_is_a_durability_warning_with_the_fix() {
+        let topics = vec![
+            ("outbox.event.order".to_owned(), d(Some(3), Some(2))),
+            ("outbox.event.payment".to_owned(), d(Some(1), Some(1))),
+            ("outbox.event.invoice".to_owned(), d(Some(3), Some(1))),
+            ("outbox.event.refund".to_owned(), d(Some(1), Some(2))),
+        ];
+        let checks = durability_decision(&topics, Some(&d(Some(3), Some(2))), false);
+        assert!(!any_failed(&checks));
+        let warns: Vec<&String> =
+            checks.iter().filter_map(|c| if let Check::Warn(m) = c { Some(m) } else { None }).collect();
+        assert_eq!(warns.len(), 3, "{checks:?}");
+        assert!(warns[0].contains("topic outbox.event.payment has replication factor 1 and min.insync.replicas 1"));
+        assert!(warns[1].contains("topic outbox.event.invoice has min.insync.replicas 1"));
+        assert!(warns[2].contains("topic outbox.event.refund has replication factor 1:"));
+        for w in warns {
+            assert!(
+                w.contains("acks=all")
+                    && w.contains("min.insync.replicas=2")
+                    && w.contains("runbooks/kafka-maintenance.md"),
+                "{w}"
+            );
+        }
+        assert_eq!(
+            checks.last(),
+            Some(&Check::Ok(
+                "durability: 1 topic(s) with replication factor >= 2 and min.insync.replicas >= 2 (acks=all)".into()
+            ))
+        );
+    }
+
+    /// Topics not created yet: the brokers' defaults decide, or "cannot tell".
+    #[test]
+    fn missing_topics_are_judged_by_the_broker_defaults_or_unknown() {
+        let weak = durability_decision(&[], Some(&d(Some(1), Some(1))), true);
+        assert!(
+            matches!(&weak[..], [Check::Warn(m)] if m.contains("topics created on first use get the brokers' defaults, replication factor 1 and min.insync.replicas 1")),
+            "{weak:?}"
+        );
+        let sound = durability_decision(&[], Some(&d(Some(3), Some(2))), true);
+        assert!(matches!(&sound[..], [Check::Ok(_)]), "{sound:?}");
+        for unknown in [durability_decision(&[], None, true), durability_decision(&[], Some(&d(None, Some(2))), true)] {
+            assert!(matches!(&unknown[..], [Check::Warn(m)] if m.contains("cannot tell")), "{unknown:?}");
+        }
+        // Defaults do not matter when every topic exists already.
+        assert!(durability_decision(&[], Some(&d(Some(1), Some(1))), false).is_empty());
+        // A topic whose min.insync.replicas the brokers did not describe.
+        let unread = durability_decision(&[("t".into(), d(Some(3), None))], None, false);
+        assert!(matches!(&unread[..], [Check::Warn(m)] if m.contains("could not be read")), "{unread:?}");
+    }
 
     /// Regression: a broker that refuses DescribeConfigs made `walpost check` FAIL
     /// with "the brokers do not create topics on first use", which it did not know.

@@ -179,6 +179,22 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
         }
     };
     let value_converter = cfg.remove("value.converter");
+    // Debezium's signal table (source channel): the same table and format in walpost.
+    let signal_table = cfg.remove("signal.data.collection").map(|t| {
+        // Debezium accepts `<database>.<schema>.<table>` too; walpost's key is schema.table.
+        let parts: Vec<&str> = t.split('.').collect();
+        match parts.as_slice() {
+            [_, schema, table] => format!("{schema}.{table}"),
+            _ => t,
+        }
+    });
+    if let Some(channels) = cfg.remove("signal.enabled.channels") {
+        if !channels.split(',').any(|c| c.trim() == "source") {
+            notes.push(format!(
+                "signal.enabled.channels={channels}: walpost reads signals from the signal table only (the source channel)"
+            ));
+        }
+    }
 
     // The EventRouter transform.
     let transforms: Vec<String> = cfg
@@ -281,6 +297,7 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
         publication: Some(publication),
         table: tables.first().cloned(),
         snapshot: snapshot.and_then(|m| serde_json::from_value(serde_json::Value::String(m.into())).ok()),
+        signal_table,
         ..FileConfig::default()
     };
     file.kafka.brokers = brokers.clone().or_else(|| Some(BROKERS_PLACEHOLDER.into()));
@@ -361,10 +378,12 @@ mod tests {
             "transforms.outbox.route.tombstone.on.empty.payload": "true",
             "transforms.outbox.table.expand.json.payload": "true",
             "transforms.outbox.tracing.span.context.field": "tracingspancontext",
-            "producer.override.compression.type": "zstd", "producer.override.linger.ms": "20"}"#;
+            "producer.override.compression.type": "zstd", "producer.override.linger.ms": "20",
+            "signal.data.collection": "orders.billing.debezium_signal"}"#;
         let c = convert(json).unwrap();
         assert!(c.not_carried.is_empty(), "{:?}", c.not_carried);
         let f = parse(&c.toml);
+        assert_eq!(f.signal_table.as_deref(), Some("billing.debezium_signal"));
         assert_eq!(
             f.postgres.as_deref(),
             Some("postgres://cdc@db.internal:6432/orders?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem")

@@ -129,7 +129,7 @@ pub async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Res
             ident(publication)
         )));
     }
-    for table in s.source.outboxes.iter().map(|o| &o.table) {
+    for table in s.source.published_tables() {
         let covered = query(
             sql,
             &format!(

@@ -10,7 +10,7 @@ use super::catalog::{self, Publication, SlotRow};
 use super::messages;
 use super::sql::{ident, query};
 use crate::error::PipelineError;
-use crate::settings::{Outbox, Settings};
+use crate::settings::{Outbox, Settings, TableName};
 
 /// Checks everything that does not depend on the slot; creates the publication if missing.
 pub async fn preflight(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
@@ -106,6 +106,18 @@ pub async fn check_tables(sql: &mut ReplicationClient, s: &Settings) -> Result<(
     for outbox in &s.source.outboxes {
         check_outbox_table(sql, s, outbox).await?;
     }
+    if let Some(table) = &s.source.signal_table {
+        let columns = catalog::table_columns(sql, table).await?;
+        let missing: Vec<&str> =
+            ["id", "type", "data"].into_iter().filter(|c| !columns.iter().any(|col| col.0 == *c)).collect();
+        if !missing.is_empty() {
+            return Err(PipelineError::definite(format!(
+                "signal table {table} {}: it needs Debezium's columns id, type and data, e.g. CREATE TABLE {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))",
+                if columns.is_empty() { "does not exist".to_owned() } else { format!("has no column {}", missing.join(", ")) },
+                table.quoted()
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -134,7 +146,7 @@ pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Re
         }
         Publication::Missing => {}
     }
-    let tables = s.source.outboxes.iter().map(|o| o.table.quoted()).collect::<Vec<_>>().join(", ");
+    let tables = s.source.published_tables().map(TableName::quoted).collect::<Vec<_>>().join(", ");
     let create = format!(
         "CREATE PUBLICATION {} FOR TABLE {tables} WITH (publish = 'insert', publish_via_partition_root = true)",
         ident(publication),

@@ -38,6 +38,10 @@ pub struct FileConfig {
     pub heartbeat_interval_secs: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot_failover: Option<bool>,
+    /// A table in Debezium's signal format (`id`, `type`, `data`): an `execute-snapshot`
+    /// row replays outbox rows while the stream goes on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal_table: Option<String>,
     /// `halt` (default) or `dead_letter`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_permanent_error: Option<String>,

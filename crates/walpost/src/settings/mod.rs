@@ -71,6 +71,15 @@ pub struct SourceSettings {
     pub messages: Option<Messages>,
     /// Emit an empty logical message this often (a quiet database on a busy server).
     pub heartbeat_interval: Option<Duration>,
+    /// Debezium-format signal table (`--signal-table`): replays on demand.
+    pub signal_table: Option<TableName>,
+}
+
+impl SourceSettings {
+    /// The tables the publication must publish: every outbox, and the signal table.
+    pub fn published_tables(&self) -> impl Iterator<Item = &TableName> {
+        self.outboxes.iter().map(|o| &o.table).chain(self.signal_table.iter())
+    }
 }
 
 /// Where records go and what happens to the ones Kafka will never take.
@@ -147,6 +156,18 @@ pub struct SnapshotSettings {
     pub mode: SnapshotMode,
     /// A SQL condition on the outbox rows.
     pub filter: Option<String>,
+    /// This snapshot is a replay (`walpost replay`, or a signal): its records carry the
+    /// header `walpost.replay` instead of `walpost.snapshot`.
+    pub replay: Option<ReplayMark>,
+}
+
+/// What marks a replay's records, and whether it only counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayMark {
+    /// The value of the `walpost.replay` header.
+    pub id: String,
+    /// Count the rows per topic; publish nothing.
+    pub dry_run: bool,
 }
 
 /// When to snapshot the rows already in the outbox (Debezium's snapshot.mode names).

@@ -30,6 +30,8 @@ pub struct Overrides {
     pub snapshot: Option<SnapshotMode>,
     pub snapshot_filter: Option<String>,
     pub heartbeat_interval_secs: Option<u64>,
+    /// `--signal-table`.
+    pub signal_table: Option<String>,
     pub slot_failover: bool,
     /// `KEY=VALUE` librdkafka properties; override `[kafka.properties]`.
     pub kafka_properties: Vec<String>,
@@ -136,6 +138,20 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         }
         other => other.map(Duration::from_secs),
     };
+    let signal_table = match o.signal_table.clone().or(file.signal_table) {
+        None => None,
+        Some(text) => {
+            let t = TableName::parse(&text)?;
+            if outboxes.iter().any(|o| o.table == t) {
+                return Err(ConfigError::Invalid {
+                    key: "signal_table",
+                    value: text,
+                    expected: "a table of its own, not an outbox table",
+                });
+            }
+            Some(t)
+        }
+    };
     let source = SourceSettings {
         slot,
         publication,
@@ -143,6 +159,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         outboxes,
         messages,
         heartbeat_interval,
+        signal_table,
     };
 
     let on_permanent_error = match file.on_permanent_error.as_deref() {
@@ -188,6 +205,13 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         properties.insert(key, v.trim().to_owned());
     }
     let delivery = resolve_delivery(o.delivery.clone().or(file.delivery), &file.exactly_once)?;
+    if let (Some(t), Delivery::ExactlyOnce(_)) = (&source.signal_table, &delivery) {
+        return Err(ConfigError::Invalid {
+            key: "signal_table",
+            value: t.to_string(),
+            expected: "no signal table with delivery = exactly-once (a signal's replay is not inside the Kafka transactions): run walpost replay instead",
+        });
+    }
     let kafka = KafkaSettings { brokers, properties, on_permanent_error, dead_letter_topic, log_values, delivery };
 
     let snapshot_mode = o.snapshot.or(file.snapshot).unwrap_or(SnapshotMode::Never);
@@ -270,7 +294,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         source,
         kafka,
         stream,
-        snapshot: SnapshotSettings { mode: snapshot_mode, filter },
+        snapshot: SnapshotSettings { mode: snapshot_mode, filter, replay: None },
         monitor,
         retention: resolve_retention(&file.retention, o.retention_keep_days, o.retention_days_ahead)?,
         metrics_addr,

@@ -30,6 +30,7 @@
 //! it ([`resume_hint`]), so a replay need not start over from its first row.
 
 mod progress;
+pub mod replay;
 mod state;
 
 use std::collections::BTreeMap;
@@ -44,7 +45,7 @@ use crate::error::PipelineError;
 use crate::kafka::{self, DeliveryMemo, Event, Failure, Original, Outgoing, PermanentErrorPolicy, ProduceWindow};
 use crate::postgres::catalog;
 use crate::postgres::sql::{ident, literal};
-use crate::settings::{Outbox, Settings, SnapshotMode};
+use crate::settings::{Outbox, ReplayMark, Settings, SnapshotMode};
 use crate::telemetry::Metrics;
 use progress::Progress as SnapshotProgress;
 use router::Record;
@@ -56,6 +57,21 @@ pub use state::{mark_finished, mark_started, unfinished};
 
 /// Header marking a record that came from the snapshot rather than the stream.
 pub const HEADER_SNAPSHOT: &str = "walpost.snapshot";
+
+/// Header marking a replayed record; its value is the replay's id.
+pub const HEADER_REPLAY: &str = "walpost.replay";
+
+/// Topics counted one by one in an [`Outcome`]; more are summed under "(other)".
+const MAX_COUNTED_TOPICS: usize = 1000;
+
+/// What a snapshot did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Rows read from the outbox tables.
+    pub rows: u64,
+    /// Records per topic (handed to Kafka and acknowledged; counted only, for a dry run).
+    pub per_topic: BTreeMap<String, u64>,
+}
 
 /// Rows fetched per round trip.
 const FETCH_ROWS: usize = 2000;
@@ -87,6 +103,8 @@ struct RowTag {
     outbox: usize,
     event_id: Bytes,
     seq: u64,
+    /// The record's topic (set when it is queued), for the per-topic counts.
+    topic: Option<Arc<str>>,
 }
 
 /// The text appended to a backfill's halt: where to resume. `id` is the lowest row
@@ -111,7 +129,7 @@ pub fn resume_filter(old: Option<&str>, id_field: &str, id: &str) -> String {
 }
 
 /// The query the cursor runs for one outbox table.
-fn cursor_query(s: &Settings, outbox: &Outbox) -> String {
+pub(crate) fn cursor_query(s: &Settings, outbox: &Outbox) -> String {
     let filter = s.snapshot.filter.as_deref().map(|f| format!(" WHERE ({f})")).unwrap_or_default();
     // t.*: the simple query protocol returns every value in its text form, the same
     // bytes pgoutput sends, and the row description names and types the columns just
@@ -140,7 +158,7 @@ pub async fn validate_filter(sql: &mut ReplicationClient, s: &Settings) -> Resul
 
 /// Reads every outbox table (in the exported snapshot `snapshot_name`, or in a fresh
 /// REPEATABLE READ snapshot when `None`), publishes every row and waits until Kafka
-/// acknowledged all of them. Returns the number of rows published.
+/// acknowledged all of them (a replay's dry run only routes and counts).
 pub async fn run(
     sql: &mut ReplicationClient,
     s: &Settings,
@@ -148,7 +166,7 @@ pub async fn run(
     metrics: &Metrics,
     memo: &mut DeliveryMemo,
     transaction: Option<Transaction>,
-) -> Result<u64, PipelineError> {
+) -> Result<Outcome, PipelineError> {
     let window = kafka::open_window(s, metrics, transaction.as_ref().map(|t| &t.producer))?;
     if let Some(t) = &transaction {
         let sink = window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
@@ -160,12 +178,13 @@ pub async fn run(
         window,
         policy: PermanentErrorPolicy::new(&s.kafka),
         memo,
-        progress: SnapshotProgress::new(metrics.snapshot.clone()),
+        progress: SnapshotProgress::new(metrics.snapshot.clone(), s.snapshot.replay.is_some()),
         trace_context_invalid: metrics.stream.trace_context_invalid.clone(),
         transactional: transaction.is_some(),
         next_seq: 0,
         unacknowledged: BTreeMap::new(),
         halted_on: None,
+        per_topic: BTreeMap::new(),
     };
     let mut result = snapshot.publish_all(sql, snapshot_name).await;
     if let (Ok(_), Some(t)) = (&result, &transaction) {
@@ -184,9 +203,9 @@ pub async fn run(
         }
     }
     metrics.snapshot.running.set(0);
-    let Snapshot { window, .. } = snapshot;
+    let Snapshot { window, per_topic, .. } = snapshot;
     window.close(std::time::Duration::ZERO, |_| {}).await;
-    result
+    result.map(|rows| Outcome { rows, per_topic })
 }
 
 struct Snapshot<'a> {
@@ -206,6 +225,8 @@ struct Snapshot<'a> {
     unacknowledged: BTreeMap<u64, Bytes>,
     /// A row the snapshot halted on before handing it to the window.
     halted_on: Option<Bytes>,
+    /// Records per topic: acknowledged, or (dry run) routed.
+    per_topic: BTreeMap<String, u64>,
 }
 
 impl Snapshot<'_> {
@@ -222,7 +243,7 @@ impl Snapshot<'_> {
                 partition: None,
                 trace: router::TraceOutcome::default(),
             };
-            let tag = RowTag { outbox: usize::MAX, event_id: Bytes::new(), seq: u64::MAX };
+            let tag = RowTag { outbox: usize::MAX, event_id: Bytes::new(), seq: u64::MAX, topic: None };
             self.window.enqueue(Outgoing { record, timestamp_ms: None, tag, dead_letter: None });
             while !self.window.is_idle() {
                 let event = self.next_event().await?;
@@ -326,14 +347,30 @@ impl Snapshot<'_> {
                 let tuple = TupleData::from_values(&values);
                 let seq = self.next_seq;
                 self.next_seq += 1;
-                let out = match router.route(rel, &tuple) {
+                let routed = router.route(rel, &tuple);
+                if let Some(ReplayMark { dry_run: true, .. }) = &self.s.snapshot.replay {
+                    let topic = match &routed {
+                        Ok(record) => record.topic.to_string(),
+                        Err(e) => format!("(unroutable: {})", e.class()),
+                    };
+                    self.count(topic);
+                    self.progress.acked();
+                    sent += 1;
+                    continue;
+                }
+                let out = match routed {
                     Ok(mut record) => {
                         if record.trace.invalid {
                             self.trace_context_invalid.inc();
                             invalid_trace_context += 1;
                         }
-                        record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true")));
-                        let tag = RowTag { outbox: index, event_id: record.event_id.clone(), seq };
+                        match &self.s.snapshot.replay {
+                            Some(mark) => record
+                                .headers
+                                .push((Arc::from(HEADER_REPLAY), Bytes::copy_from_slice(mark.id.as_bytes()))),
+                            None => record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true"))),
+                        }
+                        let tag = RowTag { outbox: index, event_id: record.event_id.clone(), seq, topic: None };
                         match self.memo.poisoned_row(index, &record.event_id).cloned() {
                             Some(failure) => self.dead_letter(&failure, Original::of(&record), tag)?,
                             None => Outgoing { record, timestamp_ms: None, tag, dead_letter: None },
@@ -367,9 +404,11 @@ impl Snapshot<'_> {
                             value: value.map(|v| v.to_vec()),
                             headers: Vec::new(),
                         };
-                        self.dead_letter(&failure, original, RowTag { outbox: index, event_id, seq })?
+                        self.dead_letter(&failure, original, RowTag { outbox: index, event_id, seq, topic: None })?
                     }
                 };
+                let mut out = out;
+                out.tag.topic = Some(out.record.topic.clone());
                 self.unacknowledged.insert(seq, out.tag.event_id.clone());
                 self.window.enqueue(out);
                 if let Some(event) = self.window.pump() {
@@ -389,6 +428,17 @@ impl Snapshot<'_> {
             );
         }
         Ok(sent)
+    }
+
+    /// One more record for `topic` (bounded: past [`MAX_COUNTED_TOPICS`] topics, the
+    /// rest are summed under "(other)").
+    fn count(&mut self, topic: String) {
+        let key = if self.per_topic.len() < MAX_COUNTED_TOPICS || self.per_topic.contains_key(&topic) {
+            topic
+        } else {
+            "(other)".to_owned()
+        };
+        *self.per_topic.entry(key).or_default() += 1;
     }
 
     async fn next_event(&mut self) -> Result<Event<RowTag>, PipelineError> {
@@ -417,6 +467,9 @@ impl Snapshot<'_> {
                 self.unacknowledged.remove(&tag.seq);
                 if tag.outbox != usize::MAX {
                     self.progress.acked();
+                    if let Some(topic) = tag.topic {
+                        self.count(topic.to_string());
+                    }
                 }
                 Ok(())
             }

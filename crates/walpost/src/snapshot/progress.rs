@@ -18,11 +18,15 @@ pub struct Progress {
     done: u64,
     tty: bool,
     metrics: SnapshotMetrics,
+    /// "snapshot" or "replay", in the lines printed.
+    what: &'static str,
 }
 
 impl Progress {
-    pub fn new(metrics: SnapshotMetrics) -> Progress {
+    /// `replay`: rows count in `walpost_replay_rows_total`, lines say "replay".
+    pub fn new(metrics: SnapshotMetrics, replay: bool) -> Progress {
         Progress {
+            what: if replay { "replay" } else { "snapshot" },
             started: Instant::now(),
             last_log: Instant::now(),
             estimate: 0,
@@ -42,7 +46,11 @@ impl Progress {
     /// One row acknowledged by Kafka.
     pub fn acked(&mut self) {
         self.done += 1;
-        self.metrics.rows.inc();
+        if self.what == "replay" {
+            self.metrics.replay_rows.inc();
+        } else {
+            self.metrics.rows.inc();
+        }
     }
 
     pub fn finish(&mut self) {
@@ -60,7 +68,8 @@ impl Progress {
             let filled = (self.done * WIDTH).checked_div(total).map_or(WIDTH, |f| f.min(WIDTH));
             let bar = format!("{}{}", "#".repeat(filled as usize), ".".repeat((WIDTH - filled) as usize));
             let mut err = std::io::stderr();
-            let _ = write!(err, "\rsnapshot [{bar}] {}/{} rows {:.0} rows/s ETA {:.0}s ", self.done, total, rate, eta);
+            let _ =
+                write!(err, "\r{} [{bar}] {}/{} rows {:.0} rows/s ETA {:.0}s ", self.what, self.done, total, rate, eta);
             if last {
                 let _ = writeln!(err);
             }
@@ -73,7 +82,8 @@ impl Progress {
                 rows_per_sec = rate.round() as u64,
                 eta_secs = eta.round() as u64,
                 secs = elapsed,
-                "snapshot progress"
+                "{} progress",
+                self.what
             );
         }
     }

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use pgoutput::{Lsn, Relation, TupleData};
 use router::{Record, ResolvedRelation, RouteError, Router};
 
+use super::signal::SignalRow;
 use crate::error::PipelineError;
 use crate::kafka::Original;
 use crate::settings::{OpInvalid, Settings, TableName};
@@ -36,6 +37,8 @@ pub enum Routed {
         salvage: Box<Original>,
         event_id: Bytes,
     },
+    /// A row of the signal table.
+    Signal(SignalRow),
     /// Not an outbox event (another table, another message prefix, a skipped operation).
     NotAnEvent,
 }
@@ -47,6 +50,8 @@ enum RelationEntry {
     Outbox(usize, ResolvedRelation),
     /// An outbox table whose columns no longer match the configuration.
     Unroutable(usize, RouteError),
+    /// The signal table: the positions of its `id`, `type` and `data` columns.
+    Signal { id: usize, kind: usize, data: usize },
     /// Another table in the publication: its inserts are not outbox events.
     Other,
 }
@@ -67,6 +72,7 @@ struct MessageRoute {
 /// See the module docs.
 pub struct Routing {
     outboxes: Vec<OutboxRoute>,
+    signal_table: Option<TableName>,
     messages: Option<MessageRoute>,
     relations: HashMap<u32, RelationEntry>,
     metrics: StreamMetrics,
@@ -130,7 +136,14 @@ impl Routing {
             }),
             None => None,
         };
-        Ok(Routing { outboxes, messages, relations: HashMap::new(), metrics, trace_warnings: TraceWarnings::default() })
+        Ok(Routing {
+            outboxes,
+            signal_table: s.source.signal_table.clone(),
+            messages,
+            relations: HashMap::new(),
+            metrics,
+            trace_warnings: TraceWarnings::default(),
+        })
     }
 
     /// A Relation message: (re)learns the relation's columns.
@@ -138,7 +151,19 @@ impl Routing {
         let outbox = self.outboxes.iter().position(|o| {
             r.namespace.as_ref() == o.table.schema.as_bytes() && r.name.as_ref() == o.table.name.as_bytes()
         });
+        let is_signal = self
+            .signal_table
+            .as_ref()
+            .is_some_and(|t| r.namespace.as_ref() == t.schema.as_bytes() && r.name.as_ref() == t.name.as_bytes());
+        let column = |name: &str| r.columns.iter().position(|c| c.name.as_ref() == name.as_bytes());
         let entry = match outbox.and_then(|i| Some((i, self.outboxes.get(i)?))) {
+            None if is_signal => match (column("id"), column("type"), column("data")) {
+                (Some(id), Some(kind), Some(data)) => RelationEntry::Signal { id, kind, data },
+                _ => {
+                    tracing::warn!("the signal table lost a column (id, type, data): its rows are ignored");
+                    RelationEntry::Other
+                }
+            },
             None => RelationEntry::Other,
             Some((i, o)) => match o.router.resolve(r) {
                 Ok(resolved) => RelationEntry::Outbox(i, resolved),
@@ -177,6 +202,17 @@ impl Routing {
                 })
             }
             Some(RelationEntry::Unroutable(_, e)) => Ok(unroutable(e.clone(), None, None, None)),
+            Some(RelationEntry::Signal { id, kind, data }) => {
+                let text = |i: usize| match tuple.get(i) {
+                    Some(pgoutput::ColumnValue::Text(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
+                    _ => None,
+                };
+                Ok(Routed::Signal(SignalRow {
+                    id: text(*id).unwrap_or_default(),
+                    kind: text(*kind).unwrap_or_default(),
+                    data: text(*data),
+                }))
+            }
             Some(RelationEntry::Other) => Ok(Routed::NotAnEvent),
             None => Err(PipelineError::definite(format!(
                 "pgoutput protocol: Insert for relation {relation_oid} before its Relation message"

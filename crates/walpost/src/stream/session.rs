@@ -15,14 +15,17 @@ use super::confirm::{Confirmer, MIN_STATUS_GAP};
 use super::decode::{Change, Decoding, OpenTxn};
 use super::exactly_once::{Due, ExactlyOnceState};
 use super::route::{unroutable_halt, Routed, Routing};
+use super::signal::{self, Action, Finished, Replays, SignalRow};
 use crate::error::PipelineError;
 use crate::kafka::{
     DeliveryMemo, Event, Failure, Known, Original, Outgoing, PermanentErrorPolicy, ProduceWindow, RecordId,
 };
 use crate::otlp::{PendingSpan, Placed, Tracer};
-use crate::settings::Settings;
+use crate::settings::{Settings, TableName};
+use crate::snapshot::replay::{self, ReplaySpec};
 use crate::telemetry::metrics::StreamMetrics;
 use crate::telemetry::now_ms;
+use crate::telemetry::Metrics;
 
 /// A loop turn that comes this long after the previous one, when the server's
 /// `wal_sender_timeout` is unknown or off, means the process was stopped.
@@ -85,6 +88,11 @@ pub struct Session<'a> {
     exactly_once: Option<ExactlyOnceState>,
     /// Spans (`OTEL_EXPORTER_OTLP_ENDPOINT`); `None`: nothing is traced.
     tracer: Option<Tracer>,
+    /// Replays asked for by signal rows, and what they need to run.
+    replays: Replays,
+    /// The replays running: their transaction and the record id they stand for.
+    running_replays: Vec<(TxnSeq, RecordId)>,
+    all_metrics: Metrics,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -97,7 +105,7 @@ impl<'a> Session<'a> {
     #[allow(clippy::too_many_arguments)] // the parts a session is made of
     pub fn new(
         s: &'a Settings,
-        metrics: StreamMetrics,
+        all_metrics: &Metrics,
         stream: ReplicationStream,
         start: pgoutput::Lsn,
         routing: Routing,
@@ -107,6 +115,7 @@ impl<'a> Session<'a> {
         exactly_once: Option<ExactlyOnceState>,
         tracer: Option<Tracer>,
     ) -> Session<'a> {
+        let metrics = all_metrics.stream.clone();
         let mut confirmer = Confirmer::new(start, s.stream.status_interval, metrics.clone());
         if let Some(e) = &exactly_once {
             confirmer.set_gate(e.gate());
@@ -127,6 +136,9 @@ impl<'a> Session<'a> {
             frozen_after,
             exactly_once,
             tracer,
+            replays: Replays::default(),
+            running_replays: Vec::new(),
+            all_metrics: all_metrics.clone(),
         }
     }
 
@@ -230,6 +242,7 @@ impl<'a> Session<'a> {
                     self.metrics.set_oldest_unconfirmed_commit(self.confirmer.checkpoint.oldest_pending_commit_ms());
                     self.confirmer.maybe_send(&mut self.stream).await?;
                 }
+                Some(finished) = self.replays.next() => self.replay_finished(finished)?,
                 message = self.stream.next(), if self.window.has_room() => match message? {
                     Some(ReplicationMessage::XLogData(x)) => self.on_xlog(x)?,
                     Some(ReplicationMessage::PrimaryKeepalive(k)) => self.on_keepalive(k).await?,
@@ -271,7 +284,7 @@ impl<'a> Session<'a> {
                     self.confirmer.flush_lsn()
                 )))
             }
-            Event::Rejected { tag, rejection, original, dead_letter, producer_fatal } => {
+            Event::Rejected { tag, rejection, original, dead_letter, producer_fatal, alone } => {
                 // In a Kafka transaction a refused record makes the whole transaction
                 // fail: it is aborted, and the next one sends the dead letter instead.
                 let producer_fatal = producer_fatal.or_else(|| {
@@ -288,10 +301,21 @@ impl<'a> Session<'a> {
                 }
                 let failure = Failure::rejected(&rejection, tag.id.txn);
                 if let Some(fatal) = producer_fatal {
+                    self.culprit = Culprit::Kafka;
+                    if refused_as_a_batch(&rejection, alone) {
+                        // The broker refused the batch this record shared; which record
+                        // is too large it does not say: the next session sends the
+                        // batch's records alone, and only a record refused on its own
+                        // becomes a dead letter.
+                        self.memo.suspect(tag.id);
+                        return Err(PipelineError::transient(format!(
+                            "Kafka refused a batch holding event id={} ({}) and its producer stopped ({fatal}); a new producer sends the batch's events one at a time to find the one too large",
+                            rejection.event_id, rejection.code
+                        )));
+                    }
                     // The producer will deliver nothing more, the dead letter included:
                     // the next producer sends the dead letter in the record's place.
                     self.memo.poison(tag.id, failure);
-                    self.culprit = Culprit::Kafka;
                     return Err(PipelineError::transient(format!(
                         "Kafka refused event id={} for good and its producer stopped ({fatal}); a new producer sends it to the dead-letter topic",
                         rejection.event_id
@@ -377,6 +401,7 @@ impl<'a> Session<'a> {
     fn publish(&mut self, txn: &mut OpenTxn, routed: Routed, commit_time_ms: Option<i64>) -> Result<(), PipelineError> {
         let (mut record, mut dead_letter) = match routed {
             Routed::NotAnEvent => return Ok(()),
+            Routed::Signal(row) => return self.on_signal(txn, row),
             Routed::Record(record) => (record, None),
             Routed::Unroutable { error, salvage, event_id } => {
                 if !self.policy.dead_letters() {
@@ -400,11 +425,13 @@ impl<'a> Session<'a> {
         txn.records += 1;
         let checkpoint = &mut self.confirmer.checkpoint;
         let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
+        let mut send_alone = false;
         match self.memo.lookup(id) {
             Known::Nothing => {}
             Known::Acknowledged => {
                 return checkpoint.record_skipped(seq).map_err(PipelineError::definite);
             }
+            Known::SendAlone => send_alone = true,
             Known::Poisoned(failure) => {
                 let original = Original::of(&record);
                 let failure = failure.clone();
@@ -424,13 +451,76 @@ impl<'a> Session<'a> {
             (Some(tracer), None) => start_span(tracer, &mut record, txn.commit_time_ms),
             _ => None,
         };
-        self.window.enqueue(Outgoing {
+        let out = Outgoing {
             record,
             timestamp_ms: commit_time_ms,
             tag: Tag { txn: Some(seq), id, span },
             dead_letter: dead_letter.map(Into::into),
-        });
+        };
+        if send_alone {
+            self.window.enqueue_alone(out);
+        } else {
+            self.window.enqueue(out);
+        }
         Ok(())
+    }
+
+    /// A signal row: a replay holds its transaction unconfirmed until it ends (see
+    /// `signal`); anything else is logged and counted.
+    fn on_signal(&mut self, txn: &mut OpenTxn, row: SignalRow) -> Result<(), PipelineError> {
+        let outboxes: Vec<&TableName> = self.s.source.outboxes.iter().map(|o| &o.table).collect();
+        let snapshot_metrics = &self.all_metrics.snapshot;
+        match signal::parse(&row, &outboxes) {
+            Ok(Action::Replay { condition }) => {
+                // The replay takes the place of a record of its transaction (its ordinal
+                // names it across sessions, as a record's does).
+                let id = RecordId { txn: txn.final_lsn, ordinal: txn.records };
+                txn.records += 1;
+                let checkpoint = &mut self.confirmer.checkpoint;
+                let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
+                if self.memo.lookup(id) == Known::Acknowledged {
+                    tracing::info!(signal = %row.id, "signal: its replay ended in an earlier session; not run again");
+                    return checkpoint.record_skipped(seq).map_err(PipelineError::definite);
+                }
+                checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
+                self.running_replays.push((seq, id));
+                let spec = ReplaySpec {
+                    id: row.id.clone(),
+                    since: None,
+                    until: None,
+                    condition,
+                    time_column: replay::DEFAULT_TIME_COLUMN.to_owned(),
+                    dry_run: false,
+                };
+                tracing::info!(signal = %row.id, "signal: replay started (the signal's transaction is confirmed once it ends)");
+                self.replays.start(seq, row.id, spec, self.s, &self.all_metrics);
+            }
+            Ok(Action::Ignore(why)) => {
+                tracing::info!(signal = %row.id, "signal ignored: {why}");
+                snapshot_metrics.replay("ignored");
+            }
+            Err(why) => {
+                tracing::warn!(signal = %row.id, "signal cannot be acted on: {why}; insert a corrected signal row");
+                snapshot_metrics.replay("failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// A signal's replay ended: its transaction may be confirmed now, whatever the outcome.
+    fn replay_finished(&mut self, f: Finished) -> Result<(), PipelineError> {
+        self.running_replays.retain(|(seq, _)| *seq != f.txn);
+        match &f.result {
+            Ok(outcome) => {
+                tracing::info!(signal = %f.signal, rows = outcome.rows, "signal: replay done");
+                self.all_metrics.snapshot.replay("done");
+            }
+            Err(e) => {
+                tracing::error!(signal = %f.signal, "signal: replay failed: {e}; the signal is dropped (insert a new signal row once fixed)");
+                self.all_metrics.snapshot.replay("failed");
+            }
+        }
+        self.confirmer.delivered(f.txn)
     }
 
     /// Shutdown or halt: waits (bounded) for what is in flight, confirms what was
@@ -476,7 +566,8 @@ impl<'a> Session<'a> {
         // In-flight records may still be acknowledged when PostgreSQL ended the session;
         // not when Kafka did, nor after a freeze (they must not be published late).
         let flush = if self.frozen || self.culprit == Culprit::Kafka { Duration::ZERO } else { RESTART_FLUSH };
-        let (confirmer, not_acknowledged) = (&mut self.confirmer, &mut self.not_acknowledged);
+        let dead_letters = self.policy.dead_letters();
+        let (confirmer, not_acknowledged, memo) = (&mut self.confirmer, &mut self.not_acknowledged, &mut *self.memo);
         let left = self
             .window
             .close(flush, |event| match event {
@@ -485,10 +576,19 @@ impl<'a> Session<'a> {
                         let _ = confirmer.delivered(txn);
                     }
                 }
-                Event::Failed { tag, .. } | Event::Rejected { tag, .. } => not_acknowledged.push(tag.id),
+                Event::Rejected { tag, rejection, alone, .. } => {
+                    // The other records of a refused batch: alone next time, too.
+                    if dead_letters && refused_as_a_batch(&rejection, alone) {
+                        memo.suspect(tag.id);
+                    }
+                    not_acknowledged.push(tag.id)
+                }
+                Event::Failed { tag, .. } => not_acknowledged.push(tag.id),
             })
             .await;
         self.not_acknowledged.extend(left.iter().map(|t| t.id));
+        // Unfinished replays run again in the next session.
+        self.not_acknowledged.extend(self.running_replays.iter().map(|(_, id)| *id));
         if !self.frozen {
             let _ = tokio::time::timeout(Duration::from_secs(2), self.confirmer.send(&mut self.stream, false)).await;
         }
@@ -509,4 +609,10 @@ fn start_span(tracer: &mut Tracer, record: &mut router::Record, commit_time_ms: 
         None => record.headers.push((tracer.traceparent_header(), header)),
     }
     Some(Box::new(span))
+}
+
+/// Whether a refusal may be about another record of the batch this one shared: the
+/// broker judges a batch's size as a whole, and reports every record of it refused.
+fn refused_as_a_batch(rejection: &crate::kafka::Rejection, alone: bool) -> bool {
+    !alone && matches!(rejection.code.as_str(), "message_size_too_large" | "message_batch_too_large")
 }

@@ -92,7 +92,7 @@ pub async fn begin(
             },
             progress: None,
         });
-        let rows = snapshot::run(&mut sql, s, None, metrics, memo, transaction).await?;
+        let rows = snapshot::run(&mut sql, s, None, metrics, memo, transaction).await?.rows;
         tracing::info!(rows, "--snapshot initial_only: every row is acknowledged by Kafka; exiting");
         sql.close().await;
         return Ok(Begun::BackfillDone);
@@ -176,8 +176,9 @@ pub async fn begin(
                 if let Some(e) = exactly_once {
                     progress::ensure_topic(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic).await?;
                 }
-                let rows =
-                    snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction).await?;
+                let rows = snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction)
+                    .await?
+                    .rows;
                 snapshot::mark_finished(&mut sql, s, rows).await?;
             }
             created.consistent_point

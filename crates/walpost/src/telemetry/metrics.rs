@@ -55,6 +55,8 @@ pub mod names {
     pub const SNAPSHOT_ROWS: &str = "walpost_snapshot_rows_total";
     pub const SNAPSHOT_ESTIMATE: &str = "walpost_snapshot_rows_estimate";
     pub const SNAPSHOT_RUNNING: &str = "walpost_snapshot_running";
+    pub const REPLAY_ROWS: &str = "walpost_replay_rows_total";
+    pub const REPLAYS: &str = "walpost_replays_total";
     pub const RETENTION_CREATED: &str = "walpost_retention_partitions_created_total";
     pub const RETENTION_SEALED: &str = "walpost_retention_partitions_sealed_total";
     pub const RETENTION_DROPPED: &str = "walpost_retention_partitions_dropped_total";
@@ -107,6 +109,8 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (SNAPSHOT_ROWS, "counter", "Snapshot rows acknowledged by Kafka."),
     (SNAPSHOT_ESTIMATE, "gauge", "Planner estimate of the rows the running snapshot reads."),
     (SNAPSHOT_RUNNING, "gauge", "1 while a snapshot runs."),
+    (REPLAY_ROWS, "counter", "Replayed rows acknowledged by Kafka (walpost replay and signals)."),
+    (REPLAYS, "counter", "Replays by outcome (signals: done, failed, ignored)."),
     (RETENTION_CREATED, "counter", "Outbox partitions created ahead by retention."),
     (RETENTION_SEALED, "counter", "Expired outbox partitions sealed (made read-only, WAL position recorded)."),
     (RETENTION_DROPPED, "counter", "Expired outbox partitions dropped after the slot confirmed their seal."),
@@ -307,6 +311,16 @@ pub struct SnapshotMetrics {
     pub rows: IntCounter,
     pub estimate: IntGauge,
     pub running: IntGauge,
+    pub replay_rows: IntCounter,
+    replays: IntCounterVec,
+}
+
+impl SnapshotMetrics {
+    /// A replay ended: `outcome` is `done`, `failed` or `ignored` (a signal walpost does
+    /// not act on).
+    pub fn replay(&self, outcome: &'static str) {
+        self.replays.with_label_values(&[outcome]).inc();
+    }
 }
 
 /// The OTLP span exporter's counters.
@@ -402,7 +416,12 @@ impl Metrics {
             rows: counter(SNAPSHOT_ROWS)?,
             estimate: gauge(SNAPSHOT_ESTIMATE)?,
             running: gauge(SNAPSHOT_RUNNING)?,
+            replay_rows: counter(REPLAY_ROWS)?,
+            replays: counters(REPLAYS, "outcome")?,
         };
+        for outcome in ["done", "failed", "ignored"] {
+            let _ = snapshot.replays.with_label_values(&[outcome]);
+        }
         let retention = RetentionMetrics {
             created: counter(RETENTION_CREATED)?,
             sealed: counter(RETENTION_SEALED)?,

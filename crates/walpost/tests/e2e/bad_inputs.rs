@@ -579,6 +579,68 @@ fn regression_dead_letter_mode_with_a_broker_side_rejection_does_not_livelock() 
     assert!(metrics.contains("walpost_dead_letters_total{class=\"message_size_too_large\"} 1"), "{metrics}");
 }
 
+/// Regression (found by issue 20's poison-record drill): the broker refuses a whole
+/// batch when one record in it is over the topic's max.message.bytes, and librdkafka
+/// reports every record of the batch refused; in dead-letter mode the small records that
+/// only shared the batch were dead-lettered too (without their values: lost to their
+/// topic). Now the records of a refused batch are sent again one at a time, and only the
+/// one the broker refuses on its own becomes a dead letter.
+#[test]
+fn regression_dead_letter_mode_dead_letters_only_the_record_too_large_of_a_refused_batch() {
+    let w = World::new("bad-dlq-batch");
+    let topic = w.topic("order");
+    topic_command(
+        &w.kafka_bootstrap,
+        &[
+            "--create",
+            "--topic",
+            &topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+            "--config",
+            "max.message.bytes=2000",
+        ],
+    );
+    let dlq = format!("{}dead", w.topic_prefix);
+    let cfg = std::env::temp_dir().join(format!("{}.toml", testkit::unique_name("dlq-batch")));
+    std::fs::write(&cfg, format!("on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n")).unwrap();
+    let mut args = vec!["--config".to_string(), cfg.display().to_string()];
+    args.extend(w.args());
+    let p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT));
+    insert_batches(&w, 0, 1, 3, 3, &["order"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 3, WAIT);
+    // One transaction: small, big, small events of one aggregate (one partition, one batch).
+    let ids = w.sql(
+        "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'order', '00000000-0000-4000-8000-000000000001', 'E',
+                CASE WHEN g = 2 THEN jsonb_build_object('blob', (SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 400)))
+                     ELSE jsonb_build_object('g', g) END
+         FROM generate_series(1, 3) g RETURNING id",
+    );
+    let ids: Vec<i64> = ids.lines().map(|l| l.trim().parse().unwrap()).collect();
+    insert_batches(&w, 1, 2, 3, 3, &["order"]);
+    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 12, Duration::from_secs(90));
+    let dead: Vec<&Consumed> = records.iter().filter(|r| r.topic == dlq).collect();
+    assert_eq!(dead.len(), 1, "only the record too large is a dead letter: {dead:?}\n{}", p.log_text());
+    assert_eq!(dead[0].header("walpost.event.id"), Some(ids[1].to_string().as_bytes()));
+    let delivered: Vec<Consumed> = records.iter().filter(|r| r.topic != dlq).cloned().collect();
+    let a = audit(&w, &delivered);
+    assert_eq!(a.lost, vec![ids[1]], "the small events of the refused batch must reach their topic: {a:?}");
+    let mut seen = std::collections::HashMap::new();
+    for r in &delivered {
+        *seen.entry(r.event_id()).or_insert(0) += 1;
+    }
+    let twice: Vec<(&i64, &i32)> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        a.duplicates == 0 && a.reordered.is_empty() && a.phantoms.is_empty(),
+        "{a:?} twice: {twice:?}\n{}",
+        p.log_text()
+    );
+}
+
 fn lsn_after_batch(w: &World, batch: u32) -> u64 {
     parse_lsn(&w.sql(&format!("SELECT lsn_after FROM public.txlog WHERE batch = {batch}"))).unwrap()
 }

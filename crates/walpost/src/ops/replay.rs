@@ -1,0 +1,108 @@
+//! `walpost replay`: flags into a [`ReplaySpec`], a warning when the range reaches into
+//! partitions retention already dropped, the replay, and its summary on stdout.
+
+use replication::ReplicationClient;
+
+use crate::error::PipelineError;
+use crate::postgres::sql::literal;
+use crate::settings::Settings;
+use crate::snapshot::replay::{self, ReplaySpec, DEFAULT_TIME_COLUMN};
+use crate::snapshot::Outcome;
+use crate::telemetry::{Health, Metrics};
+
+/// The replay the flags describe.
+pub fn spec(
+    s: &Settings,
+    id: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    condition: Option<String>,
+    time_column: Option<String>,
+    dry_run: bool,
+) -> ReplaySpec {
+    let time_column = time_column
+        .or_else(|| s.source.outboxes.first().and_then(|o| o.router.timestamp_field.clone()))
+        .unwrap_or_else(|| DEFAULT_TIME_COLUMN.to_owned());
+    ReplaySpec { id: id.unwrap_or_else(ReplaySpec::new_id), since, until, condition, time_column, dry_run }
+}
+
+/// Runs the replay and prints its summary.
+pub async fn command(s: &Settings, spec: &ReplaySpec) -> Result<(), PipelineError> {
+    if let Some(since) = &spec.since {
+        let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+        for outbox in &s.source.outboxes {
+            if let Some(oldest) = oldest_partition_start(&mut sql, &outbox.table.quoted(), since).await {
+                tracing::warn!(
+                    table = %outbox.table,
+                    "the range starts at {since}, but the oldest partition of {} starts at {oldest}: rows before it were dropped by retention and cannot be replayed",
+                    outbox.table
+                );
+            }
+        }
+        sql.close().await;
+    }
+    let health = std::sync::Arc::new(Health::new(std::time::Duration::MAX, std::time::Duration::MAX));
+    let metrics = Metrics::new(health).map_err(PipelineError::definite)?;
+    let outcome = replay::run(s, spec, &metrics).await?;
+    print!("{}", summary(spec, &outcome));
+    Ok(())
+}
+
+/// For a table partitioned by range, the oldest partition's lower bound when it is after
+/// `since` (`None`: not partitioned, a partition reaching back without bound, or the
+/// range starts inside what exists).
+async fn oldest_partition_start(sql: &mut ReplicationClient, table: &str, since: &str) -> Option<String> {
+    let r = sql
+        .simple_query(&format!(
+            "WITH b AS (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound \
+                        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = {t}::regclass), \
+                  lo AS (SELECT min((regexp_match(bound, '^FOR VALUES FROM \\(''([^'']+)''\\)'))[1]::timestamptz) AS oldest, \
+                                bool_or(bound LIKE 'FOR VALUES FROM (MINVALUE)%' OR bound = 'DEFAULT') AS unbounded FROM b) \
+             SELECT oldest::text AS oldest FROM lo WHERE NOT coalesce(unbounded, true) AND oldest > {since}::timestamptz",
+            t = literal(table),
+            since = literal(since)
+        ))
+        .await
+        .ok()?;
+    r.first("oldest").map(str::to_owned)
+}
+
+/// What a replay did, for people: a line, then one per topic.
+pub fn summary(spec: &ReplaySpec, outcome: &Outcome) -> String {
+    let published: u64 = outcome.per_topic.values().sum();
+    let mut text = if spec.dry_run {
+        format!("replay {} (dry run): {} rows read, {published} would be published\n", spec.id, outcome.rows)
+    } else {
+        format!("replay {}: {} rows read, {published} published\n", spec.id, outcome.rows)
+    };
+    let width = outcome.per_topic.keys().map(String::len).max().unwrap_or(0);
+    for (topic, n) in &outcome.per_topic {
+        text.push_str(&format!("  {topic:<width$}  {n}\n"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_counts_per_topic() {
+        let spec = ReplaySpec {
+            id: "r1".into(),
+            since: None,
+            until: None,
+            condition: None,
+            time_column: "occurred_at".into(),
+            dry_run: true,
+        };
+        let outcome = Outcome {
+            rows: 3,
+            per_topic: [("outbox.event.order".to_owned(), 2), ("outbox.event.payment".to_owned(), 1)].into(),
+        };
+        assert_eq!(
+            summary(&spec, &outcome),
+            "replay r1 (dry run): 3 rows read, 3 would be published\n  outbox.event.order    2\n  outbox.event.payment  1\n"
+        );
+    }
+}
