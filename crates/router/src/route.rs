@@ -75,6 +75,8 @@ pub struct Router {
     /// Decided by the configuration alone: any `:envelope` placement.
     envelope: bool,
     topics: HashMap<Bytes, Arc<str>>,
+    /// The row being routed, column by column (reused; empty between rows).
+    cells: Vec<ColumnValue>,
     header_id: Arc<str>,
     header_type: Arc<str>,
 }
@@ -123,6 +125,7 @@ impl Router {
             guard,
             envelope,
             topics: HashMap::new(),
+            cells: Vec::new(),
             header_id: Arc::from(HEADER_ID),
             header_type: Arc::from(HEADER_EVENT_TYPE),
         })
@@ -202,13 +205,23 @@ impl Router {
                 expected: rel.columns,
             });
         }
-        // One pass over the row: a column's bytes are then cheap `Bytes` clones.
-        let cells: Vec<ColumnValue> = row.iter().collect();
+        // One pass over the row: a column's bytes are then cheap `Bytes` clones. The
+        // vector is reused from row to row, and emptied after each (so it does not keep
+        // the WAL buffer its values point into).
+        let mut cells = std::mem::take(&mut self.cells);
+        cells.extend(row.iter());
+        let routed = self.route_cells(rel, &cells);
+        cells.clear();
+        self.cells = cells;
+        routed
+    }
+
+    fn route_cells(&mut self, rel: &ResolvedRelation, cells: &[ColumnValue]) -> Result<Record, RouteError> {
         let c = &self.config;
-        let mut rr = RowReader { cells: &cells, table: &rel.table, log_values: c.log_values, event_id: None };
+        let mut rr = RowReader { cells, table: &rel.table, log_values: c.log_values, event_id: None };
         // The event id first: every later error names it.
         let event_id = rr.required(rel.id, &c.id_field, "table.field.event.id", Form::Header)?;
-        rr.event_id = Some(display_text(&event_id));
+        rr.event_id = Some(event_id.clone());
         let key = rr.required(rel.key, &c.key_field, "table.field.event.key", Form::Plain)?;
         let route_value = rr.required(rel.route, &c.route_by_field, "route.by.field", Form::Plain)?;
         let payload = rr.cell(rel.payload, &c.payload_field)?;
@@ -221,7 +234,7 @@ impl Router {
             return Err(RouteError::EmptyPayload {
                 table: rel.table.clone(),
                 column: c.payload_field.clone(),
-                event_id: rr.event_id.clone(),
+                event_id: rr.shown_id(),
             });
         }
         let mut headers = Vec::with_capacity(2 + rel.extra.len());
@@ -269,8 +282,7 @@ impl Router {
             }),
             _ => None,
         };
-        let event = rr.event_id.take();
-        let topic = self.topic_for(route_value, &rel.table, &event)?;
+        let topic = self.topic_for(route_value, &rel.table, Some(&event_id))?;
         Ok(Record { topic, key, value, headers, event_id, timestamp_ms, partition })
     }
 
@@ -339,19 +351,15 @@ impl Router {
         if let Some(t) = c.event_type_header_field.as_deref().and_then(text) {
             headers.push((self.header_type.clone(), t));
         }
-        let topic = self.topic_for(route_value, source, &event)?;
+        let topic = self.topic_for(route_value, source, Some(&event_id))?;
         Ok(Record { topic, key, value: payload, headers, event_id, timestamp_ms: None, partition: None })
     }
 
-    fn topic_for(
-        &mut self,
-        route_value: Bytes,
-        table: &str,
-        event_id: &Option<Box<str>>,
-    ) -> Result<Arc<str>, RouteError> {
+    fn topic_for(&mut self, route_value: Bytes, table: &str, event_id: Option<&[u8]>) -> Result<Arc<str>, RouteError> {
         if let Some(t) = self.topics.get(&route_value) {
             return Ok(t.clone());
         }
+        let event_id = event_id.map(display_text);
         let c = &self.config;
         let value = String::from_utf8_lossy(&route_value);
         let topic = match self.regex.captures(&value) {
@@ -426,10 +434,16 @@ struct RowReader<'a> {
     cells: &'a [ColumnValue],
     table: &'a str,
     log_values: bool,
-    event_id: Option<Box<str>>,
+    /// The row's event id once read (shown in errors, rendered only for one).
+    event_id: Option<Bytes>,
 }
 
 impl<'a> RowReader<'a> {
+    /// The event id as errors show it.
+    fn shown_id(&self) -> Option<Box<str>> {
+        self.event_id.as_deref().map(display_text)
+    }
+
     /// `None` for NULL.
     fn cell(&self, col: Col, column: &str) -> Result<Option<Cell<'a>>, RouteError> {
         match self.cells.get(col.index) {
@@ -439,7 +453,7 @@ impl<'a> RowReader<'a> {
             Some(ColumnValue::UnchangedToast) => Err(RouteError::UnchangedToast {
                 table: self.table.to_owned(),
                 column: column.to_owned(),
-                event_id: self.event_id.clone(),
+                event_id: self.shown_id(),
             }),
         }
     }
@@ -478,7 +492,7 @@ impl<'a> RowReader<'a> {
             table: self.table.to_owned(),
             column: column.to_owned(),
             config_key,
-            event_id: self.event_id.clone(),
+            event_id: self.shown_id(),
         })
     }
 
@@ -487,7 +501,7 @@ impl<'a> RowReader<'a> {
             table: self.table.to_owned(),
             column: column.to_owned(),
             config_key,
-            event_id: self.event_id.clone(),
+            event_id: self.shown_id(),
             value: self.log_values.then(|| display_text(raw)),
             expected,
         }
