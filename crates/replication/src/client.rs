@@ -462,23 +462,41 @@ impl ReplicationStream {
     pub async fn next(&mut self) -> Result<Option<ReplicationMessage>, Error> {
         loop {
             let frame = self.client.read_frame().await?;
-            match frame.tag {
-                b'd' => return Ok(Some(wire::parse_copy_data(frame.body)?)),
-                // CopyDone, or (seen on fast shutdown) CommandComplete / ReadyForQuery
-                // straight away: the server ended the stream.
-                b'c' | b'C' | b'Z' => return Ok(None),
-                b'E' => return Err(Error::Server(frame::parse_server_message(b'E', &frame.body)?)),
-                b'N' => {
-                    let notice = frame::parse_server_message(b'N', &frame.body)?;
-                    tracing::info!(code = %notice.code, "PostgreSQL notice: {}", notice.message);
-                }
-                b'S' => {}
-                other => {
-                    return Err(Error::Protocol(format!(
-                        "unexpected message '{}' in the replication stream",
-                        char::from(other)
-                    )))
-                }
+            if let Some(next) = Self::on_frame(frame)? {
+                return Ok(next);
+            }
+        }
+    }
+
+    /// [`ReplicationStream::next`] without waiting: the next message if the read buffer
+    /// already holds all of it, else `Ok(None)` (no I/O is done). Lets a caller handle a
+    /// burst of messages in one turn of its event loop instead of one turn each.
+    pub fn try_next(&mut self) -> Result<Option<Option<ReplicationMessage>>, Error> {
+        while let Some(frame) = frame::split_frame(&mut self.client.buf)? {
+            if let Some(next) = Self::on_frame(frame)? {
+                return Ok(Some(next));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `Some(Some(message))`, `Some(None)` when the stream ended, `None` for frames
+    /// that are skipped (notices, parameter status).
+    fn on_frame(frame: frame::Frame) -> Result<Option<Option<ReplicationMessage>>, Error> {
+        match frame.tag {
+            b'd' => Ok(Some(Some(wire::parse_copy_data(frame.body)?))),
+            // CopyDone, or (seen on fast shutdown) CommandComplete / ReadyForQuery
+            // straight away: the server ended the stream.
+            b'c' | b'C' | b'Z' => Ok(Some(None)),
+            b'E' => Err(Error::Server(frame::parse_server_message(b'E', &frame.body)?)),
+            b'N' => {
+                let notice = frame::parse_server_message(b'N', &frame.body)?;
+                tracing::info!(code = %notice.code, "PostgreSQL notice: {}", notice.message);
+                Ok(None)
+            }
+            b'S' => Ok(None),
+            other => {
+                Err(Error::Protocol(format!("unexpected message '{}' in the replication stream", char::from(other))))
             }
         }
     }

@@ -81,6 +81,8 @@ pub struct Router {
     /// Decided by the configuration alone: any `:envelope` placement.
     envelope: bool,
     topics: HashMap<Bytes, Arc<str>>,
+    /// The row being routed, column by column (reused; empty between rows).
+    cells: Vec<ColumnValue>,
     header_id: Arc<str>,
     header_type: Arc<str>,
     header_traceparent: Arc<str>,
@@ -159,6 +161,7 @@ impl Router {
             guard,
             envelope,
             topics: HashMap::new(),
+            cells: Vec::new(),
             header_id: Arc::from(HEADER_ID),
             header_type: Arc::from(HEADER_EVENT_TYPE),
             header_traceparent: Arc::from(TRACEPARENT),
@@ -253,13 +256,28 @@ impl Router {
                 expected: rel.columns,
             });
         }
-        // One pass over the row: a column's bytes are then cheap `Bytes` clones.
-        let cells: Vec<ColumnValue> = row.iter().collect();
+        // One pass over the row: a column's bytes are then cheap `Bytes` clones. The
+        // vector is reused from row to row, and emptied after each (so it does not keep
+        // the WAL buffer its values point into).
+        let mut cells = std::mem::take(&mut self.cells);
+        cells.extend(row.iter());
+        let routed = self.route_cells(rel, &cells, commit_time_ms);
+        cells.clear();
+        self.cells = cells;
+        routed
+    }
+
+    fn route_cells(
+        &mut self,
+        rel: &ResolvedRelation,
+        cells: &[ColumnValue],
+        commit_time_ms: Option<i64>,
+    ) -> Result<Record, RouteError> {
         let c = &self.config;
-        let mut rr = RowReader { cells: &cells, table: &rel.table, log_values: c.log_values, event_id: None };
+        let mut rr = RowReader { cells, table: &rel.table, log_values: c.log_values, event_id: None };
         // The event id first: every later error names it.
         let event_id = rr.required(rel.id, &c.id_field, "table.field.event.id", Form::Header)?;
-        rr.event_id = Some(display_text(&event_id));
+        rr.event_id = Some(event_id.clone());
         let key = rr.required(rel.key, &c.key_field, "table.field.event.key", Form::Plain)?;
         let route_value = rr.required(rel.route, &c.route_by_field, "route.by.field", Form::Plain)?;
         let payload = rr.cell(rel.payload, &c.payload_field)?;
@@ -272,7 +290,7 @@ impl Router {
             return Err(RouteError::EmptyPayload {
                 table: rel.table.clone(),
                 column: c.payload_field.clone(),
-                event_id: rr.event_id.clone(),
+                event_id: rr.shown_id(),
             });
         }
         let mut headers = Vec::with_capacity(if self.cloudevents.is_some() { 10 } else { 2 } + rel.extra.len());
@@ -338,7 +356,7 @@ impl Router {
                 table: rel.table.clone(),
                 column: c.event_type_header_field.clone().unwrap_or_default(),
                 config_key: EVENT_TYPE_HEADER_OPTION,
-                event_id: rr.event_id.clone(),
+                event_id: rr.shown_id(),
             })?;
             let subject = rr.required(rel.key, &c.key_field, "table.field.event.key", Form::Header)?;
             let time = time.or_else(|| commit_time_ms.and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok()));
@@ -361,8 +379,7 @@ impl Router {
                 }
             }
         }
-        let event = rr.event_id.take();
-        let topic = self.topic_for(route_value, &rel.table, &event)?;
+        let topic = self.topic_for(route_value, &rel.table, Some(&event_id))?;
         Ok(Record { topic, key, value, headers, event_id, timestamp_ms, partition, trace })
     }
 
@@ -507,7 +524,7 @@ impl Router {
                 }
             }
         }
-        let topic = self.topic_for(route_value, source, &event)?;
+        let topic = self.topic_for(route_value, source, Some(&event_id))?;
         Ok(Record {
             topic,
             key,
@@ -520,15 +537,11 @@ impl Router {
         })
     }
 
-    fn topic_for(
-        &mut self,
-        route_value: Bytes,
-        table: &str,
-        event_id: &Option<Box<str>>,
-    ) -> Result<Arc<str>, RouteError> {
+    fn topic_for(&mut self, route_value: Bytes, table: &str, event_id: Option<&[u8]>) -> Result<Arc<str>, RouteError> {
         if let Some(t) = self.topics.get(&route_value) {
             return Ok(t.clone());
         }
+        let event_id = event_id.map(display_text);
         let c = &self.config;
         let value = String::from_utf8_lossy(&route_value);
         let topic = match self.regex.captures(&value) {
@@ -603,10 +616,16 @@ struct RowReader<'a> {
     cells: &'a [ColumnValue],
     table: &'a str,
     log_values: bool,
-    event_id: Option<Box<str>>,
+    /// The row's event id once read (shown in errors, rendered only for one).
+    event_id: Option<Bytes>,
 }
 
 impl<'a> RowReader<'a> {
+    /// The event id as errors show it.
+    fn shown_id(&self) -> Option<Box<str>> {
+        self.event_id.as_deref().map(display_text)
+    }
+
     /// `None` for NULL.
     fn cell(&self, col: Col, column: &str) -> Result<Option<Cell<'a>>, RouteError> {
         match self.cells.get(col.index) {
@@ -616,7 +635,7 @@ impl<'a> RowReader<'a> {
             Some(ColumnValue::UnchangedToast) => Err(RouteError::UnchangedToast {
                 table: self.table.to_owned(),
                 column: column.to_owned(),
-                event_id: self.event_id.clone(),
+                event_id: self.shown_id(),
             }),
         }
     }
@@ -655,7 +674,7 @@ impl<'a> RowReader<'a> {
             table: self.table.to_owned(),
             column: column.to_owned(),
             config_key,
-            event_id: self.event_id.clone(),
+            event_id: self.shown_id(),
         })
     }
 
@@ -664,7 +683,7 @@ impl<'a> RowReader<'a> {
             table: self.table.to_owned(),
             column: column.to_owned(),
             config_key,
-            event_id: self.event_id.clone(),
+            event_id: self.shown_id(),
             value: self.log_values.then(|| display_text(raw)),
             expected,
         }

@@ -202,6 +202,12 @@ fn kafka_maintenance_runbook_quotes_the_durability_warnings_and_the_watchdog() {
     ] {
         assert!(source.contains(part), "the code no longer says {part:?}");
     }
+    assert!(window.contains(
+        "Kafka acknowledged nothing while records waited; the producer was given the bootstrap servers again (repeated every 5 s until Kafka acknowledges)"
+    ));
+    assert!(runbook.contains(
+        "Kafka acknowledged nothing while records waited; the producer was given the bootstrap servers again (repeated every 5 s until Kafka acknowledges)"
+    ));
     assert!(runbook.contains(
         "Kafka acknowledged no record for 60 s while 1873 records waited; restarting the producer from the last confirmed position 0/1A2B3C4; reconnecting"
     ));

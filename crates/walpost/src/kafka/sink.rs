@@ -217,6 +217,8 @@ async fn blocking(call: impl FnOnce() -> Result<(), KafkaError> + Send + 'static
 /// A producer plus the channel of its delivery reports.
 pub struct KafkaSink {
     producer: ThreadedProducer<SinkContext>,
+    /// `bootstrap.servers`, handed to librdkafka again by [`KafkaSink::rebootstrap`].
+    bootstrap: Option<std::ffi::CString>,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -234,7 +236,29 @@ impl KafkaSink {
         let (tx, rx) = mpsc::unbounded_channel();
         let context = SinkContext { reports: tx, metrics, user_keys, last_log: Mutex::new(None) };
         let producer = config.create_with_context(context).map_err(SinkError::Create)?;
-        Ok((KafkaSink { producer }, rx))
+        let bootstrap = config.get("bootstrap.servers").and_then(|b| std::ffi::CString::new(b).ok());
+        Ok((KafkaSink { producer, bootstrap }, rx))
+    }
+
+    /// Gives librdkafka the bootstrap servers again (returns librdkafka's count of them).
+    ///
+    /// Why: librdkafka (2.10 and later) forgets the bootstrap entries once it has
+    /// metadata, and forgets a broker that a metadata response no longer lists. A broker
+    /// that shuts down answers metadata without itself, so with one broker (or when the
+    /// last known ones leave together) the client is left knowing no broker at all. It
+    /// then never connects again: its own re-bootstrap timer starts only when a metadata
+    /// request is sent, and with no broker none is. Adding the servers back is a no-op
+    /// for those it still knows.
+    pub fn rebootstrap(&self) -> i32 {
+        let Some(servers) = &self.bootstrap else { return 0 };
+        let client = self.producer.client().native_ptr();
+        // SAFETY: `client` is the live handle owned by `self.producer` (it outlives this
+        // call); `servers` is a NUL-terminated string librdkafka only reads and copies;
+        // rd_kafka_brokers_add is thread-safe (it takes the handle's own lock).
+        #[allow(unsafe_code)]
+        unsafe {
+            rdkafka::bindings::rd_kafka_brokers_add(client, servers.as_ptr())
+        }
     }
 
     /// Hands one record to librdkafka without waiting.

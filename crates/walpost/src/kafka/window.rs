@@ -36,6 +36,10 @@ use crate::error::PipelineError;
 use crate::telemetry::metrics::KafkaMetrics;
 use crate::telemetry::Health;
 
+/// How long records may wait without any acknowledgement before the producer is given
+/// its bootstrap servers again ([`KafkaSink::rebootstrap`]), and how often that repeats.
+const REBOOTSTRAP_AFTER: Duration = Duration::from_secs(5);
+
 /// Topics remembered as settled before the set is cleared.
 pub const MAX_SETTLED_TOPICS: usize = 10_000;
 
@@ -111,6 +115,15 @@ pub struct ProduceWindow<T> {
     queue_full: bool,
     /// The last report, or when records started waiting after none did.
     last_progress: Instant,
+    /// Reports received; `last_progress`, the gauges and the health are brought up to
+    /// date from it by [`ProduceWindow::sync_state`] (at the watchdog's checks), not per
+    /// report: a clock read per record costs more than the record's bookkeeping.
+    reported: u64,
+    reported_at_sync: u64,
+    /// Kafka answered (delivered or refused) since the last sync.
+    answered: bool,
+    /// When [`KafkaSink::rebootstrap`] last ran (a stall of [`REBOOTSTRAP_AFTER`]).
+    last_rebootstrap: Option<Instant>,
     metrics: KafkaMetrics,
     health: Arc<Health>,
 }
@@ -147,6 +160,10 @@ impl<T> ProduceWindow<T> {
             settled: HashSet::new(),
             queue_full: false,
             last_progress: Instant::now(),
+            reported: 0,
+            reported_at_sync: 0,
+            answered: false,
+            last_rebootstrap: None,
             metrics,
             health,
         }
@@ -214,6 +231,7 @@ impl<T> ProduceWindow<T> {
     /// `None`: the queue is empty. Exactly-once needs this before a commit: a record
     /// still queued would be sent after it, outside any transaction.
     pub async fn send_queue(&mut self) -> Result<Option<Event<T>>, PipelineError> {
+        self.sync_state();
         let deadline = tokio::time::Instant::from_std(self.last_progress + self.limits.delivery_timeout);
         loop {
             if let Some(event) = self.send_queued() {
@@ -229,6 +247,16 @@ impl<T> ProduceWindow<T> {
                 Err(_) => return Err(self.stalled()),
             }
         }
+    }
+
+    /// A report that has arrived already, without waiting (`None`: none has).
+    pub fn try_event(&mut self) -> Option<Event<T>> {
+        while let Ok(report) = self.reports.try_recv() {
+            if let Some(event) = self.on_report(report) {
+                return Some(event);
+            }
+        }
+        None
     }
 
     /// Waits for one report (a few milliseconds when librdkafka's queue was full, so
@@ -251,6 +279,7 @@ impl<T> ProduceWindow<T> {
     /// [`ProduceWindow::next_event`], ended by the watchdog when Kafka acknowledges
     /// nothing for the delivery timeout (for callers without a periodic check).
     pub async fn next_event_within(&mut self) -> Result<Event<T>, PipelineError> {
+        self.sync_state();
         let deadline = tokio::time::Instant::from_std(self.last_progress + self.limits.delivery_timeout);
         match tokio::time::timeout_at(deadline, self.next_event()).await {
             Ok(event) => event,
@@ -260,9 +289,28 @@ impl<T> ProduceWindow<T> {
 
     /// The watchdog: `Err` when records wait and Kafka has acknowledged nothing for the
     /// delivery timeout (restart the producer).
-    pub fn check_stalled(&self) -> Result<(), PipelineError> {
-        if !self.is_idle() && self.last_progress.elapsed() >= self.limits.delivery_timeout {
+    pub fn check_stalled(&mut self) -> Result<(), PipelineError> {
+        self.sync_state();
+        if self.is_idle() {
+            return Ok(());
+        }
+        let waited = self.last_progress.elapsed();
+        if waited >= self.limits.delivery_timeout {
             return Err(self.stalled());
+        }
+        if waited >= REBOOTSTRAP_AFTER && self.last_rebootstrap.is_none_or(|at| at.elapsed() >= REBOOTSTRAP_AFTER) {
+            let first_of_stall = self.last_rebootstrap.is_none();
+            self.last_rebootstrap = Some(Instant::now());
+            if let Some(sink) = &self.sink {
+                sink.rebootstrap();
+                if first_of_stall {
+                    tracing::info!(
+                        waited_s = waited.as_secs(),
+                        records = self.records,
+                        "Kafka acknowledged nothing while records waited; the producer was given the bootstrap servers again (repeated every 5 s until Kafka acknowledges)"
+                    );
+                }
+            }
         }
         Ok(())
     }
@@ -340,7 +388,6 @@ impl<T> ProduceWindow<T> {
                 dead_letter: out.dead_letter,
             }));
         }
-        self.publish_state();
         None
     }
 
@@ -351,12 +398,12 @@ impl<T> ProduceWindow<T> {
             self.slots.pop_front();
             self.front_seq += 1;
         }
-        self.last_progress = Instant::now();
+        self.reported += 1;
         self.records -= 1;
         self.bytes = self.bytes.saturating_sub(flight.bytes);
         if !matches!(report.outcome, Outcome::Retryable { .. }) {
             // Kafka answered (a purged or failed record is no answer: it is sent again).
-            self.health.kafka_progress(self.records > 0);
+            self.answered = true;
         }
         let was_alone = self.alone == Some(report.seq);
         if was_alone {
@@ -388,7 +435,6 @@ impl<T> ProduceWindow<T> {
                 Event::Failed { tag: flight.tag, error: format!("Kafka did not acknowledge a record ({error})") }
             }
         };
-        self.publish_state();
         Some(event)
     }
 
@@ -401,6 +447,20 @@ impl<T> ProduceWindow<T> {
         if self.records > 0 {
             self.health.waiting_for_acks();
         }
+    }
+
+    /// Brings the watchdog's clock, the in-flight gauge and the health up to date with
+    /// the reports received since the last call.
+    pub fn sync_state(&mut self) {
+        if self.reported != self.reported_at_sync {
+            self.reported_at_sync = self.reported;
+            self.last_progress = Instant::now();
+            self.last_rebootstrap = None;
+        }
+        if std::mem::take(&mut self.answered) {
+            self.health.kafka_progress(self.records > 0);
+        }
+        self.publish_state();
     }
 
     /// The producer (`None` once closed).

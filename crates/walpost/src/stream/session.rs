@@ -68,6 +68,9 @@ pub enum Culprit {
     Kafka,
 }
 
+/// Messages (or delivery reports) handled in one turn of the loop when more are ready.
+const BURST: usize = 256;
+
 /// See the module docs.
 pub struct Session<'a> {
     s: &'a Settings,
@@ -209,7 +212,8 @@ impl<'a> Session<'a> {
         let mut last_turn = Instant::now();
         let mut last_trace = Instant::now();
         loop {
-            let since = last_turn.elapsed();
+            let now = Instant::now();
+            let since = now.saturating_duration_since(last_turn);
             if since >= self.frozen_after {
                 self.frozen = true;
                 return Err(PipelineError::transient(format!(
@@ -217,13 +221,20 @@ impl<'a> Session<'a> {
                     since.as_secs()
                 )));
             }
-            last_turn = Instant::now();
+            last_turn = now;
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => return Ok(SessionEnd::Shutdown),
                 event = self.window.next_event(), if !self.window.is_idle() => {
                     let event = event.map_err(|e| self.kafka_failed(e))?;
                     self.on_event(event)?;
+                    // Reports that arrived meanwhile, in this turn.
+                    for _ in 0..BURST {
+                        match self.window.try_event() {
+                            Some(event) => self.on_event(event)?,
+                            None => break,
+                        }
+                    }
                 }
                 _ = tick.tick() => {
                     self.window.check_stalled().map_err(|e| self.kafka_failed(e))?;
@@ -243,11 +254,23 @@ impl<'a> Session<'a> {
                     self.confirmer.maybe_send(&mut self.stream).await?;
                 }
                 Some(finished) = self.replays.next() => self.replay_finished(finished)?,
-                message = self.stream.next(), if self.window.has_room() => match message? {
-                    Some(ReplicationMessage::XLogData(x)) => self.on_xlog(x)?,
-                    Some(ReplicationMessage::PrimaryKeepalive(k)) => self.on_keepalive(k).await?,
-                    None => return Err(PipelineError::transient("PostgreSQL ended the replication stream")),
-                },
+                message = self.stream.next(), if self.window.has_room() => {
+                    self.on_message(message?).await?;
+                    // The rest of a burst the socket delivered at once, in this turn: one
+                    // turn of this loop per message costs more than the message.
+                    for _ in 0..BURST {
+                        if let Some(event) = self.window.pump() {
+                            self.on_event(event)?;
+                        }
+                        if !self.window.has_room() {
+                            break;
+                        }
+                        match self.stream.try_next()? {
+                            Some(message) => self.on_message(message).await?,
+                            None => break,
+                        }
+                    }
+                }
             }
             // Hand what was just routed to librdkafka now: the next turn's conditions are
             // evaluated before any branch runs, and a queued record would keep WAL from
@@ -328,6 +351,14 @@ impl<'a> Session<'a> {
                 }
                 Ok(())
             }
+        }
+    }
+
+    async fn on_message(&mut self, message: Option<ReplicationMessage>) -> Result<(), PipelineError> {
+        match message {
+            Some(ReplicationMessage::XLogData(x)) => self.on_xlog(x),
+            Some(ReplicationMessage::PrimaryKeepalive(k)) => self.on_keepalive(k).await,
+            None => Err(PipelineError::transient("PostgreSQL ended the replication stream")),
         }
     }
 

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A/B drain: the same backlog drained by several walpost binaries, one after the other,
+# on one PostgreSQL and one Kafka broker (scripts/devservers.sh). For each binary: wall
+# time until its slot confirmed the backlog's end, its CPU time (user + system, from
+# /proc), CPU per event and events per second. What issue 16's before/after tables use;
+# bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
+#
+#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-p] BIN [BIN...]
+#
+#   -n  events in the backlog (default 200000), in transactions of -t rows (default 100)
+#   -r  drains per binary, alternating the binaries (default 3; the table shows each)
+#   -p  record each binary's first drain with `perf record -g` (perf.<i>.data in the work
+#       directory; `perf report -i ...` or inferno-flamegraph make the flame graph)
+#
+# Each binary gets its own slot, created before the backlog is written, so every drain
+# reads the same WAL. The backlog's payloads are ~250 bytes of JSON, 3 aggregate types.
+# BIN_DIR (default target/release) must hold walpost-devservers.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+events=200000 txn=100 rounds=3 perf=0
+while getopts "n:t:r:p" o; do
+    case "$o" in
+        n) events=$OPTARG ;;
+        t) txn=$OPTARG ;;
+        r) rounds=$OPTARG ;;
+        p) perf=1 ;;
+        *) exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-p] BIN [BIN...]" >&2; exit 2; }
+bins=("$@")
+for b in "${bins[@]}"; do [[ -x "$b" ]] || { echo "not an executable: $b" >&2; exit 2; }; done
+
+work=$(mktemp -d /tmp/ab-drain.XXXX)
+chmod 755 "$work"
+# shellcheck source=scripts/devservers.sh
+source scripts/devservers.sh
+start_devservers "${BIN_DIR:-target/release}" "$work"
+export PGHOST=$PG_SOCKET_DIR PGPORT=$PG_PORT PGUSER=walpost PGDATABASE=walpost
+psql() { "$PG_BINDIR/psql" -X -q "$@" 2>/dev/null || command psql -X -q "$@"; }
+psql -f migrations/0001_events_outbox.sql >/dev/null
+psql -c "CREATE PUBLICATION walpost_outbox FOR TABLE events.outbox WITH (publish = 'insert')" >/dev/null
+
+args() { # $1: slot and topic prefix
+    echo run --postgres "$POSTGRES_URL" --kafka-brokers "$KAFKA_BROKERS" --slot "$1" \
+        --publication walpost_outbox --topic "$1.\${routedByValue}"
+}
+slots=()
+for i in "${!bins[@]}"; do
+    for r in $(seq 1 "$rounds"); do
+        slot="ab${i}r${r}"
+        slots+=("$slot")
+        psql -tAc "SELECT pg_create_logical_replication_slot('$slot', 'pgoutput')" >/dev/null
+    done
+done
+# Warm the broker (a fresh JVM answers slowly at first): one small drain, not reported.
+psql -c "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'warm', gen_random_uuid(), 'E', '{}' FROM generate_series(1, 5000)" >/dev/null
+psql -tAc "SELECT pg_create_logical_replication_slot('warm', 'pgoutput')" >/dev/null || true
+# shellcheck disable=SC2046
+timeout 60 "${bins[0]}" $(args warm) 2>"$work/warm.log" &
+warm=$!
+sleep 15
+kill -TERM "$warm" 2>/dev/null || true
+wait "$warm" 2>/dev/null || true
+psql -tAc "SELECT pg_drop_replication_slot('warm')" >/dev/null
+# Move every reported slot past the warm-up rows.
+for slot in "${slots[@]}"; do
+    psql -tAc "SELECT pg_replication_slot_advance('$slot', pg_current_wal_lsn())" >/dev/null
+done
+
+echo "backlog: $events events in transactions of $txn" >&2
+psql -c "DO \$\$ BEGIN FOR i IN 1..($events/$txn) LOOP
+  INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+  SELECT (ARRAY['order','payment','shipment'])[1 + g % 3], gen_random_uuid(), 'Created',
+         jsonb_build_object('g', g, 'i', i, 'pad', repeat('x', 200))
+  FROM generate_series(1, $txn) g; COMMIT; END LOOP; END \$\$;" >/dev/null
+end=$(psql -tAc "SELECT pg_current_wal_lsn()")
+psql -c "CHECKPOINT" >/dev/null
+
+printf "%-4s %-40s %5s %9s %8s %12s %12s\n" bin binary round secs cpu_s "events/s" "cpu_us/event"
+for r in $(seq 1 "$rounds"); do
+    for i in "${!bins[@]}"; do
+        bin=${bins[$i]} slot="ab${i}r${r}"
+        start=$(date +%s.%N)
+        if [[ $perf == 1 && $r == 1 ]]; then
+            # shellcheck disable=SC2046
+            perf record -g -o "$work/perf.$i.data" -- "$bin" $(args "$slot") 2>"$work/drain.$i.$r.log" &
+        else
+            # shellcheck disable=SC2046
+            "$bin" $(args "$slot") 2>"$work/drain.$i.$r.log" &
+        fi
+        pid=$!
+        # The walpost process itself (perf forks it).
+        for _ in $(seq 1 50); do
+            wp=$(pgrep -n -f "^$bin run .*--slot $slot " || true)
+            [[ -n "$wp" ]] && break
+            sleep 0.05
+        done
+        until [[ $(psql -tAc "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = '$slot'") == t ]]; do
+            sleep 0.05
+        done
+        secs=$(echo "$(date +%s.%N) - $start" | bc)
+        cpu=$(awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$wp/stat")
+        kill -TERM "$wp"
+        wait "$pid" || true
+        printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f\n" "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" \
+            "$secs" "$cpu" "$(echo "$events / $secs" | bc -l)" "$(echo "$cpu * 1000000 / $events" | bc -l)"
+        psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
+    done
+done
+echo "work directory: $work (logs; perf.<bin>.data with -p)" >&2
