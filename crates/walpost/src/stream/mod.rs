@@ -121,7 +121,9 @@ async fn session(
     metrics.health().set_streaming(true);
     let frozen_after = session::frozen_after(wal_sender_timeout);
     let tracer = spans.and_then(Exporter::tracer);
-    Session::new(s, metrics, stream, start, routing, window, memo, frozen_after, exactly_once, tracer).run(shutdown).await
+    Session::new(s, metrics, stream, start, routing, window, memo, frozen_after, exactly_once, tracer)
+        .run(shutdown)
+        .await
 }
 
 /// Capped exponential backoff: 250 ms, 500 ms, 1 s, ... up to `max`.
