@@ -8,6 +8,7 @@
 
 mod bad_inputs;
 mod chaos;
+mod conformance;
 mod core;
 mod drills;
 mod errors;
