@@ -70,7 +70,7 @@ pub use error::{RouteError, ERROR_CLASSES};
 pub use options::{
     AdditionalField, Placement, ADDITIONAL_PLACEMENT, DEBEZIUM_OPTIONS_IMPLEMENTED, DEBEZIUM_OPTIONS_NOT_IMPLEMENTED,
 };
-pub use route::{Record, ResolvedRelation, Router, HEADER_EVENT_TYPE, HEADER_ID};
+pub use route::{Record, ResolvedRelation, Router, SalvageColumns, HEADER_EVENT_TYPE, HEADER_ID};
 pub use topic::{
     validate_topic, TopicGuard, TopicRejection, INTERNAL_TOPIC_PREFIX, TOPICS_ALLOW_ANY, TOPICS_ALLOW_REGEX,
 };

@@ -183,14 +183,7 @@ impl Router {
     pub fn resolve(&self, relation: &Relation) -> Result<ResolvedRelation, RouteError> {
         let table =
             format!("{}.{}", String::from_utf8_lossy(&relation.namespace), String::from_utf8_lossy(&relation.name));
-        let position = |column: &str| {
-            relation
-                .columns
-                .iter()
-                .enumerate()
-                .find(|(_, c)| c.name.as_ref() == column.as_bytes())
-                .map(|(index, c)| Col { index, kind: Kind::of(c.type_oid, c.type_modifier) })
-        };
+        let position = |column: &str| find_column(relation, column);
         let find = |column: &str, config_key: &'static str| {
             position(column).ok_or_else(|| RouteError::MissingColumn {
                 table: table.clone(),
@@ -434,13 +427,28 @@ impl Router {
     /// The id, key and payload of a row that could not be routed, as far as they can be
     /// read (in the forms [`Router::route`] gives them): for dead-letter records.
     pub fn salvage(&self, rel: &ResolvedRelation, row: &TupleData) -> (Option<Bytes>, Option<Bytes>, Option<Bytes>) {
-        let cells: Vec<ColumnValue> = row.iter().collect();
-        let get = |col: Col, form: Form| match cells.get(col.index) {
-            Some(ColumnValue::Text(b)) => Some(form.render(col.kind, b).unwrap_or_else(|_| b.clone())),
-            Some(ColumnValue::Binary(b)) => Some(b.clone()),
-            _ => None,
-        };
-        (get(rel.id, Form::Header), get(rel.key, Form::Plain), get(rel.payload, Form::Plain))
+        salvage_row([Some(rel.id), Some(rel.key), Some(rel.payload)], row)
+    }
+
+    /// The event id, key and payload columns of a relation [`Router::resolve`] refuses
+    /// (another mapped column is missing), where present: rows of such a relation still
+    /// give a dead letter its event id, key and value ([`Router::salvage_unresolved`]).
+    pub fn salvage_columns(&self, relation: &Relation) -> SalvageColumns {
+        let c = &self.config;
+        SalvageColumns {
+            id: find_column(relation, &c.id_field),
+            key: find_column(relation, &c.key_field),
+            payload: find_column(relation, &c.payload_field),
+        }
+    }
+
+    /// [`Router::salvage`] for a row of a relation that did not resolve.
+    pub fn salvage_unresolved(
+        &self,
+        columns: &SalvageColumns,
+        row: &TupleData,
+    ) -> (Option<Bytes>, Option<Bytes>, Option<Bytes>) {
+        salvage_row([columns.id, columns.key, columns.payload], row)
     }
 
     /// Routes a table-less event: a JSON object written with `pg_logical_emit_message`,
@@ -586,6 +594,36 @@ impl Router {
         self.topics.insert(Bytes::copy_from_slice(&route_value), topic.clone());
         Ok(topic)
     }
+}
+
+/// The event id, key and payload columns of a relation, where present (see
+/// [`Router::salvage_columns`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SalvageColumns {
+    id: Option<Col>,
+    key: Option<Col>,
+    payload: Option<Col>,
+}
+
+fn find_column(relation: &Relation, column: &str) -> Option<Col> {
+    relation
+        .columns
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.name.as_ref() == column.as_bytes())
+        .map(|(index, c)| Col { index, kind: Kind::of(c.type_oid, c.type_modifier) })
+}
+
+/// The id (header form), key and payload (plain form) of a row, as far as they can be
+/// read; a value that does not render is passed on as PostgreSQL sent it.
+fn salvage_row([id, key, payload]: [Option<Col>; 3], row: &TupleData) -> (Option<Bytes>, Option<Bytes>, Option<Bytes>) {
+    let cells: Vec<ColumnValue> = row.iter().collect();
+    let get = |col: Option<Col>, form: Form| match cells.get(col?.index) {
+        Some(ColumnValue::Text(b)) => Some(form.render(col?.kind, b).unwrap_or_else(|_| b.clone())),
+        Some(ColumnValue::Binary(b)) => Some(b.clone()),
+        _ => None,
+    };
+    (get(id, Form::Header), get(key, Form::Plain), get(payload, Form::Plain))
 }
 
 /// A non-NULL column value as pgoutput sent it.

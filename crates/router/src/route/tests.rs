@@ -431,6 +431,28 @@ fn salvage_reads_what_it_can() {
     );
 }
 
+/// Regression (issue 18, found end to end): a row of an outbox table whose placement
+/// column was dropped while streaming was dead-lettered without its event id, key and
+/// value, though the table still had them: nothing identified the event.
+#[test]
+fn regression_salvage_of_a_relation_that_does_not_resolve() {
+    let config =
+        RouterConfig { additional: AdditionalField::parse_list("extra:envelope").unwrap(), ..RouterConfig::default() };
+    let r = router(config);
+    let rel = relation(SEED_000);
+    assert_eq!(r.resolve(&rel).unwrap_err().class(), "missing_column");
+    let row = seed_row(text("order"), text("k"), text("{}"));
+    let (id, key, payload) = r.salvage_unresolved(&r.salvage_columns(&rel), &row);
+    assert_eq!(
+        (id.as_deref(), key.as_deref(), payload.as_deref()),
+        (Some(&b"42"[..]), Some(&b"k"[..]), Some(&b"{}"[..]))
+    );
+    // Columns the table lacks are left out, not guessed.
+    let r = router(RouterConfig { id_field: "event_id".into(), ..RouterConfig::default() });
+    let (id, key, _) = r.salvage_unresolved(&r.salvage_columns(&rel), &row);
+    assert_eq!((id, key.as_deref()), (None, Some(&b"k"[..])));
+}
+
 // ---- regressions of issue 18 (written before the fixes) ----
 
 const BYTEA: u32 = 17;

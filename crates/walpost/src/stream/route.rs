@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pgoutput::{Lsn, Relation, TupleData};
-use router::{Record, ResolvedRelation, RouteError, Router};
+use router::{Record, ResolvedRelation, RouteError, Router, SalvageColumns};
 
 use super::signal::SignalRow;
 use crate::error::PipelineError;
@@ -48,8 +48,9 @@ pub enum Routed {
 enum RelationEntry {
     /// Outbox number `.0` of the settings' outboxes.
     Outbox(usize, ResolvedRelation),
-    /// An outbox table whose columns no longer match the configuration.
-    Unroutable(usize, RouteError),
+    /// An outbox table whose columns no longer match the configuration, and where its
+    /// rows' event id, key and payload still are (for their dead letters).
+    Unroutable(usize, RouteError, SalvageColumns),
     /// The signal table: the positions of its `id`, `type` and `data` columns.
     Signal { id: usize, kind: usize, data: usize },
     /// Another table in the publication: its inserts are not outbox events.
@@ -169,7 +170,7 @@ impl Routing {
                 Ok(resolved) => RelationEntry::Outbox(i, resolved),
                 Err(e) => {
                     tracing::warn!("outbox table changed: {e}");
-                    RelationEntry::Unroutable(i, e)
+                    RelationEntry::Unroutable(i, e, o.router.salvage_columns(r))
                 }
             },
         };
@@ -201,7 +202,11 @@ impl Routing {
                     }
                 })
             }
-            Some(RelationEntry::Unroutable(_, e)) => Ok(unroutable(e.clone(), None, None, None)),
+            Some(RelationEntry::Unroutable(i, e, columns)) => {
+                let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                let (id, key, value) = o.router.salvage_unresolved(columns, tuple);
+                Ok(unroutable(e.clone(), id, key, value))
+            }
             Some(RelationEntry::Signal { id, kind, data }) => {
                 let text = |i: usize| match tuple.get(i) {
                     Some(pgoutput::ColumnValue::Text(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
@@ -223,7 +228,7 @@ impl Routing {
     /// UPDATE/DELETE/TRUNCATE: only an outbox table's count as invalid operations.
     pub fn other_operation(&self, op: &str, relation_oids: &[u32]) -> Result<(), PipelineError> {
         for oid in relation_oids {
-            if let Some(RelationEntry::Outbox(i, _) | RelationEntry::Unroutable(i, _)) = self.relations.get(oid) {
+            if let Some(RelationEntry::Outbox(i, _) | RelationEntry::Unroutable(i, _, _)) = self.relations.get(oid) {
                 let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
                 self.invalid_operation(o.op_invalid, &format!("{op} on outbox table {}", o.table))?;
             }

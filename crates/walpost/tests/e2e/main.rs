@@ -9,6 +9,7 @@
 mod bad_inputs;
 mod chaos;
 mod cloudevents;
+mod conformance;
 mod core;
 mod drills;
 mod errors;
