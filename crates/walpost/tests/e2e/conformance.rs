@@ -1631,7 +1631,11 @@ fn debezium_event_router_cases_end_to_end() {
     let cases = cases(&p, &Day { date: date.to_owned(), epoch_days: days.parse().unwrap() });
     for c in &cases {
         for d in c.differs {
-            assert!(README.contains(&format!("| {d} |")), "{d} ({}) has no row in the README's differences", c.debezium);
+            assert!(
+                README.contains(&format!("| {d} |")),
+                "{d} ({}) has no row in the README's differences",
+                c.debezium
+            );
         }
     }
     assert!(README.contains("| D20 |"), "snapshot records (walpost.snapshot header) need their row");
