@@ -239,3 +239,55 @@ fn exactly_once_snapshot_then_stream() {
     assert_eq!(records.len(), 1100);
     assert_exactly_once(&w, &records);
 }
+
+/// Drill of runbooks/exactly-once.md, "Progress record from another cluster": the
+/// progress topic holds this slot's key from another cluster (a restored database). walpost
+/// refuses to start with the runbook's line; step 1's query shows the cluster changed;
+/// step 2's own progress topic (the TOML block, as written) lets it start; every event is
+/// then published exactly once and the new topic holds the progress.
+#[test]
+fn drill_exactly_once_progress_record_from_another_cluster() {
+    let runbook = crate::drills::Runbook::open("exactly-once");
+    let w = World::new("eos-drill-foreign");
+    let topic = progress_topic(&w);
+    let key = format!("{}/{}", w.db, w.slot);
+    let foreign = "7301234567890123456";
+    let value = format!(r#"{{"system_id":"{foreign}","database":"{}","slot":"{}","lsn":"0/1"}}"#, w.db, w.slot);
+    produce_one(&w.kafka_bootstrap, &topic, &key, &value);
+    let mut p = Walpost::start(&eos_args(&w, ""), &[]);
+    let status = p.wait_exit(Duration::from_secs(60)).expect("walpost must refuse the foreign progress record");
+    assert_eq!(status.code(), Some(1), "{}", p.log_text());
+    let log = p.log_text();
+    assert!(
+        log.contains("from another PostgreSQL cluster") && log.contains("follow runbooks/exactly-once.md"),
+        "{log}"
+    );
+    // The slot exists (created before the progress was read) and events wait in it.
+    assert!(w.wait_for_slot(WAIT), "{log}");
+    insert_batches(&w, 0, 10, 10, 10, &["order", "payment"]);
+
+    // Step 1: the system identifier differs from the record's and is the one the line names.
+    let ours = w.sql(&runbook.block("system-identifier").fill(&[]));
+    assert_ne!(ours, foreign);
+    assert!(log.contains(&format!("system identifier {foreign}, this one is {ours}")), "{log}");
+
+    // Step 2: this deployment gets its own progress topic.
+    let own_topic = format!("walpost.progress.{}", w.db);
+    let own = runbook.block("own-topic").fill(&[("env", &w.db)]);
+    assert!(own.contains(&own_topic), "{own}");
+    let path = std::env::temp_dir().join(format!("{}-{}.toml", w.db, testkit::unique_name("eos-own")));
+    std::fs::write(&path, format!("delivery = \"exactly-once\"\n{own}")).unwrap();
+    let mut args = vec!["--config".to_string(), path.display().to_string()];
+    args.extend(w.args());
+
+    // Step 3: start; every event exactly once; the new topic holds the progress.
+    let p = Walpost::start(&args, &[]);
+    let records = committed_every_row(&w, WAIT);
+    assert_exactly_once(&w, &records);
+    let progressed = || {
+        read_all_committed(&w.kafka_bootstrap, &own_topic)
+            .iter()
+            .any(|r| r.key.as_deref() == Some(key.as_bytes()) && r.value.as_ref().is_some_and(|v| !v.is_empty()))
+    };
+    assert!(testkit::wait_until(WAIT, progressed), "no progress record in {own_topic}:\n{}", p.log_text());
+}

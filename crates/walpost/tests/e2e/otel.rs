@@ -330,6 +330,12 @@ fn drill_otel_collector_down_drops_spans_never_events_and_recovers() {
         scrape(metrics_port, "walpost_spans_exported_total"),
         p.log_text()
     );
-    assert_eq!(collector.spans().len(), 20);
+    // Exported means the Collector answered 200; its file exporter writes them a moment later.
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || collector.spans().len() >= 20),
+        "the Collector wrote {} spans",
+        collector.spans().len()
+    );
+    assert_eq!(collector.spans().len(), 20, "exactly the 20 spans of the events after the Collector came back");
     assert_eq!(scrape(metrics_port, "walpost_spans_dropped_total"), Some(200.0));
 }
