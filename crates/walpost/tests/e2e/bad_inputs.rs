@@ -29,23 +29,6 @@ fn run_to_exit(args: &[String]) -> (ExitStatus, String) {
     (status, p.log_text())
 }
 
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The last ERROR line of a walpost log, without timestamp and colours; printed so
 /// the catalogue can quote it.
 fn last_error(case: &str, log: &str) -> String {

@@ -188,23 +188,6 @@ fn matches_pattern(pattern: &str, line: &str) -> bool {
     })
 }
 
-pub fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 // ---- running a block ----
 
 /// A directory with `walpost` and the Kafka tools an operator has, first in `PATH`.
@@ -1023,22 +1006,6 @@ fn regression_frozen_instance_drops_its_work_and_becomes_the_standby() {
 
 // ---- replay.md ----
 
-fn consumed(m: &rdkafka::message::BorrowedMessage<'_>) -> Consumed {
-    use rdkafka::message::{Headers, Message};
-    Consumed {
-        topic: m.topic().to_owned(),
-        partition: m.partition(),
-        offset: m.offset(),
-        key: m.key().map(<[u8]>::to_vec),
-        value: m.payload().map(<[u8]>::to_vec),
-        headers: m
-            .headers()
-            .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
-            .unwrap_or_default(),
-        timestamp: m.timestamp().to_millis(),
-    }
-}
-
 /// A consumer of `group` on `topic` (the application whose state needs the replay):
 /// reads until it has `expected` records and nothing more comes for a second, commits
 /// its offsets and leaves the group.
@@ -1058,7 +1025,7 @@ fn consume_as_group(bootstrap: &str, group: &str, topic: &str, expected: usize) 
     while Instant::now() < deadline {
         match c.poll(Duration::from_millis(200)) {
             Some(m) => {
-                out.push(consumed(&m.unwrap()));
+                out.push(Consumed::of(&m.unwrap()));
                 quiet_since = None;
             }
             None if out.len() >= expected => {

@@ -329,6 +329,22 @@ pub struct Consumed {
 }
 
 impl Consumed {
+    /// A copy of what a consumer read.
+    pub fn of(m: &rdkafka::message::BorrowedMessage<'_>) -> Consumed {
+        Consumed {
+            topic: m.topic().to_owned(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers: m
+                .headers()
+                .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
+                .unwrap_or_default(),
+            timestamp: m.timestamp().to_millis(),
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice())
     }
@@ -473,18 +489,7 @@ fn read_to_end(bootstrap: &str, prefix: &str, isolation: &str) -> Vec<Consumed> 
                     Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
                 ) => {}
             Some(Err(e)) => panic!("consume: {e}"),
-            Some(Ok(m)) => out.push(Consumed {
-                topic: m.topic().to_owned(),
-                partition: m.partition(),
-                offset: m.offset(),
-                key: m.key().map(<[u8]>::to_vec),
-                value: m.payload().map(<[u8]>::to_vec),
-                headers: m
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
-                    .unwrap_or_default(),
-                timestamp: m.timestamp().to_millis(),
-            }),
+            Some(Ok(m)) => out.push(Consumed::of(&m)),
         }
     }
     out.sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
@@ -620,4 +625,22 @@ pub fn produce_one(bootstrap: &str, topic: &str, key: &str, value: &str) {
         ClientConfig::new().set("bootstrap.servers", bootstrap).set("acks", "all").create().expect("create producer");
     p.send(BaseRecord::to(topic).key(key).payload(value)).map_err(|(e, _)| e).expect("enqueue");
     p.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// `text` without ANSI escape sequences (walpost's log may be coloured).
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
