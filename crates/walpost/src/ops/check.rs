@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, OwnedResourceSpecifier, ResourceSpecifier};
+use rdkafka::admin::{AdminClient, AdminOptions, ConfigResource, OwnedResourceSpecifier, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::metadata::Metadata;
 use replication::ReplicationClient;
@@ -262,18 +262,20 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
     out.push(Check::Ok(format!("Kafka at {brokers}: {} broker(s)", md.brokers().len())));
     let prefix = routed_prefix(s.router());
     let present = md.topics().iter().filter(|t| !prefix.is_empty() && t.name().starts_with(&prefix)).count();
-    let auto_create = match md.brokers().first() {
+    // One broker's configuration (None: the brokers refuse DescribeConfigs): whether
+    // topics are created on first use, and the defaults such topics get.
+    let broker_config = match md.brokers().first() {
         Some(b) => admin
             .describe_configs(&[ResourceSpecifier::Broker(b.id())], &AdminOptions::new())
             .await
             .ok()
             .and_then(|r| r.into_iter().next())
-            .and_then(|r| r.ok())
-            .and_then(|c| c.get("auto.create.topics.enable").and_then(|e| e.value.clone())),
+            .and_then(|r| r.ok()),
         None => None,
     };
+    let auto_create = broker_config.as_ref().and_then(|c| c.get("auto.create.topics.enable")?.value.clone());
     out.push(topics_check(auto_create.as_deref(), present, &prefix));
-    out.extend(durability_checks(s, &admin, &md).await);
+    out.extend(durability_checks(s, &admin, &md, broker_config.as_ref()).await);
     out
 }
 
@@ -282,7 +284,12 @@ const MAX_DESCRIBED_TOPICS: usize = 200;
 
 /// The durability warnings: every existing topic walpost writes to (routed topics and the
 /// dead-letter topic), and the brokers' defaults for those not created yet.
-async fn durability_checks(s: &Settings, admin: &AdminClient<DefaultClientContext>, md: &Metadata) -> Vec<Check> {
+async fn durability_checks(
+    s: &Settings,
+    admin: &AdminClient<DefaultClientContext>,
+    md: &Metadata,
+    broker_config: Option<&ConfigResource>,
+) -> Vec<Check> {
     let mut prefixes: Vec<String> = s.source.outboxes.iter().map(|o| routed_prefix(&o.router)).collect();
     if let Some(m) = &s.source.messages {
         prefixes.push(routed_prefix(&m.router));
@@ -322,22 +329,13 @@ async fn durability_checks(s: &Settings, admin: &AdminClient<DefaultClientContex
     // Topics created on first use (a new route value, the dead-letter topic before its
     // first record) get the brokers' defaults.
     let dead_letter_missing = dead_letter.is_some_and(|d| !topics.iter().any(|(n, _)| n == d));
-    let defaults = match md.brokers().first() {
-        Some(b) => admin
-            .describe_configs(&[ResourceSpecifier::Broker(b.id())], &AdminOptions::new())
-            .await
-            .ok()
-            .and_then(|r| r.into_iter().next())
-            .and_then(|r| r.ok())
-            .map(|c| {
-                let get = |k: &str| c.get(k).and_then(|e| e.value.as_deref()?.parse().ok());
-                Durability {
-                    replication_factor: get("default.replication.factor"),
-                    min_insync_replicas: get("min.insync.replicas"),
-                }
-            }),
-        None => None,
-    };
+    let defaults = broker_config.map(|c| {
+        let get = |k: &str| c.get(k).and_then(|e| e.value.as_deref()?.parse().ok());
+        Durability {
+            replication_factor: get("default.replication.factor"),
+            min_insync_replicas: get("min.insync.replicas"),
+        }
+    });
     durability_decision(&found, defaults.as_ref(), found.is_empty() || dead_letter_missing)
 }
 
