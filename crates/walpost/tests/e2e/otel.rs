@@ -321,7 +321,17 @@ fn drill_otel_collector_down_drops_spans_never_events_and_recovers() {
     // Resolution: a Collector there; no restart of walpost.
     let collector = Collector::start_on(collector_port);
     assert_eq!(crate::drills::sh_ok(&reach).trim(), "200", "the endpoint takes OTLP/HTTP");
-    insert_batches(&w, 4, 2, 10, 10, &["order"]);
+    // Two transactions of 10, the second once the first's spans are out: a burst of 20
+    // would overflow the 16-span queue (OTEL_BSP_MAX_QUEUE_SIZE) and drop 4 by design.
+    insert_batches(&w, 4, 1, 10, 10, &["order"]);
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || scrape(metrics_port, "walpost_spans_exported_total")
+            == Some(10.0)),
+        "spans flow again: {:?}\n{}",
+        scrape(metrics_port, "walpost_spans_exported_total"),
+        p.log_text()
+    );
+    insert_batches(&w, 5, 1, 10, 10, &["order"]);
     assert_eq!(consume_every_committed(&w, WAIT).len(), 220, "every event published");
     assert!(
         testkit::wait_until(Duration::from_secs(30), || scrape(metrics_port, "walpost_spans_exported_total")
