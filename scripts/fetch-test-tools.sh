@@ -5,7 +5,7 @@
 #   * a Python venv with the CloudEvents SDK (`cloudevents`) and `confluent-kafka`, both
 #     from PyPI at the versions pinned below: the real SDK decodes what walpost wrote;
 #   * walpost-otelcol, the OpenTelemetry Collector with only its OTLP receiver and the
-#     contrib file exporter, built from tools/otelcol (go.mod/go.sum pin every module)
+#     contrib file and Zipkin exporters (the second for scripts/trace-screenshot.sh), built from tools/otelcol (go.mod/go.sum pin every module)
 #     with the Go toolchain and the Go module proxy.
 #
 # Idempotent and fast when present: each part is skipped when its marker (written last)
@@ -39,7 +39,7 @@ else
     echo "$ce_pins" >"$venv/.walpost-complete"
 fi
 
-# ---- OpenTelemetry Collector (OTLP receiver + file exporter)
+# ---- OpenTelemetry Collector (OTLP receiver; file and Zipkin exporters)
 src="$repo_root/tools/otelcol"
 stamp="$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)"
 otelcol_dir="$cache/otelcol"

@@ -1,13 +1,16 @@
-// walpost-otelcol: the OpenTelemetry Collector with the OTLP receiver and the file
-// exporter only, the trace backend of walpost's end-to-end tracing tests
-// (crates/walpost/tests/e2e/tracing.rs). Built from the Go module proxy by
-// scripts/fetch-otelcol.sh, as the collector builder (ocb) would generate it.
+// walpost-otelcol: the OpenTelemetry Collector with the OTLP receiver and two exporters:
+// the file exporter, the trace backend of walpost's end-to-end tracing tests
+// (crates/walpost/tests/e2e/otel.rs), and the Zipkin exporter, which feeds the Zipkin
+// server whose UI scripts/trace-screenshot.sh photographs for the README. Built from the
+// Go module proxy by scripts/fetch-test-tools.sh, as the collector builder (ocb) would
+// generate it.
 package main
 
 import (
 	"log"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/zipkinexporter"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
@@ -25,7 +28,7 @@ func components() (otelcol.Factories, error) {
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
-	factories.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](fileexporter.NewFactory())
+	factories.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](fileexporter.NewFactory(), zipkinexporter.NewFactory())
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
@@ -36,7 +39,7 @@ func main() {
 	settings := otelcol.CollectorSettings{
 		BuildInfo: component.BuildInfo{
 			Command:     "walpost-otelcol",
-			Description: "OpenTelemetry Collector (OTLP receiver, file exporter) for walpost's tests",
+			Description: "OpenTelemetry Collector (OTLP receiver; file and Zipkin exporters) for walpost's tests",
 			Version:     "0.161.0",
 		},
 		Factories: components,
