@@ -214,6 +214,22 @@ mod tests {
         assert!(matches!(producer_config("h:9092", &props, None).unwrap().0.log_level, RDKafkaLogLevel::Debug));
     }
 
+    /// Regression: librdkafka was built without libzstd, so `compression.type = "zstd"`
+    /// (the README's own example configuration) failed at start-up with "libzstd not
+    /// available at build time". librdkafka checks the codec when the producer is created,
+    /// no broker needed: every codec Kafka defines must create one.
+    #[test]
+    fn regression_every_kafka_compression_codec_is_built_in() {
+        use rdkafka::producer::BaseProducer;
+        for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+            let mut props = BTreeMap::new();
+            props.insert("compression.type".to_owned(), codec.to_owned());
+            let (cfg, _) = producer_config("127.0.0.1:9", &props, None).unwrap();
+            let created: Result<BaseProducer, _> = cfg.create();
+            assert!(created.is_ok(), "compression.type={codec}: {:?}", created.err());
+        }
+    }
+
     /// Regression: `walpost check` built a bare client and ignored [kafka.properties].
     #[test]
     fn regression_admin_clients_get_the_users_security_properties() {
