@@ -2,34 +2,39 @@
 # A/B drain: the same backlog drained by several walpost binaries, one after the other,
 # on one PostgreSQL and one Kafka broker (scripts/devservers.sh). For each binary: wall
 # time until its slot confirmed the backlog's end, its CPU time (user + system, from
-# /proc), CPU per event and events per second. What issue 16's before/after tables use;
+# /proc), CPU per event, events per second and peak RSS (VmHWM). A BIN may be a wrapper
+# script that execs walpost with other settings (environment, --config). What issue 16's before/after tables use;
 # bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
 #
-#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-p] BIN [BIN...]
+#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] BIN [BIN...]
 #
 #   -n  events in the backlog (default 200000), in transactions of -t rows (default 100)
 #   -r  drains per binary, alternating the binaries (default 3; the table shows each)
+#   -s  characters of padding in each payload (default 200: ~250-byte payloads; 1000 gives
+#       the ~1 KB payloads of bench/run.sh)
 #   -p  record each binary's first drain with `perf record -g` (perf.<i>.data in the work
 #       directory; `perf report -i ...` or inferno-flamegraph make the flame graph)
 #
 # Each binary gets its own slot, created before the backlog is written, so every drain
-# reads the same WAL. The backlog's payloads are ~250 bytes of JSON, 3 aggregate types.
+# reads the same WAL. The backlog's payloads are JSON (~250 bytes by default), 3 aggregate
+# types.
 # BIN_DIR (default target/release) must hold walpost-devservers.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-events=200000 txn=100 rounds=3 perf=0
-while getopts "n:t:r:p" o; do
+events=200000 txn=100 rounds=3 perf=0 pad=200
+while getopts "n:t:r:s:p" o; do
     case "$o" in
         n) events=$OPTARG ;;
         t) txn=$OPTARG ;;
         r) rounds=$OPTARG ;;
+        s) pad=$OPTARG ;;
         p) perf=1 ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-p] BIN [BIN...]" >&2; exit 2; }
+(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] BIN [BIN...]" >&2; exit 2; }
 bins=("$@")
 for b in "${bins[@]}"; do [[ -x "$b" ]] || { echo "not an executable: $b" >&2; exit 2; }; done
 
@@ -75,12 +80,12 @@ echo "backlog: $events events in transactions of $txn" >&2
 psql -c "DO \$\$ BEGIN FOR i IN 1..($events/$txn) LOOP
   INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
   SELECT (ARRAY['order','payment','shipment'])[1 + g % 3], gen_random_uuid(), 'Created',
-         jsonb_build_object('g', g, 'i', i, 'pad', repeat('x', 200))
+         jsonb_build_object('g', g, 'i', i, 'pad', repeat('x', $pad))
   FROM generate_series(1, $txn) g; COMMIT; END LOOP; END \$\$;" >/dev/null
 end=$(psql -tAc "SELECT pg_current_wal_lsn()")
 psql -c "CHECKPOINT" >/dev/null
 
-printf "%-4s %-40s %5s %9s %8s %12s %12s\n" bin binary round secs cpu_s "events/s" "cpu_us/event"
+printf "%-4s %-40s %5s %9s %8s %12s %12s %8s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb"
 for r in $(seq 1 "$rounds"); do
     for i in "${!bins[@]}"; do
         bin=${bins[$i]} slot="ab${i}r${r}"
@@ -93,9 +98,9 @@ for r in $(seq 1 "$rounds"); do
             "$bin" $(args "$slot") 2>"$work/drain.$i.$r.log" &
         fi
         pid=$!
-        # The walpost process itself (perf forks it).
+        # The walpost process itself (perf forks it; a wrapper script may exec it).
         for _ in $(seq 1 50); do
-            wp=$(pgrep -n -f "^$bin run .*--slot $slot " || true)
+            wp=$(pgrep -n -f "walpost[^ ]* run .*--slot $slot " || true)
             [[ -n "$wp" ]] && break
             sleep 0.05
         done
@@ -104,10 +109,11 @@ for r in $(seq 1 "$rounds"); do
         done
         secs=$(echo "$(date +%s.%N) - $start" | bc)
         cpu=$(awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$wp/stat")
+        hwm=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$wp/status")
         kill -TERM "$wp"
         wait "$pid" || true
-        printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f\n" "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" \
-            "$secs" "$cpu" "$(echo "$events / $secs" | bc -l)" "$(echo "$cpu * 1000000 / $events" | bc -l)"
+        printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8s\n" "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" \
+            "$secs" "$cpu" "$(echo "$events / $secs" | bc -l)" "$(echo "$cpu * 1000000 / $events" | bc -l)" "$hwm"
         psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
     done
 done

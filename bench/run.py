@@ -9,6 +9,7 @@ target/release/walpost-devservers), one backlog that every system drains:
             (`recv` first, `recv-again` after walpost's drains), the faster one is the ceiling
   walpost   target/release/walpost run, defaults (acks=all, idempotent, lz4, linger 5 ms)
   walpost-nolz4  the same with compression.type = none (drain only): what lz4 costs
+  walpost-zstd   the same with compression.type = zstd (drain only)
   kafka-floor    live only: the same record bursts produced straight to Kafka (floorgen.py)
                  while PostgreSQL takes the same insert load: the machine's floor without CDC
   debezium  Debezium 3.6 embedded engine + PostgreSQL connector + Outbox Event Router,
@@ -794,6 +795,11 @@ def write_results(ctx: Ctx, machine: str) -> None:
             lines.append(f"  - same binary with `compression.type = none`: {nc.events_per_s:,.0f} events/s, "
                          f"broker {fmt(nc.broker_cpu_s_per_m, 1)} CPU s / M events, peak RSS {nc.peak_rss_mb:.1f} MB "
                          f"(lz4, the default: {wp.events_per_s:,.0f} events/s, broker {fmt(wp.broker_cpu_s_per_m, 1)})")
+        zs = by.get(("walpost-zstd", "drain", 0))
+        if zs:
+            lines.append(f"  - same binary with `compression.type = zstd`: {zs.events_per_s:,.0f} events/s, "
+                         f"{fmt(zs.cpu_s_per_m, 1)} CPU s / M events, broker {fmt(zs.broker_cpu_s_per_m, 1)} CPU s / M events, "
+                         f"peak RSS {zs.peak_rss_mb:.1f} MB")
         eo = by.get(("walpost-eos", "drain", 0))
         if eo:
             ratio = eo.events_per_s / wp.events_per_s
@@ -838,7 +844,7 @@ def chart(ctx: Ctx, path: Path) -> None:
     drains = [r for r in ctx.rows if r.mode == "drain"]
     lives = [r for r in ctx.rows if r.mode == "live"]
     colors = {"recv": "#999999", "recv-again": "#777777", "kafka-floor": "#bbbbbb", "walpost": "#1f77b4", "debezium": "#d62728",
-              "relay002": "#ff7f0e", "walpost-nolz4": "#6baed6", "walpost-eos": "#08519c", "walpost-otel": "#9ecae1", "relay001": "#8c564b"}
+              "relay002": "#ff7f0e", "walpost-nolz4": "#6baed6", "walpost-zstd": "#4292c6", "walpost-eos": "#08519c", "walpost-otel": "#9ecae1", "relay001": "#8c564b"}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.2))
     names = [r.system for r in drains]
     vals = [r.events_per_s for r in drains]
@@ -921,7 +927,7 @@ def main() -> int:
             c.execute((ROOT / "migrations/0001_events_outbox.sql").read_text())
             c.execute(workload.filler_sql(SEED))
         kafka = Kafka(servers.brokers)
-        kafka.create_topics([p + t for p in ("wp.", "wpnc.", "wpeo.", "wpot.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
+        kafka.create_topics([p + t for p in ("wp.", "wpnc.", "wpzs.", "wpeo.", "wpot.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
         warm_up_broker(servers.brokers)
         ctx = Ctx(args=args, servers=servers, kafka=kafka, url=url, events=args.events, payload_bytes=0, workdir=workdir)
 
@@ -948,6 +954,10 @@ def main() -> int:
         wpnc_conf.write_text('[kafka.properties]\n"compression.type" = "none"\n')
         if "walpost-nolz4" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('wpnc', 'pgoutput')")
+        wpzs_conf = workdir / "walpost-zstd.toml"
+        wpzs_conf.write_text('[kafka.properties]\n"compression.type" = "zstd"\n')
+        if "walpost-zstd" in systems:
+            conn.execute("SELECT pg_create_logical_replication_slot('wpzs', 'pgoutput')")
         # walpost-eos: --delivery exactly-once (Kafka transactions + progress record), drain only.
         wpeo_conf = workdir / "walpost-eos.toml"
         wpeo_conf.write_text('delivery = "exactly-once"\n')
@@ -994,6 +1004,10 @@ def main() -> int:
             drain(ctx, "walpost-nolz4", walpost_argv(ctx, "wpnc", "wpnc.", str(wpnc_conf)), slot="wpnc", prefix="wpnc.",
                   note="compression.type = none (default lz4)")
             drop_slot(conn, "wpnc")
+        if "walpost-zstd" in systems:
+            drain(ctx, "walpost-zstd", walpost_argv(ctx, "wpzs", "wpzs.", str(wpzs_conf)), slot="wpzs", prefix="wpzs.",
+                  note="compression.type = zstd (default lz4)")
+            drop_slot(conn, "wpzs")
         if "walpost-eos" in systems:
             drain(ctx, "walpost-eos", walpost_argv(ctx, "wpeo", "wpeo.", str(wpeo_conf)), slot="wpeo", prefix="wpeo.",
                   until_lsn=endpos, note="delivery = exactly-once; done when the slot confirmed the backlog's end")
