@@ -33,7 +33,8 @@ fn regression_every_compression_codec_delivers() {
     let w = World::new("core-codecs");
     for (i, codec) in ["zstd", "gzip", "snappy", "none"].into_iter().enumerate() {
         let i = u32::try_from(i).unwrap();
-        let mut walpost = Walpost::start(&with_flag(w.args(), "--kafka-property", &format!("compression.type={codec}")), &[]);
+        let mut walpost =
+            Walpost::start(&with_flag(w.args(), "--kafka-property", &format!("compression.type={codec}")), &[]);
         assert!(w.wait_for_slot(WAIT), "slot not created:\n{}", walpost.log_text());
         insert_batches(&w, i * 5, 5, 20, 10, &["order"]);
         let expected = usize::try_from((i + 1) * 100).unwrap();
