@@ -6,9 +6,9 @@
 #
 # ADVISORY_DB_GIT_DIR: a clone (bare or not) of the rustsec/advisory-db repository, for
 # instance the one a session's `fetch github:rustsec/advisory-db` brings.
-# OUT_DIR: where the archive goes; default ../shared/advisory-db beside the checkout (the
-# shared folder CI gets a read-only copy of). The archive is data, not code: it is never
-# committed to this repository.
+# OUT_DIR: where the archive goes; default ${WALPOST_ADVISORY_CACHE:-/var/cache/walpost/advisory-db},
+# the machine's cache scripts/supply-chain.sh reads (it also reads ../shared/advisory-db/).
+# The archive is data, not code: it is never committed to this repository.
 #
 # Writes OUT_DIR/advisory-db-<commit date>-<short commit>.tar.xz holding crates/ (every
 # advisory), LICENSE.txt (the database's CC0-1.0 licence) and SNAPSHOT (commit and commit
@@ -21,8 +21,7 @@ die() { say "$*"; exit 1; }
 
 src="${1:-}"
 [[ -n "$src" ]] || die "usage: $0 ADVISORY_DB_GIT_DIR [OUT_DIR]"
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${2:-$repo_root/../shared/advisory-db}"
+out="${2:-${WALPOST_ADVISORY_CACHE:-/var/cache/walpost/advisory-db}}"
 
 git -C "$src" rev-parse --verify -q HEAD >/dev/null || die "$src is not a git repository with a HEAD"
 commit="$(git -C "$src" rev-parse HEAD)"

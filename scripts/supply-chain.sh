@@ -13,7 +13,9 @@
 #
 # The advisory database: ${WALPOST_ADVISORY_DB:-} (an archive made by
 # scripts/refresh-advisory-db.sh, or a clone of rustsec/advisory-db), else the newest
-# ../shared/advisory-db/advisory-db-*.tar.xz beside the checkout (the shared folder CI gets).
+# advisory-db-*.tar.xz in ../shared/advisory-db/ beside the checkout or in the machine's
+# cache ${WALPOST_ADVISORY_CACHE:-/var/cache/walpost/advisory-db} (where
+# scripts/refresh-advisory-db.sh writes by default).
 # It is unpacked into ${WALPOST_ADVISORY_DBS:-target/advisory-dbs}; its age is its last
 # commit's date, and deny.toml's maximum-db-staleness (180 days) fails a staler one.
 # Without a database the script fails, unless WALPOST_SUPPLY_CHAIN_ADVISORIES=skip, which
@@ -95,6 +97,7 @@ fi
 say "using $deny ($("$deny" --version))"
 
 # ------------------------------------------------------------------ advisory database
+ADVISORY_CACHE="${WALPOST_ADVISORY_CACHE:-/var/cache/walpost/advisory-db}"
 dbs="${WALPOST_ADVISORY_DBS:-target/advisory-dbs}"
 mkdir -p "$dbs"
 dbs="$(cd "$dbs" && pwd)"
@@ -106,10 +109,16 @@ find_db() {
         echo "$WALPOST_ADVISORY_DB"
         return
     fi
-    # Names carry the commit date, and the glob sorts them: the last is the newest.
-    local archives=(../shared/advisory-db/advisory-db-*.tar.xz)
-    local newest="${archives[-1]}"
-    if [[ -f "$newest" ]]; then
+    # Names carry the commit date: the newest archive of the two places wins.
+    local archive newest="" name
+    for archive in ../shared/advisory-db/advisory-db-*.tar.xz "$ADVISORY_CACHE"/advisory-db-*.tar.xz; do
+        [[ -f "$archive" ]] || continue
+        name="$(basename "$archive")"
+        if [[ -z "$newest" || "$name" > "$(basename "$newest")" ]]; then
+            newest="$archive"
+        fi
+    done
+    if [[ -n "$newest" ]]; then
         echo "$(cd "$(dirname "$newest")" && pwd)/$(basename "$newest")"
     fi
 }
@@ -157,10 +166,10 @@ if [[ -n "$db_source" ]]; then
         say "WARNING: the advisory database is $age_days days old; refresh it (scripts/refresh-advisory-db.sh) — deny.toml fails it past 180 days"
     fi
 elif [[ "${WALPOST_SUPPLY_CHAIN_ADVISORIES:-}" == skip ]]; then
-    say "WARNING: no advisory database (WALPOST_ADVISORY_DB, ../shared/advisory-db/advisory-db-*.tar.xz): advisories NOT checked (WALPOST_SUPPLY_CHAIN_ADVISORIES=skip)"
+    say "WARNING: no advisory database (WALPOST_ADVISORY_DB, advisory-db-*.tar.xz in ../shared/advisory-db/ or $ADVISORY_CACHE): advisories NOT checked (WALPOST_SUPPLY_CHAIN_ADVISORIES=skip)"
     checks=(bans licenses sources)
 else
-    die "no advisory database: set WALPOST_ADVISORY_DB to an archive of scripts/refresh-advisory-db.sh or a clone of rustsec/advisory-db, or put the archive in ../shared/advisory-db/ (WALPOST_SUPPLY_CHAIN_ADVISORIES=skip checks the rest)"
+    die "no advisory database: set WALPOST_ADVISORY_DB to an archive of scripts/refresh-advisory-db.sh or a clone of rustsec/advisory-db, or put the archive in ../shared/advisory-db/ or $ADVISORY_CACHE (WALPOST_SUPPLY_CHAIN_ADVISORIES=skip checks the rest)"
 fi
 
 # ------------------------------------------------------------------ canary

@@ -29,8 +29,9 @@ cargo test --workspace --locked --features walpost/failpoints -- --skip failover
 
 # Step 2: alerting rules (promtool check + unit tests, runbook links, metric names) and the
 # PostgreSQL-side slot check; then licences, sources and bans of every dependency
-# (cargo-deny, offline). The RustSec advisory database is not on any package registry
-# this machine reaches: with none given (WALPOST_ADVISORY_DB, ../shared/advisory-db/),
+# (cargo-deny, offline), and RustSec advisories against the newest snapshot found
+# (WALPOST_ADVISORY_DB, ../shared/advisory-db/, /var/cache/walpost/advisory-db/: made by
+# scripts/refresh-advisory-db.sh; the database is on no package registry). With none,
 # advisories are skipped with a warning rather than failing the run.
 bash scripts/check-alerts.sh
 WALPOST_SUPPLY_CHAIN_ADVISORIES="${WALPOST_SUPPLY_CHAIN_ADVISORIES:-skip}" bash scripts/supply-chain.sh
