@@ -100,7 +100,7 @@ for r in $(seq 1 "$rounds"); do
         pid=$!
         # The walpost process itself (perf forks it; a wrapper script may exec it).
         for _ in $(seq 1 50); do
-            wp=$(pgrep -n -f "walpost[^ ]* run .*--slot $slot " || true)
+            wp=$(pgrep -n -f "^[^ ]*walpost[^ ]* run .*--slot $slot " || true)
             [[ -n "$wp" ]] && break
             sleep 0.05
         done
