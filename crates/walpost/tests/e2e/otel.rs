@@ -147,6 +147,17 @@ fn scrape(port: u16, series: &str) -> Option<f64> {
     out.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
+/// Waits until walpost's /metrics shows `series` at `value`; fails with what it shows and
+/// walpost's log.
+fn wait_for_series(port: u16, series: &str, value: f64, timeout: Duration, p: &Walpost) {
+    assert!(
+        testkit::wait_until(timeout, || scrape(port, series) == Some(value)),
+        "{series} is {:?}, expected {value}\n{}",
+        scrape(port, series),
+        p.log_text()
+    );
+}
+
 /// `bytes` random bytes in lower-case hex (a trace or span id).
 fn hex(bytes: usize) -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -270,8 +281,7 @@ fn otel_spans_reach_a_real_collector_as_children_of_the_rows_trace() {
     let service: Vec<_> = collector.spans().into_iter().filter(|(svc, _)| svc == "orders-service").collect();
     assert!(service.iter().any(|(_, s)| s["traceId"] == trace && s["spanId"] == service_span), "{service:?}");
 
-    assert!(testkit::wait_until(Duration::from_secs(10), || scrape(metrics_port, "walpost_spans_exported_total")
-        == Some(4.0)));
+    wait_for_series(metrics_port, "walpost_spans_exported_total", 4.0, Duration::from_secs(10), &p);
     assert_eq!(scrape(metrics_port, "walpost_spans_dropped_total"), Some(0.0));
     assert_eq!(scrape(metrics_port, "walpost_trace_context_invalid_total"), Some(1.0));
     let log = p.log_text();
@@ -302,13 +312,7 @@ fn drill_otel_collector_down_drops_spans_never_events_and_recovers() {
     assert!(w.wait_for_slot(WAIT));
     insert_batches(&w, 0, 4, 50, 10, &["order"]);
     assert_eq!(consume_every_committed(&w, WAIT).len(), 200, "every event published");
-    assert!(
-        testkit::wait_until(Duration::from_secs(30), || scrape(metrics_port, "walpost_spans_dropped_total")
-            == Some(200.0)),
-        "every span dropped: {:?}\n{}",
-        scrape(metrics_port, "walpost_spans_dropped_total"),
-        p.log_text()
-    );
+    wait_for_series(metrics_port, "walpost_spans_dropped_total", 200.0, Duration::from_secs(30), &p);
     runbook.block("log").assert_lines_in(&p.log_text());
     let metrics = crate::drills::sh_ok(&runbook.block("metrics").fill(&[("url", &url)]));
     assert!(metrics.contains("walpost_spans_dropped_total 200"), "{metrics}");
@@ -324,22 +328,10 @@ fn drill_otel_collector_down_drops_spans_never_events_and_recovers() {
     // Two transactions of 10, the second once the first's spans are out: a burst of 20
     // would overflow the 16-span queue (OTEL_BSP_MAX_QUEUE_SIZE) and drop 4 by design.
     insert_batches(&w, 4, 1, 10, 10, &["order"]);
-    assert!(
-        testkit::wait_until(Duration::from_secs(30), || scrape(metrics_port, "walpost_spans_exported_total")
-            == Some(10.0)),
-        "spans flow again: {:?}\n{}",
-        scrape(metrics_port, "walpost_spans_exported_total"),
-        p.log_text()
-    );
+    wait_for_series(metrics_port, "walpost_spans_exported_total", 10.0, Duration::from_secs(30), &p);
     insert_batches(&w, 5, 1, 10, 10, &["order"]);
     assert_eq!(consume_every_committed(&w, WAIT).len(), 220, "every event published");
-    assert!(
-        testkit::wait_until(Duration::from_secs(30), || scrape(metrics_port, "walpost_spans_exported_total")
-            == Some(20.0)),
-        "spans flow again: {:?}\n{}",
-        scrape(metrics_port, "walpost_spans_exported_total"),
-        p.log_text()
-    );
+    wait_for_series(metrics_port, "walpost_spans_exported_total", 20.0, Duration::from_secs(30), &p);
     // Exported means the Collector answered 200; its file exporter writes them a moment later.
     assert!(
         testkit::wait_until(Duration::from_secs(30), || collector.spans().len() >= 20),
