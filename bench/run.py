@@ -57,6 +57,9 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 TYPES = workload.TYPES
 SEED = 42
 PARTITIONS = 3
+# The same walpost binary with another producer codec (lz4 is the default), drain only:
+# system -> (slot and topic prefix, compression.type).
+CODEC_SYSTEMS = {"walpost-nolz4": ("wpnc", "none"), "walpost-zstd": ("wpzs", "zstd")}
 
 PROFILES = {
     # events, live seconds per rate, relay drain window (s)
@@ -790,16 +793,13 @@ def write_results(ctx: Ctx, machine: str) -> None:
         scope = "" if ctx.events >= 1_000_000 else f" (this run drained {ctx.events:,} events; the target is for 1M)"
         dzr = f"; Debezium: {dz.peak_rss_mb:,.0f} MB" if dz else ""
         lines.append(f"- peak RSS ≤ 64 MB: {wp.peak_rss_mb:.1f} MB{dzr}{scope} → {verdict(wp.peak_rss_mb <= 64)}")
-        nc = by.get(("walpost-nolz4", "drain", 0))
-        if nc:
-            lines.append(f"  - same binary with `compression.type = none`: {nc.events_per_s:,.0f} events/s, "
-                         f"broker {fmt(nc.broker_cpu_s_per_m, 1)} CPU s / M events, peak RSS {nc.peak_rss_mb:.1f} MB "
-                         f"(lz4, the default: {wp.events_per_s:,.0f} events/s, broker {fmt(wp.broker_cpu_s_per_m, 1)})")
-        zs = by.get(("walpost-zstd", "drain", 0))
-        if zs:
-            lines.append(f"  - same binary with `compression.type = zstd`: {zs.events_per_s:,.0f} events/s, "
-                         f"{fmt(zs.cpu_s_per_m, 1)} CPU s / M events, broker {fmt(zs.broker_cpu_s_per_m, 1)} CPU s / M events, "
-                         f"peak RSS {zs.peak_rss_mb:.1f} MB")
+        for system, (_, codec) in CODEC_SYSTEMS.items():
+            r = by.get((system, "drain", 0))
+            if r:
+                lines.append(f"  - same binary with `compression.type = {codec}`: {r.events_per_s:,.0f} events/s, "
+                             f"{fmt(r.cpu_s_per_m, 1)} CPU s / M events, broker {fmt(r.broker_cpu_s_per_m, 1)} CPU s / M events, "
+                             f"peak RSS {r.peak_rss_mb:.1f} MB (lz4, the default: {wp.events_per_s:,.0f} events/s, "
+                             f"broker {fmt(wp.broker_cpu_s_per_m, 1)})")
         eo = by.get(("walpost-eos", "drain", 0))
         if eo:
             ratio = eo.events_per_s / wp.events_per_s
@@ -927,7 +927,7 @@ def main() -> int:
             c.execute((ROOT / "migrations/0001_events_outbox.sql").read_text())
             c.execute(workload.filler_sql(SEED))
         kafka = Kafka(servers.brokers)
-        kafka.create_topics([p + t for p in ("wp.", "wpnc.", "wpzs.", "wpeo.", "wpot.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
+        kafka.create_topics([p + t for p in ("wp.", *(f"{slot}." for slot, _ in CODEC_SYSTEMS.values()), "wpeo.", "wpot.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])
         warm_up_broker(servers.brokers)
         ctx = Ctx(args=args, servers=servers, kafka=kafka, url=url, events=args.events, payload_bytes=0, workdir=workdir)
 
@@ -948,16 +948,14 @@ def main() -> int:
         if "recv" in systems:
             conn.execute("SELECT pg_create_logical_replication_slot('recv', 'pgoutput')")
             conn.execute("SELECT pg_create_logical_replication_slot('recv2', 'pgoutput')")
-        # walpost-nolz4: the same binary without producer compression (lz4 is the default):
-        # what compression costs walpost and the broker per event; drain only.
-        wpnc_conf = workdir / "walpost-nolz4.toml"
-        wpnc_conf.write_text('[kafka.properties]\n"compression.type" = "none"\n')
-        if "walpost-nolz4" in systems:
-            conn.execute("SELECT pg_create_logical_replication_slot('wpnc', 'pgoutput')")
-        wpzs_conf = workdir / "walpost-zstd.toml"
-        wpzs_conf.write_text('[kafka.properties]\n"compression.type" = "zstd"\n')
-        if "walpost-zstd" in systems:
-            conn.execute("SELECT pg_create_logical_replication_slot('wpzs', 'pgoutput')")
+        # walpost-nolz4, walpost-zstd: the same binary with another producer codec: what
+        # compression costs walpost and the broker per event; drain only.
+        codec_confs = {}
+        for system, (slot, codec) in CODEC_SYSTEMS.items():
+            codec_confs[system] = workdir / f"{system}.toml"
+            codec_confs[system].write_text(f'[kafka.properties]\n"compression.type" = "{codec}"\n')
+            if system in systems:
+                conn.execute(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')")
         # walpost-eos: --delivery exactly-once (Kafka transactions + progress record), drain only.
         wpeo_conf = workdir / "walpost-eos.toml"
         wpeo_conf.write_text('delivery = "exactly-once"\n')
@@ -1000,14 +998,11 @@ def main() -> int:
             recv_drain("recv", "recv", "pgoutput to /dev/null, no Kafka")
         if "walpost" in systems:
             drain(ctx, "walpost", walpost_argv(ctx, "wp", "wp."), slot="wp", prefix="wp.")
-        if "walpost-nolz4" in systems:
-            drain(ctx, "walpost-nolz4", walpost_argv(ctx, "wpnc", "wpnc.", str(wpnc_conf)), slot="wpnc", prefix="wpnc.",
-                  note="compression.type = none (default lz4)")
-            drop_slot(conn, "wpnc")
-        if "walpost-zstd" in systems:
-            drain(ctx, "walpost-zstd", walpost_argv(ctx, "wpzs", "wpzs.", str(wpzs_conf)), slot="wpzs", prefix="wpzs.",
-                  note="compression.type = zstd (default lz4)")
-            drop_slot(conn, "wpzs")
+        for system, (slot, codec) in CODEC_SYSTEMS.items():
+            if system in systems:
+                drain(ctx, system, walpost_argv(ctx, slot, f"{slot}.", str(codec_confs[system])), slot=slot,
+                      prefix=f"{slot}.", note=f"compression.type = {codec} (default lz4)")
+                drop_slot(conn, slot)
         if "walpost-eos" in systems:
             drain(ctx, "walpost-eos", walpost_argv(ctx, "wpeo", "wpeo.", str(wpeo_conf)), slot="wpeo", prefix="wpeo.",
                   until_lsn=endpos, note="delivery = exactly-once; done when the slot confirmed the backlog's end")
