@@ -103,4 +103,4 @@ pub use message::{
     Prepare, Relation, RollbackPrepared, StreamAbort, StreamCommit, StreamPrepare, StreamStart, Truncate, TypeMsg,
     Update,
 };
-pub use tuple::{ColumnValue, TupleData, TupleIter};
+pub use tuple::{ColumnSpan, ColumnValue, Spans, TupleData, TupleIter};

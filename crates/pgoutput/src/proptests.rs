@@ -240,6 +240,21 @@ proptest! {
         prop_assert_eq!(decoder.decode(bytes), Ok(msg));
     }
 
+    /// `spans` walks the same columns as `iter`, and each span's value is the value
+    /// `iter` gives; a span from another (longer) tuple never panics or reads outside.
+    #[test]
+    fn spans_give_the_same_values_as_iter(tuple in tuple(), other in tuple()) {
+        let values: Vec<ColumnValue> = tuple.iter().collect();
+        let spans: Vec<ColumnSpan> = tuple.spans().collect();
+        prop_assert_eq!(spans.len(), tuple.len());
+        prop_assert_eq!(tuple.spans().len(), tuple.len());
+        let from_spans: Vec<Option<ColumnValue>> = spans.iter().map(|s| tuple.value(*s)).collect();
+        prop_assert_eq!(from_spans, values.into_iter().map(Some).collect::<Vec<_>>());
+        for span in other.spans() {
+            let _ = tuple.value(span);
+        }
+    }
+
     #[test]
     fn strict_prefixes_of_valid_messages_are_truncated(
         (msg, in_stream) in message_with_stream_flag(),

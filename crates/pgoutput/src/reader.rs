@@ -51,11 +51,28 @@ impl Reader {
         std::mem::take(&mut self.buf)
     }
 
+    /// Skips the next `len` bytes (a value only validated, not kept).
+    pub(crate) fn skip(&mut self, len: usize, field: &'static str) -> Result<(), DecodeError> {
+        if len > self.buf.len() {
+            return Err(self.truncated(field, len));
+        }
+        // Cannot panic: `len <= self.buf.len()` was checked just above.
+        self.buf.advance(len);
+        Ok(())
+    }
+
+    /// The next `N` bytes as an array. Read from the slice, not through a `Bytes`
+    /// slice: a shared `Bytes` costs a reference-count increment and decrement, which
+    /// for a 1-byte field is most of the work.
     fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], DecodeError> {
-        let taken = self.bytes(N, field)?;
-        // `bytes` returned exactly N bytes, so the conversion cannot fail; the
-        // error arm only exists to stay panic-free without an `expect`.
-        <[u8; N]>::try_from(taken.as_ref()).map_err(|_| self.truncated(field, N))
+        let Some(head) = self.buf.get(..N) else {
+            return Err(self.truncated(field, N));
+        };
+        // `head` has exactly N bytes, so the conversion cannot fail; the error arm only
+        // exists to stay panic-free without an `expect`.
+        let array = <[u8; N]>::try_from(head).map_err(|_| self.truncated(field, N))?;
+        self.buf.advance(N);
+        Ok(array)
     }
 
     pub(crate) fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {

@@ -60,6 +60,30 @@ impl TupleData {
         TupleIter { reader: Reader::new(self.columns.clone(), "TupleData"), columns_left: self.column_count }
     }
 
+    /// The columns in order as [`ColumnSpan`]s: a walk that makes no `Bytes` (and so
+    /// no reference-count traffic) for columns the caller never reads. For wide rows of
+    /// which a few columns are used, such as an outbox row; [`TupleData::value`] turns a
+    /// span into its value.
+    pub fn spans(&self) -> Spans<'_> {
+        Spans { columns: &self.columns, at: 0, columns_left: self.column_count }
+    }
+
+    /// The value `span` stands for; `None` when the span does not lie within this
+    /// tuple (one taken from another tuple).
+    pub fn value(&self, span: ColumnSpan) -> Option<ColumnValue> {
+        let slice = |offset: usize, len: usize| {
+            let end = offset.checked_add(len)?;
+            // Cannot panic: `offset <= end <= len` is checked first.
+            (end <= self.columns.len()).then(|| self.columns.slice(offset..end))
+        };
+        Some(match span {
+            ColumnSpan::Null => ColumnValue::Null,
+            ColumnSpan::UnchangedToast => ColumnValue::UnchangedToast,
+            ColumnSpan::Text { offset, len } => ColumnValue::Text(slice(offset, len)?),
+            ColumnSpan::Binary { offset, len } => ColumnValue::Binary(slice(offset, len)?),
+        })
+    }
+
     /// The column at `index` (0-based), found by walking the columns before it.
     pub fn get(&self, index: usize) -> Option<ColumnValue> {
         self.iter().nth(index)
@@ -94,7 +118,7 @@ impl TupleData {
         let mut columns = reader.rest().clone();
         let before = reader.remaining();
         for _ in 0..column_count {
-            read_column(reader)?;
+            skip_column(reader)?;
         }
         // The walk only ever shrinks the reader, so this never saturates.
         let consumed = before.saturating_sub(reader.remaining());
@@ -122,6 +146,26 @@ fn put_counted(out: &mut BytesMut, kind: u8, value: &Bytes) {
     out.put_slice(value);
 }
 
+/// Validates one column and moves past it (what [`read_column`] checks, without
+/// taking the value).
+fn skip_column(reader: &mut Reader) -> Result<(), DecodeError> {
+    match reader.u8("tuple column kind")? {
+        b'n' | b'u' => Ok(()),
+        b't' | b'b' => {
+            let len = reader.non_negative_i32("tuple column length")?;
+            reader.skip(len, "tuple column value")
+        }
+        other => Err(bad_kind(reader, other)),
+    }
+}
+
+fn bad_kind(reader: &Reader, kind: u8) -> DecodeError {
+    reader.invalid(
+        "tuple column kind",
+        format!("byte {kind:#04x} ('{}') is none of 'n', 'u', 't', 'b'", char::from(kind).escape_default()),
+    )
+}
+
 fn read_column(reader: &mut Reader) -> Result<ColumnValue, DecodeError> {
     let kind = reader.u8("tuple column kind")?;
     match kind {
@@ -132,10 +176,7 @@ fn read_column(reader: &mut Reader) -> Result<ColumnValue, DecodeError> {
             let value = reader.bytes(len, "tuple column value")?;
             Ok(if kind == b't' { ColumnValue::Text(value) } else { ColumnValue::Binary(value) })
         }
-        other => Err(reader.invalid(
-            "tuple column kind",
-            format!("byte {other:#04x} ('{}') is none of 'n', 'u', 't', 'b'", char::from(other).escape_default()),
-        )),
+        other => Err(bad_kind(reader, other)),
     }
 }
 
@@ -189,6 +230,81 @@ impl Iterator for TupleIter {
 impl ExactSizeIterator for TupleIter {}
 impl FusedIterator for TupleIter {}
 
+/// Where one column's value lies in its [`TupleData`] (see [`TupleData::spans`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ColumnSpan {
+    Null,
+    UnchangedToast,
+    /// `len` bytes from `offset` of the tuple's column bytes.
+    Text {
+        offset: usize,
+        len: usize,
+    },
+    Binary {
+        offset: usize,
+        len: usize,
+    },
+}
+
+/// Iterator over the [`ColumnSpan`]s of a [`TupleData`], see [`TupleData::spans`].
+#[derive(Debug, Clone)]
+pub struct Spans<'a> {
+    columns: &'a [u8],
+    at: usize,
+    columns_left: u16,
+}
+
+impl Spans<'_> {
+    /// The span at `self.at`, moving past it; `None` if the bytes do not hold one
+    /// (they were validated when the tuple was built, so only as a panic-free answer).
+    fn read(&mut self) -> Option<ColumnSpan> {
+        let kind = *self.columns.get(self.at)?;
+        let after_kind = self.at.checked_add(1)?;
+        let span = match kind {
+            b'n' | b'u' => {
+                self.at = after_kind;
+                return Some(if kind == b'n' { ColumnSpan::Null } else { ColumnSpan::UnchangedToast });
+            }
+            b't' | b'b' => {
+                let offset = after_kind.checked_add(4)?;
+                let len_bytes = <[u8; 4]>::try_from(self.columns.get(after_kind..offset)?).ok()?;
+                let len = usize::try_from(i32::from_be_bytes(len_bytes)).ok()?;
+                let end = offset.checked_add(len)?;
+                if end > self.columns.len() {
+                    return None;
+                }
+                self.at = end;
+                if kind == b't' {
+                    ColumnSpan::Text { offset, len }
+                } else {
+                    ColumnSpan::Binary { offset, len }
+                }
+            }
+            _ => return None,
+        };
+        Some(span)
+    }
+}
+
+impl Iterator for Spans<'_> {
+    type Item = ColumnSpan;
+
+    fn next(&mut self) -> Option<ColumnSpan> {
+        let left = self.columns_left.checked_sub(1)?;
+        let span = self.read();
+        self.columns_left = if span.is_some() { left } else { 0 };
+        span
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = usize::from(self.columns_left);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Spans<'_> {}
+impl FusedIterator for Spans<'_> {}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)] // tests may fail loudly
 mod tests {
@@ -199,6 +315,27 @@ mod tests {
         let tuple = TupleData::decode(&mut reader)?;
         reader.finish()?;
         Ok(tuple)
+    }
+
+    #[test]
+    fn spans_point_into_the_column_bytes_and_refuse_foreign_ranges() {
+        let tuple = decode(b"\x00\x04nut\x00\x00\x00\x0242b\x00\x00\x00\x01\xff").unwrap();
+        let spans: Vec<_> = tuple.spans().collect();
+        assert_eq!(
+            spans,
+            vec![
+                ColumnSpan::Null,
+                ColumnSpan::UnchangedToast,
+                ColumnSpan::Text { offset: 7, len: 2 },
+                ColumnSpan::Binary { offset: 14, len: 1 },
+            ]
+        );
+        assert_eq!(
+            tuple.value(ColumnSpan::Text { offset: 7, len: 2 }),
+            Some(ColumnValue::Text(Bytes::from_static(b"42")))
+        );
+        assert_eq!(tuple.value(ColumnSpan::Text { offset: 14, len: 2 }), None, "ends past the tuple");
+        assert_eq!(tuple.value(ColumnSpan::Binary { offset: usize::MAX, len: 1 }), None, "overflows");
     }
 
     #[test]

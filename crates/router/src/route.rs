@@ -50,6 +50,25 @@ pub struct ResolvedRelation {
     headers: Option<Col>,
     tracing: Option<Col>,
     extra: Vec<ResolvedExtra>,
+    /// `used[i]`: column `i` is one of the above. Only those are taken out of a row.
+    used: Vec<bool>,
+}
+
+impl ResolvedRelation {
+    fn mark_used(mut self) -> ResolvedRelation {
+        let cols = [self.id, self.key, self.route, self.payload]
+            .into_iter()
+            .chain([self.event_type, self.timestamp, self.headers, self.tracing].into_iter().flatten())
+            .chain(self.extra.iter().map(|e| e.col));
+        let mut used = vec![false; self.columns];
+        for col in cols {
+            if let Some(u) = used.get_mut(col.index) {
+                *u = true;
+            }
+        }
+        self.used = used;
+        self
+    }
 }
 
 /// One Kafka record, ready to produce.
@@ -225,8 +244,10 @@ impl Router {
             tracing: optional(&c.tracing_field, TRACING_OPTION)?,
             extra,
             columns: relation.columns.len(),
+            used: Vec::new(),
             table,
-        })
+        }
+        .mark_used())
     }
 
     /// Turns one inserted row into a record (no commit time known: see [`Router::route_at`]).
@@ -249,11 +270,17 @@ impl Router {
                 expected: rel.columns,
             });
         }
-        // One pass over the row: a column's bytes are then cheap `Bytes` clones. The
-        // vector is reused from row to row, and emptied after each (so it does not keep
-        // the WAL buffer its values point into).
+        // One pass over the row: a column's bytes are then cheap `Bytes` clones. Only
+        // the mapped columns become `Bytes` (each costs a reference count up and down);
+        // the others stay placeholders. The vector is reused from row to row, and
+        // emptied after each (so it does not keep the WAL buffer its values point into).
         let mut cells = std::mem::take(&mut self.cells);
-        cells.extend(row.iter());
+        cells.extend(row.spans().zip(&rel.used).map(|(span, &used)| match used {
+            // A span of this row always lies within it (`value` is `None` only for
+            // another row's span).
+            true => row.value(span).unwrap_or(ColumnValue::Null),
+            false => ColumnValue::Null,
+        }));
         let routed = self.route_cells(rel, &cells, commit_time_ms);
         cells.clear();
         self.cells = cells;
