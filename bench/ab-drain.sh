@@ -6,7 +6,7 @@
 # script that execs walpost with other settings (environment, --config). What issue 16's before/after tables use;
 # bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
 #
-#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] BIN [BIN...]
+#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] BIN [BIN...]
 #
 #   -n  events in the backlog (default 200000), in transactions of -t rows (default 100)
 #   -r  drains per binary, alternating the binaries (default 3; the table shows each)
@@ -14,6 +14,10 @@
 #       the ~1 KB payloads of bench/run.sh)
 #   -p  record each binary's first drain with `perf record -g` (perf.<i>.data in the work
 #       directory; `perf report -i ...` or inferno-flamegraph make the flame graph)
+#   -c  run every drain under valgrind's callgrind and report instructions per event
+#       (Ir/event) beside the CPU time: a count that does not move with the machine's
+#       speed, which on shared cores swings CPU time by +-20 % between rounds. ~50 x
+#       slower: use -n 20000 to 50000. (perf has no hardware counters on this VM.)
 #
 # Each binary gets its own slot, created before the backlog is written, so every drain
 # reads the same WAL. The backlog's payloads are JSON (~250 bytes by default), 3 aggregate
@@ -22,19 +26,20 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-events=200000 txn=100 rounds=3 perf=0 pad=200
-while getopts "n:t:r:s:p" o; do
+events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0
+while getopts "n:t:r:s:pc" o; do
     case "$o" in
         n) events=$OPTARG ;;
         t) txn=$OPTARG ;;
         r) rounds=$OPTARG ;;
         s) pad=$OPTARG ;;
         p) perf=1 ;;
+        c) cg=1 ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] BIN [BIN...]" >&2; exit 2; }
+(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] [-c] BIN [BIN...]" >&2; exit 2; }
 bins=("$@")
 for b in "${bins[@]}"; do [[ -x "$b" ]] || { echo "not an executable: $b" >&2; exit 2; }; done
 
@@ -85,12 +90,30 @@ psql -c "DO \$\$ BEGIN FOR i IN 1..($events/$txn) LOOP
 end=$(psql -tAc "SELECT pg_current_wal_lsn()")
 psql -c "CHECKPOINT" >/dev/null
 
-printf "%-4s %-40s %5s %9s %8s %12s %12s %8s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb"
+# CPU per event by thread: walpost's own (the runtime thread: decode, route, hand over),
+# librdkafka's broker threads (requests, compression) and the delivery-report thread.
+thread_cpu() { # $1: pid
+    for t in /proc/"$1"/task/*/stat; do
+        # comm may hold spaces: take it from between the parentheses.
+        sed -E "s/^$1 \\((.*)\\) [A-Za-z] /@main|/; s/^[0-9]+ \\((.*)\\) [A-Za-z] /\\1|/" "$t"
+    done | awk -F'|' -v hz="$(getconf CLK_TCK)" -v n="$events" '
+        { split($2, f, " "); cpu = (f[11] + f[12]) / hz * 1e6 / n
+          if ($1 == "@main") m += cpu; else if ($1 ~ /^rdk:broker/) b += cpu
+          else if ($1 ~ /^producer/) p += cpu; else o += cpu }
+        END { printf "%6.2f %6.2f %6.2f %6.2f", m, b, p, o }'
+}
+printf "%-4s %-40s %5s %9s %8s %12s %12s %8s %6s %6s %6s %6s%s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb" main broker dr other \
+    "$([[ $cg == 1 ]] && printf " %9s" Ir/event)"
 for r in $(seq 1 "$rounds"); do
     for i in "${!bins[@]}"; do
         bin=${bins[$i]} slot="ab${i}r${r}"
         start=$(date +%s.%N)
-        if [[ $perf == 1 && $r == 1 ]]; then
+        if [[ $cg == 1 ]]; then
+            # valgrind runs the program in its own process (no fork): $! is walpost.
+            # shellcheck disable=SC2046
+            valgrind -q --tool=callgrind --trace-children=yes --callgrind-out-file="$work/callgrind.$i.$r" \
+                -- "$bin" $(args "$slot") 2>"$work/drain.$i.$r.log" &
+        elif [[ $perf == 1 && $r == 1 ]]; then
             # shellcheck disable=SC2046
             perf record -g -o "$work/perf.$i.data" -- "$bin" $(args "$slot") 2>"$work/drain.$i.$r.log" &
         else
@@ -100,6 +123,7 @@ for r in $(seq 1 "$rounds"); do
         pid=$!
         # The walpost process itself (perf forks it; a wrapper script may exec it).
         for _ in $(seq 1 50); do
+            [[ $cg == 1 ]] && { wp=$pid; break; }
             wp=$(pgrep -n -f "^[^ ]*walpost[^ ]* run .*--slot $slot " || true)
             [[ -n "$wp" ]] && break
             sleep 0.05
@@ -110,10 +134,15 @@ for r in $(seq 1 "$rounds"); do
         secs=$(echo "$(date +%s.%N) - $start" | bc)
         cpu=$(awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$wp/stat")
         hwm=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$wp/status")
+        threads=$(thread_cpu "$wp")
         kill -TERM "$wp"
         wait "$pid" || true
-        printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8s\n" "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" \
-            "$secs" "$cpu" "$(echo "$events / $secs" | bc -l)" "$(echo "$cpu * 1000000 / $events" | bc -l)" "$hwm"
+        ir=""
+        if [[ $cg == 1 ]]; then
+            ir=$(awk -v n="$events" '/^(summary|totals):/ {t = $2} END {printf " %9.0f", t / n}' "$work/callgrind.$i.$r")
+        fi
+        printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8s %s\n" "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" \
+            "$secs" "$cpu" "$(echo "$events / $secs" | bc -l)" "$(echo "$cpu * 1000000 / $events" | bc -l)" "$hwm" "$threads$ir"
         psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
     done
 done
