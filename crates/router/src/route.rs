@@ -99,7 +99,9 @@ pub struct Router {
     guard: TopicGuard,
     /// Decided by the configuration alone: any `:envelope` placement.
     envelope: bool,
-    topics: HashMap<Bytes, Arc<str>>,
+    /// Route value -> topic. foldhash (seeded per process) instead of SipHash: this
+    /// lookup runs for every row, and the keys are bounded by the topic guard.
+    topics: HashMap<Bytes, Arc<str>, foldhash::fast::RandomState>,
     /// The row being routed, column by column (reused; empty between rows).
     cells: Vec<ColumnValue>,
     header_id: Arc<str>,
@@ -179,7 +181,7 @@ impl Router {
             pattern,
             guard,
             envelope,
-            topics: HashMap::new(),
+            topics: HashMap::default(),
             cells: Vec::new(),
             header_id: Arc::from(HEADER_ID),
             header_type: Arc::from(HEADER_EVENT_TYPE),

@@ -7,6 +7,7 @@
 pub mod config;
 pub mod memo;
 pub mod policy;
+pub mod produce;
 pub mod progress;
 pub mod rejection;
 pub mod sink;

@@ -19,13 +19,14 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext};
 use router::Record;
 use tokio::sync::mpsc;
 
 use super::config::SinkError;
+use super::produce::Handoff;
 use super::rejection::{classify, Rejection};
 use crate::telemetry::metrics::KafkaMetrics;
 use crate::telemetry::now_ms;
@@ -216,14 +217,14 @@ async fn blocking(call: impl FnOnce() -> Result<(), KafkaError> + Send + 'static
 
 /// A producer plus the channel of its delivery reports.
 pub struct KafkaSink {
-    producer: ThreadedProducer<SinkContext>,
+    handoff: Handoff<SinkContext>,
     /// `bootstrap.servers`, handed to librdkafka again by [`KafkaSink::rebootstrap`].
     bootstrap: Option<std::ffi::CString>,
 }
 
 impl std::fmt::Debug for KafkaSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaSink").field("in_flight", &self.producer.in_flight_count()).finish()
+        f.debug_struct("KafkaSink").field("in_flight", &self.handoff.producer().in_flight_count()).finish()
     }
 }
 
@@ -237,7 +238,7 @@ impl KafkaSink {
         let context = SinkContext { reports: tx, metrics, user_keys, last_log: Mutex::new(None) };
         let producer = config.create_with_context(context).map_err(SinkError::Create)?;
         let bootstrap = config.get("bootstrap.servers").and_then(|b| std::ffi::CString::new(b).ok());
-        Ok((KafkaSink { producer, bootstrap }, rx))
+        Ok((KafkaSink { handoff: Handoff::new(producer), bootstrap }, rx))
     }
 
     /// Gives librdkafka the bootstrap servers again (returns librdkafka's count of them).
@@ -251,37 +252,15 @@ impl KafkaSink {
     /// for those it still knows.
     pub fn rebootstrap(&self) -> i32 {
         let Some(servers) = &self.bootstrap else { return 0 };
-        let client = self.producer.client().native_ptr();
-        // SAFETY: `client` is the live handle owned by `self.producer` (it outlives this
-        // call); `servers` is a NUL-terminated string librdkafka only reads and copies;
-        // rd_kafka_brokers_add is thread-safe (it takes the handle's own lock).
-        #[allow(unsafe_code)]
-        unsafe {
-            rdkafka::bindings::rd_kafka_brokers_add(client, servers.as_ptr())
-        }
+        self.handoff.add_brokers(servers)
     }
 
-    /// Hands one record to librdkafka without waiting.
-    pub fn send(&self, seq: u64, record: &Record, timestamp_ms: Option<i64>) -> Result<(), SendError> {
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-        for (name, value) in &record.headers {
-            headers = headers.insert(Header { key: name.as_ref(), value: Some(value.as_ref()) });
-        }
-        let opaque = usize::try_from(seq).unwrap_or(usize::MAX);
-        let mut base = BaseRecord::with_opaque_to(&record.topic, opaque).key(record.key.as_ref()).headers(headers);
-        if let Some(value) = &record.value {
-            base = base.payload(value.as_ref());
-        }
-        if let Some(ts) = record.timestamp_ms.or(timestamp_ms) {
-            base = base.timestamp(ts);
-        }
-        if let Some(p) = record.partition {
-            base = base.partition(p);
-        }
-        match self.producer.send(base) {
+    /// Hands one record to librdkafka without waiting ([`super::produce`]).
+    pub fn send(&mut self, seq: u64, record: &Record, timestamp_ms: Option<i64>) -> Result<(), SendError> {
+        match self.handoff.send(seq, record, timestamp_ms) {
             Ok(()) => Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => Err(SendError::QueueFull),
-            Err((error, _)) => Err(match classify(&error) {
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => Err(SendError::QueueFull),
+            Err(error) => Err(match classify(&error) {
                 Some((code, fix)) => SendError::Rejected(Rejection {
                     event_id: String::from_utf8_lossy(&record.event_id).into_owned(),
                     topic: record.topic.to_string(),
@@ -297,40 +276,41 @@ impl KafkaSink {
     /// `init_transactions`: fences any earlier producer with the same transactional id
     /// and aborts what it left open. Blocking: runs off the runtime.
     pub async fn init_transactions(&self, timeout: Duration) -> Result<(), KafkaError> {
-        let producer = self.producer.clone();
+        let producer = self.handoff.producer().clone();
         blocking(move || producer.init_transactions(timeout)).await
     }
 
     /// `begin_transaction` (local, does not wait).
     pub fn begin_transaction(&self) -> Result<(), KafkaError> {
-        self.producer.begin_transaction()
+        self.handoff.producer().begin_transaction()
     }
 
     /// `commit_transaction`: flushes every record and commits them with the transaction.
     pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
-        let producer = self.producer.clone();
+        let producer = self.handoff.producer().clone();
         blocking(move || producer.commit_transaction(timeout)).await
     }
 
     /// `abort_transaction`: nothing of the open transaction is ever read.
     pub async fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
-        let producer = self.producer.clone();
+        let producer = self.handoff.producer().clone();
         blocking(move || producer.abort_transaction(timeout)).await
     }
 
     /// The producer's fatal error (e.g. the gap-less guarantee after a record failed
     /// for good): it will deliver nothing more.
     pub fn fatal_error(&self) -> Option<String> {
-        self.producer.client().fatal_error().map(|(code, reason)| format!("{code}: {reason}"))
+        self.handoff.producer().client().fatal_error().map(|(code, reason)| format!("{code}: {reason}"))
     }
 
     /// Flushes (at most `timeout`) and destroys the producer on a blocking thread, so
     /// the runtime's only thread never waits for librdkafka. Reports of records
     /// delivered meanwhile still reach the channel.
     pub async fn close(self, timeout: Duration) {
+        let producer = self.handoff.into_producer();
         let closing = tokio::task::spawn_blocking(move || {
-            let _ = self.producer.flush(timeout);
-            drop(self.producer);
+            let _ = producer.flush(timeout);
+            drop(producer);
         });
         let _ = closing.await;
     }

@@ -110,7 +110,8 @@ pub struct ProduceWindow<T> {
     bytes: u64,
     /// The sequence number of a first-for-its-topic record in flight alone.
     alone: Option<u64>,
-    settled: HashSet<Arc<str>>,
+    /// foldhash, not SipHash: looked up for every record sent.
+    settled: HashSet<Arc<str>, foldhash::fast::RandomState>,
     /// librdkafka's queue was full at the last send attempt.
     queue_full: bool,
     /// The last report, or when records started waiting after none did.
@@ -157,7 +158,7 @@ impl<T> ProduceWindow<T> {
             records: 0,
             bytes: 0,
             alone: None,
-            settled: HashSet::new(),
+            settled: HashSet::default(),
             queue_full: false,
             last_progress: Instant::now(),
             reported: 0,
@@ -341,7 +342,7 @@ impl<T> ProduceWindow<T> {
                 break;
             }
             let seq = self.front_seq + self.slots.len() as u64;
-            let Some(sink) = &self.sink else { break };
+            let Some(sink) = &mut self.sink else { break };
             match sink.send(seq, &next.record, next.timestamp_ms) {
                 Ok(()) => {}
                 Err(SendError::QueueFull) => {

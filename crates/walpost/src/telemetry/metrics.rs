@@ -232,7 +232,8 @@ impl StreamMetrics {
 #[derive(Debug, Clone)]
 pub struct KafkaMetrics {
     published: IntCounterVec,
-    topics: Arc<Mutex<HashMap<String, IntCounter>>>,
+    /// foldhash, not SipHash: looked up for every acknowledged record.
+    topics: Arc<Mutex<HashMap<String, IntCounter, foldhash::fast::RandomState>>>,
     pub published_bytes: IntCounter,
     pub in_flight: IntGauge,
     produce_errors: IntCounterVec,
@@ -387,7 +388,7 @@ impl Metrics {
         }
         let kafka = KafkaMetrics {
             published: counters(EVENTS_PUBLISHED, "topic")?,
-            topics: Arc::new(Mutex::new(HashMap::new())),
+            topics: Arc::new(Mutex::new(HashMap::default())),
             published_bytes: counter(PUBLISHED_BYTES)?,
             in_flight: gauge(IN_FLIGHT)?,
             produce_errors: counters(PRODUCE_ERRORS, "class")?,
