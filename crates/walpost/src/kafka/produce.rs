@@ -100,7 +100,8 @@ impl<C: ProducerContext + 'static> Handoff<C> {
         // SAFETY: the client is alive (`self.producer` owns it); `name` is NUL-terminated
         // and only read; a null configuration means the producer's default topic
         // settings (what naming the topic in rd_kafka_producev uses too).
-        let raw = unsafe { rd::rd_kafka_topic_new(self.producer.client().native_ptr(), name.as_ptr(), ptr::null_mut()) };
+        let raw =
+            unsafe { rd::rd_kafka_topic_new(self.producer.client().native_ptr(), name.as_ptr(), ptr::null_mut()) };
         let handle = TopicHandle(NonNull::new(raw).ok_or_else(invalid)?);
         if self.topics.len() >= MAX_TOPIC_HANDLES {
             self.topics.clear();
