@@ -50,7 +50,8 @@ pub struct ResolvedRelation {
     headers: Option<Col>,
     tracing: Option<Col>,
     extra: Vec<ResolvedExtra>,
-    /// `used[i]`: column `i` is one of the above. Only those are taken out of a row.
+    /// `used[i]`: column `i` is one of the above. Only those are taken out of a row,
+    /// and the row is read only as far as the last of them (`used` ends there).
     used: Vec<bool>,
 }
 
@@ -66,6 +67,8 @@ impl ResolvedRelation {
                 *u = true;
             }
         }
+        // Columns after the last mapped one are not even walked.
+        used.truncate(used.iter().rposition(|&u| u).map_or(0, |last| last + 1));
         self.used = used;
         self
     }
@@ -272,9 +275,9 @@ impl Router {
                 expected: rel.columns,
             });
         }
-        // One pass over the row: a column's bytes are then cheap `Bytes` clones. Only
-        // the mapped columns become `Bytes` (each costs a reference count up and down);
-        // the others stay placeholders. The vector is reused from row to row, and
+        // One pass over the row, up to its last mapped column: a column's bytes are then
+        // cheap `Bytes` clones. Only the mapped columns become `Bytes` (each costs a
+        // reference count up and down); the others stay placeholders. The vector is reused from row to row, and
         // emptied after each (so it does not keep the WAL buffer its values point into).
         let mut cells = std::mem::take(&mut self.cells);
         cells.extend(row.spans().zip(&rel.used).map(|(span, &used)| match used {

@@ -90,6 +90,28 @@ fn routes_seed_row_with_defaults() {
     assert_eq!(rec.partition, None);
 }
 
+/// Only the mapped columns are taken out of a row, and the row is read only as far as
+/// the last of them: an unmapped unchanged-TOAST column (an error in a mapped one) is
+/// not even looked at.
+#[test]
+fn unmapped_columns_are_not_read() {
+    let mut r = router(RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    assert_eq!(rel.used, [true; 5], "id .. payload are mapped; occurred_at .. next_retry_at are not");
+    let mut values: Vec<ColumnValue> = seed_row(text("order"), text("k"), text("{}")).iter().collect();
+    if let Some(published_at) = values.get_mut(6) {
+        *published_at = ColumnValue::UnchangedToast;
+    }
+    let rec = r.route(&rel, &TupleData::from_values(&values)).unwrap();
+    assert_eq!(&*rec.topic, "outbox.event.order");
+    assert_eq!(rec.value.as_deref(), Some(&b"{}"[..]));
+    let mut mapped_toast = values.clone();
+    if let Some(payload) = mapped_toast.get_mut(4) {
+        *payload = ColumnValue::UnchangedToast;
+    }
+    assert!(matches!(r.route(&rel, &TupleData::from_values(&mapped_toast)), Err(RouteError::UnchangedToast { .. })));
+}
+
 #[test]
 fn payload_bytes_are_a_slice_of_the_row_not_a_copy() {
     let mut r = router(RouterConfig::default());
