@@ -6,7 +6,7 @@
 # script that execs walpost with other settings (environment, --config). What issue 16's before/after tables use;
 # bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
 #
-#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] BIN [BIN...]
+#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS] BIN [BIN...]
 #
 #   -n  events in the backlog (default 200000), in transactions of -t rows (default 100)
 #   -r  drains per binary, alternating the binaries (default 3; the table shows each)
@@ -18,6 +18,12 @@
 #       (Ir/event) beside the CPU time: a count that does not move with the machine's
 #       speed, which on shared cores swings CPU time by +-20 % between rounds. ~50 x
 #       slower: use -n 20000 to 50000. (perf has no hardware counters on this VM.)
+#   -k  produce to this Kafka-protocol broker (bootstrap list) instead of the devservers'
+#       Apache Kafka, e.g. another broker implementation; walpost's topics must exist there
+#       or be created on first use (<slot>.order, <slot>.payment, <slot>.shipment)
+#
+# A BIN named `recv` is pg_recvlogical draining the same slot to /dev/null (pgoutput,
+# walpost's publication): the walsender's own pace, the ceiling for any pgoutput client.
 #
 # Each binary gets its own slot, created before the backlog is written, so every drain
 # reads the same WAL. The backlog's payloads are JSON (~250 bytes by default), 3 aggregate
@@ -26,8 +32,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0
-while getopts "n:t:r:s:pc" o; do
+events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0 brokers=""
+while getopts "n:t:r:s:pck:" o; do
     case "$o" in
         n) events=$OPTARG ;;
         t) txn=$OPTARG ;;
@@ -35,19 +41,21 @@ while getopts "n:t:r:s:pc" o; do
         s) pad=$OPTARG ;;
         p) perf=1 ;;
         c) cg=1 ;;
+        k) brokers=$OPTARG ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] [-c] BIN [BIN...]" >&2; exit 2; }
+(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS] BIN [BIN...]" >&2; exit 2; }
 bins=("$@")
-for b in "${bins[@]}"; do [[ -x "$b" ]] || { echo "not an executable: $b" >&2; exit 2; }; done
+for b in "${bins[@]}"; do [[ $b == recv || -x "$b" ]] || { echo "not an executable: $b" >&2; exit 2; }; done
 
 work=$(mktemp -d /tmp/ab-drain.XXXX)
 chmod 755 "$work"
 # shellcheck source=scripts/devservers.sh
 source scripts/devservers.sh
 start_devservers "${BIN_DIR:-target/release}" "$work"
+[[ -n "$brokers" ]] && KAFKA_BROKERS=$brokers
 export PGHOST=$PG_SOCKET_DIR PGPORT=$PG_PORT PGUSER=walpost PGDATABASE=walpost
 psql() { "$PG_BINDIR/psql" -X -q "$@" 2>/dev/null || command psql -X -q "$@"; }
 psql -f migrations/0001_events_outbox.sql >/dev/null
@@ -70,7 +78,7 @@ psql -c "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, pa
          SELECT 'warm', gen_random_uuid(), 'E', '{}' FROM generate_series(1, 5000)" >/dev/null
 psql -tAc "SELECT pg_create_logical_replication_slot('warm', 'pgoutput')" >/dev/null || true
 # shellcheck disable=SC2046
-timeout 60 "${bins[0]}" $(args warm) 2>"$work/warm.log" &
+timeout 60 "$(for b in "${bins[@]}"; do [[ $b != recv ]] && echo "$b"; done | head -1)" $(args warm) 2>"$work/warm.log" &
 warm=$!
 sleep 15
 kill -TERM "$warm" 2>/dev/null || true
@@ -108,7 +116,19 @@ for r in $(seq 1 "$rounds"); do
     for i in "${!bins[@]}"; do
         bin=${bins[$i]} slot="ab${i}r${r}"
         start=$(date +%s.%N)
-        if [[ $cg == 1 ]]; then
+        if [[ $bin == recv ]]; then
+            /usr/bin/time -o "$work/time.$i.$r" -f "%U %S %M" "$PG_BINDIR/pg_recvlogical" \
+                -d "$POSTGRES_URL" --slot "$slot" --start -o proto_version=1 \
+                -o publication_names=walpost_outbox --endpos "$end" -F 0 --no-loop -f /dev/null \
+                2>"$work/drain.$i.$r.log" || true
+            secs=$(echo "$(date +%s.%N) - $start" | bc)
+            read -r u s m < "$work/time.$i.$r"
+            cpu=$(echo "$u + $s" | bc -l)
+            printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8.1f\n" "$i" recv "$r" "$secs" "$cpu" \
+                "$(echo "$events / $secs" | bc -l)" "$(echo "$cpu * 1000000 / $events" | bc -l)" "$(echo "$m / 1024" | bc -l)"
+            psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
+            continue
+        elif [[ $cg == 1 ]]; then
             # valgrind runs the program in its own process (no fork): $! is walpost.
             # shellcheck disable=SC2046
             valgrind -q --tool=callgrind --trace-children=yes --callgrind-out-file="$work/callgrind.$i.$r" \
