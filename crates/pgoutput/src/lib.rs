@@ -52,7 +52,9 @@
 //!   bytes remaining before anything is allocated for it (a Relation column
 //!   needs at least 10 bytes, a Truncate OID 4), so a hostile count cannot
 //!   reserve memory the message does not back. Row images ([`TupleData`]) are
-//!   validated in place and never allocate per column.
+//!   validated in place and never allocate per column; [`TupleData::spans`]
+//!   walks one without even a `Bytes` per column (a caller that reads a few
+//!   columns of a wide row pays only for those).
 //! * **Messages are decoded completely or not at all**: row images are fully
 //!   validated at decode time (iterating them cannot fail), and bytes left
 //!   after the last field of a message are an error

@@ -1,5 +1,7 @@
 //! Everything about Kafka: the producer's configuration ([`config`]), the producer and
-//! its delivery reports ([`sink`]), which errors mean "never" ([`rejection`]), the one
+//! its delivery reports ([`sink`]), the hand-over of each record to librdkafka with its
+//! kept topic handles ([`produce`], the one module with `unsafe` calls into librdkafka),
+//! which errors mean "never" ([`rejection`]), the one
 //! produce window the stream and the snapshot share ([`window`]), the one
 //! permanent-error policy ([`policy`]) and what a restarted producer must know of the
 //! last one's deliveries ([`memo`]).
