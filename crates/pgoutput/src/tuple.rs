@@ -56,8 +56,8 @@ impl TupleData {
     }
 
     /// The columns in order, decoded lazily.
-    pub fn iter(&self) -> TupleIter {
-        TupleIter { reader: Reader::new(self.columns.clone(), "TupleData"), columns_left: self.column_count }
+    pub fn iter(&self) -> TupleIter<'_> {
+        TupleIter { tuple: self, spans: self.spans() }
     }
 
     /// The columns in order as [`ColumnSpan`]s: a walk that makes no `Bytes` (and so
@@ -146,8 +146,8 @@ fn put_counted(out: &mut BytesMut, kind: u8, value: &Bytes) {
     out.put_slice(value);
 }
 
-/// Validates one column and moves past it (what [`read_column`] checks, without
-/// taking the value).
+/// Validates one column and moves past it. Once validated, a tuple is read by
+/// [`Spans`], which therefore cannot fail.
 fn skip_column(reader: &mut Reader) -> Result<(), DecodeError> {
     match reader.u8("tuple column kind")? {
         b'n' | b'u' => Ok(()),
@@ -166,69 +166,49 @@ fn bad_kind(reader: &Reader, kind: u8) -> DecodeError {
     )
 }
 
-fn read_column(reader: &mut Reader) -> Result<ColumnValue, DecodeError> {
-    let kind = reader.u8("tuple column kind")?;
-    match kind {
-        b'n' => Ok(ColumnValue::Null),
-        b'u' => Ok(ColumnValue::UnchangedToast),
-        b't' | b'b' => {
-            let len = reader.non_negative_i32("tuple column length")?;
-            let value = reader.bytes(len, "tuple column value")?;
-            Ok(if kind == b't' { ColumnValue::Text(value) } else { ColumnValue::Binary(value) })
-        }
-        other => Err(bad_kind(reader, other)),
-    }
-}
-
 impl fmt::Debug for TupleData {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.iter()).finish()
     }
 }
 
-impl IntoIterator for &TupleData {
+impl<'a> IntoIterator for &'a TupleData {
     type Item = ColumnValue;
-    type IntoIter = TupleIter;
+    type IntoIter = TupleIter<'a>;
 
-    fn into_iter(self) -> TupleIter {
+    fn into_iter(self) -> TupleIter<'a> {
         self.iter()
     }
 }
 
-/// Iterator over the columns of a [`TupleData`], see [`TupleData::iter`].
+/// Iterator over the columns of a [`TupleData`], see [`TupleData::iter`]: its
+/// [`Spans`], each made a value.
 #[derive(Debug, Clone)]
-pub struct TupleIter {
-    reader: Reader,
-    columns_left: u16,
+pub struct TupleIter<'a> {
+    tuple: &'a TupleData,
+    spans: Spans<'a>,
 }
 
-impl Iterator for TupleIter {
+impl Iterator for TupleIter<'_> {
     type Item = ColumnValue;
 
     fn next(&mut self) -> Option<ColumnValue> {
-        let left = self.columns_left.checked_sub(1)?;
-        // The tuple was validated when it was built, so this read cannot fail;
-        // if it somehow did, ending the iteration is the panic-free answer.
-        match read_column(&mut self.reader) {
-            Ok(value) => {
-                self.columns_left = left;
-                Some(value)
-            }
-            Err(_) => {
-                self.columns_left = 0;
-                None
-            }
+        // A span of this tuple always lies within it; if one somehow did not, ending
+        // the iteration is the panic-free answer.
+        let value = self.tuple.value(self.spans.next()?);
+        if value.is_none() {
+            self.spans.columns_left = 0;
         }
+        value
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = usize::from(self.columns_left);
-        (left, Some(left))
+        self.spans.size_hint()
     }
 }
 
-impl ExactSizeIterator for TupleIter {}
-impl FusedIterator for TupleIter {}
+impl ExactSizeIterator for TupleIter<'_> {}
+impl FusedIterator for TupleIter<'_> {}
 
 /// Where one column's value lies in its [`TupleData`] (see [`TupleData::spans`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
