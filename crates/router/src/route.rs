@@ -277,8 +277,9 @@ impl Router {
         }
         // One pass over the row, up to its last mapped column: a column's bytes are then
         // cheap `Bytes` clones. Only the mapped columns become `Bytes` (each costs a
-        // reference count up and down); the others stay placeholders. The vector is reused from row to row, and
-        // emptied after each (so it does not keep the WAL buffer its values point into).
+        // reference count up and down); the others stay placeholders. The vector is
+        // reused from row to row, and emptied after each (so it does not keep the WAL
+        // buffer its values point into).
         let mut cells = std::mem::take(&mut self.cells);
         cells.extend(row.spans().zip(&rel.used).map(|(span, &used)| match used {
             // A span of this row always lies within it (`value` is `None` only for

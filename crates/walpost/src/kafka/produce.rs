@@ -7,7 +7,7 @@
 //! key, the delivery opaque is the record's sequence number.
 //!
 //! Invariants (what makes the `unsafe` calls sound):
-//! - [`Handoff`] holds one application reference per topic handle and give it back
+//! - [`Handoff`] holds one application reference per topic handle and gives it back
 //!   before the producer is destroyed (librdkafka's termination order: topics, then the
 //!   handle); a message keeps its own reference to its topic, so clearing the cache
 //!   never strands one.
