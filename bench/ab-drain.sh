@@ -6,7 +6,7 @@
 # script that execs walpost with other settings (environment, --config). What issue 16's before/after tables use;
 # bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
 #
-#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS] BIN [BIN...]
+#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] BIN [BIN...]
 #
 #   -n  events in the backlog (default 200000), in transactions of -t rows (default 100)
 #   -r  drains per binary, alternating the binaries (default 3; the table shows each)
@@ -19,8 +19,10 @@
 #       speed, which on shared cores swings CPU time by +-20 % between rounds. ~50 x
 #       slower: use -n 20000 to 50000. (perf has no hardware counters on this VM.)
 #   -k  produce to this Kafka-protocol broker (bootstrap list) instead of the devservers'
-#       Apache Kafka, e.g. another broker implementation; walpost's topics must exist there
-#       or be created on first use (<slot>.order, <slot>.payment, <slot>.shipment)
+#       Apache Kafka, e.g. another broker implementation
+#   -x  run `CMD PREFIX` before each walpost drain (and the warm-up), PREFIX being the
+#       drain's topic prefix: for a broker that does not create topics on first use
+#       (walpost's are PREFIX.order, PREFIX.payment, PREFIX.shipment); bench/tansu.sh
 #
 # A BIN named `recv` is pg_recvlogical draining the same slot to /dev/null (pgoutput,
 # walpost's publication): the walsender's own pace, the ceiling for any pgoutput client.
@@ -32,8 +34,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0 brokers=""
-while getopts "n:t:r:s:pck:" o; do
+events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0 brokers="" before=""
+while getopts "n:t:r:s:pck:x:" o; do
     case "$o" in
         n) events=$OPTARG ;;
         t) txn=$OPTARG ;;
@@ -42,11 +44,12 @@ while getopts "n:t:r:s:pck:" o; do
         p) perf=1 ;;
         c) cg=1 ;;
         k) brokers=$OPTARG ;;
+        x) before=$OPTARG ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS] BIN [BIN...]" >&2; exit 2; }
+(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] BIN [BIN...]" >&2; exit 2; }
 bins=("$@")
 for b in "${bins[@]}"; do [[ $b == recv || -x "$b" ]] || { echo "not an executable: $b" >&2; exit 2; }; done
 
@@ -77,6 +80,7 @@ done
 psql -c "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
          SELECT 'warm', gen_random_uuid(), 'E', '{}' FROM generate_series(1, 5000)" >/dev/null
 psql -tAc "SELECT pg_create_logical_replication_slot('warm', 'pgoutput')" >/dev/null || true
+[[ -n "$before" ]] && $before warm
 # shellcheck disable=SC2046
 timeout 60 "$(for b in "${bins[@]}"; do [[ $b != recv ]] && echo "$b"; done | head -1)" $(args warm) 2>"$work/warm.log" &
 warm=$!
@@ -116,9 +120,14 @@ thread_cpu() { # $1: pid
 }
 printf "%-4s %-40s %5s %9s %8s %12s %12s %8s %6s %6s %6s %6s%s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb" main broker dr other \
     "$([[ $cg == 1 ]] && printf " %9s" Ir/event)"
+row() { # index name round secs cpu rss_mb [per-thread and Ir columns]
+    printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8s %s\n" "$1" "$2" "$3" "$4" "$5" \
+        "$(echo "$events / $4" | bc -l)" "$(echo "$5 * 1000000 / $events" | bc -l)" "$6" "${7:-}"
+}
 for r in $(seq 1 "$rounds"); do
     for i in "${!bins[@]}"; do
         bin=${bins[$i]} slot="ab${i}r${r}"
+        [[ $bin != recv && -n "$before" ]] && $before "$slot"
         start=$(date +%s.%N)
         if [[ $bin == recv ]]; then
             /usr/bin/time -o "$work/time.$i.$r" -f "%U %S %M" "$PG_BINDIR/pg_recvlogical" \
@@ -128,11 +137,11 @@ for r in $(seq 1 "$rounds"); do
             secs=$(echo "$(date +%s.%N) - $start" | bc)
             read -r u s m < "$work/time.$i.$r"
             cpu=$(echo "$u + $s" | bc -l)
-            printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8.1f\n" "$i" recv "$r" "$secs" "$cpu" \
-                "$(echo "$events / $secs" | bc -l)" "$(echo "$cpu * 1000000 / $events" | bc -l)" "$(echo "$m / 1024" | bc -l)"
+            row "$i" recv "$r" "$secs" "$cpu" "$(printf "%.1f" "$(echo "$m / 1024" | bc -l)")"
             psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
             continue
-        elif [[ $cg == 1 ]]; then
+        fi
+        if [[ $cg == 1 ]]; then
             # valgrind runs the program in its own process (no fork): $! is walpost.
             # shellcheck disable=SC2046
             valgrind -q --tool=callgrind --trace-children=yes --callgrind-out-file="$work/callgrind.$i.$r" \
@@ -165,8 +174,7 @@ for r in $(seq 1 "$rounds"); do
         if [[ $cg == 1 ]]; then
             ir=$(awk -v n="$events" '/^(summary|totals):/ {t = $2} END {printf " %9.0f", t / n}' "$work/callgrind.$i.$r")
         fi
-        printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8s %s\n" "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" \
-            "$secs" "$cpu" "$(echo "$events / $secs" | bc -l)" "$(echo "$cpu * 1000000 / $events" | bc -l)" "$hwm" "$threads$ir"
+        row "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$secs" "$cpu" "$hwm" "$threads$ir"
         psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
     done
 done
