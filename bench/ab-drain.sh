@@ -2,7 +2,8 @@
 # A/B drain: the same backlog drained by several walpost binaries, one after the other,
 # on one PostgreSQL and one Kafka broker (scripts/devservers.sh). For each binary: wall
 # time until its slot confirmed the backlog's end, its CPU time (user + system, from
-# /proc), CPU per event, events per second and peak RSS (VmHWM). A BIN may be a wrapper
+# /proc), CPU per event, events per second and peak RSS (VmHWM), and the CPU per event of
+# the walsender decoding for it and of the broker's process (wsnd_us, brkr_us). A BIN may be a wrapper
 # script that execs walpost with other settings (environment, --config). What issue 16's before/after tables use;
 # bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
 #
@@ -118,16 +119,51 @@ thread_cpu() { # $1: pid
           else if ($1 ~ /^producer/) p += cpu; else o += cpu }
         END { printf "%6.2f %6.2f %6.2f %6.2f", m, b, p, o }'
 }
-printf "%-4s %-40s %5s %9s %8s %12s %12s %8s %6s %6s %6s %6s%s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb" main broker dr other \
-    "$([[ $cg == 1 ]] && printf " %9s" Ir/event)"
-row() { # index name round secs cpu rss_mb [per-thread and Ir columns]
-    printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8s %s\n" "$1" "$2" "$3" "$4" "$5" \
-        "$(echo "$events / $4" | bc -l)" "$(echo "$5 * 1000000 / $events" | bc -l)" "$6" "${7:-}"
+# The other two processes on the cores: the walsender that decodes for the drain, and the
+# broker. Their CPU per event is what the drain costs the machine beside the client's own.
+# The Kafka-protocol broker's process (Apache Kafka's JVM, or bench/tansu.sh's tansu).
+broker_pid=$(pgrep -n -f 'kafka\.Kafka|/tansu ' || true)
+ticks() { # $1: pid -> utime + stime in clock ticks (comm may hold spaces: skip past ")")
+    local line
+    read -r line 2>/dev/null < "/proc/$1/stat" || return 1
+    line=${line##*) }
+    awk '{print $12 + $13}' <<< "$line"
+}
+# Follows the walsender serving slot $1 and writes its CPU ticks to $2 every 20 ms until
+# it exits (pg_recvlogical ends it at --endpos; walpost's ends when walpost stops), so the
+# last value is within 20 ms of its total. A read with a timeout on a pipe that never has
+# data is the sleep (no process per sample).
+follow_walsender() {
+    local pid="" nap line
+    for _ in $(seq 1 250); do
+        pid=$(psql -tAc "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$1' AND active_pid IS NOT NULL")
+        [[ -n "$pid" ]] && break
+        sleep 0.02
+    done
+    [[ -n "$pid" ]] || return 0
+    exec {nap}<> <(:)
+    while line=$(ticks "$pid"); do
+        echo "$line" > "$2"
+        read -r -t 0.02 -u "$nap" _ || true
+    done
+}
+us_per_event() { # $1: clock ticks
+    awk -v t="$1" -v hz="$(getconf CLK_TCK)" -v n="$events" 'BEGIN {printf "%6.2f", t / hz * 1e6 / n}'
+}
+printf "%-4s %-40s %5s %9s %8s %12s %12s %8s %7s %7s %6s %6s %6s %6s%s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb" \
+    "wsnd_us" "brkr_us" main broker dr other "$([[ $cg == 1 ]] && printf " %9s" Ir/event)"
+row() { # index name round secs cpu rss_mb walsender_us broker_us [per-thread and Ir columns]
+    printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8s %7s %7s %s\n" "$1" "$2" "$3" "$4" "$5" \
+        "$(echo "$events / $4" | bc -l)" "$(echo "$5 * 1000000 / $events" | bc -l)" "$6" "$7" "$8" "${9:-}"
 }
 for r in $(seq 1 "$rounds"); do
     for i in "${!bins[@]}"; do
         bin=${bins[$i]} slot="ab${i}r${r}"
         [[ $bin != recv && -n "$before" ]] && $before "$slot"
+        rm -f "$work/wsnd.$i.$r"
+        follow_walsender "$slot" "$work/wsnd.$i.$r" &
+        follower=$!
+        broker0=$( [[ -n "$broker_pid" ]] && ticks "$broker_pid" || echo 0)
         start=$(date +%s.%N)
         if [[ $bin == recv ]]; then
             /usr/bin/time -o "$work/time.$i.$r" -f "%U %S %M" "$PG_BINDIR/pg_recvlogical" \
@@ -135,9 +171,12 @@ for r in $(seq 1 "$rounds"); do
                 -o publication_names=walpost_outbox --endpos "$end" -F 0 --no-loop -f /dev/null \
                 2>"$work/drain.$i.$r.log" || true
             secs=$(echo "$(date +%s.%N) - $start" | bc)
+            brkr=$(us_per_event $(( $( [[ -n "$broker_pid" ]] && ticks "$broker_pid" || echo 0) - broker0 )))
+            wait "$follower" || true
+            wsnd=$(us_per_event "$(cat "$work/wsnd.$i.$r" 2>/dev/null || echo 0)")
             read -r u s m < "$work/time.$i.$r"
             cpu=$(echo "$u + $s" | bc -l)
-            row "$i" recv "$r" "$secs" "$cpu" "$(printf "%.1f" "$(echo "$m / 1024" | bc -l)")"
+            row "$i" recv "$r" "$secs" "$cpu" "$(printf "%.1f" "$(echo "$m / 1024" | bc -l)")" "$wsnd" "$brkr"
             psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
             continue
         fi
@@ -157,10 +196,11 @@ for r in $(seq 1 "$rounds"); do
         # The walpost process itself (perf forks it; a wrapper script may exec it).
         for _ in $(seq 1 50); do
             [[ $cg == 1 ]] && { wp=$pid; break; }
-            wp=$(pgrep -n -f "^[^ ]*walpost[^ ]* run .*--slot $slot " || true)
+            wp=$(pgrep -n -f "^[^ ]*walpost[^ ]* (.* )?run .*--slot $slot " || true)
             [[ -n "$wp" ]] && break
             sleep 0.05
         done
+        [[ -n "$wp" ]] || { echo "cannot find the walpost process of $bin (slot $slot)" >&2; exit 1; }
         until [[ $(psql -tAc "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = '$slot'") == t ]]; do
             sleep 0.05
         done
@@ -168,13 +208,16 @@ for r in $(seq 1 "$rounds"); do
         cpu=$(awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$wp/stat")
         hwm=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$wp/status")
         threads=$(thread_cpu "$wp")
+        brkr=$(us_per_event $(( $( [[ -n "$broker_pid" ]] && ticks "$broker_pid" || echo 0) - broker0 )))
+        wsnd=$(us_per_event "$(cat "$work/wsnd.$i.$r" 2>/dev/null || echo 0)")
         kill -TERM "$wp"
         wait "$pid" || true
+        wait "$follower" || true
         ir=""
         if [[ $cg == 1 ]]; then
             ir=$(awk -v n="$events" '/^(summary|totals):/ {t = $2} END {printf " %9.0f", t / n}' "$work/callgrind.$i.$r")
         fi
-        row "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$secs" "$cpu" "$hwm" "$threads$ir"
+        row "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$secs" "$cpu" "$hwm" "$wsnd" "$brkr" "$threads$ir"
         psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
     done
 done
