@@ -7,7 +7,7 @@ target/release/walpost-devservers), one backlog that every system drains:
   recv      pg_recvlogical (pgoutput proto_version 1, walpost's publication) -> /dev/null:
             the walsender's own rate, the ceiling for any pgoutput client; drained twice
             (`recv` first, `recv-again` after walpost's drains), the faster one is the ceiling
-  walpost   target/release/walpost run, defaults (acks=all, idempotent, lz4, linger 5 ms)
+  walpost   target/release/walpost run, defaults (acks=all, idempotent, lz4, linger 50 ms for backlogs, live transactions sent at once)
   walpost-nolz4  the same with compression.type = none (drain only): what lz4 costs
   walpost-zstd   the same with compression.type = zstd (drain only)
   kafka-floor    live only: the same record bursts produced straight to Kafka (floorgen.py)
@@ -1048,7 +1048,7 @@ def main() -> int:
             drop_slot(conn, "wpeo")
         if "kafka-floor" in systems and rates:
             live(ctx, "kafka-floor", None, None, "floor.", rates, ready=0,
-                 note="no CDC: floorgen.py produces the bursts (walpost's producer settings) beside the same PostgreSQL insert load")
+                 note="no CDC: floorgen.py produces the bursts (acks=all, idempotence, lz4, linger.ms=5) beside the same PostgreSQL insert load")
         if "debezium" in systems and rates:
             argv, env = debezium_cmd(ctx, "dbz", "dbz.", workdir / "debezium-live.offsets")
             live(ctx, "debezium", argv, env, "dbz.", rates, slot="dbz", ready=5.0)

@@ -29,7 +29,11 @@ pub const DEFAULTS: &[(&str, &str, &str)] = &[
     ),
     ("partitioner", "murmur2_random", "a key lands in the same partition as with Java clients and Debezium"),
     ("compression.type", "lz4", "cheap compression of JSON payloads"),
-    ("linger.ms", "5", "small batches without adding visible latency"),
+    (
+        "linger.ms",
+        "50",
+        "a backlog goes in batches of up to 50 ms, which cuts the broker's CPU per record (by up to half); a transaction read as it commits is sent at once (walpost asks librdkafka to send it when it is handed over), so live records do not wait for linger",
+    ),
     ("client.id", "walpost", "the broker's logs and quotas name walpost"),
     (
         "enable.sparse.connections",

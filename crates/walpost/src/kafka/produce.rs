@@ -15,13 +15,28 @@
 //!   librdkafka copies payload, key and header values before it returns.
 //! - Headers are built in a list the message owns once `rd_kafka_producev` succeeds; on
 //!   failure they are ours and destroyed here.
+//! - [`SendNow`]'s thread holds a producer of its own, so the client it flushes is alive
+//!   for every call; the thread is stopped and joined before the producer is handed
+//!   back to be destroyed.
+//!
+//! Sending now: records of a backlog wait up to `linger.ms` (50 ms by default) to go in
+//! large batches, which cuts what the broker spends per record (by up to half). A transaction read as
+//! it commits should not wait: [`Handoff::send_now`] asks librdkafka to send everything it
+//! holds at once. librdkafka's only way to say that is `rd_kafka_flush`, which treats
+//! `linger.ms` as elapsed while some thread is inside it, and blocks; so a thread of its
+//! own calls it, in slices of [`SEND_NOW_SLICE`], until every record is acknowledged or
+//! the request's time is up ([`SEND_NOW_WAIT`]), and requests made meanwhile are one.
 
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TryRecvError};
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rdkafka::bindings as rd;
 use rdkafka::bindings::rd_kafka_vtype_t::*;
@@ -32,6 +47,104 @@ use router::Record;
 /// Topic handles kept before the cache is cleared (a topic's handle is then made again,
 /// which costs one lookup).
 pub const MAX_TOPIC_HANDLES: usize = 10_000;
+
+/// How long one request to send now keeps librdkafka sending at once, unless every
+/// record is acknowledged sooner: a live transaction touching many partitions goes out
+/// in several waves of requests (at most 5 in flight per broker), and a wave that found
+/// the flag gone would wait out `linger.ms` (50 ms by default: no longer than that).
+pub const SEND_NOW_WAIT: Duration = Duration::from_millis(50);
+
+/// The thread waits in slices of this long (one `rd_kafka_flush` call): long enough that
+/// librdkafka's broker threads wake up within one on busy cores (they look at the flag
+/// when they next run); the longest a stopped [`SendNow`] thread runs on.
+pub const SEND_NOW_SLICE: Duration = Duration::from_millis(10);
+
+/// How long a request made for a record sent alone keeps librdkafka sending at once
+/// (ended sooner by its acknowledgement): the first record of a topic waits for the
+/// topic's metadata (its creation, on first use) before it has a partition, and would
+/// then wait for `linger.ms` if the flag were gone.
+pub const SEND_ALONE_WAIT: Duration = Duration::from_secs(5);
+
+/// The thread that makes librdkafka send now (see the module docs).
+struct SendNow {
+    ask: Option<SyncSender<()>>,
+    /// Until when librdkafka is to send at once, in ms since `since`: requests move it
+    /// later, the acknowledgement of a record sent alone moves it earlier.
+    until_ms: Arc<AtomicU64>,
+    since: Instant,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SendNow {
+    fn start<C: ProducerContext + 'static>(producer: ThreadedProducer<C>) -> SendNow {
+        // One request waits; more while one waits only move the deadline.
+        let (ask, asked) = sync_channel::<()>(1);
+        let until_ms = Arc::new(AtomicU64::new(0));
+        let since = Instant::now();
+        let until = until_ms.clone();
+        let slice = i32::try_from(SEND_NOW_SLICE.as_millis()).unwrap_or(i32::MAX);
+        let thread = std::thread::Builder::new().name("walpost-send-now".into()).spawn(move || {
+            let client = producer.client().native_ptr();
+            while asked.recv().is_ok() {
+                loop {
+                    // SAFETY: the client is alive: `producer` (this thread's) owns a
+                    // reference to it. rd_kafka_flush is thread-safe; with delivery
+                    // reports as events (how rust-rdkafka sets the producer up) it only
+                    // waits, it polls nothing. It treats linger.ms as elapsed while it runs.
+                    let left = unsafe { rd::rd_kafka_flush(client, slice) };
+                    if left == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+                        || millis_since(since) >= until.load(Ordering::Relaxed)
+                    {
+                        break;
+                    }
+                    // In slices, so that a closed channel ends the thread within one.
+                    if let Err(TryRecvError::Disconnected) = asked.try_recv() {
+                        return;
+                    }
+                }
+            }
+        });
+        match thread {
+            Ok(thread) => SendNow { ask: Some(ask), until_ms, since, thread: Some(thread) },
+            Err(e) => {
+                tracing::warn!(
+                    "cannot start the thread that sends live transactions at once ({e}): they wait up to linger.ms"
+                );
+                SendNow { ask: None, until_ms, since, thread: None }
+            }
+        }
+    }
+
+    fn ask(&self, wait: Duration) {
+        let Some(ask) = &self.ask else { return };
+        self.until_ms.fetch_max(millis_since(self.since).saturating_add(millis(wait)), Ordering::Relaxed);
+        // Full: a request is waiting already, and will see the new deadline.
+        let _ = ask.try_send(());
+    }
+
+    /// Cuts the wait down to [`SEND_NOW_WAIT`] from now, if it is longer.
+    fn shorten(&self) {
+        self.until_ms.fetch_min(millis_since(self.since).saturating_add(millis(SEND_NOW_WAIT)), Ordering::Relaxed);
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn millis_since(since: Instant) -> u64 {
+    millis(since.elapsed())
+}
+
+impl Drop for SendNow {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread within one slice (SEND_NOW_SLICE).
+        drop(self.ask.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
 
 /// One application reference to a librdkafka topic handle.
 #[derive(Debug)]
@@ -58,6 +171,7 @@ impl Drop for TopicHandle {
 pub struct Handoff<C: ProducerContext + 'static> {
     /// foldhash, not SipHash: looked up for every record.
     topics: HashMap<Arc<str>, TopicHandle, foldhash::fast::RandomState>,
+    send_now: SendNow,
     producer: ThreadedProducer<C>,
 }
 
@@ -69,16 +183,36 @@ impl<C: ProducerContext + 'static> std::fmt::Debug for Handoff<C> {
 
 impl<C: ProducerContext + 'static> Handoff<C> {
     pub fn new(producer: ThreadedProducer<C>) -> Handoff<C> {
-        Handoff { topics: HashMap::default(), producer }
+        Handoff { topics: HashMap::default(), send_now: SendNow::start(producer.clone()), producer }
+    }
+
+    /// Asks librdkafka to send what it holds without waiting for `linger.ms`, for
+    /// [`SEND_NOW_WAIT`] (see the module docs). Does not block.
+    pub fn send_now(&self) {
+        self.send_now.ask(SEND_NOW_WAIT);
+    }
+
+    /// [`Handoff::send_now`] for a record sent alone: until [`Handoff::alone_answered`],
+    /// or for [`SEND_ALONE_WAIT`].
+    pub fn send_alone_now(&self) {
+        self.send_now.ask(SEND_ALONE_WAIT);
+    }
+
+    /// The record sent alone has its report: what follows it (a backlog, perhaps) need
+    /// not be sent at once for longer than a live request would be.
+    pub fn alone_answered(&self) {
+        self.send_now.shorten();
     }
 
     pub fn producer(&self) -> &ThreadedProducer<C> {
         &self.producer
     }
 
-    /// Gives the topic handles back and returns the producer (to flush and destroy).
+    /// Gives the topic handles back, stops the send-now thread (waits for it: at most
+    /// [`SEND_NOW_SLICE`]) and returns the producer (to flush and destroy).
     pub fn into_producer(self) -> ThreadedProducer<C> {
         drop(self.topics);
+        drop(self.send_now);
         self.producer
     }
 
@@ -225,6 +359,29 @@ mod tests {
             assert_eq!(err, KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic), "{bad:.20}");
         }
         assert!(h.topics.is_empty(), "no handle is kept for a name librdkafka refused");
+    }
+
+    /// Asking to send now never blocks the caller, however often it asks (a request made
+    /// while one runs is the same request), and handing the producer back stops the
+    /// thread (the test would hang otherwise).
+    #[test]
+    fn send_now_does_not_block_and_ends_with_the_handoff() {
+        let mut h = handoff(100);
+        h.send(0, &record("orders", Some(b"{}")), None).unwrap();
+        let asking = std::time::Instant::now();
+        for _ in 0..1_000 {
+            h.send_now();
+        }
+        h.send_alone_now();
+        // Were each request a wait, 1,000 of them would take 1,000 x SEND_NOW_WAIT.
+        assert!(asking.elapsed() < SEND_NOW_WAIT * 10, "send_now blocked: {:?}", asking.elapsed());
+        assert!(h.send_now.thread.is_some(), "the send-now thread is running");
+        // The record is never delivered (no broker), so the thread is inside its
+        // SEND_ALONE_WAIT: handing the producer back still ends it within a slice.
+        std::thread::sleep(SEND_NOW_SLICE * 3);
+        let stopping = std::time::Instant::now();
+        drop(h.into_producer());
+        assert!(stopping.elapsed() < SEND_ALONE_WAIT / 2, "the send-now thread ran on: {:?}", stopping.elapsed());
     }
 
     /// A refused record (here: the queue is full) gives its headers back (the error

@@ -273,6 +273,22 @@ impl KafkaSink {
         }
     }
 
+    /// Sends what librdkafka holds without waiting for `linger.ms` ([`super::produce`]):
+    /// for a transaction read as it committed. Does not block.
+    pub fn send_now(&self) {
+        self.handoff.send_now();
+    }
+
+    /// [`KafkaSink::send_now`] for a record sent alone: until it is acknowledged.
+    pub fn send_alone_now(&self) {
+        self.handoff.send_alone_now();
+    }
+
+    /// The record sent alone has its report ([`super::produce::Handoff::alone_answered`]).
+    pub fn alone_answered(&self) {
+        self.handoff.alone_answered();
+    }
+
     /// `init_transactions`: fences any earlier producer with the same transactional id
     /// and aborts what it left open. Blocking: runs off the runtime.
     pub async fn init_transactions(&self, timeout: Duration) -> Result<(), KafkaError> {
@@ -307,8 +323,9 @@ impl KafkaSink {
     /// the runtime's only thread never waits for librdkafka. Reports of records
     /// delivered meanwhile still reach the channel.
     pub async fn close(self, timeout: Duration) {
-        let producer = self.handoff.into_producer();
+        let handoff = self.handoff;
         let closing = tokio::task::spawn_blocking(move || {
+            let producer = handoff.into_producer();
             let _ = producer.flush(timeout);
             drop(producer);
         });

@@ -332,6 +332,7 @@ impl<T> ProduceWindow<T> {
 
     fn send_queued(&mut self) -> Option<Event<T>> {
         self.queue_full = false;
+        let mut sent_alone = false;
         while let Some(next) = self.queue.front() {
             if self.alone.is_some() {
                 break;
@@ -380,6 +381,7 @@ impl<T> ProduceWindow<T> {
             self.bytes += bytes;
             if must_be_alone {
                 self.alone = Some(seq);
+                sent_alone = true;
             }
             self.slots.push_back(Some(InFlight {
                 tag: out.tag,
@@ -389,7 +391,25 @@ impl<T> ProduceWindow<T> {
                 dead_letter: out.dead_letter,
             }));
         }
+        // Nothing follows a record sent alone until its report: lingering for company
+        // would only delay everything behind it.
+        if let (true, Some(sink)) = (sent_alone, &self.sink) {
+            sink.send_alone_now();
+        }
         None
+    }
+
+    /// Asks the producer to send what it holds without waiting for `linger.ms`
+    /// ([`KafkaSink::send_now`]).
+    pub fn send_now(&self) {
+        if let Some(sink) = &self.sink {
+            sink.send_now();
+        }
+    }
+
+    /// How many records this window has handed to the producer so far.
+    pub fn handed_over(&self) -> u64 {
+        self.front_seq + self.slots.len() as u64
     }
 
     fn on_report(&mut self, report: Report) -> Option<Event<T>> {
@@ -409,6 +429,9 @@ impl<T> ProduceWindow<T> {
         let was_alone = self.alone == Some(report.seq);
         if was_alone {
             self.alone = None;
+            if let Some(sink) = &self.sink {
+                sink.alone_answered();
+            }
         }
         let dead_letter = flight.dead_letter.is_some();
         let event = match report.outcome {

@@ -71,6 +71,12 @@ pub enum Culprit {
 /// Messages (or delivery reports) handled in one turn of the loop when more are ready.
 const BURST: usize = 256;
 
+/// A transaction the server sent within this time of its commit (both on the server's
+/// clock) was read live, not from a backlog: its records are sent as soon as they are
+/// handed over and nothing more is buffered, not after `linger.ms` (which is there to
+/// batch backlogs).
+const LIVE_WITHIN_MS: i64 = 1_000;
+
 /// See the module docs.
 pub struct Session<'a> {
     s: &'a Settings,
@@ -84,6 +90,11 @@ pub struct Session<'a> {
     memo: &'a mut DeliveryMemo,
     /// Records of this session Kafka did not acknowledge (failed or refused).
     not_acknowledged: Vec<RecordId>,
+    /// The last transaction with records was read live ([`LIVE_WITHIN_MS`]), not from a
+    /// backlog: records handed over are sent at once when nothing more is buffered.
+    live: bool,
+    /// A live commit was read and its records are not yet known to be sent at once.
+    live_commit_unsent: bool,
     culprit: Culprit,
     frozen: bool,
     frozen_after: Duration,
@@ -134,6 +145,8 @@ impl<'a> Session<'a> {
             policy: PermanentErrorPolicy::new(&s.kafka),
             memo,
             not_acknowledged: Vec::new(),
+            live: false,
+            live_commit_unsent: false,
             culprit: Culprit::Postgres,
             frozen: false,
             frozen_after,
@@ -222,6 +235,9 @@ impl<'a> Session<'a> {
                 )));
             }
             last_turn = now;
+            let handed_over = self.window.handed_over();
+            // This turn stopped reading with messages perhaps still buffered.
+            let mut more_buffered = false;
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => return Ok(SessionEnd::Shutdown),
@@ -256,6 +272,7 @@ impl<'a> Session<'a> {
                 Some(finished) = self.replays.next() => self.replay_finished(finished)?,
                 message = self.stream.next(), if self.window.has_room() => {
                     self.on_message(message?).await?;
+                    more_buffered = true;
                     // The rest of a burst the socket delivered at once, in this turn: one
                     // turn of this loop per message costs more than the message.
                     for _ in 0..BURST {
@@ -267,7 +284,10 @@ impl<'a> Session<'a> {
                         }
                         match self.stream.try_next()? {
                             Some(message) => self.on_message(message).await?,
-                            None => break,
+                            None => {
+                                more_buffered = false;
+                                break;
+                            }
                         }
                     }
                 }
@@ -277,6 +297,12 @@ impl<'a> Session<'a> {
             // being read until an acknowledgement came (one record per round trip).
             if let Some(event) = self.window.pump() {
                 self.on_event(event)?;
+            }
+            // Live records just handed over, and nothing read is waiting behind them: send
+            // them now rather than after linger.ms (which is for backlogs).
+            if !more_buffered && ((self.live && self.window.handed_over() != handed_over) || self.live_commit_unsent) {
+                self.live_commit_unsent = false;
+                self.window.send_now();
             }
             self.maybe_commit().await?;
         }
@@ -372,9 +398,16 @@ impl<'a> Session<'a> {
 
     fn on_xlog(&mut self, x: XLogData) -> Result<(), PipelineError> {
         self.confirmer.received(x.wal_start);
+        let sent_ms = pgoutput::pg_epoch_micros_to_unix_micros(x.send_time) / 1000;
         match self.decoding.decode(x, self.confirmer.flush_lsn())? {
             Change::Begin | Change::Nothing => {}
             Change::Commit { txn, end_lsn } => {
+                if txn.seq.is_some() {
+                    // Both times are the server's clock: no skew with walpost's.
+                    self.live = sent_ms.saturating_sub(txn.commit_time_ms) < LIVE_WITHIN_MS;
+                    // Its first records may have been handed over in earlier turns.
+                    self.live_commit_unsent |= self.live;
+                }
                 if let Some(eos) = self.exactly_once.as_mut() {
                     eos.pg_commit(end_lsn);
                 }

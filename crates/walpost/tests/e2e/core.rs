@@ -46,6 +46,30 @@ fn regression_every_compression_codec_delivers() {
     }
 }
 
+/// Issue 16: a backlog waits up to linger.ms (50 ms by default) to be sent in large
+/// batches; a transaction read as it commits is sent at once, and so is a topic's first
+/// record (sent alone). With linger.ms at 30 s, live transactions, the first one included,
+/// are acknowledged within seconds: each would otherwise have waited the 30 s.
+#[test]
+fn live_transactions_do_not_wait_for_linger() {
+    let w = World::new("core-live-linger");
+    let mut walpost = Walpost::start(&with_flag(w.args(), "--kafka-property", "linger.ms=30000"), &[]);
+    assert!(w.wait_for_slot(WAIT), "slot not created:\n{}", walpost.log_text());
+    for round in 0..3u32 {
+        let started = Instant::now();
+        insert_batches(&w, round * 2, 2, 5, 5, &["order", "payment"]);
+        let expected = usize::try_from((round + 1) * 10).unwrap();
+        // Fails (fewer records) if the records waited for the linger.
+        let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, expected, Duration::from_secs(20));
+        let took = started.elapsed();
+        assert_eq!(records.len(), expected, "round {round}\n{}", walpost.log_text());
+        assert!(took < Duration::from_secs(20), "round {round}: live events took {took:?} with linger.ms=30000");
+        assert_clean(&audit(&w, &records), false);
+    }
+    let status = walpost.terminate(Duration::from_secs(60)).expect("walpost did not stop on SIGTERM");
+    assert!(status.success(), "exit status {status:?}\n{}", walpost.log_text());
+}
+
 /// Issue 2, test 1: 10,000 events over 100 aggregates in transactions of 1, 10 and 500
 /// rows arrive exactly once, in commit order per aggregate, with the right topic, key,
 /// value bytes, headers, partition (murmur2, as Java clients) and commit timestamp.
