@@ -121,8 +121,12 @@ thread_cpu() { # $1: pid
 }
 # The other two processes on the cores: the walsender that decodes for the drain, and the
 # broker. Their CPU per event is what the drain costs the machine beside the client's own.
-# The Kafka-protocol broker's process (Apache Kafka's JVM, or bench/tansu.sh's tansu).
-broker_pid=$(pgrep -n -f 'kafka\.Kafka|/tansu ' || true)
+# The Kafka-protocol broker's process (Apache Kafka's JVM, or -k's, e.g. bench/tansu.sh's
+# tansu): the one listening on the first bootstrap address's port.
+broker_port=${KAFKA_BROKERS%%,*}
+broker_port=${broker_port##*:}
+broker_pid=$(ss -Hltnp "sport = :$broker_port" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2 || true)
+[[ -n "$broker_pid" ]] || echo "cannot find the broker's process (port $broker_port): brkr_us is 0" >&2
 ticks() { # $1: pid -> utime + stime in clock ticks (comm may hold spaces: skip past ")")
     local line
     read -r line 2>/dev/null < "/proc/$1/stat" || return 1
