@@ -15,7 +15,7 @@
 //!   librdkafka copies payload, key and header values before it returns.
 //! - Headers are built in a list the message owns once `rd_kafka_producev` succeeds; on
 //!   failure they are ours and destroyed here.
-//! - [`SendNow`]'s thread holds a producer of its own, so the client it flushes is alive
+//! - `SendNow`'s thread holds a producer of its own, so the client it flushes is alive
 //!   for every call; the thread is stopped and joined before the producer is handed
 //!   back to be destroyed.
 //!
@@ -56,7 +56,7 @@ pub const SEND_NOW_WAIT: Duration = Duration::from_millis(50);
 
 /// The thread waits in slices of this long (one `rd_kafka_flush` call): long enough that
 /// librdkafka's broker threads wake up within one on busy cores (they look at the flag
-/// when they next run); the longest a stopped [`SendNow`] thread runs on.
+/// when they next run); the longest a stopped `SendNow` thread runs on.
 pub const SEND_NOW_SLICE: Duration = Duration::from_millis(10);
 
 /// How long a request made for a record sent alone keeps librdkafka sending at once

@@ -14,7 +14,8 @@
 //!   refuse an earlier one for good (KAFKA-15591), which would reorder an aggregate.
 //!   One acknowledged record means the creation is applied for every partition. The
 //!   set of settled topics is capped at [`MAX_SETTLED_TOPICS`] (then forgotten, which
-//!   only costs a round trip per topic).
+//!   only costs a round trip per topic). A record sent alone is sent at once, not after
+//!   `linger.ms` ([`KafkaSink::send_alone_now`]): nothing can join its batch.
 //! - The in-flight counts drop on every report, whatever its outcome, so a rejected
 //!   record never holds the window (a dead letter for it can always go).
 //! - Memory: the queue holds at most the records routed from one WAL message plus
