@@ -398,12 +398,13 @@ impl<'a> Session<'a> {
 
     fn on_xlog(&mut self, x: XLogData) -> Result<(), PipelineError> {
         self.confirmer.received(x.wal_start);
-        let sent_ms = pgoutput::pg_epoch_micros_to_unix_micros(x.send_time) / 1000;
+        let send_time = x.send_time;
         match self.decoding.decode(x, self.confirmer.flush_lsn())? {
             Change::Begin | Change::Nothing => {}
             Change::Commit { txn, end_lsn } => {
                 if txn.seq.is_some() {
                     // Both times are the server's clock: no skew with walpost's.
+                    let sent_ms = pgoutput::pg_epoch_micros_to_unix_micros(send_time) / 1000;
                     self.live = sent_ms.saturating_sub(txn.commit_time_ms) < LIVE_WITHIN_MS;
                     // Its first records may have been handed over in earlier turns.
                     self.live_commit_unsent |= self.live;
