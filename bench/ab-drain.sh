@@ -127,18 +127,23 @@ broker_port=${KAFKA_BROKERS%%,*}
 broker_port=${broker_port##*:}
 broker_pid=$(ss -Hltnp "sport = :$broker_port" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2 || true)
 [[ -n "$broker_pid" ]] || echo "cannot find the broker's process (port $broker_port): brkr_us is 0" >&2
-ticks() { # $1: pid -> utime + stime in clock ticks (comm may hold spaces: skip past ")")
-    local line
+ticks() { # $1: pid -> TICKS = its utime + stime in clock ticks; fails once it is gone
+    local line f
     read -r line 2>/dev/null < "/proc/$1/stat" || return 1
-    line=${line##*) }
-    awk '{print $12 + $13}' <<< "$line"
+    # comm may hold spaces: the fields after ")", from the state (field 3) on.
+    read -ra f <<< "${line##*) }"
+    TICKS=$((f[11] + f[12]))
+}
+broker_ticks() { # TICKS = the broker process's CPU ticks so far (0 when it is unknown)
+    TICKS=0
+    [[ -z "$broker_pid" ]] || ticks "$broker_pid" || TICKS=0
 }
 # Follows the walsender serving slot $1 and writes its CPU ticks to $2 every 20 ms until
 # it exits (pg_recvlogical ends it at --endpos; walpost's ends when walpost stops), so the
-# last value is within 20 ms of its total. A read with a timeout on a pipe that never has
-# data is the sleep (no process per sample).
+# last value is within 20 ms of its total. Built-ins only, and a read with a timeout on a
+# pipe that never has data is the sleep: no process per sample on the measured cores.
 follow_walsender() {
-    local pid="" nap line
+    local pid="" nap
     for _ in $(seq 1 250); do
         pid=$(psql -tAc "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$1' AND active_pid IS NOT NULL")
         [[ -n "$pid" ]] && break
@@ -146,13 +151,18 @@ follow_walsender() {
     done
     [[ -n "$pid" ]] || return 0
     exec {nap}<> <(:)
-    while line=$(ticks "$pid"); do
-        echo "$line" > "$2"
+    while ticks "$pid"; do
+        echo "$TICKS" > "$2"
         read -r -t 0.02 -u "$nap" _ || true
     done
 }
 us_per_event() { # $1: clock ticks
     awk -v t="$1" -v hz="$(getconf CLK_TCK)" -v n="$events" 'BEGIN {printf "%6.2f", t / hz * 1e6 / n}'
+}
+drain_costs() { # $1 $2: bin index, round -> wsnd, brkr: the walsender's and the broker's us/event
+    broker_ticks
+    brkr=$(us_per_event $((TICKS - broker0)))
+    wsnd=$(us_per_event "$(cat "$work/wsnd.$1.$2" 2>/dev/null || echo 0)")
 }
 printf "%-4s %-40s %5s %9s %8s %12s %12s %8s %7s %7s %6s %6s %6s %6s%s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb" \
     "wsnd_us" "brkr_us" main broker dr other "$([[ $cg == 1 ]] && printf " %9s" Ir/event)"
@@ -167,7 +177,8 @@ for r in $(seq 1 "$rounds"); do
         rm -f "$work/wsnd.$i.$r"
         follow_walsender "$slot" "$work/wsnd.$i.$r" &
         follower=$!
-        broker0=$( [[ -n "$broker_pid" ]] && ticks "$broker_pid" || echo 0)
+        broker_ticks
+        broker0=$TICKS
         start=$(date +%s.%N)
         if [[ $bin == recv ]]; then
             /usr/bin/time -o "$work/time.$i.$r" -f "%U %S %M" "$PG_BINDIR/pg_recvlogical" \
@@ -175,9 +186,8 @@ for r in $(seq 1 "$rounds"); do
                 -o publication_names=walpost_outbox --endpos "$end" -F 0 --no-loop -f /dev/null \
                 2>"$work/drain.$i.$r.log" || true
             secs=$(echo "$(date +%s.%N) - $start" | bc)
-            brkr=$(us_per_event $(( $( [[ -n "$broker_pid" ]] && ticks "$broker_pid" || echo 0) - broker0 )))
             wait "$follower" || true
-            wsnd=$(us_per_event "$(cat "$work/wsnd.$i.$r" 2>/dev/null || echo 0)")
+            drain_costs "$i" "$r"
             read -r u s m < "$work/time.$i.$r"
             cpu=$(echo "$u + $s" | bc -l)
             row "$i" recv "$r" "$secs" "$cpu" "$(printf "%.1f" "$(echo "$m / 1024" | bc -l)")" "$wsnd" "$brkr"
@@ -209,11 +219,11 @@ for r in $(seq 1 "$rounds"); do
             sleep 0.05
         done
         secs=$(echo "$(date +%s.%N) - $start" | bc)
-        cpu=$(awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$wp/stat")
+        ticks "$wp"
+        cpu=$(echo "$TICKS / $(getconf CLK_TCK)" | bc -l)
         hwm=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$wp/status")
         threads=$(thread_cpu "$wp")
-        brkr=$(us_per_event $(( $( [[ -n "$broker_pid" ]] && ticks "$broker_pid" || echo 0) - broker0 )))
-        wsnd=$(us_per_event "$(cat "$work/wsnd.$i.$r" 2>/dev/null || echo 0)")
+        drain_costs "$i" "$r"
         kill -TERM "$wp"
         wait "$pid" || true
         wait "$follower" || true
