@@ -143,8 +143,16 @@ fn cloudevents_binary_mode_decodes_with_the_sdk() {
     consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 3, WAIT);
     let source = format!("/walpost/{}/events.outbox", w.db);
     let events = check(&w, &source, false, &|occurred_at, record_ms| {
+        // The record's timestamp is the commit time cut to whole milliseconds, and
+        // occurred_at (now(), the transaction's start) has microseconds: a commit in the
+        // same millisecond as the start has a record timestamp below occurred_at. Compare
+        // both at millisecond precision (CI failed once on the microsecond comparison).
         let commit = jiff::Timestamp::from_millisecond(record_ms).unwrap();
-        assert!(commit >= time(occurred_at) && commit.as_millisecond() - time(occurred_at).as_millisecond() < 60_000);
+        let started_ms = time(occurred_at).as_millisecond();
+        assert!(
+            (0..60_000).contains(&(record_ms - started_ms)),
+            "commit {commit} (record timestamp) is not within a minute after occurred_at {occurred_at}"
+        );
         commit
     });
     println!("binary mode, as the SDK decodes it: {}", serde_json::to_string_pretty(&events[0]).unwrap());
