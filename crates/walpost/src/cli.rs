@@ -2,6 +2,9 @@
 //! layer. Every `run` flag can also come from a `WALPOST_*` environment variable (flag
 //! wins) or from the TOML file given with `--config` (env wins). Help never prints the
 //! values of environment variables (a connection string may hold a password).
+// The `///` comments below are `--help` text, printed verbatim by clap: `[retention]`
+// names a TOML table and `<table>` a placeholder, not a rustdoc link or an HTML tag.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::path::PathBuf;
 

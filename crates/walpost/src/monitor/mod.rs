@@ -4,7 +4,7 @@
 //! active instance still gets noticed) polls `pg_replication_slots` and
 //! `pg_current_wal_lsn()` on an ordinary SQL connection every `[monitor]
 //! interval_secs` ([`status`]), exports the figures as gauges, and raises alarms
-//! ([`evaluate`], pure):
+//! ([`evaluate()`], pure):
 //! - `warning` / `critical` when retained WAL or the walpost's own streaming lag pass
 //!   their thresholds (byte thresholds default to fractions of the server's
 //!   `max_slot_wal_keep_size`), when `wal_status` is `unreserved`, when the slot's

@@ -1,5 +1,5 @@
 //! The I/O half of a retention pass: carries out [`super::plan::Step`]s with DDL, each
-//! in one transaction with `lock_timeout` ([`in_transaction`]), and reports a line per
+//! in one transaction with `lock_timeout` (`in_transaction`), and reports a line per
 //! partition. Only DDL errors that say "try again" (a lock timeout, a conflict) become
 //! a kept line; a lost connection ends the pass.
 

@@ -11,7 +11,7 @@
 //! first-record-per-topic barrier, the watchdog) and the same permanent-error policy
 //! (halt or dead letter) as streamed ones.
 //!
-//! Crash safety ([`state`]): before the slot is created, a row in
+//! Crash safety (`state`): before the slot is created, a row in
 //! `<outbox schema>.walpost_snapshots` records that a snapshot for this slot has
 //! started; it is marked finished only after Kafka acknowledged every snapshot record.
 //! A walpost that finds an unfinished row drops the slot and starts the snapshot over
