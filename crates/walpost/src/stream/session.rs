@@ -91,10 +91,12 @@ pub struct Session<'a> {
     /// Records of this session Kafka did not acknowledge (failed or refused).
     not_acknowledged: Vec<RecordId>,
     /// The last transaction with records was read live ([`LIVE_WITHIN_MS`]), not from a
-    /// backlog: records handed over are sent at once when nothing more is buffered.
+    /// backlog: its records, and records handed over after it, are sent at once.
     live: bool,
-    /// A live commit was read and its records are not yet known to be sent at once.
-    live_commit_unsent: bool,
+    /// A live commit was read, or records were handed over while `live`, and they were
+    /// not sent at once yet: they are at the end of the first turn that leaves nothing
+    /// read buffered behind them.
+    send_pending: bool,
     culprit: Culprit,
     frozen: bool,
     frozen_after: Duration,
@@ -146,7 +148,7 @@ impl<'a> Session<'a> {
             memo,
             not_acknowledged: Vec::new(),
             live: false,
-            live_commit_unsent: false,
+            send_pending: false,
             culprit: Culprit::Postgres,
             frozen: false,
             frozen_after,
@@ -298,10 +300,14 @@ impl<'a> Session<'a> {
             if let Some(event) = self.window.pump() {
                 self.on_event(event)?;
             }
-            // Live records just handed over, and nothing read is waiting behind them: send
-            // them now rather than after linger.ms (which is for backlogs).
-            if !more_buffered && ((self.live && self.window.handed_over() != handed_over) || self.live_commit_unsent) {
-                self.live_commit_unsent = false;
+            // Live records handed over, in this turn or in one that stopped with more read
+            // behind them: send them once nothing read is waiting, rather than after
+            // linger.ms (which is for backlogs).
+            if self.live && self.window.handed_over() != handed_over {
+                self.send_pending = true;
+            }
+            if self.send_pending && !more_buffered {
+                self.send_pending = false;
                 self.window.send_now();
             }
             self.maybe_commit().await?;
@@ -407,7 +413,7 @@ impl<'a> Session<'a> {
                     let sent_ms = pgoutput::pg_epoch_micros_to_unix_micros(send_time) / 1000;
                     self.live = sent_ms.saturating_sub(txn.commit_time_ms) < LIVE_WITHIN_MS;
                     // Its first records may have been handed over in earlier turns.
-                    self.live_commit_unsent |= self.live;
+                    self.send_pending |= self.live;
                 }
                 if let Some(eos) = self.exactly_once.as_mut() {
                     eos.pg_commit(end_lsn);
