@@ -26,7 +26,8 @@ whichever system comes first (measured: walpost's first 5k/s period had p99 250-
 the next ones 46-86 ms).
 
 Outputs bench/results/{results.md,results.csv,chart.png,machine.txt} (and a copy under
-bench/results/<profile>/).
+bench/results/<profile>/, so the last quick and full runs both stay; a --results-dir of its
+own holds one run, without the copy).
 """
 
 import argparse
@@ -828,10 +829,11 @@ def write_results(ctx: Ctx, machine: str) -> None:
     md += ["", "Method: bench/README.md. Chart: chart.png. Raw rows: results.csv.", ""]
     (out / "results.md").write_text("\n".join(md))
     chart(ctx, out / "chart.png")
-    arch = out / ctx.args.profile
-    arch.mkdir(exist_ok=True)
-    for n in ["results.md", "results.csv", "chart.png", "machine.txt"]:
-        shutil.copy(out / n, arch / n)
+    if out.resolve() == (BENCH / "results").resolve():
+        arch = out / ctx.args.profile
+        arch.mkdir(exist_ok=True)
+        for n in ["results.md", "results.csv", "chart.png", "machine.txt"]:
+            shutil.copy(out / n, arch / n)
     log(f"results written to {out}")
 
 
