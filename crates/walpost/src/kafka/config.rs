@@ -103,6 +103,16 @@ pub fn producer_config(
             cfg.set(*k, *v);
         }
     }
+    // librdkafka tells that it counted a record delivered because a later batch of its
+    // partition was (the record may never have been written: see `kafka::barrier`) only
+    // in its `eos` debug output; the sink watches for that line (`sink::IMPLICIT_ACK`).
+    // Quiet otherwise: a few lines per producer start, per Kafka transaction and per
+    // idempotence error.
+    let debug = cfg.get("debug").unwrap_or_default().to_owned();
+    if !debug.split(',').any(|c| matches!(c.trim(), "eos" | "msg" | "all")) {
+        cfg.set("debug", if debug.trim().is_empty() { "eos".to_owned() } else { format!("{debug},eos") });
+    }
+    cfg.set_log_level(RDKafkaLogLevel::Debug);
     if let Some(t) = transactional {
         // An expired record aborts its transaction (nothing of it is ever read), so
         // records may expire with it; the gap-less guarantee is the idempotent
@@ -196,7 +206,8 @@ mod tests {
         assert_eq!(cfg.get("partitioner"), Some("murmur2_random"));
         assert_eq!(cfg.get("compression.type"), Some("lz4"));
         assert_eq!(cfg.get("reconnect.backoff.max.ms"), Some("1000"));
-        assert!(matches!(cfg.log_level, RDKafkaLogLevel::Warning));
+        assert_eq!(cfg.get("debug"), Some("eos"), "the implicit-ack line is watched for");
+        assert!(matches!(cfg.log_level, RDKafkaLogLevel::Debug));
         assert!(user.is_empty());
     }
 

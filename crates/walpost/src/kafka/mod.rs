@@ -2,12 +2,16 @@
 //! its delivery reports ([`sink`]), the hand-over of each record to librdkafka with its
 //! kept topic handles ([`produce`], the one module with `unsafe` calls into librdkafka),
 //! which errors mean "never" ([`rejection`]), the one
-//! produce window the stream and the snapshot share ([`window`]), the one
+//! produce window the stream and the snapshot share ([`window`]) with its barriers
+//! ([`barrier`]: when a record may go), the one
 //! permanent-error policy ([`policy`]) and what a restarted producer must know of the
 //! last one's deliveries ([`memo`]).
 
+pub mod barrier;
 pub mod config;
 pub mod memo;
+#[cfg(test)]
+pub mod model_sink;
 pub mod policy;
 pub mod produce;
 pub mod progress;

@@ -19,6 +19,15 @@
 //!   for every call; the thread is stopped and joined before the producer is handed
 //!   back to be destroyed.
 //!
+//! Partitions known before sending: every topic handle is made with a partitioner of
+//! walpost's own ([`count_and_partition`]) that runs the configured librdkafka
+//! partitioner and keeps the partition count it was called with, so
+//! [`Handoff::partition_of`] can say which partition a record will go to before it is
+//! handed over (the produce window's per-partition barrier needs that: see
+//! `kafka::window`). The count is kept per topic name for the life of the process
+//! ([`TopicCell`]), so librdkafka never calls into freed memory, whichever producer or
+//! handle outlives which.
+//!
 //! Sending now: records of a backlog wait up to `linger.ms` (50 ms by default) to go in
 //! large batches, which cuts what the broker spends per record (by up to half). A transaction read as
 //! it commits should not wait: [`Handoff::send_now`] asks librdkafka to send everything it
@@ -32,9 +41,9 @@
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -43,6 +52,8 @@ use rdkafka::bindings::rd_kafka_vtype_t::*;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{Producer, ProducerContext, ThreadedProducer};
 use router::Record;
+
+use super::barrier::Placement;
 
 /// Topic handles kept before the cache is cleared (a topic's handle is then made again,
 /// which costs one lookup).
@@ -146,9 +157,87 @@ impl Drop for SendNow {
     }
 }
 
-/// One application reference to a librdkafka topic handle.
+/// A librdkafka partitioner function.
+type PartitionerFn =
+    unsafe extern "C" fn(*const rd::rd_kafka_topic_t, *const c_void, usize, i32, *mut c_void, *mut c_void) -> i32;
+
+/// The partitioner `partitioner` (librdkafka's property) names, and whether it is
+/// deterministic for a non-empty key (`false`: `random`, which never is) and for an
+/// empty one (`consistent_random` picks at random for an empty key).
+fn partitioner_named(partitioner: &str) -> (PartitionerFn, bool, bool) {
+    match partitioner {
+        "random" => (rd::rd_kafka_msg_partitioner_random, false, false),
+        "consistent" => (rd::rd_kafka_msg_partitioner_consistent, true, true),
+        "consistent_random" => (rd::rd_kafka_msg_partitioner_consistent_random, true, false),
+        "murmur2" => (rd::rd_kafka_msg_partitioner_murmur2, true, true),
+        "fnv1a" => (rd::rd_kafka_msg_partitioner_fnv1a, true, true),
+        "fnv1a_random" => (rd::rd_kafka_msg_partitioner_fnv1a_random, true, true),
+        // walpost's default, and librdkafka's answer to a name it does not know is a
+        // configuration error before any handle is made.
+        _ => (rd::rd_kafka_msg_partitioner_murmur2_random, true, true),
+    }
+}
+
+/// What librdkafka's partitioner callback for one topic name reads and writes: the
+/// partitioner to run, and the partition count of its last call (0: not called yet).
+/// Made once per topic name and never freed (see the module docs); how many there can
+/// be is bounded by the topics walpost may route to (`[kafka] max_topics`).
 #[derive(Debug)]
-struct TopicHandle(NonNull<rd::rd_kafka_topic_t>);
+struct TopicCell {
+    partitioner: PartitionerFn,
+    deterministic: bool,
+    deterministic_empty_key: bool,
+    partitions: AtomicI32,
+}
+
+/// The cell of topic `name` (made with `partitioner` the first time).
+fn topic_cell(name: &str, partitioner: &str) -> &'static TopicCell {
+    static CELLS: OnceLock<Mutex<HashMap<String, &'static TopicCell>>> = OnceLock::new();
+    let cells = CELLS.get_or_init(Mutex::default);
+    let mut cells = cells.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(cell) = cells.get(name) {
+        return cell;
+    }
+    let (partitioner, deterministic, deterministic_empty_key) = partitioner_named(partitioner);
+    let cell: &'static TopicCell = Box::leak(Box::new(TopicCell {
+        partitioner,
+        deterministic,
+        deterministic_empty_key,
+        partitions: AtomicI32::new(0),
+    }));
+    cells.insert(name.to_owned(), cell);
+    cell
+}
+
+/// The partitioner callback of every topic handle walpost makes: keeps the count and
+/// runs the configured partitioner.
+///
+/// # Safety
+/// Called by librdkafka only, with the topic's opaque, which is a `&'static TopicCell`
+/// (set in `Handoff::topic`), and the key as librdkafka holds it.
+unsafe extern "C" fn count_and_partition(
+    rkt: *const rd::rd_kafka_topic_t,
+    key: *const c_void,
+    keylen: usize,
+    partition_cnt: i32,
+    rkt_opaque: *mut c_void,
+    msg_opaque: *mut c_void,
+) -> i32 {
+    // SAFETY: the opaque is a `&'static TopicCell` or null (never anything else).
+    let Some(cell) = (unsafe { rkt_opaque.cast::<TopicCell>().cast_const().as_ref() }) else {
+        // SAFETY: librdkafka's own partitioner, called as librdkafka calls it.
+        return unsafe {
+            rd::rd_kafka_msg_partitioner_murmur2_random(rkt, key, keylen, partition_cnt, ptr::null_mut(), msg_opaque)
+        };
+    };
+    cell.partitions.store(partition_cnt, Ordering::Relaxed);
+    // SAFETY: as above; the built-in partitioners read only the key and the count.
+    unsafe { (cell.partitioner)(rkt, key, keylen, partition_cnt, ptr::null_mut(), msg_opaque) }
+}
+
+/// One application reference to a librdkafka topic handle, and the topic's cell.
+#[derive(Debug)]
+struct TopicHandle(NonNull<rd::rd_kafka_topic_t>, &'static TopicCell);
 
 // SAFETY: librdkafka topic handles are reference counted under their own lock and may
 // be used and released from any thread.
@@ -171,6 +260,8 @@ impl Drop for TopicHandle {
 pub struct Handoff<C: ProducerContext + 'static> {
     /// foldhash, not SipHash: looked up for every record.
     topics: HashMap<Arc<str>, TopicHandle, foldhash::fast::RandomState>,
+    /// The `partitioner` property the producer was made with.
+    partitioner: String,
     send_now: SendNow,
     producer: ThreadedProducer<C>,
 }
@@ -182,8 +273,49 @@ impl<C: ProducerContext + 'static> std::fmt::Debug for Handoff<C> {
 }
 
 impl<C: ProducerContext + 'static> Handoff<C> {
-    pub fn new(producer: ThreadedProducer<C>) -> Handoff<C> {
-        Handoff { topics: HashMap::default(), send_now: SendNow::start(producer.clone()), producer }
+    /// `partitioner`: the producer's `partitioner` property (librdkafka's names).
+    pub fn new(producer: ThreadedProducer<C>, partitioner: &str) -> Handoff<C> {
+        Handoff {
+            topics: HashMap::default(),
+            partitioner: partitioner.to_owned(),
+            send_now: SendNow::start(producer.clone()),
+            producer,
+        }
+    }
+
+    /// Where `record` will be written, as far as that is known before it is sent: its
+    /// own partition, or what the partitioner picks for its key given the topic's
+    /// partition count as librdkafka last saw it.
+    pub fn placement(&mut self, record: &Record) -> Placement {
+        if let Some(p) = record.partition {
+            return Placement::Partition(p);
+        }
+        let Ok((raw, cell)) = self.topic(&record.topic) else { return Placement::Unknown };
+        let count = cell.partitions.load(Ordering::Relaxed);
+        if count <= 0 {
+            return Placement::Unknown;
+        }
+        let deterministic = if record.key.is_empty() { cell.deterministic_empty_key } else { cell.deterministic };
+        if !deterministic {
+            return Placement::AnyOf(count);
+        }
+        // SAFETY: a built-in partitioner, called as librdkafka calls it (the key is valid
+        // for its length and only read; the topic handle is alive: `self.topics` holds it).
+        let p = unsafe {
+            (cell.partitioner)(
+                raw,
+                record.key.as_ptr().cast(),
+                record.key.len(),
+                count,
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
+        };
+        if (0..count).contains(&p) {
+            Placement::Partition(p)
+        } else {
+            Placement::Unknown
+        }
     }
 
     /// Asks librdkafka to send what it holds without waiting for `linger.ms`, for
@@ -225,29 +357,44 @@ impl<C: ProducerContext + 'static> Handoff<C> {
         unsafe { rd::rd_kafka_brokers_add(self.producer.client().native_ptr(), servers.as_ptr()) }
     }
 
-    fn topic(&mut self, topic: &Arc<str>) -> Result<*mut rd::rd_kafka_topic_t, KafkaError> {
+    fn topic(&mut self, topic: &Arc<str>) -> Result<(*mut rd::rd_kafka_topic_t, &'static TopicCell), KafkaError> {
         if let Some(handle) = self.topics.get(topic) {
-            return Ok(handle.0.as_ptr());
+            return Ok((handle.0.as_ptr(), handle.1));
         }
         let invalid = || KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic);
         let name = CString::new(topic.as_bytes()).map_err(|_| invalid())?;
-        // SAFETY: the client is alive (`self.producer` owns it); `name` is NUL-terminated
-        // and only read; a null configuration means the producer's default topic
-        // settings (what naming the topic in rd_kafka_producev uses too).
-        let raw =
-            unsafe { rd::rd_kafka_topic_new(self.producer.client().native_ptr(), name.as_ptr(), ptr::null_mut()) };
-        let handle = TopicHandle(NonNull::new(raw).ok_or_else(invalid)?);
+        if name.as_bytes().len() > 512 {
+            // librdkafka's own limit (it would refuse the handle).
+            return Err(invalid());
+        }
+        let cell = topic_cell(topic, &self.partitioner);
+        let client = self.producer.client().native_ptr();
+        // SAFETY: the client is alive (`self.producer` owns it). The configuration is a
+        // copy of the producer's default topic settings (what naming the topic in
+        // rd_kafka_producev uses too) with walpost's partitioner callback and the
+        // topic's 'static cell as its opaque; rd_kafka_topic_new takes it over (and
+        // destroys it when the topic exists already: that topic's opaque is then the
+        // same cell, made for the same name). `name` is NUL-terminated and only read.
+        let raw = unsafe {
+            let conf = rd::rd_kafka_default_topic_conf_dup(client);
+            if !conf.is_null() {
+                rd::rd_kafka_topic_conf_set_partitioner_cb(conf, Some(count_and_partition));
+                rd::rd_kafka_topic_conf_set_opaque(conf, ptr::from_ref(cell).cast_mut().cast());
+            }
+            rd::rd_kafka_topic_new(client, name.as_ptr(), conf)
+        };
+        let handle = TopicHandle(NonNull::new(raw).ok_or_else(invalid)?, cell);
         if self.topics.len() >= MAX_TOPIC_HANDLES {
             self.topics.clear();
         }
         let raw = handle.0.as_ptr();
         self.topics.insert(topic.clone(), handle);
-        Ok(raw)
+        Ok((raw, cell))
     }
 
     /// Hands `record` to librdkafka as message `seq` (its delivery opaque).
     pub fn send(&mut self, seq: u64, record: &Record, timestamp_ms: Option<i64>) -> Result<(), KafkaError> {
-        let topic = self.topic(&record.topic)?;
+        let (topic, _) = self.topic(&record.topic)?;
         let client = self.producer.client().native_ptr();
         // SAFETY: a fresh list; every name and value is copied into it by header_add.
         let headers = unsafe { rd::rd_kafka_headers_new(record.headers.len()) };
@@ -323,7 +470,7 @@ mod tests {
             .set("queue.buffering.max.messages", max_messages.to_string())
             .create()
             .unwrap();
-        Handoff::new(producer)
+        Handoff::new(producer, "murmur2_random")
     }
 
     fn record(topic: &str, value: Option<&'static [u8]>) -> Record {
@@ -382,6 +529,38 @@ mod tests {
         let stopping = std::time::Instant::now();
         drop(h.into_producer());
         assert!(stopping.elapsed() < SEND_ALONE_WAIT / 2, "the send-now thread ran on: {:?}", stopping.elapsed());
+    }
+
+    /// Before librdkafka partitioned a record of a topic its partitions are unknown;
+    /// after, a record's partition is what librdkafka's murmur2 partitioner gives its key
+    /// (Kafka's own test vector: murmur2("foobar") = -790332482), and a record's own
+    /// partition always wins.
+    #[test]
+    fn placement_follows_the_partitioner_once_the_count_is_seen() {
+        let mut h = handoff(100);
+        let topic = "placement-test-topic";
+        let mut r = record(topic, Some(b"{}"));
+        r.key = Bytes::from_static(b"foobar");
+        assert_eq!(h.placement(&r), Placement::Unknown);
+        // What librdkafka does once the topic's metadata says 7 partitions.
+        let (raw, cell) = h.topic(&r.topic).unwrap();
+        // SAFETY: as librdkafka calls it: the topic's cell as opaque, a valid key.
+        let p = unsafe {
+            count_and_partition(
+                raw,
+                r.key.as_ptr().cast(),
+                r.key.len(),
+                7,
+                ptr::from_ref(cell).cast_mut().cast(),
+                ptr::null_mut(),
+            )
+        };
+        let expected = (-790_332_482_i32 & 0x7fff_ffff) % 7;
+        assert_eq!(p, expected);
+        assert_eq!(h.placement(&r), Placement::Partition(expected));
+        r.partition = Some(5);
+        assert_eq!(h.placement(&r), Placement::Partition(5));
+        drop(h.into_producer());
     }
 
     /// A refused record (here: the queue is full) gives its headers back (the error

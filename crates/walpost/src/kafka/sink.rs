@@ -25,11 +25,23 @@ use rdkafka::{ClientConfig, ClientContext};
 use router::Record;
 use tokio::sync::mpsc;
 
+use super::barrier::Placement;
 use super::config::SinkError;
 use super::produce::Handoff;
 use super::rejection::{classify, Rejection};
 use crate::telemetry::metrics::KafkaMetrics;
 use crate::telemetry::now_ms;
+
+/// librdkafka's log facility for records it counts as delivered because a later batch
+/// of their partition was. When the earlier batch had failed before the broker wrote it
+/// (a partition with no state for this producer id accepts any sequence number), those
+/// records are lost; see `kafka::barrier`, which keeps that from happening, and
+/// [`Outcome::ImplicitlyAcked`], which is what the sink does if it happens anyway.
+pub const IMPLICIT_ACK: &str = "IMPLICITACK";
+
+/// The sequence number of a report about no record of walpost's (e.g.
+/// [`Outcome::ImplicitlyAcked`]).
+pub const NO_RECORD: u64 = u64::MAX;
 
 /// Identical librdkafka log lines within this window are logged once.
 pub const LOG_REPEAT_WINDOW: Duration = Duration::from_secs(30);
@@ -55,6 +67,12 @@ pub enum Outcome {
     Rejected {
         rejection: Rejection,
         original: Box<Original>,
+    },
+    /// librdkafka logged [`IMPLICIT_ACK`]: reports that follow may count records as
+    /// delivered that Kafka never wrote. Comes before those reports (the log line and
+    /// the reports share librdkafka's queue, in order). `line` is librdkafka's.
+    ImplicitlyAcked {
+        line: String,
     },
 }
 
@@ -121,6 +139,12 @@ impl SinkContext {
 
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if fac == IMPLICIT_ACK {
+            self.metrics.produce_error("implicit_ack");
+            let _ = self
+                .reports
+                .send(Report { seq: NO_RECORD, outcome: Outcome::ImplicitlyAcked { line: log_message.to_owned() } });
+        }
         let noisy = matches!(level, RDKafkaLogLevel::Debug | RDKafkaLogLevel::Info | RDKafkaLogLevel::Notice)
             || self.about_our_own_setting(fac, log_message)
             || self.repeated(log_message);
@@ -210,6 +234,63 @@ impl ProducerContext for SinkContext {
     }
 }
 
+/// What the produce window needs of a producer (`kafka::window`): librdkafka's
+/// ([`KafkaSink`]), or one of the tests' own. Delivery reports come back on the
+/// channel made with it, one per record handed over, tagged with its sequence number.
+pub trait Sink {
+    /// Hands one record over without waiting (its report comes later, as `seq`).
+    fn send(&mut self, seq: u64, record: &Record, timestamp_ms: Option<i64>) -> Result<(), SendError>;
+    /// Where `record` will be written, as far as that is known before it is sent.
+    fn placement(&mut self, record: &Record) -> Placement;
+    /// Send what is held now rather than after `linger.ms` (a live transaction).
+    fn send_now(&self);
+    /// [`Sink::send_now`] for a record sent alone, until [`Sink::alone_answered`].
+    fn send_alone_now(&self);
+    /// The record sent alone has its report.
+    fn alone_answered(&self);
+    /// Records wait and nothing is acknowledged: reconnect to the bootstrap servers.
+    fn rebootstrap(&self);
+    /// The producer stopped for good and delivers nothing more.
+    fn fatal_error(&self) -> Option<String>;
+    /// Flushes (at most `timeout`) and destroys the producer; reports of records
+    /// delivered meanwhile still reach the channel.
+    fn close(self, timeout: Duration) -> impl std::future::Future<Output = ()> + Send;
+}
+
+impl Sink for KafkaSink {
+    fn send(&mut self, seq: u64, record: &Record, timestamp_ms: Option<i64>) -> Result<(), SendError> {
+        KafkaSink::send(self, seq, record, timestamp_ms)
+    }
+
+    fn placement(&mut self, record: &Record) -> Placement {
+        self.handoff.placement(record)
+    }
+
+    fn send_now(&self) {
+        KafkaSink::send_now(self)
+    }
+
+    fn send_alone_now(&self) {
+        KafkaSink::send_alone_now(self)
+    }
+
+    fn alone_answered(&self) {
+        KafkaSink::alone_answered(self)
+    }
+
+    fn rebootstrap(&self) {
+        KafkaSink::rebootstrap(self);
+    }
+
+    fn fatal_error(&self) -> Option<String> {
+        KafkaSink::fatal_error(self)
+    }
+
+    fn close(self, timeout: Duration) -> impl std::future::Future<Output = ()> + Send {
+        KafkaSink::close(self, timeout)
+    }
+}
+
 /// Runs a blocking librdkafka call on a blocking thread.
 async fn blocking(call: impl FnOnce() -> Result<(), KafkaError> + Send + 'static) -> Result<(), KafkaError> {
     tokio::task::spawn_blocking(call).await.unwrap_or_else(|_| Err(KafkaError::Canceled))
@@ -238,7 +319,8 @@ impl KafkaSink {
         let context = SinkContext { reports: tx, metrics, user_keys, last_log: Mutex::new(None) };
         let producer = config.create_with_context(context).map_err(SinkError::Create)?;
         let bootstrap = config.get("bootstrap.servers").and_then(|b| std::ffi::CString::new(b).ok());
-        Ok((KafkaSink { handoff: Handoff::new(producer), bootstrap }, rx))
+        let partitioner = config.get("partitioner").unwrap_or("murmur2_random");
+        Ok((KafkaSink { handoff: Handoff::new(producer, partitioner), bootstrap }, rx))
     }
 
     /// Gives librdkafka the bootstrap servers again (returns librdkafka's count of them).

@@ -8,14 +8,13 @@
 //!
 //! Invariants:
 //! - Records leave the queue in the order they were enqueued.
-//! - The first record for a topic (since this producer was created) is sent only when
-//!   nothing else is in flight, and nothing is sent after it until its report arrives:
-//!   a topic the broker has just auto-created can take a later produce request and
-//!   refuse an earlier one for good (KAFKA-15591), which would reorder an aggregate.
-//!   One acknowledged record means the creation is applied for every partition. The
-//!   set of settled topics is capped at [`MAX_SETTLED_TOPICS`] (then forgotten, which
-//!   only costs a round trip per topic). A record sent alone is sent at once, not after
-//!   `linger.ms` ([`KafkaSink::send_alone_now`]): nothing can join its batch.
+//! - The barriers ([`super::barrier`]): the first record for a topic (since this producer
+//!   was created) is sent only when nothing else is in flight, and nothing is sent after
+//!   it until its report arrives; the first record for each partition is sent with
+//!   nothing else of its partition in flight, and nothing else of its partition follows
+//!   it until its report. A record that must wait stops the queue (records leave it in
+//!   order). A record sent alone is sent at once, not after `linger.ms`
+//!   ([`Sink::send_alone_now`]): nothing can join its batch.
 //! - The in-flight counts drop on every report, whatever its outcome, so a rejected
 //!   record never holds the window (a dead letter for it can always go).
 //! - Memory: the queue holds at most the records routed from one WAL message plus
@@ -24,25 +23,23 @@
 //! - [`ProduceWindow::next_event`] is cancel-safe: a record is out of the queue only
 //!   once librdkafka took it, and reports are taken from a channel.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use router::Record;
 use tokio::sync::mpsc;
 
-use super::sink::{KafkaSink, Original, Outcome, Report, SendError};
+use super::barrier::{Barriers, Gate};
+use super::sink::{KafkaSink, Original, Outcome, Report, SendError, Sink};
 use super::Rejection;
 use crate::error::PipelineError;
 use crate::telemetry::metrics::KafkaMetrics;
 use crate::telemetry::Health;
 
 /// How long records may wait without any acknowledgement before the producer is given
-/// its bootstrap servers again ([`KafkaSink::rebootstrap`]), and how often that repeats.
+/// its bootstrap servers again ([`Sink::rebootstrap`]), and how often that repeats.
 const REBOOTSTRAP_AFTER: Duration = Duration::from_secs(5);
-
-/// Topics remembered as settled before the set is cleared.
-pub const MAX_SETTLED_TOPICS: usize = 10_000;
 
 /// How much may be in flight, and how long Kafka may stay silent.
 #[derive(Debug, Clone, Copy)]
@@ -88,17 +85,17 @@ pub enum Event<T> {
 
 struct InFlight<T> {
     tag: T,
-    /// Sent with nothing else in flight.
-    alone: bool,
+    /// The barrier it went through.
+    gate: Gate,
     bytes: u64,
     topic: Arc<str>,
     dead_letter: Option<Arc<str>>,
 }
 
-/// See the module docs.
-pub struct ProduceWindow<T> {
+/// See the module docs. `S`: the producer (librdkafka's, or a test's).
+pub struct ProduceWindow<T, S: Sink = KafkaSink> {
     /// `None` once closed.
-    sink: Option<KafkaSink>,
+    sink: Option<S>,
     reports: mpsc::UnboundedReceiver<Report>,
     limits: WindowLimits,
     queue: VecDeque<Outgoing<T>>,
@@ -109,10 +106,14 @@ pub struct ProduceWindow<T> {
     front_seq: u64,
     records: u64,
     bytes: u64,
-    /// The sequence number of a first-for-its-topic record in flight alone.
+    /// The sequence number of a record in flight alone.
     alone: Option<u64>,
-    /// foldhash, not SipHash: looked up for every record sent.
-    settled: HashSet<Arc<str>, foldhash::fast::RandomState>,
+    barriers: Barriers,
+    /// When the window was made: the barriers' clock.
+    created: Instant,
+    /// librdkafka's implicit-acknowledgement line, once seen: from then on no delivery
+    /// report counts (see [`Outcome::ImplicitlyAcked`]).
+    doubt: Option<String>,
     /// librdkafka's queue was full at the last send attempt.
     queue_full: bool,
     /// The last report, or when records started waiting after none did.
@@ -124,13 +125,13 @@ pub struct ProduceWindow<T> {
     reported_at_sync: u64,
     /// Kafka answered (delivered or refused) since the last sync.
     answered: bool,
-    /// When [`KafkaSink::rebootstrap`] last ran (a stall of [`REBOOTSTRAP_AFTER`]).
+    /// When [`Sink::rebootstrap`] last ran (a stall of [`REBOOTSTRAP_AFTER`]).
     last_rebootstrap: Option<Instant>,
     metrics: KafkaMetrics,
     health: Arc<Health>,
 }
 
-impl<T> std::fmt::Debug for ProduceWindow<T> {
+impl<T, S: Sink> std::fmt::Debug for ProduceWindow<T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProduceWindow")
             .field("queued", &self.queue.len())
@@ -140,14 +141,14 @@ impl<T> std::fmt::Debug for ProduceWindow<T> {
     }
 }
 
-impl<T> ProduceWindow<T> {
+impl<T, S: Sink> ProduceWindow<T, S> {
     pub fn new(
-        sink: KafkaSink,
+        sink: S,
         reports: mpsc::UnboundedReceiver<Report>,
         limits: WindowLimits,
         metrics: KafkaMetrics,
         health: Arc<Health>,
-    ) -> ProduceWindow<T> {
+    ) -> ProduceWindow<T, S> {
         ProduceWindow {
             sink: Some(sink),
             reports,
@@ -159,7 +160,9 @@ impl<T> ProduceWindow<T> {
             records: 0,
             bytes: 0,
             alone: None,
-            settled: HashSet::default(),
+            barriers: Barriers::default(),
+            created: Instant::now(),
+            doubt: None,
             queue_full: false,
             last_progress: Instant::now(),
             reported: 0,
@@ -334,17 +337,18 @@ impl<T> ProduceWindow<T> {
     fn send_queued(&mut self) -> Option<Event<T>> {
         self.queue_full = false;
         let mut sent_alone = false;
+        let mut sent_first = false;
         while let Some(next) = self.queue.front() {
             if self.alone.is_some() {
                 break;
             }
-            let first_for_topic = !self.settled.contains(&next.record.topic);
-            let must_be_alone = first_for_topic || self.alone_marks.front().copied().unwrap_or(false);
-            if must_be_alone && self.records > 0 {
-                break;
-            }
-            let seq = self.front_seq + self.slots.len() as u64;
             let Some(sink) = &mut self.sink else { break };
+            let marked_alone = self.alone_marks.front().copied().unwrap_or(false);
+            let placement = sink.placement(&next.record);
+            let Some(gate) = self.barriers.gate(&next.record.topic, placement, marked_alone, self.records > 0) else {
+                break;
+            };
+            let seq = self.front_seq + self.slots.len() as u64;
             match sink.send(seq, &next.record, next.timestamp_ms) {
                 Ok(()) => {}
                 Err(SendError::QueueFull) => {
@@ -380,13 +384,18 @@ impl<T> ProduceWindow<T> {
             }
             self.records += 1;
             self.bytes += bytes;
-            if must_be_alone {
-                self.alone = Some(seq);
-                sent_alone = true;
+            self.barriers.sent(&out.record.topic, gate);
+            match gate {
+                Gate::Alone => {
+                    self.alone = Some(seq);
+                    sent_alone = true;
+                }
+                Gate::FirstInPartition(_) => sent_first = true,
+                Gate::Open => {}
             }
             self.slots.push_back(Some(InFlight {
                 tag: out.tag,
-                alone: must_be_alone,
+                gate,
                 bytes,
                 topic: out.record.topic,
                 dead_letter: out.dead_letter,
@@ -396,12 +405,15 @@ impl<T> ProduceWindow<T> {
         // would only delay everything behind it.
         if let (true, Some(sink)) = (sent_alone, &self.sink) {
             sink.send_alone_now();
+        } else if let (true, Some(sink)) = (sent_first, &self.sink) {
+            // A partition's first record holds back what follows it in its partition.
+            sink.send_now();
         }
         None
     }
 
     /// Asks the producer to send what it holds without waiting for `linger.ms`
-    /// ([`KafkaSink::send_now`]).
+    /// ([`Sink::send_now`]).
     pub fn send_now(&self) {
         if let Some(sink) = &self.sink {
             sink.send_now();
@@ -414,6 +426,13 @@ impl<T> ProduceWindow<T> {
     }
 
     fn on_report(&mut self, report: Report) -> Option<Event<T>> {
+        if let Outcome::ImplicitlyAcked { line } = &report.outcome {
+            tracing::warn!(
+                "librdkafka counted records as delivered because a later batch of their partition was ({line}); they may never have been written, so no report of this producer counts as an acknowledgement any more: restarting from the last confirmed position"
+            );
+            self.doubt = Some(line.clone());
+            return None;
+        }
         let index = usize::try_from(report.seq.checked_sub(self.front_seq)?).ok()?;
         let flight = self.slots.get_mut(index)?.take()?;
         while matches!(self.slots.front(), Some(None)) {
@@ -435,14 +454,19 @@ impl<T> ProduceWindow<T> {
             }
         }
         let dead_letter = flight.dead_letter.is_some();
-        let event = match report.outcome {
+        let outcome = match (report.outcome, &self.doubt) {
+            (Outcome::Delivered { .. }, Some(line)) => Outcome::Retryable {
+                error: format!("its delivery report follows librdkafka's implicit acknowledgement ({line})"),
+            },
+            (outcome, _) => outcome,
+        };
+        let delivered = match &outcome {
+            Outcome::Delivered { partition, .. } => Some(*partition),
+            _ => None,
+        };
+        self.barriers.answered(&flight.topic, flight.gate, delivered);
+        let event = match outcome {
             Outcome::Delivered { partition, offset } => {
-                if was_alone {
-                    if self.settled.len() >= MAX_SETTLED_TOPICS {
-                        self.settled.clear();
-                    }
-                    self.settled.insert(flight.topic.clone());
-                }
                 if let Some(class) = &flight.dead_letter {
                     self.metrics.dead_letter(class);
                 }
@@ -454,11 +478,13 @@ impl<T> ProduceWindow<T> {
                 original,
                 dead_letter,
                 producer_fatal: self.producer_fatal(),
-                alone: flight.alone,
+                alone: flight.gate == Gate::Alone,
             },
             Outcome::Retryable { error } => {
                 Event::Failed { tag: flight.tag, error: format!("Kafka did not acknowledge a record ({error})") }
             }
+            // Handled above (no record's report).
+            Outcome::ImplicitlyAcked { .. } => return None,
         };
         Some(event)
     }
@@ -477,6 +503,8 @@ impl<T> ProduceWindow<T> {
     /// Brings the watchdog's clock, the in-flight gauge and the health up to date with
     /// the reports received since the last call.
     pub fn sync_state(&mut self) {
+        let minutes = self.created.elapsed().as_secs() / 60;
+        self.barriers.set_minute(u32::try_from(minutes).unwrap_or(u32::MAX));
         if self.reported != self.reported_at_sync {
             self.reported_at_sync = self.reported;
             self.last_progress = Instant::now();
@@ -489,13 +517,13 @@ impl<T> ProduceWindow<T> {
     }
 
     /// The producer (`None` once closed).
-    pub fn sink(&self) -> Option<&KafkaSink> {
+    pub fn sink(&self) -> Option<&S> {
         self.sink.as_ref()
     }
 
     /// The producer stopped for good (see [`Event::Rejected`]).
     pub fn producer_fatal(&self) -> Option<String> {
-        self.sink.as_ref().and_then(KafkaSink::fatal_error)
+        self.sink.as_ref().and_then(S::fatal_error)
     }
 
     /// Waits (at most `timeout`) for what is in flight, handing each event to
@@ -580,6 +608,137 @@ mod tests {
 
     fn out(topic: &str, tag: u32) -> Outgoing<u32> {
         Outgoing { record: record(topic), timestamp_ms: None, tag, dead_letter: None }
+    }
+
+    mod barriers {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::kafka::model_sink::{by_partition, ModelSink};
+
+        fn model_window() -> (ProduceWindow<u32, ModelSink>, ModelSink) {
+            let health = Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60)));
+            let metrics = Metrics::new(health.clone()).unwrap();
+            let (sink, reports) = ModelSink::new();
+            let limits =
+                WindowLimits { max_records: 1_000, max_bytes: 1 << 30, delivery_timeout: Duration::from_secs(5) };
+            (ProduceWindow::new(sink.clone(), reports, limits, metrics.kafka, health), sink)
+        }
+
+        fn keyed(topic: &str, key: &str, id: u32, partition: Option<i32>) -> Outgoing<u32> {
+            let mut r = record(topic);
+            r.key = Bytes::from(key.to_owned());
+            r.event_id = Bytes::from(id.to_string());
+            r.partition = partition;
+            Outgoing { record: r, timestamp_ms: None, tag: id, dead_letter: None }
+        }
+
+        /// Hands over what may go and takes the reports the model has, `answer_every`:
+        /// the model answers every that many steps (records pile up in between).
+        fn drive(w: &mut ProduceWindow<u32, ModelSink>, model: &ModelSink, answer_every: u32) -> Vec<u32> {
+            let mut delivered = Vec::new();
+            let mut step = 0u32;
+            while !w.is_idle() {
+                step += 1;
+                assert!(step < 100_000, "the window does not get idle: {w:?}");
+                let mut on = |e: Event<u32>| match e {
+                    Event::Delivered { tag, .. } => delivered.push(tag),
+                    other => panic!("{other:?}"),
+                };
+                if let Some(e) = w.pump() {
+                    on(e);
+                }
+                if step % answer_every.max(1) == 0 || model.pending() as u64 == w.in_flight() {
+                    model.answer();
+                }
+                while let Some(e) = w.try_event() {
+                    on(e);
+                }
+            }
+            delivered
+        }
+
+        /// Regression (issue 26, part 2): one event of a 30-row transaction to a new
+        /// topic was reported delivered and never written. The first batch of a
+        /// partition failed (the broker was still creating the partition) while the
+        /// second batch of the same partition, handed over before that answer, was
+        /// written; librdkafka then counted the first as delivered ("implicitly acked
+        /// by subsequent batch success"). The window now sends a partition's first
+        /// record with nothing else of its partition in flight.
+        #[tokio::test]
+        async fn regression_a_partitions_first_record_is_never_acknowledged_by_a_later_batch() {
+            let (mut w, model) = model_window();
+            for g in 1..=30u32 {
+                w.enqueue(keyed("orders", &format!("aggregate-{}", g % 5), g, None));
+            }
+            let delivered = drive(&mut w, &model, 1);
+            assert_eq!(model.lost(), Vec::new(), "records reported delivered but never written");
+            assert_eq!(delivered.len(), 30);
+            assert_eq!(model.written().len(), 30);
+        }
+
+        /// The model loses records when nothing holds a partition's later records back,
+        /// so the regression test above can fail (what the window did before issue 26).
+        #[tokio::test]
+        async fn the_model_loses_a_first_batch_when_a_later_one_follows_it() {
+            let (sink, _reports) = ModelSink::new();
+            let mut raw = sink.clone();
+            let r = |id: u32| keyed("orders", "k", id, None).record;
+            raw.send(0, &r(1), None).unwrap();
+            raw.send(1, &r(2), None).unwrap();
+            sink.answer();
+            assert_eq!(sink.lost().len(), 1, "{:?}", sink.written());
+        }
+
+        /// After librdkafka's implicit-acknowledgement line, no report of that producer
+        /// counts as delivered: the window reports the records failed (sent again by the
+        /// next producer from the confirmed position).
+        #[tokio::test]
+        async fn after_an_implicit_acknowledgement_no_report_counts() {
+            let (mut w, model) = model_window();
+            w.enqueue(keyed("orders", "k", 1, None));
+            assert!(w.pump().is_none());
+            model.announce_implicit_ack();
+            model.answer();
+            match w.next_event().await.unwrap() {
+                Event::Failed { tag: 1, error } => assert!(error.contains("implicit"), "{error}"),
+                other => panic!("{other:?}"),
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+            /// Whatever the records, partitions and timing of answers: nothing is lost,
+            /// every record is delivered once, and each partition holds its records in
+            /// the order they were enqueued.
+            #[test]
+            fn no_interleaving_of_answers_loses_or_reorders_a_record(
+                records in proptest::collection::vec((0u8..3, 0u8..7, proptest::option::weighted(0.2, 0i32..3)), 1..60),
+                answer_every in 1u32..5,
+            ) {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                runtime.block_on(async {
+                    let (mut w, model) = model_window();
+                    let mut expected: BTreeMap<u32, Outgoing<u32>> = BTreeMap::new();
+                    for (i, (topic, key, partition)) in records.iter().enumerate() {
+                        let id = u32::try_from(i).unwrap();
+                        let out = keyed(&format!("t{topic}"), &format!("k{key}"), id, *partition);
+                        expected.insert(id, keyed(&format!("t{topic}"), &format!("k{key}"), id, *partition));
+                        w.enqueue(out);
+                    }
+                    let mut delivered = drive(&mut w, &model, answer_every);
+                    prop_assert_eq!(model.lost(), Vec::new());
+                    delivered.sort_unstable();
+                    prop_assert_eq!(delivered, expected.keys().copied().collect::<Vec<_>>());
+                    for ((topic, _), ids) in by_partition(&model.written()) {
+                        let ids: Vec<u32> = ids.iter().map(|i| i.parse().unwrap()).collect();
+                        prop_assert!(ids.windows(2).all(|p| p[0] < p[1]), "{topic}: {ids:?}");
+                    }
+                    Ok(())
+                })?;
+            }
+        }
     }
 
     /// The first record for a topic goes alone: the second waits in the queue, the

@@ -74,7 +74,7 @@ fn promote_with_failover_slot(major: u32) {
     let mut p = Walpost::start(&args, &[]);
     assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
     insert_batches(&w, 0, 20, 50, 20, &["order", "payment"]);
-    consume_every_committed(&w, WAIT);
+    wait_for_every_committed(&w, WAIT);
     primary.log_standby_snapshot().expect("log a standby snapshot");
     standby.wait_slot_synced(&w.slot, primary).expect("the slot is synchronized to the standby");
     let (code, report) = check(&args, &[]);
@@ -189,7 +189,7 @@ fn failover_without_a_synchronized_slot_stops_and_the_runbook_recovers_pg16() {
     let mut p = service(&config, &[]);
     assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
     insert_batches(&w, 0, 10, 20, 20, &["order", "payment"]);
-    consume_every_committed(&w, WAIT);
+    wait_for_every_committed(&w, WAIT);
     insert_batches(&w, 10, 10, 20, 20, &["order", "payment"]);
     // Asynchronous replication may lose the primary's last transactions in a crash; that
     // is PostgreSQL's promise, not walpost's: let the standby have them.

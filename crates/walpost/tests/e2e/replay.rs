@@ -76,7 +76,7 @@ fn replay_republishes_a_range_beside_the_stream() {
     insert_on(&w, "2026-11-28 10:00:00+00", "order", 40);
     insert_on(&w, "2026-11-28 12:00:00+00", "payment", 20);
     insert_on(&w, "2026-11-29 10:00:00+00", "order", 30);
-    consume_every_committed(&w, WAIT);
+    wait_for_every_committed(&w, WAIT);
 
     // Dry run: counts per topic, publishes nothing.
     let before = read_all(&w.kafka_bootstrap, &w.topic_prefix).len();
@@ -158,7 +158,7 @@ fn replay_from_a_debezium_signal_row_runs_once() {
     let mut p = Walpost::start(&args, &[]);
     assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
     insert_batches(&w, 0, 10, 10, 5, &["order", "payment"]);
-    consume_every_committed(&w, WAIT);
+    wait_for_every_committed(&w, WAIT);
     w.sql(
         r#"INSERT INTO events.debezium_signal VALUES ('sig-1', 'execute-snapshot',
            '{"data-collections": ["events.outbox"], "type": "incremental",

@@ -504,6 +504,9 @@ pub struct Audit {
     pub duplicates: usize,
     pub reordered: Vec<String>,
     pub wrong_content: Vec<i64>,
+    /// For each lost event: whether the slot's confirmed position is past its commit (a
+    /// lost *and confirmed* event is the worst failure: the slot never sends it again).
+    pub lost_vs_slot: Vec<String>,
 }
 
 /// Compares what Kafka holds with the committed rows: every committed row exactly
@@ -555,7 +558,56 @@ pub fn audit(w: &World, records: &[Consumed]) -> Audit {
         }
     }
     a.lost = rows.keys().filter(|id| !seen.contains(id)).copied().collect();
+    a.lost_vs_slot = a.lost.iter().take(20).map(|id| w.lost_vs_slot(*id)).collect();
     a
+}
+
+impl World {
+    /// Where lost event `id` stands against the slot: its transaction's commit end (from
+    /// the WAL, through pg_walinspect, PostgreSQL 15+) and the slot's confirmed position.
+    pub fn lost_vs_slot(&self, id: i64) -> String {
+        let slot = self
+            .try_sql(&format!(
+                "SELECT confirmed_flush_lsn || ' ' || restart_lsn FROM pg_replication_slots WHERE slot_name = '{}'",
+                self.slot
+            ))
+            .unwrap_or_default();
+        let Some((confirmed, restart)) = slot.trim().split_once(' ') else {
+            return format!("id {id}: the slot {} is gone, its confirmed position unknown", self.slot);
+        };
+        let xid = self.try_sql(&format!("SELECT xmin::text FROM events.outbox WHERE id = {id}")).unwrap_or_default();
+        let commit = self.try_sql("CREATE EXTENSION IF NOT EXISTS pg_walinspect").and_then(|_| {
+            self.try_sql(&format!(
+                "SELECT end_lsn FROM pg_get_wal_records_info('{restart}', pg_current_wal_insert_lsn())
+                 WHERE xid::text = '{}' AND resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'",
+                xid.trim()
+            ))
+        });
+        match commit.as_deref().map(str::trim) {
+            Ok("") => format!(
+                "id {id} (xid {}): its commit is before the slot's restart_lsn {restart}, so the slot (confirmed {confirmed}) is CONFIRMED PAST THIS LOST EVENT: the worst failure, walpost will never send it again",
+                xid.trim()
+            ),
+            Ok(end) => {
+                let past = parse_lsn(confirmed).zip(parse_lsn(end)).is_some_and(|(c, e)| c >= e);
+                if past {
+                    format!("id {id}: commit ends at {end}, slot confirmed {confirmed}: CONFIRMED PAST THIS LOST EVENT: the worst failure, walpost will never send it again")
+                } else {
+                    format!("id {id}: commit ends at {end}, slot confirmed {confirmed}: not confirmed past it (a restart would send it again)")
+                }
+            }
+            Err(e) => format!("id {id}: slot confirmed {confirmed}; its commit position is unknown ({})", e.lines().next().unwrap_or("")),
+        }
+    }
+}
+
+/// [`consume_every_committed`], and fails the test (naming what is missing and where it
+/// stands against the slot) when not every committed row arrived in time.
+pub fn wait_for_every_committed(w: &World, timeout: Duration) -> Vec<Consumed> {
+    let records = consume_every_committed(w, timeout);
+    let a = audit(w, &records);
+    assert!(a.lost.is_empty(), "not every committed event reached Kafka within {timeout:?}: {a:?}");
+    records
 }
 
 /// Kafka's murmur2 (the Java client's default partitioner) and librdkafka's
