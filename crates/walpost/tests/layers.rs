@@ -223,3 +223,17 @@ fn no_module_import_circle_in_the_workspace() {
     }
     assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
 }
+
+/// Issue 26, part 1: `walpost slot create` made a new slot without the lineage check
+/// `walpost run` applies, and 10 events were lost. Every slot walpost makes goes through
+/// `postgres::lineage::Lineage::create_slot`, the one caller of `create_logical_slot`.
+#[test]
+fn only_the_lineage_rule_creates_slots() {
+    let src = repo().join("crates/walpost/src");
+    let callers: Vec<String> = rust_files(&src)
+        .into_iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains(".create_logical_slot("))
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert_eq!(callers, vec!["postgres/lineage.rs".to_owned()], "slots are created only by Lineage::create_slot");
+}

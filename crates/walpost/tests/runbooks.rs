@@ -109,18 +109,30 @@ fn grafana_dashboard_uses_only_exported_metrics() {
     assert!(used >= 8, "the dashboard should chart the main metrics");
 }
 
+/// Issue 26: the error for a slot that was dropped or lost in a failover points to
+/// slot-lost.md (it pointed to upgrade-and-failover.md, whose steps fail for a dropped
+/// slot), which quotes it and the other missing-slot texts verbatim.
 #[test]
-fn slot_missing_after_a_failover_is_quoted_verbatim_in_its_runbook() {
+fn slot_missing_errors_are_quoted_verbatim_in_slot_lost() {
+    use walpost::postgres::messages;
     let origin = walpost::postgres::lineage::Origin {
         system_id: "7401234567890123456".into(),
         timeline: 1,
         created_at: Some("2026-11-30 09:12:44.193+00".into()),
     };
-    let message =
-        walpost::postgres::messages::slot_missing_message("walpost", &"pg-b:5432", &origin, 2, "events.walpost_slots");
-    assert!(message.contains("runbooks/upgrade-and-failover.md"));
-    let runbook = read("runbooks/upgrade-and-failover.md");
-    assert!(runbook.contains(&message), "runbooks/upgrade-and-failover.md must quote:\n{message}");
+    let table = "events.walpost_slots";
+    let missing = messages::slot_missing_message("walpost", &"pg-b:5432", &origin, 2, table);
+    assert!(missing.contains("runbooks/slot-lost.md") && missing.contains("--snapshot when_needed"), "{missing}");
+    assert!(missing.contains("DELETE FROM events.walpost_slots WHERE slot = 'walpost'"), "{missing}");
+    let runbook = read("runbooks/slot-lost.md");
+    for message in [
+        missing,
+        messages::slot_never_streamed("walpost", table),
+        messages::slot_lineage_unknown("walpost", table, "does not exist"),
+    ] {
+        assert!(runbook.contains(&message), "runbooks/slot-lost.md must quote:\n{message}");
+    }
+    assert!(read("runbooks/upgrade-and-failover.md").contains("slot-lost.md"));
 }
 
 #[test]

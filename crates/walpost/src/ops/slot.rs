@@ -1,8 +1,9 @@
 //! `walpost slot status|create|drop`.
 //!
 //! `slot status` exits by the slot's state so scripts can rely on it:
-//! 0 ok, 2 warning, 3 critical, 4 lost (invalidated); 1 for any error (cannot connect,
-//! no such slot).
+//! 0 ok, 2 warning, 3 critical, 4 lost (invalidated, or missing although walpost streamed
+//! from it: `events.walpost_slots` says so); 1 for any error (cannot connect, no such
+//! slot and no record of one).
 
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write};
@@ -28,12 +29,10 @@ pub async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError> {
     let slot = &s.source.slot;
     let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
     let status = monitor::query(&mut sql, slot).await?;
-    sql.close().await;
     if !status.exists {
-        return Err(PipelineError::definite(format!(
-            "replication slot \"{slot}\" does not exist (walpost run or walpost slot create makes it)"
-        )));
+        return missing(sql, s, json).await;
     }
+    sql.close().await;
     // This command is not the streaming instance: its own lag is unknown, the slot's
     // figures are what it has.
     let verdict = monitor::evaluate(&status, Observed::default(), &s.monitor.thresholds);
@@ -105,6 +104,46 @@ pub async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError> {
     Ok(code)
 }
 
+/// `slot status` of a slot that does not exist: which way on applies depends on whether
+/// walpost streamed from it (the same rule `walpost run` and `walpost slot create` apply).
+async fn missing(mut sql: ReplicationClient, s: &Settings, json: bool) -> Result<u8, PipelineError> {
+    let slot = &s.source.slot;
+    let table = lineage::table_name(s);
+    let record = lineage::record_of(&mut sql, s).await;
+    let host = sql.connected_host().clone();
+    sql.close().await;
+    let (code, level, message) = match record {
+        lineage::Record::Streamed(origin) => {
+            let mut repl = ReplicationClient::connect(&s.postgres.pinned_to(&host)).await?;
+            let now = repl.identify_system().await?;
+            repl.close().await;
+            (exit::LOST, "lost", messages::slot_missing_message(slot, &host.to_string(), &origin, now.timeline, &table))
+        }
+        lineage::Record::Never => {
+            return Err(PipelineError::definite(messages::slot_never_streamed(slot, &table)));
+        }
+        lineage::Record::NoTable => {
+            return Err(PipelineError::definite(messages::slot_lineage_unknown(slot, &table, "does not exist")));
+        }
+        lineage::Record::Unreadable(e) => {
+            return Err(PipelineError::definite(messages::slot_lineage_unknown(
+                slot,
+                &table,
+                &format!("cannot be read: {e}"),
+            )));
+        }
+    };
+    if json {
+        let v = serde_json::json!({ "slot": slot, "exists": false, "alarm": level, "reasons": [message] });
+        println!("{}", serde_json::to_string_pretty(&v).map_err(PipelineError::definite)?);
+    } else {
+        println!("{:<28} {slot}", "slot");
+        println!("{:<28} does not exist", "state");
+        println!("{:<28} {level}: {message}", "alarm");
+    }
+    Ok(code)
+}
+
 fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
     let mut v = b as f64;
@@ -119,16 +158,16 @@ fn human_bytes(b: u64) -> String {
 /// `walpost slot create`: the publication (if missing) and the slot, no streaming.
 pub async fn create(s: &Settings) -> Result<(), PipelineError> {
     let slot = &s.source.slot;
-    let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+    let mut repl = ReplicationClient::connect(&s.postgres).await?;
+    let mut sql = ReplicationClient::connect_sql(&s.postgres.pinned_to(repl.connected_host())).await?;
     preflight::preflight(&mut sql, s).await?;
     if catalog::slot_row(&mut sql, slot).await?.is_some() {
         return Err(PipelineError::definite(format!("replication slot \"{slot}\" already exists")));
     }
-    sql.close().await;
-    let mut repl = ReplicationClient::connect(&s.postgres).await?;
     let system = repl.identify_system().await?;
-    let created = repl.create_logical_slot(slot, "pgoutput", SlotSnapshot::Nothing, s.source.slot_failover).await?;
-    let mut sql = ReplicationClient::connect_sql(&s.postgres.pinned_to(repl.connected_host())).await?;
+    // No snapshot is published here: a slot walpost streamed from before is refused.
+    let lineage = lineage::Lineage::default();
+    let created = lineage.create_slot(&mut repl, &mut sql, s, &system, SlotSnapshot::Nothing, false).await?;
     repl.close().await;
     lineage::Lineage::default().record(&mut sql, s, &system, true).await;
     sql.close().await;

@@ -13,15 +13,18 @@
 //! (for a role that may not create the table).
 //!
 //! Invariants:
-//! - With `--snapshot never`, a slot known to have existed is never re-created: the
-//!   session stops with [`slot_missing_message`]. `--snapshot initial` and `when_needed`
-//!   re-create it with a snapshot (nothing is lost: the snapshot publishes the rows).
-//! - `walpost slot drop` deletes the row (the operator chose the gap); `walpost slot
-//!   create` and every session that streams write it.
+//! - [`Lineage::create_slot`] is walpost's only way to create a slot (`walpost run`, its
+//!   snapshot modes, `walpost slot create`; `tests/layers.rs` holds that no other module
+//!   calls `create_logical_slot`), and it applies the rule: a slot known to have existed
+//!   is re-created only by a session that republishes with a snapshot (`--snapshot
+//!   initial` or `when_needed`: the snapshot publishes the rows the new slot would
+//!   skip). Everything else stops with [`slot_missing_message`], which names both ways on.
+//! - `walpost slot drop` deletes the row (the operator chose the gap); every slot walpost
+//!   creates and every session that streams write it.
 //! - The table is optional: without the privilege to create it, walpost warns once and
 //!   relies on its memory (which does not survive a restart of walpost itself).
 
-use replication::{ReplicationClient, SystemInfo};
+use replication::{CreatedSlot, ReplicationClient, SlotSnapshot, SystemInfo};
 
 use super::messages::slot_missing_message;
 use super::sql::{ident, literal};
@@ -64,9 +67,17 @@ impl Lineage {
         if republishes {
             return Ok(());
         }
-        let known = match read(sql, s).await {
-            Some(origin) => Some(origin),
-            None => self.streamed.clone(),
+        let known = match record_of(sql, s).await {
+            Record::Streamed(origin) => Some(origin),
+            Record::Unreadable(e) => {
+                return Err(PipelineError::definite(format!(
+                    "replication slot \"{}\" does not exist and {} cannot be read ({e}), so walpost cannot tell whether it streamed from that slot before (a new slot would then skip events): grant SELECT, INSERT, UPDATE, DELETE on {} to walpost's role",
+                    s.source.slot,
+                    table(s),
+                    table(s)
+                )))
+            }
+            Record::Never | Record::NoTable => self.streamed.clone(),
         };
         match known {
             None => Ok(()),
@@ -78,6 +89,22 @@ impl Lineage {
                 &table(s),
             ))),
         }
+    }
+
+    /// Creates the missing slot on `repl`'s server (`sql`: a connection to the same
+    /// server), after [`Lineage::check_missing`]; `export`: the snapshot the slot exports;
+    /// `republishes`: the caller publishes that snapshot's rows before it streams.
+    pub async fn create_slot(
+        &self,
+        repl: &mut ReplicationClient,
+        sql: &mut ReplicationClient,
+        s: &Settings,
+        system: &SystemInfo,
+        export: SlotSnapshot,
+        republishes: bool,
+    ) -> Result<CreatedSlot, PipelineError> {
+        self.check_missing(sql, s, system, republishes).await?;
+        Ok(repl.create_logical_slot(&s.source.slot, "pgoutput", export, s.source.slot_failover).await?)
     }
 
     /// The session streams from the slot (`created`: walpost just created it): remember
@@ -123,26 +150,51 @@ impl Lineage {
     }
 }
 
-/// The recorded origin of the slot, if the table and a row exist.
-async fn read(sql: &mut ReplicationClient, s: &Settings) -> Option<Origin> {
+/// What `events.walpost_slots` says of the slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// walpost streamed from it (since `created_at`).
+    Streamed(Origin),
+    /// No row for it: walpost never streamed from it (or `walpost slot drop` forgot it).
+    Never,
+    /// The table does not exist (migration 0003 not applied, and walpost could not make
+    /// it): only a running walpost's memory knows.
+    NoTable,
+    /// The table exists but cannot be read (the error).
+    Unreadable(String),
+}
+
+/// The lineage record of the slot.
+pub async fn record_of(sql: &mut ReplicationClient, s: &Settings) -> Record {
     let t = table(s);
-    let present =
-        sql.simple_query(&format!("SELECT to_regclass({}) IS NOT NULL AS present", literal(&t))).await.ok()?;
-    if present.first("present") != Some("t") {
-        return None;
+    let present = match sql.simple_query(&format!("SELECT to_regclass({}) IS NOT NULL AS present", literal(&t))).await {
+        Ok(r) => r.first("present") == Some("t"),
+        Err(e) => return Record::Unreadable(e.to_string()),
+    };
+    if !present {
+        return Record::NoTable;
     }
-    let r = sql
-        .simple_query(&format!(
-            "SELECT system_identifier, timeline, created_at::text AS created_at FROM {t} WHERE slot = {}",
-            literal(&s.source.slot)
-        ))
-        .await
-        .ok()?;
-    Some(Origin {
-        system_id: r.first("system_identifier")?.to_owned(),
-        timeline: r.first("timeline")?.parse().ok()?,
-        created_at: r.first("created_at").map(str::to_owned),
-    })
+    let query = format!(
+        "SELECT system_identifier, timeline, created_at::text AS created_at FROM {t} WHERE slot = {}",
+        literal(&s.source.slot)
+    );
+    match sql.simple_query(&query).await {
+        Err(e) => Record::Unreadable(e.to_string()),
+        // A row says walpost streamed from the slot, whatever its other columns hold.
+        Ok(r) => match r.first("system_identifier") {
+            None => Record::Never,
+            Some(system_id) => Record::Streamed(Origin {
+                system_id: system_id.to_owned(),
+                timeline: r.first("timeline").and_then(|t| t.parse().ok()).unwrap_or(0),
+                created_at: r.first("created_at").map(str::to_owned),
+            }),
+        },
+    }
+}
+
+/// The table the lineage is kept in.
+pub fn table_name(s: &Settings) -> String {
+    table(s)
 }
 
 /// `walpost slot drop`: the operator chose to start over; forget the slot.

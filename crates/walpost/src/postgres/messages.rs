@@ -10,9 +10,6 @@ pub const SLOT_LOST_RUNBOOK: &str = "runbooks/slot-lost.md";
 /// The runbook an outbox table that stopped being streamed points to.
 pub const OUTBOX_CHANGED_RUNBOOK: &str = "runbooks/outbox-recreated.md";
 
-/// The runbook a slot missing after a failover points to.
-pub const FAILOVER_RUNBOOK: &str = "runbooks/upgrade-and-failover.md";
-
 /// The fatal error for a slot walpost streamed from that no longer exists (see
 /// `postgres::lineage`). `table`: where the lineage is recorded.
 pub fn slot_missing_message(
@@ -24,8 +21,24 @@ pub fn slot_missing_message(
 ) -> String {
     let since = origin.created_at.as_deref().map(|t| format!(" since {t}")).unwrap_or_default();
     format!(
-        "replication slot \"{slot}\" does not exist on {host}, but walpost streamed from it{since} (system {}, timeline {}; the server is on timeline {timeline_now} now): it was lost in a failover to a server that did not have it (PostgreSQL before 17, or a standby without slot synchronization) or it was dropped; a new slot would silently skip every event committed since the old one's confirmed position, so walpost stopped: follow {FAILOVER_RUNBOOK} (re-create it with --snapshot when_needed and a --snapshot-filter covering the gap, or accept the gap: DELETE FROM {table} WHERE slot = '{slot}')",
+        "replication slot \"{slot}\" does not exist on {host}, but walpost streamed from it{since} (system {}, timeline {}; the server is on timeline {timeline_now} now): it was dropped, or lost in a failover to a server that did not have it (PostgreSQL before 17, or a standby without slot synchronization); a new slot would silently skip every event committed since the old one's confirmed position, so walpost does not create one: follow {SLOT_LOST_RUNBOOK} (republish the gap: walpost run --snapshot when_needed with a --snapshot-filter covering it; or accept the gap: DELETE FROM {table} WHERE slot = '{slot}')",
         origin.system_id, origin.timeline
+    )
+}
+
+/// `walpost slot status` for a slot that does not exist and that walpost has no record
+/// of streaming from.
+pub fn slot_never_streamed(slot: &str, table: &str) -> String {
+    format!(
+        "replication slot \"{slot}\" does not exist, and {table} has no record of walpost streaming from it: walpost run creates it (--snapshot initial also publishes the rows already in the outbox), or walpost slot create"
+    )
+}
+
+/// `walpost slot status` for a slot that does not exist when the lineage table is
+/// missing or unreadable (`why`).
+pub fn slot_lineage_unknown(slot: &str, table: &str, why: &str) -> String {
+    format!(
+        "replication slot \"{slot}\" does not exist, and whether walpost streamed from it is unknown ({table} {why}): if it did, events committed since its confirmed position are not in Kafka and a new slot would skip them (follow {SLOT_LOST_RUNBOOK}); if it never did, walpost run or walpost slot create makes it"
     )
 }
 

@@ -154,13 +154,12 @@ pub async fn begin(
             row.confirmed_flush.unwrap_or(Lsn::ZERO)
         }
         None => {
-            // A slot walpost streamed from before is not silently re-created.
-            lineage.check_missing(&mut sql, s, &system, snapshots).await?;
+            // A slot walpost streamed from before is re-created only with a snapshot.
             if snapshots {
                 snapshot::mark_started(&mut sql, s).await?;
             }
             let export = if snapshots { SlotSnapshot::Export } else { SlotSnapshot::Nothing };
-            let created = repl.create_logical_slot(slot_name, "pgoutput", export, s.source.slot_failover).await?;
+            let created = lineage.create_slot(&mut repl, &mut sql, s, &system, export, snapshots).await?;
             tracing::info!(slot = %slot_name, consistent_point = %created.consistent_point, "created replication slot");
             if snapshots {
                 // With exactly-once the snapshot is one Kafka transaction whose progress

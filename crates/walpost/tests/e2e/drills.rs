@@ -902,6 +902,72 @@ fn drill_slot_lost_recovers_without_loss_or_reordering() {
     assert!(recover.terminate(Duration::from_secs(30)).unwrap().success(), "{}", recover.log_text());
 }
 
+/// Regression (issue 26, part 1): an on-call drill dropped the slot while walpost was
+/// stopped; `walpost slot status` then said "walpost run or walpost slot create makes it",
+/// `walpost slot create` made a new slot without looking at the lineage, and the 10 events
+/// written meanwhile never reached Kafka. Now `slot status` exits 4 with the missing-slot
+/// text, which names slot-lost.md and both ways on (never "slot create makes it"), and
+/// `slot create` and a plain `run` refuse the same way. Following the hint (slot-lost.md:
+/// skip step 2, the newest record, one `run --snapshot when_needed` with a margin) loses
+/// nothing.
+#[test]
+fn drill_slot_dropped_while_stopped_follows_the_status_hint_and_loses_nothing() {
+    let rb = Runbook::open("slot-lost");
+    let w = World::new("drill-dropped");
+    let config = service_config(&w, "");
+    let mut p = service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    insert_batches(&w, 0, 1, 10, 5, &["order"]);
+    wait_for_every_committed(&w, WAIT);
+    assert_eq!(p.terminate(WAIT).and_then(|s| s.code()), Some(0), "{}", p.log_text());
+    // Dropped behind walpost's back (not `walpost slot drop`, which forgets it on purpose).
+    w.sql(&format!("SELECT pg_drop_replication_slot('{}')", w.slot));
+    insert_batches(&w, 1, 1, 10, 5, &["payment"]);
+
+    let out = sh(&rb.block("status").fill(&[("config", &config)]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "slot status of a dropped slot:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("does not exist") && text.contains("but walpost streamed from it"), "{text}");
+    assert!(text.contains("runbooks/slot-lost.md") && text.contains("--snapshot when_needed"), "{text}");
+    assert!(!text.contains("slot create makes it"), "{text}");
+    let create = sh(&format!("walpost slot create --config {config}"));
+    let refused = String::from_utf8_lossy(&create.stderr).into_owned();
+    assert_eq!(create.status.code(), Some(1), "walpost slot create must refuse:\n{refused}");
+    assert!(refused.contains("but walpost streamed from it") && refused.contains("runbooks/slot-lost.md"), "{refused}");
+    assert_eq!(slot_count(&w), 0, "slot create made a slot");
+    let mut plain = service(&config, &[]);
+    assert_eq!(plain.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", plain.log_text());
+    assert!(plain.log_text().contains("but walpost streamed from it"), "{}", plain.log_text());
+    assert_eq!(slot_count(&w), 0, "a plain run made a slot");
+
+    // The hint: slot-lost.md's steps 3 to 5 (no slot to drop).
+    let topics = format!("{} {}", w.topic("order"), w.topic("payment"));
+    let newest = sh_ok(&rb.block("newest").fill(&[("topics", &topics), ("brokers", &w.kafka_bootstrap)]));
+    let vars = [("config", config.as_str()), ("newest-ms", newest.trim()), ("margin", "1 minute")];
+    let mut recover = spawn_sh(&rb.block("recover").fill(&vars));
+    let ready = testkit::wait_until(WAIT, || {
+        let log = recover.log_text();
+        log.contains("snapshot finished") && log.contains("streaming slot=")
+    });
+    assert!(ready, "{}", recover.log_text());
+    insert_batches(&w, 2, 1, 10, 5, &["order", "payment"]);
+    let records = wait_for_every_committed(&w, WAIT);
+    let a = audit(&w, &records);
+    assert_clean(&a);
+    let payments = records.iter().filter(|r| r.topic == w.topic("payment")).map(Consumed::event_id);
+    assert_eq!(payments.collect::<std::collections::BTreeSet<_>>().len(), 15, "the 10 gap events and 5 new ones");
+    assert!(recover.terminate(WAIT).unwrap().success(), "{}", recover.log_text());
+}
+
+fn slot_count(w: &World) -> u32 {
+    w.sql(&format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{}'", w.slot)).parse().unwrap()
+}
+
 /// Issue 20, finding 9: `walpost slot status` exits 4 for a lost slot (0 ok, 2 warning,
 /// 3 critical, 4 lost) and says the retained WAL is unknown instead of 0. And what
 /// runbooks/slot-lost.md says of `--snapshot when_needed`: it drops a lost slot by itself
