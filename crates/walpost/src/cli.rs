@@ -135,9 +135,19 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "TIME")]
     pub until: Option<String>,
 
-    /// A further SQL condition on the rows, e.g. "aggregate_type = 'order'".
-    #[arg(long = "where", value_name = "SQL")]
+    /// A further condition on the rows, e.g. "aggregate_type = 'order'": columns compared
+    /// with constants (=, <>, <, >, IN, BETWEEN, IS NULL, LIKE, AND, OR, NOT).
+    #[arg(long = "where", value_name = "CONDITION")]
     pub condition: Option<String>,
+
+    /// Run --where as any SQL expression (function calls and subqueries included),
+    /// under the replay's statement timeout.
+    #[arg(long)]
+    pub unsafe_where: bool,
+
+    /// How long one statement of the replay may run (e.g. 30s, 5min) [default: 5min].
+    #[arg(long, value_name = "DURATION", value_parser = crate::settings::duration::parse_duration)]
+    pub statement_timeout: Option<std::time::Duration>,
 
     /// The column --since and --until apply to [default: the router's
     /// table.field.event.timestamp, else occurred_at].

@@ -109,6 +109,20 @@ fn grafana_dashboard_uses_only_exported_metrics() {
     assert!(used >= 8, "the dashboard should chart the main metrics");
 }
 
+/// Issue 27, H1: who may write the signal table; the texts are in the replay runbook.
+#[test]
+fn signal_table_rights_errors_are_quoted_verbatim_in_the_replay_runbook() {
+    let table = walpost::settings::TableName { schema: "events".into(), name: "debezium_signal".into() };
+    let runbook = read("runbooks/replay.md");
+    for message in [
+        walpost::postgres::messages::signal_table_public(&table),
+        walpost::postgres::messages::signal_table_roles(&table, &["reporting"]),
+    ] {
+        assert!(message.contains("runbooks/replay.md"), "{message}");
+        assert!(runbook.contains(&message), "runbooks/replay.md must quote:\n{message}");
+    }
+}
+
 /// Issue 26: the error for a slot that was dropped or lost in a failover points to
 /// slot-lost.md (it pointed to upgrade-and-failover.md, whose steps fail for a dropped
 /// slot), which quotes it and the other missing-slot texts verbatim.
@@ -138,6 +152,12 @@ fn slot_missing_errors_are_quoted_verbatim_in_slot_lost() {
 #[test]
 fn exactly_once_errors_are_quoted_verbatim_in_their_runbook() {
     let runbook = read("runbooks/exactly-once.md");
+    let forged = walpost::kafka::progress::forged_message(
+        "walpost.progress",
+        "app/walpost",
+        "it carries no signature, and walpost signs every progress record it writes",
+    );
+    assert!(runbook.contains(&forged), "runbooks/exactly-once.md must quote:\n{forged}");
     let fenced = walpost::kafka::transaction::fenced_message();
     assert!(runbook.contains(&fenced), "runbooks/exactly-once.md must quote:\n{fenced}");
     let id = walpost::kafka::progress::SlotIdentity {
@@ -151,6 +171,7 @@ fn exactly_once_errors_are_quoted_verbatim_in_their_runbook() {
         slot: "walpost".into(),
         lsn: "0/1".into(),
         partial: None,
+        mac: None,
     };
     let message = foreign.position_for(&id, "walpost.progress").unwrap_err().to_string();
     assert!(runbook.contains(&message), "runbooks/exactly-once.md must quote:\n{message}");

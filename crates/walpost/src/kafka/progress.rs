@@ -12,6 +12,16 @@
 //! The transactional id is derived from the slot's identity (system identifier,
 //! database, slot), stable across restarts and failovers (a promoted standby keeps the
 //! system identifier): a second or zombie instance is fenced by the broker.
+//!
+//! Trust: any Kafka client allowed to write the progress topic could produce a record
+//! with a position ahead of the truth, and walpost would skip every event up to it (issue
+//! 27, M1). So walpost signs each record (HMAC-SHA256, [`ProgressKey`]) with a key kept
+//! beside the slot's lineage in PostgreSQL (`events.walpost_slots.progress_key`), and a
+//! session trusts the last record only when its signature holds and its position is not
+//! ahead of the server's WAL ([`Progress::check`]); anything else stops walpost with
+//! [`forged_message`] (runbooks/exactly-once.md) instead of skipping. A record without a
+//! signature is accepted only in the start that made the key (records of a walpost
+//! before signing existed).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,8 +36,76 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
 use super::config::client_config;
 use crate::error::PipelineError;
+
+/// The key progress records are signed with (see the module docs).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProgressKey {
+    key: Vec<u8>,
+    /// Made in this start: a record without a signature was written before walpost
+    /// signed records, and is trusted once.
+    pub made_now: bool,
+}
+
+impl std::fmt::Debug for ProgressKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressKey").field("made_now", &self.made_now).finish_non_exhaustive()
+    }
+}
+
+impl ProgressKey {
+    /// A key from its stored form (hex); `None` when it is not one.
+    pub fn from_hex(text: &str, made_now: bool) -> Option<ProgressKey> {
+        let key = hex_decode(text.trim())?;
+        (key.len() >= 16).then_some(ProgressKey { key, made_now })
+    }
+
+    /// A new key's stored form: 32 random bytes as hex.
+    pub fn generate_hex() -> Result<String, String> {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).map_err(|e| format!("no random bytes for the progress key: {e}"))?;
+        Ok(hex_encode(&key))
+    }
+
+    fn mac(&self, text: &str) -> Option<Hmac<Sha256>> {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key).ok()?;
+        mac.update(text.as_bytes());
+        Some(mac)
+    }
+
+    fn sign(&self, text: &str) -> Option<String> {
+        Some(hex_encode(&self.mac(text)?.finalize().into_bytes()))
+    }
+
+    fn verify(&self, text: &str, signature: &str) -> bool {
+        match (self.mac(text), hex_decode(signature)) {
+            (Some(mac), Some(signature)) => mac.verify_slice(&signature).is_ok(),
+            _ => false,
+        }
+    }
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn hex_decode(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// The fatal error for a progress record walpost did not write (`why`).
+pub fn forged_message(topic: &str, key: &str, why: &str) -> String {
+    format!(
+        "the progress topic {topic} holds a record for {key} that walpost did not write ({why}): some other client produced to the progress topic, and trusting it would skip events, so walpost stopped; follow runbooks/exactly-once.md (restrict writes to {topic} with Kafka ACLs, then delete its records and restart: walpost resumes from the slot's confirmed position)"
+    )
+}
 
 /// What a slot is, across restarts and failovers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +139,9 @@ pub struct Progress {
     /// are in Kafka already.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub partial: Option<Partial>,
+    /// HMAC-SHA256 of [`Progress::signed_text`] with the [`ProgressKey`], as hex.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mac: Option<String>,
 }
 
 /// See [`Progress::partial`].
@@ -78,14 +159,59 @@ pub struct Position {
 }
 
 impl Progress {
-    pub fn new(id: &SlotIdentity, position: Position) -> Progress {
-        Progress {
+    /// A record for `position`, signed with `key` (unsigned without one: the lineage
+    /// table, where the key is kept, is not available).
+    pub fn new(id: &SlotIdentity, position: Position, key: Option<&ProgressKey>) -> Progress {
+        let mut p = Progress {
             system_id: id.system_id.clone(),
             database: id.database.clone(),
             slot: id.slot.clone(),
             lsn: position.lsn.to_string(),
             partial: position.partial.map(|(txn, records)| Partial { txn: txn.to_string(), records }),
+            mac: None,
+        };
+        p.mac = key.and_then(|k| k.sign(&p.signed_text()));
+        p
+    }
+
+    /// What the signature covers: every field, in a fixed order.
+    fn signed_text(&self) -> String {
+        let partial = self.partial.as_ref().map(|p| format!("{}/{}", p.txn, p.records)).unwrap_or_default();
+        format!("walpost-progress-1\n{}\n{}\n{}\n{}\n{partial}", self.system_id, self.database, self.slot, self.lsn)
+    }
+
+    /// The position, when walpost may trust it: the record is `id`'s, signed with `key`
+    /// (when there is one), and not ahead of `wal_end` (the server's WAL position now).
+    pub fn check(
+        &self,
+        id: &SlotIdentity,
+        topic: &str,
+        key: Option<&ProgressKey>,
+        wal_end: Lsn,
+    ) -> Result<Position, PipelineError> {
+        let position = self.position_for(id, topic)?;
+        let forged = |why: String| Err(PipelineError::definite(forged_message(topic, &id.key(), &why)));
+        if let Some(key) = key {
+            match &self.mac {
+                Some(mac) if key.verify(&self.signed_text(), mac) => {}
+                Some(_) => {
+                    return forged("its signature does not match the key kept in the slot's lineage table".into())
+                }
+                None if key.made_now => {
+                    tracing::info!(topic, "the last progress record carries no signature (written before walpost signed them); trusted once, every record from now on is signed");
+                }
+                None => {
+                    return forged("it carries no signature, and walpost signs every progress record it writes".into())
+                }
+            }
         }
+        if position.lsn > wal_end {
+            return forged(format!(
+                "its position {} is ahead of the server's WAL, which ends at {wal_end}",
+                position.lsn
+            ));
+        }
+        Ok(position)
     }
 
     pub fn encode(&self) -> Bytes {
@@ -224,7 +350,7 @@ mod tests {
 
     #[test]
     fn progress_round_trips_and_refuses_another_cluster() {
-        let p = Progress::new(&id(), Position { lsn: Lsn(0x1_0000_0010), partial: Some((Lsn(0x20), 7)) });
+        let p = Progress::new(&id(), Position { lsn: Lsn(0x1_0000_0010), partial: Some((Lsn(0x20), 7)) }, None);
         let back: Progress = serde_json::from_slice(&p.encode()).unwrap();
         assert_eq!(
             back.position_for(&id(), "t").unwrap(),
@@ -235,5 +361,32 @@ mod tests {
         assert!(!err.is_transient() && err.to_string().contains("another PostgreSQL cluster"), "{err}");
         assert_eq!(id().transactional_id(), "walpost-7714-shop-walpost");
         assert_eq!(id().key(), "shop/walpost");
+    }
+
+    /// Issue 27, M1: a record any Kafka client can produce (the key is public: the
+    /// database's system identifier is readable by every role) must not be trusted.
+    #[test]
+    fn only_a_record_signed_with_the_key_and_not_ahead_of_the_wal_is_trusted() {
+        let key = ProgressKey::from_hex(&ProgressKey::generate_hex().unwrap(), false).unwrap();
+        let at = Position { lsn: Lsn(0x500), partial: Some((Lsn(0x600), 3)) };
+        let signed = Progress::new(&id(), at, Some(&key));
+        assert_eq!(signed.check(&id(), "t", Some(&key), Lsn(0x1000)).unwrap(), at);
+        assert_eq!(signed.check(&id(), "t", None, Lsn(0x1000)).unwrap(), at, "no key: only the WAL bound");
+        let mut moved = signed.clone();
+        moved.lsn = Lsn(0x900).to_string();
+        let err = moved.check(&id(), "walpost.progress", Some(&key), Lsn(0x1000)).unwrap_err().to_string();
+        assert!(err.contains("did not write") && err.contains("signature does not match"), "{err}");
+        let unsigned = Progress::new(&id(), at, None);
+        let err = unsigned.check(&id(), "t", Some(&key), Lsn(0x1000)).unwrap_err().to_string();
+        assert!(err.contains("carries no signature"), "{err}");
+        let fresh = ProgressKey { made_now: true, ..key.clone() };
+        assert!(unsigned.check(&id(), "t", Some(&fresh), Lsn(0x1000)).is_ok(), "trusted once, as the key is made");
+        let other = ProgressKey::from_hex(&ProgressKey::generate_hex().unwrap(), false).unwrap();
+        assert!(signed.check(&id(), "t", Some(&other), Lsn(0x1000)).is_err(), "another key");
+        let ahead = Progress::new(&id(), Position { lsn: Lsn(0x2000), partial: None }, Some(&key));
+        let err = ahead.check(&id(), "t", Some(&key), Lsn(0x1000)).unwrap_err().to_string();
+        assert!(err.contains("ahead of the server's WAL"), "{err}");
+        assert!(!format!("{key:?}").contains(&hex_encode(&key.key)), "the key is never printed");
+        assert_eq!(ProgressKey::from_hex("zz", false), None);
     }
 }

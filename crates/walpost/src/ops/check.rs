@@ -139,6 +139,12 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
             preflight::check_emit_message_rights(sql, s).await,
         ));
     }
+    if let Some(signal) = &s.source.signal_table {
+        out.push(from_result(
+            format!("signal table {signal}: only allowed roles can insert signals"),
+            preflight::check_signal_rights(sql, s).await,
+        ));
+    }
     let publication = &s.source.publication;
     out.push(match catalog::publication_state(sql, s).await {
         Ok(catalog::Publication::Missing) => Check::Warn(format!(
@@ -198,6 +204,9 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         .await
         .ok()
         .and_then(|r| r.first("ok").map(|v| v == "true"));
+    if let crate::settings::Delivery::ExactlyOnce(e) = &s.kafka.delivery {
+        out.push(progress_check(sql, s, &e.progress_topic).await);
+    }
     match sees_all {
         Some(true) => out.push(Check::Ok("the role sees every session's transactions (long-transaction alarm)".into())),
         Some(false) => out.push(Check::Warn(
@@ -206,6 +215,31 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         None => {}
     }
     out
+}
+
+/// Exactly-once: whether progress records can be signed (the key lives in the lineage
+/// table), and how to keep other clients from writing the progress topic.
+async fn progress_check(sql: &mut ReplicationClient, s: &Settings, topic: &str) -> Check {
+    let table = crate::postgres::lineage::table_name(s);
+    let acl = format!(
+        "allow only walpost's principal to write it: kafka-acls.sh --bootstrap-server <brokers> --add --allow-principal User:<walpost principal> --operation Write --topic {topic} (runbooks/exactly-once.md)"
+    );
+    let readable = sql
+        .simple_query(&format!(
+            "SELECT (to_regclass({t}) IS NOT NULL AND has_table_privilege(to_regclass({t}), 'SELECT, UPDATE'))::text AS ok",
+            t = literal(&table)
+        ))
+        .await
+        .ok()
+        .and_then(|r| r.first("ok").map(|v| v == "true"));
+    match readable {
+        Some(true) => Check::Ok(format!(
+            "exactly-once: progress records in {topic} are signed with the key kept in {table}; {acl}"
+        )),
+        _ => Check::Warn(format!(
+            "exactly-once: {table} is missing or not writable, so progress records in {topic} cannot be signed and a record any client produces there could make walpost skip events: apply migrations/0003_walpost_slots.sql and grant walpost SELECT, INSERT, UPDATE, DELETE on it; {acl}"
+        )),
+    }
 }
 
 fn router_checks(s: &Settings) -> Vec<Check> {

@@ -4,26 +4,47 @@
 use replication::ReplicationClient;
 
 use crate::error::PipelineError;
+use crate::postgres::messages;
 use crate::postgres::sql::literal;
 use crate::settings::Settings;
 use crate::snapshot::replay::{self, ReplaySpec, DEFAULT_TIME_COLUMN};
 use crate::snapshot::Outcome;
 use crate::telemetry::{Health, Metrics};
 
-/// The replay the flags describe.
+/// The replay the flags describe. `--where` is parsed by `postgres::condition` (columns
+/// compared with constants) unless `unsafe_where`: then it runs as written, as any SQL.
+#[allow(clippy::too_many_arguments)] // one per flag
 pub fn spec(
     s: &Settings,
     id: Option<String>,
     since: Option<String>,
     until: Option<String>,
     condition: Option<String>,
+    unsafe_where: bool,
     time_column: Option<String>,
     dry_run: bool,
-) -> ReplaySpec {
+    statement_timeout: Option<std::time::Duration>,
+) -> Result<ReplaySpec, PipelineError> {
     let time_column = time_column
         .or_else(|| s.source.outboxes.first().and_then(|o| o.router.timestamp_field.clone()))
         .unwrap_or_else(|| DEFAULT_TIME_COLUMN.to_owned());
-    ReplaySpec { id: id.unwrap_or_else(ReplaySpec::new_id), since, until, condition, time_column, dry_run }
+    let condition = match condition {
+        Some(text) if !unsafe_where => Some(
+            crate::postgres::condition::parse(&text)
+                .map_err(|e| PipelineError::definite(messages::replay_where_refused(&e)))?
+                .to_sql(),
+        ),
+        other => other,
+    };
+    Ok(ReplaySpec {
+        id: id.unwrap_or_else(ReplaySpec::new_id),
+        since,
+        until,
+        condition,
+        time_column,
+        dry_run,
+        statement_timeout: statement_timeout.unwrap_or(replay::STATEMENT_TIMEOUT),
+    })
 }
 
 /// Runs the replay and prints its summary.
@@ -95,6 +116,7 @@ mod tests {
             condition: None,
             time_column: "occurred_at".into(),
             dry_run: true,
+            statement_timeout: replay::STATEMENT_TIMEOUT,
         };
         let outcome = Outcome {
             rows: 3,

@@ -172,3 +172,17 @@ pub async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Res
         Ok(Publication::Ready)
     }
 }
+
+/// The end of the server's WAL now: the insert position on a primary, the position
+/// received from the primary on a standby.
+pub async fn wal_end(sql: &mut ReplicationClient) -> Result<Lsn, PipelineError> {
+    let r = sql
+        .simple_query(
+            "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_insert_lsn() END::text AS lsn",
+        )
+        .await?;
+    let text = r.first("lsn").unwrap_or_default();
+    text.parse::<Lsn>().map_err(|_| {
+        PipelineError::definite(format!("the server reported its WAL position as '{text}', which is not an LSN"))
+    })
+}

@@ -131,7 +131,7 @@ impl Lineage {
         };
         let statements = [
             format!(
-                "CREATE TABLE IF NOT EXISTS {t} (slot text PRIMARY KEY, system_identifier text NOT NULL, timeline integer NOT NULL, created_at timestamptz NOT NULL)"
+                "CREATE TABLE IF NOT EXISTS {t} (slot text PRIMARY KEY, system_identifier text NOT NULL, timeline integer NOT NULL, created_at timestamptz NOT NULL, progress_key text)"
             ),
             format!("INSERT INTO {t} (slot, system_identifier, timeline, created_at) VALUES {row} ON CONFLICT (slot) {conflict}"),
         ];
@@ -195,6 +195,72 @@ pub async fn record_of(sql: &mut ReplicationClient, s: &Settings) -> Record {
 /// The table the lineage is kept in.
 pub fn table_name(s: &Settings) -> String {
     table(s)
+}
+
+/// A stored key and whether this call made it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredKey {
+    pub hex: String,
+    pub made_now: bool,
+}
+
+impl std::fmt::Debug for StoredKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredKey").field("made_now", &self.made_now).finish_non_exhaustive()
+    }
+}
+
+/// The key exactly-once progress records are signed with (`kafka::progress`), kept in
+/// the slot's lineage row and made on first use (`make` gives a new one's stored form).
+/// `None` (warned) when the row or its `progress_key` column is not there and cannot be
+/// made: records are then not signed and only checked against the server's WAL position.
+pub async fn progress_key(
+    sql: &mut ReplicationClient,
+    s: &Settings,
+    make: impl FnOnce() -> Result<String, String>,
+) -> Option<StoredKey> {
+    let t = table(s);
+    let slot = literal(&s.source.slot);
+    let warn = |e: String| {
+        tracing::warn!(
+            "cannot keep the exactly-once progress key in {t} ({e}): progress records are not signed, so any client that can write the progress topic can make walpost skip events; apply migrations/0003_walpost_slots.sql (or grant walpost ownership of {t}) and restrict writes to the progress topic (runbooks/exactly-once.md)"
+        );
+    };
+    // A table made by an older walpost or migration lacks the column; adding it needs
+    // ownership (a failure shows in the query below).
+    let _ = sql.simple_query(&format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS progress_key text")).await;
+    let made = match make() {
+        Ok(hex) => hex,
+        Err(e) => {
+            warn(e);
+            return None;
+        }
+    };
+    let update = format!(
+        "UPDATE {t} SET progress_key = {} WHERE slot = {slot} AND progress_key IS NULL RETURNING progress_key",
+        literal(&made)
+    );
+    match sql.simple_query(&update).await {
+        Ok(r) if r.first("progress_key").is_some() => return Some(StoredKey { hex: made, made_now: true }),
+        Ok(_) => {}
+        Err(e) => {
+            warn(e.to_string());
+            return None;
+        }
+    }
+    match sql.simple_query(&format!("SELECT progress_key FROM {t} WHERE slot = {slot}")).await {
+        Ok(r) => match r.first("progress_key") {
+            Some(hex) => Some(StoredKey { hex: hex.to_owned(), made_now: false }),
+            None => {
+                warn(format!("no readable progress_key for slot {}", s.source.slot));
+                None
+            }
+        },
+        Err(e) => {
+            warn(e.to_string());
+            None
+        }
+    }
 }
 
 /// `walpost slot drop`: the operator chose to start over; forget the slot.

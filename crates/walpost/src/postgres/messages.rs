@@ -72,6 +72,36 @@ pub fn publication_lacks_table(publication: &str, table: &TableName) -> String {
     )
 }
 
+/// The runbook about replays (and who may ask for one with a signal row).
+pub const REPLAY_RUNBOOK: &str = "runbooks/replay.md";
+
+/// `walpost replay --where` outside the condition grammar.
+pub fn replay_where_refused(e: &super::condition::ConditionError) -> String {
+    format!(
+        "replay: --where is not a condition walpost runs ({e}); nothing was published: compare columns with constants (=, <>, <, >, IN, BETWEEN, IS NULL, LIKE, AND, OR, NOT), or pass --unsafe-where to run any SQL expression as walpost's role"
+    )
+}
+
+/// The fatal error for a signal table PUBLIC may write.
+pub fn signal_table_public(table: &TableName) -> String {
+    let t = table.quoted();
+    format!(
+        "signal table {table} can be written by PUBLIC (INSERT), so any role that can log in can make walpost replay outbox rows: as its owner run REVOKE INSERT ON {t} FROM PUBLIC; GRANT INSERT ON {t} TO <operator role>; and list that role in [signal] allowed_roles (or set [signal] trust_all_roles = true to accept every role); see {REPLAY_RUNBOOK}"
+    )
+}
+
+/// The fatal error for roles outside `[signal] allowed_roles` that may write the signal
+/// table.
+pub fn signal_table_roles(table: &TableName, roles: &[&str]) -> String {
+    let t = table.quoted();
+    let idents: Vec<String> = roles.iter().map(|r| ident(r)).collect();
+    format!(
+        "roles {} can INSERT into signal table {table} and so make walpost replay outbox rows, but are not in [signal] allowed_roles: add them there if they may, or run REVOKE INSERT ON {t} FROM {}; see {REPLAY_RUNBOOK}",
+        roles.join(", "),
+        idents.join(", ")
+    )
+}
+
 /// The transient error for a slot another process streams from (a hot standby waits).
 pub fn slot_in_use(slot: &str, pid: i32) -> String {
     format!(

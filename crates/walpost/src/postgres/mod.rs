@@ -7,6 +7,7 @@
 //! and the settings layer has already checked it is an identifier.
 
 pub mod catalog;
+pub mod condition;
 pub mod lineage;
 pub mod messages;
 pub mod preflight;

@@ -18,7 +18,45 @@ pub async fn preflight(sql: &mut ReplicationClient, s: &Settings) -> Result<(), 
     check_role(sql).await?;
     check_tables(sql, s).await?;
     check_emit_message_rights(sql, s).await?;
+    check_signal_rights(sql, s).await?;
     ensure_publication(sql, s).await
+}
+
+/// With a signal table, whoever can INSERT into it can make walpost replay outbox rows:
+/// refuses to run while PUBLIC, or a role outside `[signal] allowed_roles`, can
+/// (superusers always can; walpost's own role is allowed), unless `[signal]
+/// trust_all_roles = true`. A missing table is `check_tables`' to report.
+pub async fn check_signal_rights(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+    let Some(table) = &s.source.signal_table else { return Ok(()) };
+    if s.source.signal_trust_all_roles {
+        return Ok(());
+    }
+    let quoted = table.quoted();
+    let regclass = super::sql::literal(&quoted);
+    let r = query(
+        sql,
+        &format!(
+            "SELECT has_table_privilege('public', c.oid, 'INSERT')::text AS public,
+                    (SELECT string_agg(r.rolname, ', ' ORDER BY r.rolname) FROM pg_roles r
+                     WHERE NOT r.rolsuper AND r.rolname <> current_user AND left(r.rolname, 3) <> 'pg_'
+                       AND has_table_privilege(r.oid, c.oid, 'INSERT')) AS roles
+             FROM pg_class c WHERE c.oid = to_regclass({regclass})"
+        ),
+    )
+    .await?;
+    if r.first("public") == Some("true") {
+        return Err(PipelineError::definite(messages::signal_table_public(table)));
+    }
+    let unexpected: Vec<&str> = r
+        .first("roles")
+        .unwrap_or_default()
+        .split(", ")
+        .filter(|role| !role.is_empty() && !s.source.signal_allowed_roles.iter().any(|a| a == role))
+        .collect();
+    if !unexpected.is_empty() {
+        return Err(PipelineError::definite(messages::signal_table_roles(table, &unexpected)));
+    }
+    Ok(())
 }
 
 /// With the table-less outbox (`[messages]`), whoever can execute

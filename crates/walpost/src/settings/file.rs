@@ -76,6 +76,9 @@ pub struct FileConfig {
     pub outbox: Vec<OutboxFile>,
     #[serde(default, skip_serializing_if = "MessagesFile::is_empty")]
     pub messages: MessagesFile,
+    /// Who may write the signal table (with `signal_table`).
+    #[serde(default, skip_serializing_if = "SignalFile::is_empty")]
+    pub signal: SignalFile,
 }
 
 impl FileConfig {
@@ -292,6 +295,25 @@ pub struct MessagesFile {
 impl MessagesFile {
     fn is_empty(&self) -> bool {
         self.prefix_include.is_empty()
+    }
+}
+
+/// `[signal]`: who may start replays through the signal table.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalFile {
+    /// Roles that may INSERT into the signal table; walpost refuses to run while any
+    /// other (PUBLIC included) can, since every such role could start replays.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_roles: Vec<String>,
+    /// Accept every role that can insert signals (not recommended).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_all_roles: bool,
+}
+
+impl SignalFile {
+    fn is_empty(&self) -> bool {
+        self.allowed_roles.is_empty() && !self.trust_all_roles
     }
 }
 

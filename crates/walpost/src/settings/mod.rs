@@ -11,6 +11,7 @@
 //! tables) is a valid identifier, every duration and limit is positive, thresholds are
 //! ordered (warning <= critical), and the router options resolve into routers.
 
+pub mod duration;
 mod file;
 pub mod otel;
 mod resolve;
@@ -73,6 +74,11 @@ pub struct SourceSettings {
     pub heartbeat_interval: Option<Duration>,
     /// Debezium-format signal table (`--signal-table`): replays on demand.
     pub signal_table: Option<TableName>,
+    /// Roles that may INSERT into the signal table (`[signal] allowed_roles`; superusers
+    /// and walpost's own role always may).
+    pub signal_allowed_roles: Vec<String>,
+    /// `[signal] trust_all_roles`: any role that can insert signals, PUBLIC included.
+    pub signal_trust_all_roles: bool,
 }
 
 impl SourceSettings {

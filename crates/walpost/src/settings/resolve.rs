@@ -160,6 +160,8 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         messages,
         heartbeat_interval,
         signal_table,
+        signal_allowed_roles: file.signal.allowed_roles.clone(),
+        signal_trust_all_roles: file.signal.trust_all_roles,
     };
 
     let on_permanent_error = match file.on_permanent_error.as_deref() {

@@ -7,6 +7,10 @@
 //! handed to a producer of its own. No slot is read, created or confirmed.
 //!
 //! Invariants:
+//! - Every statement runs under the spec's statement timeout ([`STATEMENT_TIMEOUT`] by
+//!   default); a condition from a signal row or
+//!   `--where` is `postgres::condition`'s SQL (columns against constants), unless the
+//!   operator passed `--unsafe-where`.
 //! - A range or condition the server cannot parse, or `--since` not before `--until`, is
 //!   refused before anything is published.
 //! - Every replayed record carries its original `id` header and `walpost.replay` = the
@@ -22,6 +26,11 @@ use crate::kafka::DeliveryMemo;
 use crate::postgres::sql::{ident, literal};
 use crate::settings::{ReplayMark, Settings, SnapshotMode, SnapshotSettings};
 use crate::telemetry::Metrics;
+
+/// How long one statement of a replay may run by default (`statement_timeout` on its
+/// connection): a condition that would keep the server busy, or a lock it waits on, ends
+/// the replay with an error instead of holding a signal's transaction unconfirmed.
+pub const STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The time column a range applies to when the router names none.
 pub const DEFAULT_TIME_COLUMN: &str = "occurred_at";
@@ -40,6 +49,8 @@ pub struct ReplaySpec {
     /// The column `since` and `until` apply to.
     pub time_column: String,
     pub dry_run: bool,
+    /// `statement_timeout` of the replay's connection.
+    pub statement_timeout: std::time::Duration,
 }
 
 impl ReplaySpec {
@@ -120,6 +131,8 @@ pub async fn validate(sql: &mut ReplicationClient, s: &Settings, spec: &ReplaySp
 pub async fn run(s: &Settings, spec: &ReplaySpec, metrics: &Metrics) -> Result<Outcome, PipelineError> {
     let r = spec.settings(s);
     let mut sql = ReplicationClient::connect_sql(&r.postgres).await?;
+    let timeout_ms = spec.statement_timeout.as_millis().max(1);
+    sql.simple_query(&format!("SET statement_timeout = {timeout_ms}")).await?;
     validate(&mut sql, s, spec).await?;
     tracing::info!(replay = %spec.id, dry_run = spec.dry_run, "replay started");
     let mut memo = DeliveryMemo::default();
@@ -140,6 +153,7 @@ mod tests {
             condition: None,
             time_column: DEFAULT_TIME_COLUMN.into(),
             dry_run: false,
+            statement_timeout: STATEMENT_TIMEOUT,
         }
     }
 

@@ -22,7 +22,7 @@ use pgoutput::Lsn;
 use router::Record;
 
 use crate::error::PipelineError;
-use crate::kafka::progress::{Position, Progress, SlotIdentity};
+use crate::kafka::progress::{Position, Progress, ProgressKey, SlotIdentity};
 use crate::kafka::transaction::{decide, is_fenced, transaction_error, Bounds, Decision, OpenTransaction};
 use crate::kafka::{KafkaSink, Outgoing, ProduceWindow, RecordId};
 use crate::settings::ExactlyOnce;
@@ -43,6 +43,8 @@ pub struct ExactlyOnceState {
     committed: Lsn,
     last_idle_commit: Instant,
     idle_every: Duration,
+    /// Signs the progress records (`None`: the lineage table cannot keep a key).
+    key: Option<ProgressKey>,
 }
 
 /// What a commit should cover.
@@ -56,8 +58,15 @@ pub enum Due {
 impl ExactlyOnceState {
     /// `committed`: the last committed progress position (or the slot's confirmed
     /// position when there is none).
-    pub fn new(identity: SlotIdentity, e: &ExactlyOnce, committed: Lsn, idle_every: Duration) -> ExactlyOnceState {
+    pub fn new(
+        identity: SlotIdentity,
+        e: &ExactlyOnce,
+        committed: Lsn,
+        idle_every: Duration,
+        key: Option<ProgressKey>,
+    ) -> ExactlyOnceState {
         ExactlyOnceState {
+            key,
             identity,
             topic: std::sync::Arc::from(e.progress_topic.as_str()),
             bounds: Bounds::from(e),
@@ -133,7 +142,7 @@ impl ExactlyOnceState {
         let record = Record {
             topic: self.topic.clone(),
             key: Bytes::from(self.identity.key()),
-            value: Some(Progress::new(&self.identity, position).encode()),
+            value: Some(Progress::new(&self.identity, position, self.key.as_ref()).encode()),
             headers: Vec::new(),
             event_id: Bytes::new(),
             timestamp_ms: None,
@@ -184,7 +193,7 @@ mod tests {
     fn state() -> ExactlyOnceState {
         let id = SlotIdentity { system_id: "1".into(), database: "d".into(), slot: "s".into() };
         let e = ExactlyOnce { max_transaction_records: 2, ..ExactlyOnce::default() };
-        ExactlyOnceState::new(id, &e, Lsn(100), Duration::from_secs(10))
+        ExactlyOnceState::new(id, &e, Lsn(100), Duration::from_secs(10), None)
     }
 
     #[test]

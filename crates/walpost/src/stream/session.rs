@@ -550,7 +550,7 @@ impl<'a> Session<'a> {
                 let checkpoint = &mut self.confirmer.checkpoint;
                 let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
                 if self.memo.lookup(id) == Known::Acknowledged {
-                    tracing::info!(signal = %row.id, "signal: its replay ended in an earlier session; not run again");
+                    tracing::info!(signal = ?row.id, "signal: its replay ended in an earlier session; not run again");
                     return checkpoint.record_skipped(seq).map_err(PipelineError::definite);
                 }
                 checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
@@ -562,16 +562,17 @@ impl<'a> Session<'a> {
                     condition,
                     time_column: replay::DEFAULT_TIME_COLUMN.to_owned(),
                     dry_run: false,
+                    statement_timeout: replay::STATEMENT_TIMEOUT,
                 };
-                tracing::info!(signal = %row.id, "signal: replay started (the signal's transaction is confirmed once it ends)");
+                tracing::info!(signal = ?row.id, "signal: replay started (the signal's transaction is confirmed once it ends)");
                 self.replays.start(seq, row.id, spec, self.s, &self.all_metrics);
             }
             Ok(Action::Ignore(why)) => {
-                tracing::info!(signal = %row.id, "signal ignored: {why}");
+                tracing::info!(signal = ?row.id, "signal ignored: {}", signal::printable(&why));
                 snapshot_metrics.replay("ignored");
             }
             Err(why) => {
-                tracing::warn!(signal = %row.id, "signal cannot be acted on: {why}; insert a corrected signal row");
+                tracing::warn!(signal = ?row.id, "signal cannot be acted on: {}; insert a corrected signal row", signal::printable(&why));
                 snapshot_metrics.replay("failed");
             }
         }
@@ -583,11 +584,11 @@ impl<'a> Session<'a> {
         self.running_replays.retain(|(seq, _)| *seq != f.txn);
         match &f.result {
             Ok(outcome) => {
-                tracing::info!(signal = %f.signal, rows = outcome.rows, "signal: replay done");
+                tracing::info!(signal = ?f.signal, rows = outcome.rows, "signal: replay done");
                 self.all_metrics.snapshot.replay("done");
             }
             Err(e) => {
-                tracing::error!(signal = %f.signal, "signal: replay failed: {e}; the signal is dropped (insert a new signal row once fixed)");
+                tracing::error!(signal = ?f.signal, "signal: replay failed: {}; the signal is dropped (insert a new signal row once fixed)", signal::printable(&e.to_string()));
                 self.all_metrics.snapshot.replay("failed");
             }
         }

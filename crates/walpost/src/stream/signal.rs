@@ -8,6 +8,10 @@
 //! collections that are not outbox tables, are logged and counted as ignored.
 //!
 //! Invariants:
+//! - A signal's filter is parsed by `postgres::condition` and only its SQL form runs: a
+//!   role that can insert signals can select outbox rows, never call a function or read
+//!   another relation. Who may insert signals is checked at start (`[signal]
+//!   allowed_roles`, `postgres::preflight::check_signal_rights`).
 //! - A signal is read from the slot, so it is seen in commit order, once per stream.
 //! - The signal's transaction is not confirmed until its replay has ended: the replay
 //!   counts as one unacknowledged record of that transaction (see `checkpoint`). A crash
@@ -28,6 +32,7 @@ use tokio::task::JoinHandle;
 
 use super::checkpoint::TxnSeq;
 use crate::error::PipelineError;
+use crate::postgres::condition;
 use crate::settings::{Settings, TableName};
 use crate::snapshot::replay::{self, ReplaySpec};
 use crate::snapshot::Outcome;
@@ -102,12 +107,26 @@ pub fn parse(row: &SignalRow, outboxes: &[&TableName]) -> Result<Action, String>
     if let Some(c) = data.additional_condition.as_deref() {
         conditions.push(c);
     }
-    let condition = match conditions.as_slice() {
-        [] => None,
-        [one] => Some((*one).to_owned()),
-        many => Some(many.iter().map(|c| format!("({c})")).collect::<Vec<_>>().join(" AND ")),
+    // A signal's filter is another role's text: it runs only as the small grammar of
+    // `postgres::condition` (columns compared with constants), written back as SQL.
+    let mut parsed = Vec::with_capacity(conditions.len());
+    for c in conditions {
+        parsed.push(condition::parse(c).map_err(|e| {
+            format!("its filter is not a condition walpost runs ({e}): a filter compares the outbox's columns with constants (=, <>, <, >, IN, BETWEEN, IS NULL, LIKE, AND, OR, NOT); function calls and subqueries are refused")
+        })?);
+    }
+    let condition = match parsed.len() {
+        0 => None,
+        1 => parsed.pop(),
+        _ => Some(condition::Condition::And(parsed)),
     };
-    Ok(Action::Replay { condition })
+    Ok(Action::Replay { condition: condition.map(|c| c.to_sql()) })
+}
+
+/// `text` with control characters (a newline in a signal's id or filter) escaped, so a
+/// signal row cannot write lines of its own into walpost's log.
+pub fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect()
 }
 
 /// The replays signals started in this session: they run on their own tasks and report
@@ -152,7 +171,7 @@ impl Replays {
             let result = loop {
                 match replay::run(&s, &spec, &metrics).await {
                     Err(e) if e.is_transient() => {
-                        tracing::warn!(signal = %signal, "replay: {e}; trying again in {} s", RETRY_AFTER.as_secs());
+                        tracing::warn!(signal = ?signal, "replay: {}; trying again in {} s", printable(&e.to_string()), RETRY_AFTER.as_secs());
                         tokio::time::sleep(RETRY_AFTER).await;
                     }
                     other => break other,
@@ -197,8 +216,12 @@ mod tests {
                                       {"data-collection": "public.other", "filter": "x = 1"}]}"#;
         assert_eq!(
             parse(&row("execute-snapshot", data), &[&t]),
-            Ok(Action::Replay { condition: Some("aggregate_type = 'order'".into()) })
+            Ok(Action::Replay { condition: Some("(\"aggregate_type\" = 'order')".into()) })
         );
+        let hostile = r#"{"data-collections": ["events.outbox"],
+            "additional-conditions": [{"data-collection": "events.outbox", "filter": "(SELECT pg_drop_replication_slot('victim')) IS NULL"}]}"#;
+        let err = parse(&row("execute-snapshot", hostile), &[&t]).unwrap_err();
+        assert!(err.contains("not a condition walpost runs"), "{err}");
         let all = r#"{"data-collections": ["events.outbox"]}"#;
         assert_eq!(parse(&row("execute-snapshot", all), &[&t]), Ok(Action::Replay { condition: None }));
     }

@@ -17,10 +17,10 @@ use super::exactly_once::ExactlyOnceState;
 use super::session::Tag;
 use crate::error::PipelineError;
 use crate::kafka::config::Transactional;
-use crate::kafka::progress::{self, Position, Progress, SlotIdentity};
+use crate::kafka::progress::{self, Position, Progress, ProgressKey, SlotIdentity};
 use crate::kafka::transaction::transaction_error;
 use crate::kafka::{self, DeliveryMemo, ProduceWindow};
-use crate::postgres::lineage::Lineage;
+use crate::postgres::lineage::{self, Lineage};
 use crate::postgres::{catalog, preflight, sql};
 use crate::settings::{Delivery, ExactlyOnce, Settings, SnapshotMode};
 use crate::snapshot;
@@ -144,14 +144,14 @@ pub async fn begin(
         database: s.postgres.dbname.clone(),
         slot: slot_name.clone(),
     };
-    let creates_slot = slot.is_none();
-    let start = match slot {
+    let (start, key) = match slot {
         Some(row) => {
             preflight::check_slot(&row, s)?;
             if s.snapshot.mode == SnapshotMode::Initial {
                 tracing::info!(slot = %slot_name, "replication slot already exists: no snapshot will be taken (--snapshot initial snapshots only when it creates the slot; drop the slot to take a new one)");
             }
-            row.confirmed_flush.unwrap_or(Lsn::ZERO)
+            lineage.record(&mut sql, s, &system, false).await;
+            (row.confirmed_flush.unwrap_or(Lsn::ZERO), signing_key(&mut sql, s).await)
         }
         None => {
             // A slot walpost streamed from before is re-created only with a snapshot.
@@ -161,6 +161,8 @@ pub async fn begin(
             let export = if snapshots { SlotSnapshot::Export } else { SlotSnapshot::Nothing };
             let created = lineage.create_slot(&mut repl, &mut sql, s, &system, export, snapshots).await?;
             tracing::info!(slot = %slot_name, consistent_point = %created.consistent_point, "created replication slot");
+            lineage.record(&mut sql, s, &system, true).await;
+            let key = signing_key(&mut sql, s).await;
             if snapshots {
                 // With exactly-once the snapshot is one Kafka transaction whose progress
                 // record is the slot's consistent point: the stream goes on from there.
@@ -169,7 +171,11 @@ pub async fn begin(
                     progress: Some(ProgressRecord {
                         topic: e.progress_topic.clone(),
                         key: identity.key(),
-                        value: Progress::new(&identity, Position { lsn: created.consistent_point, partial: None }),
+                        value: Progress::new(
+                            &identity,
+                            Position { lsn: created.consistent_point, partial: None },
+                            key.as_ref(),
+                        ),
                     }),
                 });
                 if let Some(e) = exactly_once {
@@ -180,10 +186,14 @@ pub async fn begin(
                     .rows;
                 snapshot::mark_finished(&mut sql, s, rows).await?;
             }
-            created.consistent_point
+            (created.consistent_point, key)
         }
     };
-    lineage.record(&mut sql, s, &system, creates_slot).await;
+    // Where the server's WAL ends now: no progress record walpost wrote can be beyond it.
+    let wal_end = match exactly_once {
+        Some(_) => catalog::wal_end(&mut sql).await?,
+        None => system.xlog_pos,
+    };
     sql.close().await;
 
     let publications = sql::ident(&s.source.publication);
@@ -196,7 +206,7 @@ pub async fn begin(
     let (window, exactly_once) = match (window, exactly_once) {
         (Some(window), _) => (window, None),
         (None, Some(e)) => {
-            let (window, state) = begin_transactions(s, metrics, memo, e, identity, start).await?;
+            let (window, state) = begin_transactions(s, metrics, memo, e, identity, start, key, wal_end).await?;
             (window, Some(state))
         }
         (None, None) => (kafka::open_window::<Tag>(s, metrics, None)?, None),
@@ -208,6 +218,7 @@ pub async fn begin(
 /// Exactly-once, with the slot held: the transactional producer (fencing any earlier
 /// one), the progress topic, and the last committed position, which the memo then
 /// skips up to.
+#[allow(clippy::too_many_arguments)] // what a transactional session starts from
 async fn begin_transactions(
     s: &Settings,
     metrics: &Metrics,
@@ -215,6 +226,8 @@ async fn begin_transactions(
     e: &ExactlyOnce,
     identity: SlotIdentity,
     start: Lsn,
+    key: Option<ProgressKey>,
+    wal_end: Lsn,
 ) -> Result<(ProduceWindow<Tag>, ExactlyOnceState), PipelineError> {
     let transactional = Transactional { id: identity.transactional_id(), timeout: e.transaction_timeout };
     let window = kafka::open_window::<Tag>(s, metrics, Some(&transactional))?;
@@ -222,7 +235,7 @@ async fn begin_transactions(
     sink.init_transactions(e.transaction_timeout).await.map_err(transaction_error)?;
     progress::ensure_topic(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic).await?;
     let committed = match progress::read(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic, &identity).await? {
-        Some(p) => Some(p.position_for(&identity, &e.progress_topic)?),
+        Some(p) => Some(p.check(&identity, &e.progress_topic, key.as_ref(), wal_end)?),
         None => None,
     };
     match committed {
@@ -237,7 +250,23 @@ async fn begin_transactions(
     }
     memo.set_committed(committed);
     let gate = committed.map_or(start, |p| p.lsn.max(start));
-    Ok((window, ExactlyOnceState::new(identity, e, gate, s.stream.status_interval)))
+    Ok((window, ExactlyOnceState::new(identity, e, gate, s.stream.status_interval, key)))
+}
+
+/// Exactly-once: the key progress records are signed with, kept in the lineage row.
+async fn signing_key(sql: &mut ReplicationClient, s: &Settings) -> Option<ProgressKey> {
+    if !matches!(s.kafka.delivery, Delivery::ExactlyOnce(_)) {
+        return None;
+    }
+    let stored = lineage::progress_key(sql, s, ProgressKey::generate_hex).await?;
+    let key = ProgressKey::from_hex(&stored.hex, stored.made_now);
+    if key.is_none() {
+        tracing::warn!(
+            "the progress key kept for slot {} is not readable: progress records are not signed (runbooks/exactly-once.md)",
+            s.source.slot
+        );
+    }
+    key
 }
 
 /// A PostgreSQL duration setting as SHOW prints it (`60s`, `500ms`, `1min`, `0`).

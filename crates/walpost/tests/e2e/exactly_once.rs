@@ -291,3 +291,50 @@ fn drill_exactly_once_progress_record_from_another_cluster() {
     };
     assert!(testkit::wait_until(WAIT, progressed), "no progress record in {own_topic}:\n{}", p.log_text());
 }
+
+/// Regression (issue 27, M1): a progress record produced by a plain Kafka client under
+/// this slot's key, with a position ahead of the events in the slot (any role can read
+/// the system identifier with pg_control_system()), made walpost skip those events and
+/// confirm the slot past them, silently. Now it stops with the runbook's error, confirms
+/// nothing, and the runbook's tombstone lets it resume from the slot without a loss. A
+/// record with a made-up signature is refused the same way.
+#[test]
+fn regression_a_forged_progress_record_stops_walpost_instead_of_skipping() {
+    let runbook = crate::drills::Runbook::open("exactly-once");
+    let w = World::new("eos-forged");
+    let topic = progress_topic(&w);
+    let key = format!("{}/{}", w.db, w.slot);
+    let args = eos_args(&w, "");
+    let mut p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    insert_batches(&w, 0, 5, 10, 10, &["order"]);
+    assert_exactly_once(&w, &committed_every_row(&w, WAIT));
+    assert_eq!(p.terminate(WAIT).and_then(|s| s.code()), Some(0), "{}", p.log_text());
+    // Events the forged position would skip, then the forgery.
+    insert_batches(&w, 5, 5, 10, 10, &["order"]);
+    let confirmed = w.confirmed_flush_lsn();
+    let system_id = w.sql("SELECT system_identifier FROM pg_control_system()");
+    let ahead = w.sql("SELECT pg_current_wal_insert_lsn()");
+    for mac in [None, Some("00".repeat(32))] {
+        let mac = mac.map(|m| format!(r#","mac":"{m}""#)).unwrap_or_default();
+        let value =
+            format!(r#"{{"system_id":"{system_id}","database":"{}","slot":"{}","lsn":"{ahead}"{mac}}}"#, w.db, w.slot);
+        produce_one(&w.kafka_bootstrap, &topic, &key, &value);
+        let mut p = Walpost::start(&args, &[]);
+        assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
+        let log = p.log_text();
+        let expected = format!("the progress topic {topic} holds a record for {key} that walpost did not write");
+        assert!(log.contains(&expected) && log.contains("runbooks/exactly-once.md"), "{log}");
+        assert_eq!(w.confirmed_flush_lsn(), confirmed, "the slot moved past events walpost did not publish");
+    }
+    // The runbook: a tombstone for the key, then start: nothing is lost.
+    crate::drills::sh_ok(&runbook.block("tombstone").fill(&[
+        ("key", &key),
+        ("brokers", &w.kafka_bootstrap),
+        ("progress-topic", &topic),
+    ]));
+    let p = Walpost::start(&args, &[]);
+    let records = committed_every_row(&w, WAIT);
+    let a = audit(&w, &records);
+    assert!(a.lost.is_empty() && a.reordered.is_empty() && a.phantoms.is_empty(), "{a:?}\n{}", p.log_text());
+}

@@ -130,7 +130,8 @@ fn replay_refuses_bad_ranges_and_filters_before_publishing() {
     insert_on(&w, "2026-11-28 10:00:00+00", "order", 5);
     for (extra, expected) in [
         (vec!["--where", "no_such_column = 1"], "no_such_column"),
-        (vec!["--where", "1; DROP TABLE events.outbox"], "not a valid condition"),
+        (vec!["--where", "1; DROP TABLE events.outbox"], "not a condition walpost runs"),
+        (vec!["--where", "1; DROP TABLE events.outbox", "--unsafe-where"], "not a valid condition"),
         (vec!["--since", "2026-11-29", "--until", "2026-11-28"], "is not before --until"),
         (vec!["--since", "yesterday-ish"], "is not a timestamp"),
         (vec!["--since", "2026-11-01", "--time-column", "created"], "created"),

@@ -156,3 +156,138 @@ fn kafka_sasl_plain_through_kafka_properties() {
     let a = audit(&w, &records);
     assert!(a.lost.is_empty() && a.phantoms.is_empty() && a.reordered.is_empty(), "{a:?}");
 }
+
+/// Issue 27, H1: a role with INSERT on the signal table and nothing else put SQL into a
+/// signal's filter, and walpost ran it as its REPLICATION role: it dropped another slot,
+/// ended walpost's walsender, read pg_stat_activity through error texts, froze
+/// confirmation with pg_sleep and forged events with pg_logical_emit_message. Now a
+/// filter is parsed into columns-against-constants: each of those rows is refused and
+/// logged, nothing of it runs, and a plain filter from the same role still replays.
+/// And walpost refuses to run while PUBLIC, or a role outside `[signal] allowed_roles`,
+/// may insert signals.
+#[test]
+fn regression_a_signal_filter_cannot_run_sql_as_walpost() {
+    let w = World::new("sec-signal");
+    let writer = format!("sigw_{}", w.slot);
+    let victim = format!("victim_{}", w.slot);
+    w.sql(&format!(
+        "CREATE TABLE events.debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));
+         ALTER TABLE events.debezium_signal OWNER TO {role};
+         CREATE ROLE {writer} LOGIN;
+         GRANT USAGE ON SCHEMA events TO {writer};
+         GRANT INSERT ON events.debezium_signal TO PUBLIC;
+         SELECT pg_create_logical_replication_slot('{victim}', 'pgoutput');",
+        role = w.role
+    ));
+    let base = crate::drills::service_config(&w, "signal_table = \"events.debezium_signal\"");
+    // PUBLIC may insert signals: refused, with the REVOKE to run.
+    let mut p = crate::drills::service(&base, &[]);
+    assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
+    let table = walpost::settings::TableName { schema: "events".into(), name: "debezium_signal".into() };
+    assert!(p.log_text().contains(&walpost::postgres::messages::signal_table_public(&table)), "{}", p.log_text());
+    w.sql(&format!(
+        "REVOKE INSERT ON events.debezium_signal FROM PUBLIC; GRANT INSERT ON events.debezium_signal TO {writer};"
+    ));
+    // A role outside [signal] allowed_roles may: refused, naming it.
+    let mut p = crate::drills::service(&base, &[]);
+    assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
+    assert!(
+        p.log_text().contains(&walpost::postgres::messages::signal_table_roles(&table, &[writer.as_str()])),
+        "{}",
+        p.log_text()
+    );
+    let config = crate::drills::service_config(
+        &w,
+        &format!("signal_table = \"events.debezium_signal\"\n[signal]\nallowed_roles = [\"{writer}\"]"),
+    );
+    let mut p = crate::drills::service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    insert_batches(&w, 0, 2, 10, 5, &["order", "payment"]);
+    wait_for_every_committed(&w, WAIT);
+
+    let hostile = [
+        format!("(SELECT pg_drop_replication_slot(''{victim}'')) IS NULL"),
+        format!(
+            "(SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = ''{}'') IS NOT NULL",
+            w.slot
+        ),
+        "id = (SELECT string_agg(query, '','') FROM pg_stat_activity)::int".to_owned(),
+        "pg_sleep(100000) IS NOT NULL".to_owned(),
+        "pg_logical_emit_message(true, ''forged'', ''{}'') IS NOT NULL".to_owned(),
+    ];
+    for (i, filter) in hostile.iter().enumerate() {
+        w.pg
+            .psql_as(
+                &writer,
+                &w.db,
+                &format!(
+                    r#"INSERT INTO events.debezium_signal VALUES ('evil-{i}', 'execute-snapshot',
+                       '{{"data-collections": ["events.outbox"], "additional-conditions": [{{"data-collection": "events.outbox", "filter": "{filter}"}}]}}')"#
+                ),
+            )
+            .unwrap_or_else(|e| panic!("signal {i}: {e}"));
+    }
+    let refused =
+        testkit::wait_until(WAIT, || p.log_text().matches("not a condition walpost runs").count() >= hostile.len());
+    assert!(refused, "{}", p.log_text());
+    assert!(!p.log_text().contains("signal: replay started"), "{}", p.log_text());
+    assert_eq!(
+        w.sql(&format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{victim}'")),
+        "1",
+        "the other slot was dropped"
+    );
+    // Confirmation goes on (pg_sleep would have frozen it) and walpost still streams.
+    let after = w.sql("SELECT pg_current_wal_lsn()");
+    insert_batches(&w, 2, 1, 10, 5, &["order"]);
+    assert!(testkit::wait_until(WAIT, || w.confirmed_flush_lsn() >= parse_lsn(&after)), "{}", p.log_text());
+    assert!(p.is_running(), "{}", p.log_text());
+    // A filter of the grammar, from the same role, replays.
+    w.pg
+        .psql_as(
+            &writer,
+            &w.db,
+            r#"INSERT INTO events.debezium_signal VALUES ('ok-1', 'execute-snapshot',
+               '{"data-collections": ["events.outbox"], "additional-conditions": [{"data-collection": "events.outbox", "filter": "aggregate_type = ''payment'' AND id > 0"}]}')"#,
+        )
+        .unwrap();
+    assert!(testkit::wait_until(WAIT, || p.log_text().contains("signal: replay done")), "{}", p.log_text());
+    let records = wait_for_every_committed(&w, WAIT);
+    let replayed = records.iter().filter(|r| r.header("walpost.replay") == Some(&b"ok-1"[..])).count();
+    assert_eq!(replayed, 10, "the payment events replayed");
+    assert!(!records.iter().any(|r| r.topic.ends_with("forged")), "a forged event");
+    w.sql(&format!("SELECT pg_drop_replication_slot('{victim}')"));
+}
+
+/// Issue 27, H1: `walpost replay --where` takes the same grammar unless `--unsafe-where`,
+/// and a replay's statements run under a statement timeout.
+#[test]
+fn regression_replay_where_is_a_condition_unless_unsafe_where() {
+    let w = World::new("sec-where");
+    w.sql("INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', gen_random_uuid(), 'E', '{}')");
+    let run = |extra: &[&str]| {
+        let mut args = w.args();
+        args[0] = "replay".into();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_walpost")).args(&args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = run(&["--where", "pg_sleep(1000) IS NOT NULL", "--dry-run"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("not a condition walpost runs") && err.contains("--unsafe-where"), "{err}");
+    let (code, out, err) = run(&["--where", "aggregate_type = 'order'", "--dry-run"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("1 rows read"), "{out}");
+    let (code, out, err) = run(&["--where", "length(aggregate_type) = 5", "--unsafe-where", "--dry-run"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("1 rows read"), "{out}");
+    let started = std::time::Instant::now();
+    let (code, out, err) =
+        run(&["--where", "pg_sleep(60) IS NOT NULL", "--unsafe-where", "--statement-timeout", "1s", "--dry-run"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("statement timeout"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(30), "the timeout did not end it: {:?}", started.elapsed());
+}
