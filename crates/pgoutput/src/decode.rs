@@ -185,6 +185,32 @@ fn decode_insert(r: &mut Reader, in_stream: bool) -> Result<Insert, DecodeError>
     Ok(Insert { xid, relation_oid, tuple: TupleData::decode(r)? })
 }
 
+/// The start of an Insert message cut off somewhere in its tuple (a message too large to
+/// buffer whole: only its first bytes were kept): the relation and the columns that are
+/// whole in `prefix`, in order. `None` when `prefix` is not the start of an Insert (outside
+/// a stream block) or ends before its column count.
+pub fn insert_prefix(prefix: &Bytes) -> Option<(u32, TupleData)> {
+    let mut r = Reader::new(prefix.clone(), "Insert");
+    if r.u8("tag").ok()? != b'I' {
+        return None;
+    }
+    let relation_oid = r.u32("relation_oid").ok()?;
+    if r.u8("new tuple marker").ok()? != b'N' {
+        return None;
+    }
+    let declared = r.non_negative_i16("tuple column count").ok()?;
+    let mut columns = r.rest().clone();
+    let before = r.remaining();
+    let (mut whole, mut whole_len) = (0u16, 0usize);
+    while whole < declared && TupleData::skip_one(&mut r).is_ok() {
+        whole = whole.saturating_add(1);
+        // The walk only ever shrinks the reader, so this never saturates.
+        whole_len = before.saturating_sub(r.remaining());
+    }
+    columns.truncate(whole_len);
+    Some((relation_oid, TupleData::from_validated(columns, whole)))
+}
+
 fn decode_update(r: &mut Reader, in_stream: bool) -> Result<Update, DecodeError> {
     let xid = stream_xid(r, in_stream)?;
     let relation_oid = r.u32("relation_oid")?;

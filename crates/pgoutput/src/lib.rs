@@ -97,7 +97,7 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-pub use decode::{decode, Decoder};
+pub use decode::{decode, insert_prefix, Decoder};
 pub use error::DecodeError;
 pub use lsn::{pg_epoch_micros_to_unix_micros, unix_micros_to_pg_epoch_micros, Lsn, ParseLsnError};
 pub use message::{

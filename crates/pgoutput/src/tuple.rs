@@ -126,6 +126,17 @@ impl TupleData {
         Ok(TupleData { columns, column_count })
     }
 
+    /// Moves `reader` past one column if it holds it whole (the reader may have moved
+    /// into a column it does not hold whole: callers stop then).
+    pub(crate) fn skip_one(reader: &mut Reader) -> Result<(), DecodeError> {
+        skip_column(reader)
+    }
+
+    /// A tuple of `column_count` columns whose bytes `skip_one` walked.
+    pub(crate) fn from_validated(columns: Bytes, column_count: u16) -> TupleData {
+        TupleData { columns, column_count }
+    }
+
     /// Writes the wire form (Int16 count, then the columns).
     pub(crate) fn encode(&self, out: &mut BytesMut) {
         // `column_count` never exceeds i16::MAX: `decode` rejects negative

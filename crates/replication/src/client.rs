@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use pgoutput::wire::{self, ReplicationMessage};
 use pgoutput::Lsn;
 use postgres_protocol::authentication::sasl::ScramSha256;
@@ -83,6 +83,9 @@ pub struct ReplicationClient {
     buf: BytesMut,
     out: BytesMut,
     params: HashMap<String, String>,
+    /// CopyData messages longer than this are dropped as they arrive (streaming only).
+    max_message_len: Option<usize>,
+    dropping: Option<Dropping>,
 }
 
 impl std::fmt::Debug for ReplicationClient {
@@ -96,6 +99,18 @@ impl std::fmt::Debug for ReplicationClient {
 
 const READ_CHUNK: usize = 128 * 1024;
 
+/// How much of a message over the limit is kept (its header and first columns: enough to
+/// name the event in most outboxes).
+pub const OVERSIZED_PREFIX: usize = 64 * 1024;
+
+/// A CopyData message over the limit, being read and dropped.
+#[derive(Debug)]
+struct Dropping {
+    len: usize,
+    left: usize,
+    prefix: BytesMut,
+}
+
 impl ReplicationClient {
     /// A client over a transport `connect.rs` opened to `host`, before startup.
     pub(crate) fn new(opened: Opened, host: HostSpec) -> ReplicationClient {
@@ -105,6 +120,8 @@ impl ReplicationClient {
             tls_end_point: opened.tls_end_point,
             host,
             buf: BytesMut::with_capacity(READ_CHUNK),
+            max_message_len: None,
+            dropping: None,
             out: BytesMut::with_capacity(1024),
             params: HashMap::new(),
         }
@@ -430,10 +447,11 @@ impl ReplicationClient {
         Ok(())
     }
 
-    /// Reads one complete frame. Cancel-safe: partial bytes stay in `self.buf`.
+    /// Reads one complete frame. Cancel-safe: partial bytes stay in `self.buf`, and a
+    /// message being dropped keeps its state in `self.dropping`.
     async fn read_frame(&mut self) -> Result<frame::Frame, Error> {
         loop {
-            if let Some(f) = frame::split_frame(&mut self.buf)? {
+            if let Some(f) = self.split_frame()? {
                 return Ok(f);
             }
             if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
@@ -447,6 +465,52 @@ impl ReplicationClient {
                 )));
             }
         }
+    }
+}
+
+impl ReplicationClient {
+    /// The next complete frame in the buffer, if any; a CopyData frame over
+    /// `max_message_len` is consumed as its bytes arrive and ends as
+    /// [`Error::MessageTooLarge`], never buffered whole.
+    fn split_frame(&mut self) -> Result<Option<frame::Frame>, Error> {
+        if self.dropping.is_none() {
+            if let (Some(limit), Some(header)) = (self.max_message_len, self.buf.get(..5)) {
+                let len = <[u8; 4]>::try_from(header.get(1..5).unwrap_or_default())
+                    .map(i32::from_be_bytes)
+                    .ok()
+                    .and_then(|l| usize::try_from(l).ok())
+                    .filter(|l| (4..=frame::MAX_FRAME_LEN).contains(l))
+                    .map(|l| l - 4);
+                if let (Some(&b'd'), Some(len)) = (header.first(), len) {
+                    if len > limit {
+                        self.buf.advance(5);
+                        self.dropping = Some(Dropping {
+                            len,
+                            left: len,
+                            prefix: BytesMut::with_capacity(OVERSIZED_PREFIX.min(len)),
+                        });
+                    }
+                }
+            }
+        }
+        if let Some(d) = self.dropping.as_mut() {
+            let take = d.left.min(self.buf.len());
+            let keep = take.min(OVERSIZED_PREFIX.saturating_sub(d.prefix.len()));
+            d.prefix.extend_from_slice(self.buf.get(..keep).unwrap_or_default());
+            self.buf.advance(take);
+            d.left -= take;
+            if d.left > 0 {
+                return Ok(None);
+            }
+            let Some(d) = self.dropping.take() else { return Ok(None) };
+            let limit = self.max_message_len.unwrap_or(frame::MAX_FRAME_LEN);
+            return Err(Error::MessageTooLarge(Box::new(crate::Oversized {
+                len: d.len,
+                limit,
+                prefix: d.prefix.freeze(),
+            })));
+        }
+        Ok(frame::split_frame(&mut self.buf)?)
     }
 }
 
@@ -472,12 +536,19 @@ impl ReplicationStream {
     /// already holds all of it, else `Ok(None)` (no I/O is done). Lets a caller handle a
     /// burst of messages in one turn of its event loop instead of one turn each.
     pub fn try_next(&mut self) -> Result<Option<Option<ReplicationMessage>>, Error> {
-        while let Some(frame) = frame::split_frame(&mut self.client.buf)? {
+        while let Some(frame) = self.client.split_frame()? {
             if let Some(next) = Self::on_frame(frame)? {
                 return Ok(Some(next));
             }
         }
         Ok(None)
+    }
+
+    /// Messages (CopyData bodies) longer than `len` bytes are read and dropped as they
+    /// arrive, never buffered whole, and reported by [`ReplicationStream::next`] as
+    /// [`Error::MessageTooLarge`] with their first bytes; the stream goes on after one.
+    pub fn set_max_message_len(&mut self, len: usize) {
+        self.client.max_message_len = Some(len);
     }
 
     /// `Some(Some(message))`, `Some(None)` when the stream ended, `None` for frames

@@ -54,6 +54,22 @@ pub enum Error {
     Server(ServerMessage),
     #[error("PostgreSQL protocol violation: {0}")]
     Protocol(String),
+    /// A replication message larger than the stream's limit (see
+    /// [`ReplicationStream::set_max_message_len`](crate::ReplicationStream::set_max_message_len)):
+    /// read and dropped without being buffered whole. The stream goes on after it.
+    #[error("a replication message of {} bytes is over the limit of {} bytes", .0.len, .0.limit)]
+    MessageTooLarge(Box<Oversized>),
+}
+
+/// What is known of a message dropped for its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Oversized {
+    /// The CopyData body's length.
+    pub len: usize,
+    pub limit: usize,
+    /// Its first bytes (at most 64 KiB): the XLogData header and
+    /// the start of the pgoutput message.
+    pub prefix: bytes::Bytes,
 }
 
 /// Why one host of a multi-host connection string was not used.
@@ -135,7 +151,8 @@ impl Error {
             | Error::Auth { .. }
             | Error::AuthRefused { .. }
             | Error::Name(_)
-            | Error::Protocol(_) => false,
+            | Error::Protocol(_)
+            | Error::MessageTooLarge(_) => false,
         }
     }
 

@@ -48,6 +48,6 @@ pub use config::{
     AuthMethod, ChannelBinding, Config, ConfigError, Host, HostSpec, Keepalives, RequireAuth, RootCert, SslMode,
     TargetSessionAttrs, DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_DIRS,
 };
-pub use error::{Error, HostFailure};
+pub use error::{Error, HostFailure, Oversized};
 pub use frame::ServerMessage;
 pub use sql::{quote_ident, quote_literal, validate_identifier, validate_slot_name, InvalidName, MAX_IDENTIFIER_BYTES};

@@ -5,6 +5,8 @@ use crate::options::AdditionalField;
 
 /// The placeholder in the topic pattern.
 pub const ROUTED_BY_VALUE: &str = "${routedByValue}";
+/// The default of [`RouterConfig::topics_max`].
+pub const DEFAULT_TOPICS_MAX: usize = 1000;
 /// Debezium's default `route.topic.regex`.
 pub const DEFAULT_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
 /// walpost's option naming the column of the `eventType` header
@@ -31,6 +33,13 @@ pub struct RouterConfig {
     /// the literal prefix of [`RouterConfig::topic_pattern`]. See
     /// [`TopicGuard`](crate::TopicGuard).
     pub topics_allow: Option<Vec<String>>,
+    /// `topics.max` (walpost): how many distinct topics this router may route to; a row
+    /// that would open one more is a routing error (halt or dead letter), so row values
+    /// cannot create topics without bound.
+    pub topics_max: usize,
+    /// Topics walpost itself writes (its dead-letter and progress topics): never a
+    /// destination for a row, whatever `topics.allow` says.
+    pub reserved_topics: Vec<String>,
     /// `table.field.event.key`.
     pub key_field: String,
     /// `table.field.event.payload`.
@@ -69,6 +78,8 @@ impl Default for RouterConfig {
             topic_regex_fallthrough: false,
             topic_pattern: format!("outbox.event.{ROUTED_BY_VALUE}"),
             topics_allow: None,
+            topics_max: DEFAULT_TOPICS_MAX,
+            reserved_topics: Vec::new(),
             key_field: "aggregate_id".into(),
             payload_field: "payload".into(),
             id_field: "id".into(),

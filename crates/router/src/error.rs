@@ -34,8 +34,12 @@ pub enum RouteError {
         topic: Option<Box<str>>,
         reason: &'static str,
     },
+    #[error("the topic route.topic.replacement made from column \"{column}\" of {table} in {}{} would be the router's topic number {}, but topics.max is {max}: rows must not open topics without bound; raise topics.max if the topics are meant, or fix the rows", event(.event_id), shown("topic", .topic), .max + 1)]
+    TooManyTopics { table: String, column: String, event_id: Option<Box<str>>, topic: Option<Box<str>>, max: usize },
     #[error("the value of column \"{column}\" of {table} (route.by.field) in {}{} does not match route.topic.regex: fix the row or the regex, or set route.topic.regex.fallthrough = true to use such a value as the topic name as Debezium does", event(.event_id), shown("value", .value))]
     RouteNoMatch { table: String, column: String, event_id: Option<Box<str>>, value: Option<Box<str>> },
+    #[error("the row of {table} holding {} is {size} bytes in the WAL, over the per-message limit of {limit} bytes ([pipeline] max_message_bytes): it was not read whole, so it cannot be published", event(.event_id))]
+    TooLarge { table: String, event_id: Option<Box<str>>, size: usize, limit: usize },
     #[error("row has {got} columns but relation {table} describes {expected}")]
     ColumnCountMismatch { table: String, got: usize, expected: usize },
     #[error("column \"{column}\" of {table} ({config_key}) in {} has a value{} that is not {expected}", event(.event_id), shown("value", .value))]
@@ -61,7 +65,9 @@ pub const ERROR_CLASSES: &[&str] = &[
     "unchanged_toast",
     "invalid_topic",
     "topic_not_allowed",
+    "too_many_topics",
     "route_no_match",
+    "message_too_large",
     "column_count",
     "bad_value",
     "bad_regex",
@@ -79,7 +85,9 @@ impl RouteError {
             RouteError::UnchangedToast { .. } => "unchanged_toast",
             RouteError::InvalidTopic { .. } => "invalid_topic",
             RouteError::TopicNotAllowed { .. } => "topic_not_allowed",
+            RouteError::TooManyTopics { .. } => "too_many_topics",
             RouteError::RouteNoMatch { .. } => "route_no_match",
+            RouteError::TooLarge { .. } => "message_too_large",
             RouteError::ColumnCountMismatch { .. } => "column_count",
             RouteError::BadValue { .. } => "bad_value",
             RouteError::BadRegex(_) => "bad_regex",
@@ -95,6 +103,8 @@ impl RouteError {
             | RouteError::UnchangedToast { event_id, .. }
             | RouteError::InvalidTopic { event_id, .. }
             | RouteError::TopicNotAllowed { event_id, .. }
+            | RouteError::TooManyTopics { event_id, .. }
+            | RouteError::TooLarge { event_id, .. }
             | RouteError::RouteNoMatch { event_id, .. }
             | RouteError::BadValue { event_id, .. } => event_id.as_deref(),
             RouteError::MissingColumn { .. }

@@ -105,6 +105,8 @@ pub struct Router {
     /// Route value -> topic. foldhash (seeded per process) instead of SipHash: this
     /// lookup runs for every row, and the keys are bounded by the topic guard.
     topics: HashMap<Bytes, Arc<str>, foldhash::fast::RandomState>,
+    /// Every topic routed to so far (at most `topics.max`; never cleared).
+    opened: HashSet<Arc<str>, foldhash::fast::RandomState>,
     /// The row being routed, column by column (reused; empty between rows).
     cells: Vec<ColumnValue>,
     header_id: Arc<str>,
@@ -185,6 +187,7 @@ impl Router {
             guard,
             envelope,
             topics: HashMap::default(),
+            opened: HashSet::default(),
             cells: Vec::new(),
             header_id: Arc::from(HEADER_ID),
             header_type: Arc::from(HEADER_EVENT_TYPE),
@@ -619,10 +622,35 @@ impl Router {
                 },
             });
         }
+        if c.reserved_topics.contains(&topic) {
+            return Err(RouteError::TopicNotAllowed {
+                table: table.to_owned(),
+                column: c.route_by_field.clone(),
+                event_id: event_id.clone(),
+                topic: c.log_values.then(|| display_text(topic.as_bytes())),
+                reason: "it is one of walpost's own topics (the dead-letter or progress topic), which rows never write",
+            });
+        }
+        let topic: Arc<str> = match self.opened.get(topic.as_str()) {
+            Some(known) => known.clone(),
+            None if self.opened.len() >= c.topics_max => {
+                return Err(RouteError::TooManyTopics {
+                    table: table.to_owned(),
+                    column: c.route_by_field.clone(),
+                    event_id: event_id.clone(),
+                    topic: c.log_values.then(|| display_text(topic.as_bytes())),
+                    max: c.topics_max,
+                });
+            }
+            None => {
+                let topic: Arc<str> = topic.into();
+                self.opened.insert(topic.clone());
+                topic
+            }
+        };
         if self.topics.len() >= TOPIC_CACHE_LIMIT {
             self.topics.clear();
         }
-        let topic: Arc<str> = topic.into();
         // A copy: the value is a slice of the whole WAL message, which the cache must not pin.
         self.topics.insert(Bytes::copy_from_slice(&route_value), topic.clone());
         Ok(topic)
@@ -851,14 +879,28 @@ fn expand_json_headers(
             "a JSON object without ce_* or content-type keys (envelope = \"cloudevents\" writes those headers)",
         );
     }
+    if map.keys().any(|k| walpost_header(k)) {
+        return Err("a JSON object without id, eventType or walpost.* keys (walpost writes those headers itself)");
+    }
+    if map.keys().any(|k| k.is_empty() || k.chars().any(char::is_control)) {
+        return Err("a JSON object whose keys are non-empty and hold no control characters");
+    }
     for (k, v) in map {
         let value = match v {
             serde_json::Value::String(s) => Bytes::from(s),
             other => Bytes::from(other.to_string()),
         };
+        if value.iter().any(|b| *b == b'\r' || *b == b'\n') {
+            return Err("a JSON object whose values hold no CR or LF (a header value is one line)");
+        }
         headers.push((Arc::from(k.as_str()), value));
     }
     Ok(())
+}
+
+/// Header names walpost writes itself: a row's headers column may not add a second one.
+fn walpost_header(name: &str) -> bool {
+    name == HEADER_ID || name == HEADER_EVENT_TYPE || name.starts_with("walpost.")
 }
 
 #[cfg(test)]

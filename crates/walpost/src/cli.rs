@@ -313,6 +313,7 @@ impl RunArgs {
     pub fn overrides(&self) -> Overrides {
         Overrides {
             postgres: self.postgres.clone(),
+            postgres_on_argv: argv_names_flag("--postgres"),
             kafka_brokers: self.kafka_brokers.clone(),
             table: self.table.clone(),
             slot: self.slot.clone(),
@@ -352,6 +353,13 @@ impl RetentionArgs {
     pub fn overrides(&self) -> Overrides {
         Overrides { retention_keep_days: self.keep_days, retention_days_ahead: self.days_ahead, ..self.run.overrides() }
     }
+}
+
+/// Whether this process's own command line holds `flag` (`--flag VALUE` or
+/// `--flag=VALUE`), as opposed to its `WALPOST_*` variable: a value on the command line
+/// is readable by every user of the machine (`/proc/<pid>/cmdline`).
+fn argv_names_flag(flag: &str) -> bool {
+    std::env::args_os().skip(1).any(|a| a.to_str().is_some_and(|a| a == flag || a.starts_with(&format!("{flag}="))))
 }
 
 #[cfg(test)]

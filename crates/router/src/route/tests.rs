@@ -408,7 +408,7 @@ fn column_count_mismatch_is_an_error() {
 
 #[test]
 fn topic_cache_stays_bounded() {
-    let mut r = router(RouterConfig::default());
+    let mut r = router(RouterConfig { topics_max: usize::MAX, ..RouterConfig::default() });
     let rel = r.resolve(&relation(SEED_000)).unwrap();
     for i in 0..(TOPIC_CACHE_LIMIT + 10) {
         let rec = r.route(&rel, &seed_row(text(&format!("t{i}")), text("k"), text("{}"))).unwrap();
@@ -621,6 +621,82 @@ fn regression_a_row_cannot_route_outside_topics_allow() {
     assert_eq!(&*rec.topic, "billing.payments");
 }
 
+/// Regression (issue 27, M3): 300 distinct route values created 300 topics. A router
+/// opens at most `topics.max` topics; a row that would open one more is a routing error
+/// (halt or dead letter), and the topics already open keep working.
+#[test]
+fn regression_rows_cannot_open_topics_without_bound() {
+    let mut r = router(RouterConfig { topics_max: 3, ..RouterConfig::default() });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    for t in ["a", "b", "c", "a"] {
+        r.route(&rel, &seed_row(text(t), text("k"), text("{}"))).unwrap();
+    }
+    let err = r.route(&rel, &seed_row(text("d"), text("k"), text("{}"))).unwrap_err();
+    assert_eq!(err.class(), "too_many_topics", "{err}");
+    assert!(err.to_string().contains("topics.max is 3") && err.event_id() == Some("42"), "{err}");
+    assert_eq!(&*r.route(&rel, &seed_row(text("b"), text("k"), text("{}"))).unwrap().topic, "outbox.event.b");
+}
+
+/// Issue 27 (low): with `topics.allow = ["*"]` a row could route to walpost's own
+/// dead-letter or progress topic.
+#[test]
+fn regression_a_row_cannot_route_to_walposts_own_topics() {
+    let mut r = router(RouterConfig {
+        topic_pattern: "${routedByValue}".into(),
+        topics_allow: Some(vec!["*".into()]),
+        reserved_topics: vec!["walpost.dead_letter".into(), "walpost.progress".into()],
+        ..RouterConfig::default()
+    });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    for own in ["walpost.dead_letter", "walpost.progress"] {
+        let err = r.route(&rel, &seed_row(text(own), text("k"), text("{}"))).unwrap_err();
+        assert_eq!(err.class(), "topic_not_allowed", "{err}");
+        assert!(err.to_string().contains("walpost's own topics"), "{err}");
+    }
+    assert!(r.route(&rel, &seed_row(text("orders"), text("k"), text("{}"))).is_ok());
+}
+
+/// Issue 27 (low): a headers column could add a second `id`, `eventType` or `walpost.*`
+/// header, or a value with a line break.
+#[test]
+fn regression_a_headers_column_cannot_shadow_walposts_headers() {
+    let cols = ["id", "aggregate_id", "type", "payload", "headers", "created_at", "aggregate_type"];
+    let mut r = router(RouterConfig {
+        event_type_header_field: Some("type".into()),
+        headers_field: Some("headers".into()),
+        ..RouterConfig::default()
+    });
+    let rel = r.resolve(&relation(&cols)).unwrap();
+    let row = |headers: &str| {
+        TupleData::from_values(&[
+            text("7"),
+            text("o"),
+            text("T"),
+            text("{}"),
+            text(headers),
+            text("2026-11-29 08:00:00+00"),
+            text("order"),
+        ])
+    };
+    for bad in [
+        r#"{"id": "1"}"#,
+        r#"{"eventType": "Forged"}"#,
+        r#"{"walpost.replay": "x"}"#,
+        r#"{"note": "a
+b"}"#,
+        r#"{"note": "a
+Set-Cookie: x"}"#,
+        r#"{"": "x"}"#,
+        r#"{"a
+b": "x"}"#,
+    ] {
+        let err = r.route(&rel, &row(bad)).unwrap_err();
+        assert_eq!(err.class(), "bad_value", "{bad}: {err}");
+    }
+    let rec = r.route(&rel, &row(r#"{"tenant": "acme"}"#)).unwrap();
+    assert_eq!(header(&rec, "tenant"), Some(&b"acme"[..]));
+}
+
 #[test]
 fn regression_a_row_cannot_route_to_a_kafka_internal_topic() {
     for (pattern, value) in [("${routedByValue}", "__consumer_offsets"), ("_${routedByValue}", "_transaction_state")] {
@@ -651,6 +727,8 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
             RouteError::UnchangedToast { .. } => "UnchangedToast",
             RouteError::InvalidTopic { .. } => "InvalidTopic",
             RouteError::TopicNotAllowed { .. } => "TopicNotAllowed",
+            RouteError::TooManyTopics { .. } => "TooManyTopics",
+            RouteError::TooLarge { .. } => "TooLarge",
             RouteError::RouteNoMatch { .. } => "RouteNoMatch",
             RouteError::ColumnCountMismatch { .. } => "ColumnCountMismatch",
             RouteError::BadValue { .. } => "BadValue",
@@ -658,7 +736,7 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
             RouteError::InvalidOption { .. } => "InvalidOption",
         }
     }
-    const VARIANTS: usize = 11;
+    const VARIANTS: usize = 13;
     let cols = [
         ("id", TEXT),
         ("aggregate_type", TEXT),
@@ -731,6 +809,15 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
             ..config.clone()
         });
         cases.push((fallthrough.route(&rel, &with(1, text(CANARY_TOPIC))).unwrap_err(), CANARY_TOPIC, true));
+        let mut capped = router(RouterConfig { topics_max: 1, ..config.clone() });
+        assert!(capped.route(&rel, &row(good())).is_ok());
+        cases.push((capped.route(&rel, &with(1, text(CANARY_TOPIC))).unwrap_err(), CANARY_TOPIC, true));
+        // Made by the binary for a row too large to read (no value to show).
+        cases.push((
+            RouteError::TooLarge { table: "events.outbox".into(), event_id: Some("42".into()), size: 9, limit: 8 },
+            CANARY,
+            false,
+        ));
         let mut seen = HashSet::new();
         for (err, secret, value_applies) in &cases {
             seen.insert(variant(err));

@@ -5,8 +5,10 @@
 //!
 //! 1. A topic the broker has just created on first use can take a later produce request
 //!    and refuse an earlier one for good (KAFKA-15591), which would reorder an
-//!    aggregate. So the first record for a topic goes *alone* (nothing else in flight,
-//!    nothing sent after it until its report).
+//!    aggregate. So the first record for a topic goes alone *in its topic* (nothing else
+//!    of the topic in flight, nothing of it sent after it until its report). First
+//!    records of different new topics go out together: a burst of new topics costs one
+//!    round trip, not one each (issue 27, M3).
 //! 2. A partition where the broker holds no state for this producer id accepts a batch
 //!    with any sequence number. When the partition's first batch fails with a retriable
 //!    error (`NOT_LEADER_OR_FOLLOWER` while the broker is still creating the partition's
@@ -56,6 +58,9 @@ pub enum Gate {
     /// The first record for its partition: nothing else for the partition follows it
     /// until its report.
     FirstInPartition(i32),
+    /// The first record for its topic: nothing else of the topic follows it until its
+    /// report.
+    FirstInTopic,
     /// Alone: only with nothing else in flight, and nothing after it until its report.
     Alone,
 }
@@ -69,13 +74,22 @@ enum PartitionState {
 
 #[derive(Debug, Default)]
 struct TopicBarrier {
+    /// A record of the topic was delivered: it exists.
+    known: bool,
+    /// Its first record is in flight.
+    first_in_flight: bool,
     partitions: HashMap<i32, PartitionState, foldhash::fast::RandomState>,
+}
+
+impl TopicBarrier {
+    fn in_flight(&self) -> bool {
+        self.first_in_flight || self.partitions.values().any(|p| *p == PartitionState::FirstInFlight)
+    }
 }
 
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct Barriers {
-    /// A topic is known (its first record was delivered) once it has an entry.
     /// foldhash, not SipHash: looked up for every record.
     topics: HashMap<Arc<str>, TopicBarrier, foldhash::fast::RandomState>,
     /// Minutes since the window was made, as of its last clock reading.
@@ -96,7 +110,11 @@ impl Barriers {
         if alone {
             return single();
         }
-        let Some(known) = self.topics.get(topic) else { return single() };
+        let known = match self.topics.get(topic) {
+            None => return Some(Gate::FirstInTopic),
+            Some(t) if !t.known => return (!t.first_in_flight).then_some(Gate::FirstInTopic),
+            Some(t) => t,
+        };
         match placement {
             Placement::Unknown => single(),
             Placement::AnyOf(n) => {
@@ -120,10 +138,25 @@ impl Barriers {
     }
 
     /// A record went with `gate`.
-    pub fn sent(&mut self, topic: &str, gate: Gate) {
-        if let (Gate::FirstInPartition(p), Some(known)) = (gate, self.topics.get_mut(topic)) {
-            known.partitions.insert(p, PartitionState::FirstInFlight);
+    pub fn sent(&mut self, topic: &Arc<str>, gate: Gate) {
+        match gate {
+            Gate::FirstInPartition(p) => {
+                if let Some(known) = self.topics.get_mut(&**topic) {
+                    known.partitions.insert(p, PartitionState::FirstInFlight);
+                }
+            }
+            Gate::FirstInTopic => self.entry(topic).first_in_flight = true,
+            Gate::Open | Gate::Alone => {}
         }
+    }
+
+    /// The topic's entry, made if missing (the set forgets settled topics past
+    /// [`MAX_SETTLED_TOPICS`], never one with a first record in flight).
+    fn entry(&mut self, topic: &Arc<str>) -> &mut TopicBarrier {
+        if !self.topics.contains_key(&**topic) && self.topics.len() >= MAX_SETTLED_TOPICS {
+            self.topics.retain(|_, t| t.in_flight());
+        }
+        self.topics.entry(topic.clone()).or_default()
     }
 
     /// The report of a record sent with `gate`: `delivered` is the partition Kafka
@@ -132,19 +165,20 @@ impl Barriers {
         if gate == Gate::Open {
             return;
         }
-        if let Gate::FirstInPartition(p) = gate {
-            if let Some(known) = self.topics.get_mut(&**topic) {
-                if known.partitions.get(&p) == Some(&PartitionState::FirstInFlight) {
-                    known.partitions.remove(&p);
+        if let Some(t) = self.topics.get_mut(&**topic) {
+            match gate {
+                Gate::FirstInPartition(p) if t.partitions.get(&p) == Some(&PartitionState::FirstInFlight) => {
+                    t.partitions.remove(&p);
                 }
+                Gate::FirstInTopic => t.first_in_flight = false,
+                _ => {}
             }
         }
         let Some(partition) = delivered else { return };
-        if !self.topics.contains_key(&**topic) && self.topics.len() >= MAX_SETTLED_TOPICS {
-            self.topics.clear();
-        }
         let minute = self.minute;
-        self.topics.entry(topic.clone()).or_default().partitions.insert(partition, PartitionState::Settled(minute));
+        let t = self.entry(topic);
+        t.known = true;
+        t.partitions.insert(partition, PartitionState::Settled(minute));
     }
 }
 
@@ -157,13 +191,15 @@ mod tests {
     }
 
     #[test]
-    fn a_new_topic_goes_alone_then_each_partition_first_on_its_own() {
+    fn a_new_topic_goes_first_in_its_topic_then_each_partition_first_on_its_own() {
         let t = topic("orders");
         let mut b = Barriers::default();
-        assert_eq!(b.gate(&t, Placement::Unknown, false, false), Some(Gate::Alone));
-        assert_eq!(b.gate(&t, Placement::Partition(0), false, true), None, "alone waits for what is in flight");
-        b.sent(&t, Gate::Alone);
-        b.answered(&t, Gate::Alone, Some(0));
+        assert_eq!(b.gate(&t, Placement::Unknown, false, true), Some(Gate::FirstInTopic), "beside other topics");
+        b.sent(&t, Gate::FirstInTopic);
+        assert_eq!(b.gate(&t, Placement::Unknown, false, true), None, "nothing of the topic follows its first");
+        let u = topic("payments");
+        assert_eq!(b.gate(&u, Placement::Unknown, false, true), Some(Gate::FirstInTopic), "another new topic goes too");
+        b.answered(&t, Gate::FirstInTopic, Some(0));
         assert_eq!(b.gate(&t, Placement::Partition(0), false, true), Some(Gate::Open), "its partition is settled");
         assert_eq!(b.gate(&t, Placement::Partition(2), false, true), Some(Gate::FirstInPartition(2)));
         b.sent(&t, Gate::FirstInPartition(2));
@@ -181,10 +217,24 @@ mod tests {
         b.sent(&t, Gate::FirstInPartition(1));
         b.answered(&t, Gate::FirstInPartition(1), None);
         assert_eq!(b.gate(&t, Placement::Partition(1), false, true), Some(Gate::FirstInPartition(1)));
-        // An alone record that failed does not make the topic known.
+        // A topic's first record that failed does not make the topic known.
         let u = topic("payments");
-        b.answered(&u, Gate::Alone, None);
-        assert_eq!(b.gate(&u, Placement::Partition(0), false, false), Some(Gate::Alone));
+        b.sent(&u, Gate::FirstInTopic);
+        b.answered(&u, Gate::FirstInTopic, None);
+        assert_eq!(b.gate(&u, Placement::Partition(0), false, true), Some(Gate::FirstInTopic));
+    }
+
+    #[test]
+    fn the_set_forgets_settled_topics_never_one_in_flight() {
+        let mut b = Barriers::default();
+        let waiting = topic("waiting");
+        b.sent(&waiting, Gate::FirstInTopic);
+        for i in 0..MAX_SETTLED_TOPICS + 5 {
+            let t = topic(&format!("t{i}"));
+            b.answered(&t, Gate::FirstInTopic, Some(0));
+        }
+        assert!(b.topics.len() <= MAX_SETTLED_TOPICS);
+        assert_eq!(b.gate(&waiting, Placement::Unknown, false, true), None, "its first record is still in flight");
     }
 
     #[test]

@@ -9,12 +9,14 @@
 //! Invariants:
 //! - Records leave the queue in the order they were enqueued.
 //! - The barriers ([`super::barrier`]): the first record for a topic (since this producer
-//!   was created) is sent only when nothing else is in flight, and nothing is sent after
-//!   it until its report arrives; the first record for each partition is sent with
-//!   nothing else of its partition in flight, and nothing else of its partition follows
-//!   it until its report. A record that must wait stops the queue (records leave it in
-//!   order). A record sent alone is sent at once, not after `linger.ms`
-//!   ([`Sink::send_alone_now`]): nothing can join its batch.
+//!   was created) is sent with nothing else of its topic in flight, and nothing of its
+//!   topic is sent after it until its report arrives (first records of other new topics
+//!   go beside it); the first record for each partition is sent with nothing else of its
+//!   partition in flight, and nothing else of its partition follows it until its report;
+//!   a record marked alone ([`ProduceWindow::enqueue_alone`]) goes with nothing else in
+//!   flight. A record that must wait stops the queue (records leave it in order). A
+//!   first-of-its-topic or alone record is sent at once, not after `linger.ms`
+//!   ([`Sink::send_alone_now`]): nothing of its own can join its batch.
 //! - The in-flight counts drop on every report, whatever its outcome, so a rejected
 //!   record never holds the window (a dead letter for it can always go).
 //! - Memory: the queue holds at most the records routed from one WAL message plus
@@ -108,6 +110,8 @@ pub struct ProduceWindow<T, S: Sink = KafkaSink> {
     bytes: u64,
     /// The sequence number of a record in flight alone.
     alone: Option<u64>,
+    /// Records in flight as the first of their topic.
+    first_in_topic: u32,
     barriers: Barriers,
     /// When the window was made: the barriers' clock.
     created: Instant,
@@ -160,6 +164,7 @@ impl<T, S: Sink> ProduceWindow<T, S> {
             records: 0,
             bytes: 0,
             alone: None,
+            first_in_topic: 0,
             barriers: Barriers::default(),
             created: Instant::now(),
             doubt: None,
@@ -390,6 +395,10 @@ impl<T, S: Sink> ProduceWindow<T, S> {
                     self.alone = Some(seq);
                     sent_alone = true;
                 }
+                Gate::FirstInTopic => {
+                    self.first_in_topic += 1;
+                    sent_alone = true;
+                }
                 Gate::FirstInPartition(_) => sent_first = true,
                 Gate::Open => {}
             }
@@ -449,6 +458,11 @@ impl<T, S: Sink> ProduceWindow<T, S> {
         let was_alone = self.alone == Some(report.seq);
         if was_alone {
             self.alone = None;
+        }
+        if flight.gate == Gate::FirstInTopic {
+            self.first_in_topic = self.first_in_topic.saturating_sub(1);
+        }
+        if matches!(flight.gate, Gate::Alone | Gate::FirstInTopic) && self.alone.is_none() && self.first_in_topic == 0 {
             if let Some(sink) = &self.sink {
                 sink.alone_answered();
             }
@@ -478,7 +492,7 @@ impl<T, S: Sink> ProduceWindow<T, S> {
                 original,
                 dead_letter,
                 producer_fatal: self.producer_fatal(),
-                alone: flight.gate == Gate::Alone,
+                alone: matches!(flight.gate, Gate::Alone | Gate::FirstInTopic),
             },
             Outcome::Retryable { error } => {
                 Event::Failed { tag: flight.tag, error: format!("Kafka did not acknowledge a record ({error})") }
@@ -569,6 +583,7 @@ impl<T, S: Sink> ProduceWindow<T, S> {
         self.records = 0;
         self.bytes = 0;
         self.alone = None;
+        self.first_in_topic = 0;
         left
     }
 }
@@ -741,15 +756,32 @@ mod tests {
         }
     }
 
+    /// Issue 27, M3: the first records of many new topics go out together (one round
+    /// trip for the burst, not one each); a topic's second record still waits for its
+    /// first one's report.
+    #[tokio::test]
+    async fn first_records_of_new_topics_go_out_together() {
+        let mut w = unreachable_window(Duration::from_secs(5));
+        for i in 0..8 {
+            w.enqueue(out(&format!("t{i}"), i));
+        }
+        w.enqueue(out("t0", 100));
+        assert!(w.pump().is_none());
+        assert_eq!(w.in_flight(), 8, "every new topic's first record is handed over");
+        assert!(!w.has_room(), "t0's second record waits in the queue");
+        w.close(Duration::from_millis(10), |_| {}).await;
+    }
+
     /// The first record for a topic goes alone: the second waits in the queue, the
     /// window has no room (no more WAL is read), and the watchdog ends the wait.
     #[tokio::test]
     async fn first_record_for_a_topic_goes_alone_and_the_watchdog_fires() {
         let mut w = unreachable_window(Duration::from_millis(300));
         assert!(w.is_idle() && w.has_room());
+        // The watchdog's clock starts at the first enqueue (the window was idle).
+        let started = Instant::now();
         w.enqueue(out("t1", 1));
         w.enqueue(out("t1", 2));
-        let started = Instant::now();
         let err = w.next_event_within().await.unwrap_err();
         assert!(err.is_transient() && err.to_string().contains("acknowledged no record"), "{err}");
         assert!(started.elapsed() >= Duration::from_millis(300));
@@ -798,7 +830,8 @@ mod tests {
         let mut w = unreachable_window(Duration::from_millis(300));
         w.enqueue(out("t1", 1));
         assert!(w.send_queue().await.unwrap().is_none(), "one record: handed over at once");
-        w.enqueue(out("t2", 2));
+        // The topic's second record waits for its first one's report, which never comes.
+        w.enqueue(out("t1", 2));
         let err = w.send_queue().await.unwrap_err();
         assert!(err.to_string().contains("acknowledged no record"), "{err}");
         assert!(!w.has_room(), "the second record is still queued");

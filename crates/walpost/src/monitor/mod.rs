@@ -28,7 +28,7 @@ use std::time::Instant;
 use replication::ReplicationClient;
 use tokio::sync::watch;
 
-use crate::postgres::messages;
+use crate::postgres::{messages, preflight};
 use crate::settings::Settings;
 use crate::telemetry::metrics::lsn_gauge;
 use crate::telemetry::{AlarmLevel, Metrics};
@@ -78,6 +78,28 @@ pub async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<Stri
             Err(e) => {
                 tracing::debug!("outbox check failed: {e}");
                 sql = None;
+                continue;
+            }
+        }
+        // Who may publish events ([messages]) or start replays (signals) is checked at
+        // start; a GRANT while walpost runs must not open that up unnoticed.
+        if outboxes.armed {
+            for rights in
+                [preflight::check_emit_message_rights(conn, &s).await, preflight::check_signal_rights(conn, &s).await]
+            {
+                match rights {
+                    Ok(()) => {}
+                    Err(e) if e.is_transient() => {
+                        tracing::debug!("rights check failed: {e}");
+                        sql = None;
+                    }
+                    Err(e) => {
+                        let _ = fatal.send(Some(format!("{e} (changed while walpost was streaming)")));
+                        return;
+                    }
+                }
+            }
+            if sql.is_none() {
                 continue;
             }
         }

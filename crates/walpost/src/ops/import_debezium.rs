@@ -10,7 +10,44 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+use crate::settings::secrets::{kafka_secret_env_var, KAFKA_SECRET_PROPERTIES};
 use crate::settings::{FileConfig, OutboxFile, RouterFile};
+
+/// What a URL's user, database or query value may hold unencoded (RFC 3986 unreserved).
+const URL_COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// What a query value (a path such as sslrootcert) may hold unencoded besides those.
+const QUERY_VALUE: &AsciiSet = &URL_COMPONENT.remove(b'/').remove(b':');
+
+fn encoded(text: &str) -> String {
+    utf8_percent_encode(text, URL_COMPONENT).to_string()
+}
+
+fn encoded_value(text: &str) -> String {
+    utf8_percent_encode(text, QUERY_VALUE).to_string()
+}
+
+/// Whether an option's value may be a secret: it is then named, never shown (in the
+/// TOML, the notes or the list of what was not carried over).
+fn secret_like(key: &str, value: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    const WORDS: &[&str] = &["password", "secret", "jaas", "token", "credential", "private", "keystore", "truststore"];
+    WORDS.iter().any(|w| k.contains(w))
+        || KAFKA_SECRET_PROPERTIES.iter().any(|p| k.ends_with(p))
+        || k.ends_with("ssl.key")
+        || value.to_ascii_lowercase().contains("password")
+}
+
+/// How an option's value is shown: as it is, or not at all when it may be a secret.
+fn shown(key: &str, value: &str) -> String {
+    if secret_like(key, value) {
+        "(value not shown: it may be a secret)".to_owned()
+    } else {
+        value.to_owned()
+    }
+}
 
 /// The result of a conversion.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,10 +105,20 @@ fn parse_input(text: &str) -> Result<BTreeMap<String, String>, String> {
             .map(|(k, v)| (k.clone(), v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
             .collect());
     }
-    // Debezium Server application.properties.
+    // Debezium Server application.properties: `key=value`, `key: value` or `key value`
+    // (Java's properties format). A line is never echoed: it may hold a secret.
     let mut out = BTreeMap::new();
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!')) {
-        let (k, v) = line.split_once(['=', ':']).ok_or_else(|| format!("line '{line}' is not key=value"))?;
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let (k, v) = line
+            .split_once(|c: char| c == '=' || c == ':' || c.is_whitespace())
+            .map(|(k, v)| (k, v.trim_start().trim_start_matches(['=', ':'])))
+            .ok_or_else(|| {
+                format!("line {} is not key=value (its text is not shown: it may hold a secret)", number + 1)
+            })?;
         let (k, v) = (k.trim(), v.trim().to_owned());
         let key = if let Some(rest) = k.strip_prefix("debezium.source.") {
             rest.to_owned()
@@ -85,6 +132,14 @@ fn parse_input(text: &str) -> Result<BTreeMap<String, String>, String> {
         out.insert(key, v);
     }
     Ok(out)
+}
+
+/// The value of `field="..."` in a JAAS line.
+fn jaas_field(jaas: &str, field: &str) -> Option<String> {
+    let at = jaas.find(&format!("{field}="))? + field.len() + 1;
+    let rest = jaas.get(at..)?;
+    let quoted = rest.strip_prefix('"')?;
+    Some(quoted.get(..quoted.find('"')?)?.to_owned())
 }
 
 /// What `[kafka] brokers` says when the connector did not name them.
@@ -125,11 +180,19 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
                 .into(),
         );
     }
-    let mut url = format!("postgres://{user}@{host}:{port}/{db}");
+    if !host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']')) {
+        return Err("database.hostname is not a host name or address".into());
+    }
+    if !port.chars().all(|c| c.is_ascii_digit()) {
+        return Err("database.port is not a port number".into());
+    }
+    // Every part that comes from the input is percent-encoded: a dbname such as
+    // `shop?sslmode=disable` stays a database name, never becomes connection options.
+    let mut url = format!("postgres://{}@{host}:{port}/{}", encoded(&user), encoded(&db));
     if let Some(mode) = cfg.remove("database.sslmode") {
-        let _ = write!(url, "?sslmode={mode}");
+        let _ = write!(url, "?sslmode={}", encoded_value(&mode));
         if let Some(root) = cfg.remove("database.sslrootcert") {
-            let _ = write!(url, "&sslrootcert={root}");
+            let _ = write!(url, "&sslrootcert={}", encoded_value(&root));
         }
     }
     if let Some(plugin) = cfg.remove("plugin.name") {
@@ -252,9 +315,10 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
             ));
         }
         for (k, v) in set {
+            let value = shown(&k, &v);
             not_carried.push((
                 format!("transforms.{name}.{k}"),
-                format!("EventRouter option '{k}' = {v} is not implemented by walpost"),
+                format!("EventRouter option '{k}' = {value} is not implemented by walpost"),
             ));
         }
     }
@@ -279,6 +343,25 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
         if let Some(p) = k.strip_prefix("producer.override.").or_else(|| k.strip_prefix("walpost.kafka.")) {
             if p == "bootstrap.servers" {
                 brokers = Some(v);
+            } else if p == "sasl.jaas.config" {
+                // Java's login module line; librdkafka takes the user name as a property
+                // and the password from walpost's environment, never from this file.
+                match jaas_field(&v, "username") {
+                    Some(user) => kafka_props.push(("sasl.username".into(), user)),
+                    None => not_carried.push((
+                        k.clone(),
+                        "a JAAS line without username=\"...\" (value not shown: it holds a secret)".into(),
+                    )),
+                }
+                notes.push(format!(
+                    "{k}: its password is not copied: give it to walpost in {} (or [kafka] properties_file, owner-only)",
+                    kafka_secret_env_var("sasl.password")
+                ));
+            } else if secret_like(p, &v) {
+                notes.push(format!(
+                    "{k} is not copied (a secret): give it to walpost in {} (or [kafka] properties_file, owner-only)",
+                    kafka_secret_env_var(p)
+                ));
             } else {
                 kafka_props.push((p.to_owned(), v));
             }
@@ -287,7 +370,8 @@ pub fn convert(text: &str) -> Result<Conversion, String> {
         } else if let Some(setting) = k.strip_prefix("walpost.other.") {
             notes.push(format!("{setting} dropped: Debezium Server setting"));
         } else {
-            not_carried.push((k, format!("{v}: no walpost equivalent")));
+            let value = shown(&k, &v);
+            not_carried.push((k, format!("{value}: no walpost equivalent")));
         }
     }
 
@@ -442,7 +526,9 @@ mod tests {
     #[test]
     fn unreadable_input_is_an_error() {
         assert!(convert("{not json").is_err());
-        assert!(convert("just words").is_err());
+        // Java's properties format takes `key value`; a line without any separator is no pair.
+        assert!(convert("just words").is_ok_and(|c| !c.not_carried.is_empty()));
+        assert!(convert("justoneword").is_err());
         assert!(convert(r#"{"connector.class": "io.debezium.connector.mysql.MySqlConnector"}"#).is_err());
     }
 }

@@ -123,7 +123,8 @@ impl FileConfig {
                 }
             }
         }
-        table.try_into().map_err(|e: toml::de::Error| parse_error_message(&e, text))
+        // From the text again (not the table): the error then knows its line.
+        toml::from_str(text).map_err(|e: toml::de::Error| parse_error_message(&e, text))
     }
 }
 
@@ -147,7 +148,7 @@ fn router_tables(table: &toml::Table) -> Vec<(&'static str, &toml::Table)> {
 /// `toml`'s error text quotes the offending line (which may hold a secret): keep only
 /// its position and message.
 fn parse_error_message(e: &toml::de::Error, text: &str) -> String {
-    let message = e.message();
+    let message = without_value(e.message());
     match e.span().and_then(|span| text.get(..span.start)) {
         Some(before) => {
             let line = before.matches('\n').count() + 1;
@@ -156,6 +157,20 @@ fn parse_error_message(e: &toml::de::Error, text: &str) -> String {
         }
         None => format!("TOML parse error: {message}"),
     }
+}
+
+/// serde's type errors quote the value (`invalid type: string "...", expected u64`),
+/// which may be a secret in the wrong key: keep its kind, drop the value.
+fn without_value(message: &str) -> String {
+    let mut out = message.to_owned();
+    for marker in ["invalid type: ", "invalid value: "] {
+        if let Some(start) = out.find(marker).map(|i| i + marker.len()) {
+            let end = out.get(start..).and_then(|rest| rest.find(", expected")).map_or(out.len(), |e| start + e);
+            let kind = out.get(start..end).and_then(|v| v.split([' ', '"', '`']).next()).unwrap_or("").to_owned();
+            out.replace_range(start..end, &format!("{kind} (value not shown)"));
+        }
+    }
+    out
 }
 
 /// `[kafka]`.
@@ -191,6 +206,9 @@ pub struct RouterFile {
     /// Topics records may go to: prefixes, `re:<regex>`, or `*` (walpost).
     #[serde(rename = "topics.allow", skip_serializing_if = "Option::is_none")]
     pub topics_allow: Option<Vec<String>>,
+    /// How many distinct topics rows may be routed to (walpost; default 1000).
+    #[serde(rename = "topics.max", skip_serializing_if = "Option::is_none")]
+    pub topics_max: Option<u64>,
     #[serde(rename = "route.tombstone.on.empty.payload", skip_serializing_if = "Option::is_none")]
     pub tombstone_on_empty_payload: Option<bool>,
     #[serde(rename = "table.field.event.key", skip_serializing_if = "Option::is_none")]
@@ -244,6 +262,7 @@ impl RouterFile {
             topic_replacement,
             topic_regex_fallthrough,
             topics_allow,
+            topics_max,
             event_type_header_field,
             tombstone_on_empty_payload,
             key_field,
@@ -374,6 +393,9 @@ pub struct PipelineFile {
     /// `/readyz` fails once Kafka has acknowledged nothing for this long while records
     /// wait, in seconds (well before the producer restart).
     pub unready_after_secs: Option<u64>,
+    /// A WAL message (one row) larger than this is never buffered whole: it is a
+    /// permanent error of its event (halt or dead letter).
+    pub max_message_bytes: Option<u64>,
 }
 
 impl PipelineFile {
@@ -385,6 +407,7 @@ impl PipelineFile {
             && self.max_backoff_secs.is_none()
             && self.delivery_timeout_secs.is_none()
             && self.unready_after_secs.is_none()
+            && self.max_message_bytes.is_none()
     }
 }
 
@@ -445,5 +468,20 @@ impl RetentionFile {
             && self.keep_days.is_none()
             && self.days_ahead.is_none()
             && self.lock_timeout_ms.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 27 (low): a TOML type error echoed the value (a secret put under the wrong
+    /// key would be printed).
+    #[test]
+    fn regression_type_errors_do_not_show_the_value() {
+        let e = FileConfig::parse("slot_failover = \"CANARY-secret\"").unwrap_err();
+        assert!(!e.contains("CANARY") && e.contains("value not shown") && e.contains("line 1"), "{e}");
+        let e = FileConfig::parse("[pipeline]\nmax_in_flight_bytes = \"CANARY\"").unwrap_err();
+        assert!(!e.contains("CANARY"), "{e}");
     }
 }

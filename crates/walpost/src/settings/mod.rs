@@ -154,6 +154,9 @@ pub struct StreamSettings {
     pub delivery_timeout: Duration,
     /// `/readyz` fails once Kafka has acknowledged nothing this long while records wait.
     pub unready_after: Duration,
+    /// The largest WAL message (one row) read whole; larger ones are a permanent error
+    /// of their event, read and dropped without being buffered.
+    pub max_message_bytes: usize,
 }
 
 /// The initial snapshot.

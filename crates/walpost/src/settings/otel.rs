@@ -93,7 +93,8 @@ impl OtelSettings {
         }
         let (authority, path) = parse_http_url(&url).ok_or_else(|| ConfigError::Invalid {
             key,
-            value: url.clone(),
+            // Without user:password and query: the URL may carry credentials.
+            value: redacted_url(&url),
             expected: "an http:// URL such as http://localhost:4318 (walpost's exporter has no TLS: send https through a collector beside walpost)",
         })?;
         // The general variable is a base URL: the signal's path is appended (spec).
@@ -107,6 +108,18 @@ impl OtelSettings {
                 expected: "key=value pairs separated by commas, values URL-encoded",
             })?,
         };
+        if !headers.is_empty() && !is_loopback(&authority) {
+            let key = if var("OTEL_EXPORTER_OTLP_TRACES_HEADERS").is_some() {
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+            } else {
+                "OTEL_EXPORTER_OTLP_HEADERS"
+            };
+            return Err(ConfigError::Invalid {
+                key,
+                value: "(not shown)".into(),
+                expected: "no headers for an endpoint on another host: they usually carry credentials, and walpost's exporter speaks plain http:// (no TLS), so they would cross the network in cleartext; point the endpoint at a collector on this host (http://127.0.0.1:4318) that forwards over TLS",
+            });
+        }
         let millis = |key: &'static str, default: u64| -> Result<u64, ConfigError> {
             match var(key) {
                 None => Ok(default),
@@ -191,6 +204,30 @@ fn sampler(name: Option<String>, arg: Option<String>) -> Result<Sampler, ConfigE
 }
 
 /// `http://host[:port][/path]` into (`host:port`, path).
+/// `url` without user information, query or fragment (for messages).
+fn redacted_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let shown = if authority.contains('@') { format!("****@{host}") } else { host.to_owned() };
+    let path = if path.is_empty() { String::new() } else { format!("/{path}") };
+    if scheme.is_empty() {
+        format!("{shown}{path}")
+    } else {
+        format!("{scheme}://{shown}{path}")
+    }
+}
+
+/// Whether `authority` (`host:port`) is this machine.
+fn is_loopback(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 fn parse_http_url(url: &str) -> Option<(String, String)> {
     let rest = url.strip_prefix("http://")?;
     let (authority, path) = match rest.find('/') {
@@ -253,6 +290,25 @@ mod tests {
     fn from(vars: &[(&str, &str)]) -> Result<Option<OtelSettings>, ConfigError> {
         let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         OtelSettings::from_env(&|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+    }
+
+    /// Issue 27 (low): the endpoint was echoed with its user:password and query, and
+    /// headers (a token) went in cleartext to a remote collector.
+    #[test]
+    fn regression_endpoint_credentials_are_not_echoed_nor_sent_in_cleartext() {
+        let err =
+            from(&[(ENDPOINT, "https://user:CANARY@collector.example:4318/x?token=CANARY")]).unwrap_err().to_string();
+        assert!(!err.contains("CANARY") && err.contains("https://****@collector.example:4318/x"), "{err}");
+        let remote = [
+            (ENDPOINT, "http://collector.example:4318"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20CANARY"),
+        ];
+        let err = from(&remote).unwrap_err().to_string();
+        assert!(!err.contains("CANARY") && err.contains("cleartext"), "{err}");
+        for local in ["http://127.0.0.1:4318", "http://localhost:4318", "http://[::1]:4318"] {
+            let vars = [(ENDPOINT, local), ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20x")];
+            assert!(from(&vars).unwrap().is_some(), "{local}");
+        }
     }
 
     #[test]

@@ -15,6 +15,8 @@ use super::{
 /// `None` everywhere means "not given": the file or the default decides.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
+    /// `postgres` came from the command line itself (not `WALPOST_POSTGRES`).
+    pub postgres_on_argv: bool,
     pub postgres: Option<String>,
     pub kafka_brokers: Option<String>,
     pub table: Option<String>,
@@ -152,7 +154,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             Some(t)
         }
     };
-    let source = SourceSettings {
+    let mut source = SourceSettings {
         slot,
         publication,
         slot_failover: o.slot_failover || file.slot_failover.unwrap_or(false),
@@ -215,6 +217,16 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         });
     }
     let kafka = KafkaSettings { brokers, properties, on_permanent_error, dead_letter_topic, log_values, delivery };
+    // walpost's own topics are never a row's destination.
+    let mut reserved = vec![kafka.dead_letter_topic.clone()];
+    if let Delivery::ExactlyOnce(e) = &kafka.delivery {
+        reserved.push(e.progress_topic.clone());
+    }
+    for router in
+        source.outboxes.iter_mut().map(|o| &mut o.router).chain(source.messages.iter_mut().map(|m| &mut m.router))
+    {
+        router.reserved_topics.clone_from(&reserved);
+    }
 
     let snapshot_mode = o.snapshot.or(file.snapshot).unwrap_or(SnapshotMode::Never);
     let filter = pick(&o.snapshot_filter, file.snapshot_filter).filter(|f| !f.trim().is_empty());
@@ -269,6 +281,19 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             p.unready_after_secs,
             (delivery_timeout.as_secs() / 2).clamp(1, 30),
         )?,
+        // Kafka refuses a record over the producer's message.max.bytes (librdkafka's
+        // default: 1,000,000) anyway; the slack is room for columns that are not in it.
+        max_message_bytes: usize::try_from(positive(
+            "pipeline.max_message_bytes",
+            p.max_message_bytes,
+            kafka
+                .properties
+                .get("message.max.bytes")
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(1_000_000)
+                .saturating_add(MAX_MESSAGE_SLACK),
+        )?)
+        .unwrap_or(usize::MAX),
     };
 
     let metrics_addr = match pick(&o.metrics_addr, file.metrics_addr) {
@@ -281,6 +306,11 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         })?),
     };
     let raw_postgres = postgres.clone();
+    if o.postgres_on_argv
+        && replication::Config::parse_with_env(&postgres, &|_| None).is_ok_and(|c| c.password().is_some())
+    {
+        tracing::warn!("{}", secrets::POSTGRES_PASSWORD_ON_ARGV);
+    }
     let password_file = o.postgres_password_file.clone().or(file.postgres_password_file);
     let postgres = match &password_file {
         None => replication::Config::from_url(&postgres)?,
@@ -509,6 +539,18 @@ fn resolve_router(
         },
         topic_regex_fallthrough: f.topic_regex_fallthrough.unwrap_or(false),
         topics_allow: f.topics_allow.clone(),
+        topics_max: match f.topics_max {
+            Some(0) => {
+                return Err(ConfigError::Invalid {
+                    key: "topics.max",
+                    value: "0".into(),
+                    expected: "a positive number of topics",
+                })
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None => d.topics_max,
+        },
+        reserved_topics: Vec::new(),
         log_values,
         timestamp_field: f.timestamp_field.clone().filter(|c| !c.is_empty()),
         headers_field: f.headers_field.clone().filter(|c| !c.is_empty()),
@@ -535,6 +577,10 @@ fn resolve_router(
     })?;
     Ok((config, op_invalid))
 }
+
+/// What `[pipeline] max_message_bytes` adds to the producer's `message.max.bytes` by
+/// default: room for the columns of a row that do not go into its record.
+pub const MAX_MESSAGE_SLACK: u64 = 1 << 20;
 
 /// The file's `[retention]` table over the defaults; `keep_days`/`days_ahead` overrides win.
 pub(super) fn resolve_retention(

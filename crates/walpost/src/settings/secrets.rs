@@ -22,6 +22,9 @@ use super::ConfigError;
 pub const KAFKA_SECRET_PROPERTIES: &[&str] =
     &["sasl.password", "sasl.oauthbearer.client.secret", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem"];
 
+/// The warning for a PostgreSQL password in the `--postgres` flag.
+pub const POSTGRES_PASSWORD_ON_ARGV: &str = "the PostgreSQL password was given in --postgres, on the command line, where other users of this machine can read it (/proc/<pid>/cmdline): put it in a password file (--postgres-password-file, WALPOST_POSTGRES_PASSWORD_FILE or PGPASSFILE) or pass the URL in WALPOST_POSTGRES instead";
+
 /// `WALPOST_KAFKA_SASL_PASSWORD` for `sasl.password`.
 pub fn kafka_secret_env_var(property: &str) -> String {
     format!("WALPOST_KAFKA_{}", property.to_ascii_uppercase().replace('.', "_"))

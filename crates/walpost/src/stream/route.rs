@@ -225,6 +225,66 @@ impl Routing {
         }
     }
 
+    /// A WAL message over `[pipeline] max_message_bytes` (`size` bytes, `limit`), of
+    /// which only `data` (its first bytes) was kept: an outbox row becomes a permanent
+    /// error of its event, with the event id and key when they are among the row's
+    /// first columns; a message with an outbox prefix too.
+    pub fn oversized(&mut self, data: &Bytes, size: usize, limit: usize) -> Result<Routed, PipelineError> {
+        let too_large = |table: String, id: &Option<Bytes>| RouteError::TooLarge {
+            table,
+            event_id: id.as_ref().map(|i| String::from_utf8_lossy(i).into()),
+            size,
+            limit,
+        };
+        match data.first() {
+            Some(b'I') => {
+                let Some((oid, partial)) = pgoutput::insert_prefix(data) else {
+                    return Err(PipelineError::definite(format!(
+                        "pgoutput protocol: an Insert of {size} bytes whose first bytes are not an Insert"
+                    )));
+                };
+                let (table, id, key) = match self.relations.get(&oid) {
+                    Some(RelationEntry::Outbox(i, rel)) => {
+                        let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                        let (id, key, _) = o.router.salvage(rel, &partial);
+                        (o.table.to_string(), id, key)
+                    }
+                    Some(RelationEntry::Unroutable(i, _, columns)) => {
+                        let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                        let (id, key, _) = o.router.salvage_unresolved(columns, &partial);
+                        (o.table.to_string(), id, key)
+                    }
+                    Some(RelationEntry::Signal { .. }) => {
+                        tracing::warn!(size, limit, "a signal row over [pipeline] max_message_bytes was dropped unread");
+                        return Ok(Routed::NotAnEvent);
+                    }
+                    Some(RelationEntry::Other) => return Ok(Routed::NotAnEvent),
+                    None => {
+                        return Err(PipelineError::definite(format!(
+                            "pgoutput protocol: Insert for relation {oid} before its Relation message"
+                        )))
+                    }
+                };
+                Ok(unroutable(too_large(table, &id), id, key, None))
+            }
+            Some(b'M') => {
+                // Flags, LSN, then the prefix (a C string).
+                let prefix = data.get(10..).and_then(|p| p.split(|b| *b == 0).next()).unwrap_or_default();
+                let prefix = String::from_utf8_lossy(prefix);
+                match &self.messages {
+                    Some(m) if m.prefixes.iter().any(|p| *p == prefix) => {
+                        Ok(unroutable(too_large(format!("message prefix {prefix}"), &None), None, None, None))
+                    }
+                    _ => Ok(Routed::NotAnEvent),
+                }
+            }
+            other => Err(PipelineError::definite(format!(
+                "a replication message of {size} bytes (pgoutput tag {}) is over [pipeline] max_message_bytes ({limit}); only row inserts and messages can be that large: raise the limit",
+                other.map_or_else(|| "none".to_owned(), |t| char::from(*t).escape_default().to_string())
+            ))),
+        }
+    }
+
     /// UPDATE/DELETE/TRUNCATE: only an outbox table's count as invalid operations.
     pub fn other_operation(&self, op: &str, relation_oids: &[u32]) -> Result<(), PipelineError> {
         for oid in relation_oids {

@@ -273,7 +273,7 @@ impl<'a> Session<'a> {
                 }
                 Some(finished) = self.replays.next() => self.replay_finished(finished)?,
                 message = self.stream.next(), if self.window.has_room() => {
-                    self.on_message(message?).await?;
+                    self.on_read(message).await?;
                     more_buffered = true;
                     // The rest of a burst the socket delivered at once, in this turn: one
                     // turn of this loop per message costs more than the message.
@@ -284,8 +284,8 @@ impl<'a> Session<'a> {
                         if !self.window.has_room() {
                             break;
                         }
-                        match self.stream.try_next()? {
-                            Some(message) => self.on_message(message).await?,
+                        match self.stream.try_next().transpose() {
+                            Some(read) => self.on_read(read).await?,
                             None => {
                                 more_buffered = false;
                                 break;
@@ -381,6 +381,48 @@ impl<'a> Session<'a> {
                     // The dead letter takes the refused record's place in its transaction.
                     self.window.enqueue(Outgoing { record, timestamp_ms: None, tag, dead_letter: Some(class.into()) });
                 }
+                Ok(())
+            }
+        }
+    }
+
+    /// What the stream gave: a message, or a message too large to read whole (a
+    /// permanent error of its event, [`Session::on_oversized`]), or an error.
+    async fn on_read(
+        &mut self,
+        read: Result<Option<ReplicationMessage>, replication::Error>,
+    ) -> Result<(), PipelineError> {
+        match read {
+            Err(replication::Error::MessageTooLarge(o)) => self.on_oversized(&o),
+            other => self.on_message(other?).await,
+        }
+    }
+
+    /// A WAL message over `[pipeline] max_message_bytes`: read and dropped by the stream
+    /// without being buffered; its event halts or is dead-lettered (with its id and key
+    /// when the row's first columns hold them), like a record Kafka refuses.
+    fn on_oversized(&mut self, o: &replication::Oversized) -> Result<(), PipelineError> {
+        let Ok(ReplicationMessage::XLogData(x)) = pgoutput::wire::parse_copy_data(o.prefix.clone()) else {
+            return Err(PipelineError::definite(format!(
+                "a replication message of {} bytes, over [pipeline] max_message_bytes ({}), is not WAL data",
+                o.len, o.limit
+            )));
+        };
+        self.confirmer.received(x.wal_start);
+        let routed = self.routing.oversized(&x.data, o.len, o.limit)?;
+        if matches!(routed, Routed::NotAnEvent) {
+            return Ok(());
+        }
+        if self.decoding.in_transaction() {
+            return self.publish_in_open_txn(routed);
+        }
+        // A non-transactional message: a transaction of its own at its position.
+        let mut txn = OpenTxn { final_lsn: x.wal_start, commit_time_ms: now_ms(), seq: None, records: 0 };
+        self.publish(&mut txn, routed, None)?;
+        match txn.seq {
+            Some(seq) => self.confirmer.checkpoint.commit(seq, x.wal_start).map_err(PipelineError::definite),
+            None => {
+                self.confirmer.checkpoint.commit_empty(x.wal_start);
                 Ok(())
             }
         }
@@ -484,7 +526,7 @@ impl<'a> Session<'a> {
                     original_topic: String::new(),
                     event_id,
                     lsn: txn.final_lsn,
-                    too_large: false,
+                    too_large: matches!(error, router::RouteError::TooLarge { .. }),
                 };
                 match self.policy.dead_letter(&failure, *salvage) {
                     Some(record) => (record, Some(failure.class)),

@@ -202,7 +202,8 @@ pub async fn begin(
         // Logical decoding messages (pg_logical_emit_message), PostgreSQL 14+.
         options.push(("messages", "true"));
     }
-    let stream = repl.start_logical_replication(slot_name, start, &options).await?;
+    let mut stream = repl.start_logical_replication(slot_name, start, &options).await?;
+    stream.set_max_message_len(s.stream.max_message_bytes);
     let (window, exactly_once) = match (window, exactly_once) {
         (Some(window), _) => (window, None),
         (None, Some(e)) => {

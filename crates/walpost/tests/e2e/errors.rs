@@ -167,3 +167,76 @@ fn postgres_unreachable_at_start_is_retried() {
     assert!(p.log_text().contains("cannot connect to PostgreSQL"), "{}", p.log_text());
     assert!(!p.log_text().contains("walpost:walpost@"), "password in log");
 }
+
+fn walpost_output(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_walpost"));
+    cmd.args(args).env_remove("WALPOST_POSTGRES");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// Regression (issue 27, M5): `walpost import-debezium` printed `database.sslpassword`'s
+/// value, the JAAS line with its password, `notification.sink.password`, echoed a
+/// `key value` properties line whole, and pasted a `database.dbname` of
+/// `shop?sslmode=disable&require_auth=password` into the URL as options. Secrets are now
+/// named, never shown; the user name of the JAAS line is carried over; the dbname is
+/// percent-encoded.
+#[test]
+fn regression_import_debezium_never_prints_a_secret() {
+    const CANARY: &str = "CANARY-s3cr3t-9f2c";
+    let dir = std::env::temp_dir().join(testkit::unique_name("import-canary"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("connector.json");
+    std::fs::write(
+        &json,
+        format!(
+            r#"{{"name": "outbox", "config": {{
+                "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+                "database.hostname": "db", "database.user": "cdc", "database.password": "{CANARY}",
+                "database.dbname": "shop?sslmode=disable&require_auth=password",
+                "database.sslpassword": "{CANARY}",
+                "producer.override.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"svc\" password=\"{CANARY}\";",
+                "producer.override.sasl.mechanism": "PLAIN",
+                "notification.sink.password": "{CANARY}",
+                "transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+                "transforms.outbox.secret.thing": "{CANARY}"
+            }}}}"#
+        ),
+    )
+    .unwrap();
+    let (_, out) = walpost_output(&["import-debezium", json.to_str().unwrap()], &[]);
+    assert!(!out.contains(CANARY), "a secret was printed:\n{out}");
+    assert!(out.contains("database.sslpassword") && out.contains("notification.sink.password"), "{out}");
+    assert!(out.contains("\"sasl.username\" = \"svc\"") && out.contains("WALPOST_KAFKA_SASL_PASSWORD"), "{out}");
+    assert!(out.contains("/shop%3Fsslmode%3Ddisable%26require_auth%3Dpassword"), "{out}");
+    assert!(!out.contains("?sslmode=disable"), "{out}");
+
+    let props = dir.join("application.properties");
+    std::fs::write(
+        &props,
+        format!("debezium.source.database.hostname db\ndebezium.source.database.password {CANARY}\nnotakeyvalue\n"),
+    )
+    .unwrap();
+    let (code, out) = walpost_output(&["import-debezium", props.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(!out.contains(CANARY) && out.contains("line 3 is not key=value"), "{out}");
+}
+
+/// Regression (issue 27, M6): a password in `--postgres` is readable by any local user
+/// from /proc/PID/cmdline; walpost warned about `sasl.password` on the command line but
+/// not about this. Now it warns (and never prints the password); the same URL in
+/// `WALPOST_POSTGRES` draws no warning.
+#[test]
+fn regression_a_postgres_password_on_the_command_line_is_warned_about() {
+    const CANARY: &str = "CANARY-pw-7731";
+    let url = format!("postgres://app:{CANARY}@127.0.0.1:1/shop?connect_timeout=1");
+    let args = ["check", "--postgres", url.as_str(), "--kafka-brokers", "127.0.0.1:1"];
+    let (_, out) = walpost_output(&args, &[]);
+    assert!(out.contains(walpost::settings::secrets::POSTGRES_PASSWORD_ON_ARGV), "{out}");
+    assert!(!out.contains(CANARY), "the password was printed:\n{out}");
+    let (_, out) = walpost_output(&["check", "--kafka-brokers", "127.0.0.1:1"], &[("WALPOST_POSTGRES", url.as_str())]);
+    assert!(!out.contains("on the command line") && !out.contains(CANARY), "{out}");
+}

@@ -196,3 +196,138 @@ fn regression_no_secret_or_column_value_in_any_log_line() {
         }
     }
 }
+
+/// Regression (issue 27, M3): 300 distinct `aggregate_type` values within the allowed
+/// prefix created 300 topics, and a row behind them arrived after 31 s, because the first
+/// record per topic was sent alone. Now the first records of new topics go out together
+/// (each alone in its topic) and the number of topics rows may open is capped
+/// (`topics.max`). 1,000 new topics (on a broker of their own, one partition each), then
+/// one event of a topic that exists: it arrives within seconds, and every event arrives.
+#[test]
+fn regression_a_thousand_new_topics_do_not_stall_the_row_behind_them() {
+    let kafka =
+        testkit::Kafka::start(testkit::KafkaOptions { extra_props: vec![("num.partitions".into(), "1".into())] })
+            .expect("start a broker");
+    let w = World::on(testkit::shared_postgres(), &kafka.bootstrap(), "many-topics");
+    let config = crate::drills::service_config(&w, "");
+    std::fs::write(&config, std::fs::read_to_string(&config).unwrap() + "\"topics.max\" = 1100\n").unwrap();
+    let mut p = crate::drills::service(&config, &[]);
+    assert!(w.wait_for_slot(Duration::from_secs(120)), "{}", p.log_text());
+    insert_batches(&w, 0, 1, 5, 5, &["order"]);
+    wait_for_every_committed(&w, Duration::from_secs(120));
+    let started = std::time::Instant::now();
+    w.sql(
+        "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'burst' || g, gen_random_uuid(), 'E', '{}' FROM generate_series(1, 1000) g",
+    );
+    w.sql("INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', gen_random_uuid(), 'Behind', '{}')");
+    let behind: i64 = w.sql("SELECT id FROM events.outbox WHERE event_type = 'Behind'").parse().unwrap();
+    let arrived = testkit::wait_until(Duration::from_secs(60), || {
+        read_all(&w.kafka_bootstrap, &w.topic("order")).iter().any(|r| r.event_id() == behind)
+    });
+    let delay = started.elapsed();
+    assert!(arrived, "the event behind 1,000 new topics did not arrive within 60 s:\n{}", p.log_text());
+    let records = wait_for_every_committed(&w, Duration::from_secs(300));
+    let all = started.elapsed();
+    let a = audit(&w, &records);
+    assert!(a.lost.is_empty() && a.duplicates == 0 && a.reordered.is_empty(), "{a:?}");
+    eprintln!("[many-topics] the event behind 1,000 new topics arrived after {delay:?}; all 1,001 after {all:?}");
+    assert!(delay < Duration::from_secs(15), "the event behind them took {delay:?}");
+    assert!(p.is_running(), "{}", p.log_text());
+}
+
+/// Issue 27, M3: a row that would open one topic more than `topics.max` is a routing
+/// error: walpost halts on it (nothing after it confirmed), or dead-letters it.
+#[test]
+fn rows_beyond_topics_max_halt_or_are_dead_lettered() {
+    let w = World::new("topics-max");
+    let config = crate::drills::service_config(&w, "");
+    std::fs::write(&config, std::fs::read_to_string(&config).unwrap() + "\"topics.max\" = 2\n").unwrap();
+    let mut p = crate::drills::service(&config, &[]);
+    assert!(w.wait_for_slot(Duration::from_secs(120)), "{}", p.log_text());
+    insert_batches(&w, 0, 1, 4, 4, &["a", "b"]);
+    wait_for_every_committed(&w, Duration::from_secs(120));
+    let before = w.sql("SELECT pg_current_wal_lsn()");
+    insert_batches(&w, 1, 1, 3, 3, &["c"]);
+    assert_eq!(p.wait_exit(Duration::from_secs(60)).and_then(|s| s.code()), Some(1), "{}", p.log_text());
+    assert!(p.log_text().contains("but topics.max is 2"), "{}", p.log_text());
+    assert!(w.confirmed_flush_lsn() <= parse_lsn(&before), "confirmed past the refused row");
+    let dead = crate::drills::service_config(&w, "on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"DLQ\"");
+    let dead_letter_topic = format!("{}dlq", w.topic_prefix);
+    let text = std::fs::read_to_string(&dead).unwrap().replace("\"DLQ\"", &format!("\"{dead_letter_topic}\""));
+    std::fs::write(&dead, text + "\"topics.max\" = 2\n").unwrap();
+    // The cap counts the topics this process routed to: the waiting "c" rows open one,
+    // "d" the second, and "e" would be the third.
+    let _p = crate::drills::service(&dead, &[]);
+    insert_batches(&w, 2, 1, 3, 3, &["d"]);
+    insert_batches(&w, 3, 1, 3, 3, &["e"]);
+    let letters = consume_at_least(&w.kafka_bootstrap, &dead_letter_topic, 3, Duration::from_secs(120));
+    assert_eq!(letters.len(), 3, "{letters:?}");
+    assert!(letters.iter().all(|r| r.header("walpost.error.class") == Some(&b"too_many_topics"[..])), "{letters:?}");
+    assert!(topics_with_prefix(&w.kafka_bootstrap, &w.topic("e")).is_empty(), "topic e was created");
+}
+
+/// Peak resident memory of a process (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Regression (issue 27, M4): a 200 MB payload took walpost from 14.5 MB to 422 MB RSS,
+/// and frames up to 1 GiB were read whole, so an out-of-memory kill could re-read the
+/// same row forever. A WAL message over `[pipeline] max_message_bytes` is now read and
+/// dropped as it arrives: in halt mode walpost stops naming the event, its size and the
+/// limit, with nothing confirmed past it; in dead-letter mode the event's dead letter
+/// (id, key, no value) goes out, the stream goes on, and walpost's peak RSS stays in
+/// tens of megabytes for a 1 GB row.
+#[test]
+fn regression_a_row_over_max_message_bytes_is_never_buffered_whole() {
+    let w = World::new("huge-row");
+    w.sql("ALTER TABLE events.outbox ADD COLUMN blob text");
+    let config = crate::drills::service_config(&w, "[pipeline]\nmax_message_bytes = 4000000");
+    let mut p = crate::drills::service(&config, &[]);
+    assert!(w.wait_for_slot(Duration::from_secs(120)), "{}", p.log_text());
+    insert_batches(&w, 0, 1, 5, 5, &["order"]);
+    wait_for_every_committed(&w, Duration::from_secs(120));
+    let before = w.sql("SELECT pg_current_wal_lsn()");
+    w.sql("INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload, blob) VALUES ('order', gen_random_uuid(), 'Huge', '{}', repeat('x', 8000000))");
+    let huge: i64 = w.sql("SELECT id FROM events.outbox WHERE event_type = 'Huge'").parse().unwrap();
+    assert_eq!(p.wait_exit(Duration::from_secs(120)).and_then(|s| s.code()), Some(1), "{}", p.log_text());
+    let log = p.log_text();
+    assert!(
+        log.contains(&format!("event id {huge} is ")) && log.contains("over the per-message limit of 4000000 bytes"),
+        "{log}"
+    );
+    assert!(w.confirmed_flush_lsn() <= parse_lsn(&before), "confirmed past the refused row");
+
+    // Dead-letter mode, and a row of 1 GB.
+    let dlq = format!("{}dlq", w.topic_prefix);
+    let dead = crate::drills::service_config(
+        &w,
+        &format!("on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n[pipeline]\nmax_message_bytes = 4000000"),
+    );
+    let mut p = crate::drills::service(&dead, &[]);
+    let letter_id =
+        |r: &Consumed| String::from_utf8_lossy(r.header("walpost.event.id").unwrap_or_default()).into_owned();
+    let letters = consume_at_least(&w.kafka_bootstrap, &dlq, 1, Duration::from_secs(120));
+    assert_eq!(letter_id(&letters[0]), huge.to_string(), "{:?}", letters[0]);
+    w.sql("INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload, blob) VALUES ('order', gen_random_uuid(), 'Giant', '{}', repeat('x', 1000000000))");
+    let giant: i64 = w.sql("SELECT id FROM events.outbox WHERE event_type = 'Giant'").parse().unwrap();
+    insert_batches(&w, 1, 1, 5, 5, &["order"]);
+    let letters = consume_at_least(&w.kafka_bootstrap, &dlq, 2, Duration::from_secs(600));
+    let letter = letters.iter().find(|r| letter_id(r) == giant.to_string()).expect("the 1 GB row's dead letter");
+    assert_eq!(letter.header("walpost.error.class"), Some(&b"message_too_large"[..]), "{letter:?}");
+    assert!(letter.value.as_ref().is_none_or(|v| v.is_empty()), "the dead letter carries no value");
+    let expected = w.committed_rows().len() - 2;
+    let live = consume_at_least(&w.kafka_bootstrap, &w.topic("order"), expected, Duration::from_secs(120));
+    let a = audit(&w, &live);
+    assert_eq!(a.lost, vec![huge, giant], "only the two rows too large are not in their topic: {a:?}");
+    let peak = peak_rss(p.pid());
+    eprintln!("[huge-row] walpost's peak RSS with a 1 GB row: {:.1} MB", peak as f64 / 1e6);
+    assert!(peak > 0 && peak < 100_000_000, "peak RSS {peak} bytes");
+    assert!(p.is_running(), "{}", p.log_text());
+}

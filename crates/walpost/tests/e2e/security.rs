@@ -198,7 +198,7 @@ fn regression_a_signal_filter_cannot_run_sql_as_walpost() {
     );
     let config = crate::drills::service_config(
         &w,
-        &format!("signal_table = \"events.debezium_signal\"\n[signal]\nallowed_roles = [\"{writer}\"]"),
+        &format!("signal_table = \"events.debezium_signal\"\n[signal]\nallowed_roles = [\"{writer}\"]\n[monitor]\ninterval_secs = 1"),
     );
     let mut p = crate::drills::service(&config, &[]);
     assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
@@ -256,6 +256,12 @@ fn regression_a_signal_filter_cannot_run_sql_as_walpost() {
     assert_eq!(replayed, 10, "the payment events replayed");
     assert!(!records.iter().any(|r| r.topic.ends_with("forged")), "a forged event");
     w.sql(&format!("SELECT pg_drop_replication_slot('{victim}')"));
+    // Issue 27 (low): the rights are checked while walpost runs too, not only at start.
+    w.sql("GRANT INSERT ON events.debezium_signal TO PUBLIC");
+    assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
+    let expected =
+        format!("{} (changed while walpost was streaming)", walpost::postgres::messages::signal_table_public(&table));
+    assert!(p.log_text().contains(&expected), "{}", p.log_text());
 }
 
 /// Issue 27, H1: `walpost replay --where` takes the same grammar unless `--unsafe-where`,
