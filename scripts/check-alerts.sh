@@ -251,7 +251,7 @@ sql_check() {
     r="$(row walpost -v inactive_status=ok -v warning_bytes=1000000 -v critical_bytes=1800000)"
     expect "2 MB retained, critical_bytes=1800000" "$r" 2 critical
 
-    # The budget (max_slot_wal_keep_size = 4MB): warning under 25% left, then unreserved
+    # The budget (max_slot_wal_keep_size = 4MB): warning under 50% left, then unreserved
     # (critical), then lost after a checkpoint.
     local seen_budget_warning=0 unreserved=0
     for _ in $(seq 8); do
@@ -263,8 +263,8 @@ sql_check() {
             unreserved=1
             break
         fi
-        if [[ "$(field 10 "$r")" == "warning: "*"% of the WAL budget left (warning under 25.0%)" ]]; then
-            expect "under 25% of the budget left" "$r" 2 warning
+        if [[ "$(field 10 "$r")" == "warning: "*"% of the WAL budget left (warning under 50.0%)" ]]; then
+            expect "under 50% of the budget left" "$r" 2 warning
             seen_budget_warning=1
         fi
     done

@@ -14,7 +14,7 @@
 --   warning_bytes, critical_bytes   retained WAL (current position - restart_lsn);
 --                                   walpost's [monitor] defaults, 1 GiB and 8 GiB
 --   warning_safe_fraction,          safe_wal_size / (safe_wal_size + retained WAL): the share of
---   critical_safe_fraction          the slot's budget (max_slot_wal_keep_size) still free; 0.25 / 0.10,
+--   critical_safe_fraction          the slot's budget (max_slot_wal_keep_size) still free; 0.50 / 0.20,
 --                                   as in deploy/prometheus/alerts.yml. NULL safe_wal_size
 --                                   (max_slot_wal_keep_size = -1, unlimited) is not checked.
 --   inactive_status                 status of a slot nothing streams from (no walpost running):
@@ -31,11 +31,11 @@
 \endif
 \if :{?warning_safe_fraction}
 \else
-\set warning_safe_fraction 0.25
+\set warning_safe_fraction 0.50
 \endif
 \if :{?critical_safe_fraction}
 \else
-\set critical_safe_fraction 0.10
+\set critical_safe_fraction 0.20
 \endif
 \if :{?inactive_status}
 \else

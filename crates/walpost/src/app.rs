@@ -119,6 +119,7 @@ async fn run(settings: Settings) -> Result<(), PipelineError> {
         None => None,
     };
     let shutdown = shutdown_signal()?;
+    let stop = shutdown.clone();
     // The beat proves the stream's runtime thread runs (`/healthz`).
     let beat = health.clone();
     tokio::spawn(async move {
@@ -130,7 +131,13 @@ async fn run(settings: Settings) -> Result<(), PipelineError> {
     });
     let (fatal_tx, mut fatal) = watch::channel(None);
     let side = (settings.clone(), metrics.clone(), shutdown.clone());
+    // A backfill (--snapshot initial_only) reads no slot and runs beside the service:
+    // the slot monitor, retention and heartbeat are the service's.
+    let backfill = settings.snapshot.mode == crate::settings::SnapshotMode::InitialOnly;
     tokio::spawn(async move {
+        if backfill {
+            return;
+        }
         let (settings, metrics, shutdown) = side;
         tokio::time::sleep(BACKGROUND_START_DELAY).await;
         tokio::spawn(monitor::run(settings.clone(), metrics.clone(), fatal_tx));
@@ -151,9 +158,34 @@ async fn run(settings: Settings) -> Result<(), PipelineError> {
         // The spans of what was delivered before the stop; off the runtime's thread.
         let _ = tokio::task::spawn_blocking(move || spans.shutdown(SPAN_FLUSH_TIMEOUT)).await;
     }
+    if let Err(e) = &result {
+        linger_halted(&settings, &health, e, stop).await;
+    }
     result?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A halt is an exit 1 that alerting built on /metrics would never see (the counters of
+/// the refused record vanish with the process): with a metrics server, walpost first
+/// serves `walpost_halted 1` (and `/readyz` "halted: ...") for `[pipeline]
+/// halt_linger_secs`, then exits. A signal ends the wait at once.
+async fn linger_halted(s: &Settings, health: &Health, e: &PipelineError, mut stop: watch::Receiver<bool>) {
+    if e.is_transient() || s.metrics_addr.is_none() || s.stream.halt_linger.is_zero() {
+        return;
+    }
+    health.set_halted(e.to_string());
+    tracing::error!(
+        "halted: {e} (serving walpost_halted = 1 on /metrics for {} s, then exiting 1)",
+        s.stream.halt_linger.as_secs()
+    );
+    if *stop.borrow() {
+        return;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(s.stream.halt_linger) => {}
+        _ = stop.changed() => {}
+    }
 }
 
 /// A watch channel that flips on the first SIGINT or SIGTERM.

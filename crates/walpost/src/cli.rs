@@ -125,7 +125,7 @@ pub enum Command {
 pub struct ReplayArgs {
     /// Connection, table, router and Kafka settings as for `run` (the slot is not used).
     #[command(flatten)]
-    pub run: RunArgs,
+    pub run: ConnectionArgs,
 
     /// Rows whose time column is at or after this timestamp (e.g. 2026-11-28T00:00:00Z).
     #[arg(long, value_name = "TIME")]
@@ -208,8 +208,10 @@ pub enum SlotAction {
     },
 }
 
+/// What every command that reads the outbox or writes Kafka takes: the connections, the
+/// table, the router and the producer.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct ConnectionArgs {
     /// PostgreSQL URL: postgres://user:password@host:port/dbname?sslmode=... (a host
     /// starting with / is a Unix-socket directory). The role needs REPLICATION.
     #[arg(long, env = "WALPOST_POSTGRES", hide_env_values = true, value_name = "URL")]
@@ -257,6 +259,37 @@ pub struct RunArgs {
     #[arg(long, env = "WALPOST_EVENT_TYPE_FIELD", hide_env_values = true, value_name = "COLUMN")]
     pub event_type_field: Option<String>,
 
+    /// Record envelope: none (Debezium's records), or cloudevents (CloudEvents Kafka
+    /// binding 1.0; [cloudevents] mode = binary or structured) [default: none].
+    #[arg(long, env = "WALPOST_ENVELOPE", hide_env_values = true, value_name = "ENVELOPE")]
+    pub envelope: Option<String>,
+
+    /// File holding the PostgreSQL password (owner-only), when the URL has none; it wins
+    /// over PGPASSWORD. Keeps the password out of argv and the environment.
+    #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
+    pub postgres_password_file: Option<PathBuf>,
+
+    /// A librdkafka property, KEY=VALUE; repeatable; overrides [kafka.properties].
+    /// Secrets (sasl.password, ...) belong in WALPOST_KAFKA_SASL_PASSWORD-style
+    /// variables or [kafka] properties_file, not on the command line.
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
+    pub kafka_property: Vec<String>,
+
+    /// A record Kafka will never take, or a row that cannot be routed: halt (stop, nothing
+    /// after it confirmed) or dead_letter (to --dead-letter-topic) [default: halt].
+    #[arg(long, env = "WALPOST_ON_PERMANENT_ERROR", hide_env_values = true, value_name = "halt|dead_letter")]
+    pub on_permanent_error: Option<String>,
+
+    /// The dead-letter topic [default: walpost.dead_letter].
+    #[arg(long, env = "WALPOST_DEAD_LETTER_TOPIC", hide_env_values = true, value_name = "TOPIC")]
+    pub dead_letter_topic: Option<String>,
+}
+
+/// What only `walpost run` (and the commands that check or manage what it runs) takes:
+/// the snapshot, the slot's options, signals, the heartbeat, the delivery guarantee and
+/// the metrics server.
+#[derive(Debug, Args)]
+pub struct StreamArgs {
     /// Serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9187.
     #[arg(long, env = "WALPOST_METRICS_ADDR", hide_env_values = true, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
@@ -290,25 +323,18 @@ pub struct RunArgs {
     /// [default: at-least-once].
     #[arg(long, env = "WALPOST_DELIVERY", hide_env_values = true, value_name = "MODE")]
     pub delivery: Option<String>,
-
-    /// Record envelope: none (Debezium's records), or cloudevents (CloudEvents Kafka
-    /// binding 1.0; [cloudevents] mode = binary or structured) [default: none].
-    #[arg(long, env = "WALPOST_ENVELOPE", hide_env_values = true, value_name = "ENVELOPE")]
-    pub envelope: Option<String>,
-
-    /// File holding the PostgreSQL password (owner-only), when the URL has none; it wins
-    /// over PGPASSWORD. Keeps the password out of argv and the environment.
-    #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
-    pub postgres_password_file: Option<PathBuf>,
-
-    /// A librdkafka property, KEY=VALUE; repeatable; overrides [kafka.properties].
-    /// Secrets (sasl.password, ...) belong in WALPOST_KAFKA_SASL_PASSWORD-style
-    /// variables or [kafka] properties_file, not on the command line.
-    #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
-    pub kafka_property: Vec<String>,
 }
 
-impl RunArgs {
+/// `walpost run`'s flags.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub stream: StreamArgs,
+}
+
+impl ConnectionArgs {
     /// What these flags (and `WALPOST_*` variables) set, for the settings layer.
     pub fn overrides(&self) -> Overrides {
         Overrides {
@@ -324,19 +350,31 @@ impl RunArgs {
             payload_field: self.payload_field.clone(),
             id_field: self.id_field.clone(),
             event_type_field: self.event_type_field.clone(),
-            metrics_addr: self.metrics_addr.clone(),
-            snapshot: self.snapshot.map(Into::into),
-            snapshot_filter: self.snapshot_filter.clone(),
-            heartbeat_interval_secs: self.heartbeat_interval,
-            signal_table: self.signal_table.clone(),
-            slot_failover: self.slot_failover,
             kafka_properties: self.kafka_property.clone(),
-            retention_keep_days: None,
-            retention_days_ahead: None,
             postgres_password_file: self.postgres_password_file.clone(),
-            delivery: self.delivery.clone(),
             envelope: self.envelope.clone(),
+            on_permanent_error: self.on_permanent_error.clone(),
+            dead_letter_topic: self.dead_letter_topic.clone(),
             kafka_secret_env: kafka_secret_env(&|k| std::env::var(k).ok()),
+            ..Overrides::default()
+        }
+    }
+}
+
+impl RunArgs {
+    /// What these flags (and `WALPOST_*` variables) set, for the settings layer.
+    pub fn overrides(&self) -> Overrides {
+        let s = &self.stream;
+        Overrides {
+            metrics_addr: s.metrics_addr.clone(),
+            metrics_addr_on_argv: argv_names_flag("--metrics-addr"),
+            snapshot: s.snapshot.map(Into::into),
+            snapshot_filter: s.snapshot_filter.clone(),
+            heartbeat_interval_secs: s.heartbeat_interval,
+            signal_table: s.signal_table.clone(),
+            slot_failover: s.slot_failover,
+            delivery: s.delivery.clone(),
+            ..self.connection.overrides()
         }
     }
 }

@@ -46,6 +46,11 @@ pub const DEFAULTS: &[(&str, &str, &str)] = &[
         "a restarted broker is reconnected within 1 s of its return (librdkafka's default cap, 10 s, left the producer idle up to 10 s after the broker was back; the Java client's default is 1 s)",
     ),
     (
+        "topic.metadata.propagation.max.ms",
+        "300000",
+        "a topic created on first use (the first records of many new topics go out together) may take a loaded broker longer than librdkafka's 30 s to appear, and its records would fail as unknown topic; one that really cannot be created still fails, after 5 minutes",
+    ),
+    (
         "message.timeout.ms",
         "0",
         "records never expire inside librdkafka (an expired record followed by a delivered one is a gap); a silent producer is restarted by walpost after [pipeline] delivery_timeout_secs instead",

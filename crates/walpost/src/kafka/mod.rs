@@ -41,7 +41,12 @@ pub fn open_window<T>(
 ) -> Result<ProduceWindow<T>, PipelineError> {
     let (config, user_keys) = config::producer_config(&s.kafka.brokers, &s.kafka.properties, transactional)
         .map_err(PipelineError::definite)?;
-    let (sink, reports) = KafkaSink::new(&config, user_keys, metrics.kafka.clone()).map_err(PipelineError::definite)?;
+    let not_events = match &s.kafka.delivery {
+        crate::settings::Delivery::ExactlyOnce(e) => vec![e.progress_topic.clone()],
+        crate::settings::Delivery::AtLeastOnce => Vec::new(),
+    };
+    let (sink, reports) =
+        KafkaSink::new(&config, user_keys, not_events, metrics.kafka.clone()).map_err(PipelineError::definite)?;
     let limits = WindowLimits {
         max_records: s.stream.max_in_flight_records,
         max_bytes: s.stream.max_in_flight_bytes,

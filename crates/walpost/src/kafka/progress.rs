@@ -285,15 +285,37 @@ pub async fn read(
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true");
-    let consumer: BaseConsumer =
-        cfg.create().map_err(|e| PipelineError::definite(format!("cannot create a Kafka consumer: {e}")))?;
+    let consumer: BaseConsumer<QuietContext> = cfg
+        .create_with_context(QuietContext)
+        .map_err(|e| PipelineError::definite(format!("cannot create a Kafka consumer: {e}")))?;
     let (topic, key) = (topic.to_owned(), id.key());
     tokio::task::spawn_blocking(move || read_blocking(&consumer, &topic, &key))
         .await
         .map_err(|e| PipelineError::transient(format!("reading the progress topic failed: {e}")))?
 }
 
-fn read_blocking(consumer: &BaseConsumer, topic: &str, key: &str) -> Result<Option<Progress>, PipelineError> {
+/// The progress reader's client context: the end of a partition is how the reader knows
+/// it has read everything (`enable.partition.eof`), not an error to log (it was logged
+/// at ERROR at every exactly-once start: issue 28, item 7).
+#[derive(Debug, Clone, Copy)]
+struct QuietContext;
+
+impl rdkafka::ClientContext for QuietContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        match error {
+            rdkafka::error::KafkaError::PartitionEOF(_) => tracing::debug!("progress topic: end of partition"),
+            other => tracing::warn!(error = %other, "Kafka client error while reading the progress topic: {reason}"),
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for QuietContext {}
+
+fn read_blocking(
+    consumer: &BaseConsumer<QuietContext>,
+    topic: &str,
+    key: &str,
+) -> Result<Option<Progress>, PipelineError> {
     let fail = |what: String| PipelineError::transient(format!("cannot read the progress topic {topic}: {what}"));
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map_err(|e| fail(e.to_string()))?;
     let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();

@@ -111,6 +111,9 @@ pub struct SinkContext {
     metrics: KafkaMetrics,
     /// Properties the user set: librdkafka's configuration warnings about others are noise.
     user_keys: BTreeSet<String>,
+    /// Topics whose records are not events (the exactly-once progress topic): not counted
+    /// in `walpost_events_published_total`.
+    not_events: Vec<String>,
     last_log: Mutex<Option<(String, Instant)>>,
 }
 
@@ -137,6 +140,14 @@ impl SinkContext {
     }
 }
 
+/// librdkafka's retries while a fresh broker loads its coordinators ("Failed to acquire
+/// idempotence PID from broker ...: Coordinator load in progress: retrying"): normal at a
+/// broker's start, not an operator's concern (they are retried, and a lasting failure
+/// shows as records not acknowledged).
+fn transient_start_up(line: &str) -> bool {
+    line.contains("Coordinator load in progress") || line.contains("Coordinator not available")
+}
+
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         if fac == IMPLICIT_ACK {
@@ -147,6 +158,7 @@ impl ClientContext for SinkContext {
         }
         let noisy = matches!(level, RDKafkaLogLevel::Debug | RDKafkaLogLevel::Info | RDKafkaLogLevel::Notice)
             || self.about_our_own_setting(fac, log_message)
+            || transient_start_up(log_message)
             || self.repeated(log_message);
         match level {
             _ if noisy => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
@@ -182,7 +194,9 @@ impl ProducerContext for SinkContext {
         let seq = opaque as u64;
         let outcome = match result {
             Ok(msg) => {
-                self.metrics.published(msg.topic(), msg.payload_len() as u64);
+                if !self.not_events.iter().any(|t| t == msg.topic()) {
+                    self.metrics.published(msg.topic(), msg.payload_len() as u64);
+                }
                 if let Some(ts) = msg.timestamp().to_millis() {
                     self.metrics.latency.observe((now_ms() - ts).max(0) as f64 / 1000.0);
                 }
@@ -310,13 +324,15 @@ impl std::fmt::Debug for KafkaSink {
 }
 
 impl KafkaSink {
+    /// `not_events`: topics whose records are not counted as published events.
     pub fn new(
         config: &ClientConfig,
         user_keys: BTreeSet<String>,
+        not_events: Vec<String>,
         metrics: KafkaMetrics,
     ) -> Result<(KafkaSink, mpsc::UnboundedReceiver<Report>), SinkError> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let context = SinkContext { reports: tx, metrics, user_keys, last_log: Mutex::new(None) };
+        let context = SinkContext { reports: tx, metrics, user_keys, not_events, last_log: Mutex::new(None) };
         let producer = config.create_with_context(context).map_err(SinkError::Create)?;
         let bootstrap = config.get("bootstrap.servers").and_then(|b| std::ffi::CString::new(b).ok());
         let partitioner = config.get("partitioner").unwrap_or("murmur2_random");

@@ -603,7 +603,7 @@ mod tests {
         let health = Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60)));
         let metrics = Metrics::new(health.clone()).unwrap();
         let (config, _) = crate::kafka::config::producer_config("127.0.0.1:1", &BTreeMap::new(), None).unwrap();
-        let (sink, reports) = KafkaSink::new(&config, BTreeSet::new(), metrics.kafka.clone()).unwrap();
+        let (sink, reports) = KafkaSink::new(&config, BTreeSet::new(), Vec::new(), metrics.kafka.clone()).unwrap();
         let limits = WindowLimits { max_records: 10, max_bytes: 1 << 20, delivery_timeout };
         ProduceWindow::new(sink, reports, limits, metrics.kafka, health)
     }

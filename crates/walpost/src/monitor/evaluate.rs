@@ -3,9 +3,18 @@
 //!
 //! Byte thresholds that are not configured follow the server, so an alarm always
 //! fires before PostgreSQL invalidates the slot: with a finite
-//! `max_slot_wal_keep_size` (M), warning at M/2 and critical at 4M/5 of retained WAL,
-//! and the same fractions of `safe_wal_size` left; with an unlimited one, 1 GiB and 8 GiB.
-//! `wal_status = unreserved` is critical; `lost` is its own verdict.
+//! `max_slot_wal_keep_size` (M), warning at M/2 and critical at 4M/5 of retained WAL;
+//! with an unlimited one, 1 GiB and 8 GiB. The slot's WAL budget is
+//! `safe_wal_size + retained WAL` (M while the slot is reserved): warning when less than
+//! [`BUDGET_WARNING_SHARE`] of it is left, critical under [`BUDGET_CRITICAL_SHARE`] (the
+//! same rule as deploy/prometheus/slot-check.sql and alerts.yml). `wal_status =
+//! unreserved` is critical; `lost` is its own verdict. A slot nothing streams from is a
+//! warning (the monitor waits `confirm_stalled_secs` before saying so, to ride out a
+//! reconnect; `walpost slot status` and slot-check.sql say so at once).
+//!
+//! A reason says what this walpost knows first (Kafka silent, a backlog being read)
+//! before it suspects another process, and names a transaction's server pid only in the
+//! long-transaction reason, for a transaction that holds the slot back (it wrote WAL).
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +27,15 @@ use crate::telemetry::AlarmLevel;
 /// Retained-WAL thresholds when `max_slot_wal_keep_size` is unlimited and none are set.
 pub const UNLIMITED_WARNING_BYTES: u64 = 1 << 30;
 pub const UNLIMITED_CRITICAL_BYTES: u64 = 8 << 30;
+
+/// Less than this share of the slot's WAL budget left is a warning.
+pub const BUDGET_WARNING_SHARE: f64 = 0.5;
+/// Less than this share left is critical.
+pub const BUDGET_CRITICAL_SHARE: f64 = 0.2;
+
+/// Kafka silent for this long while records wait is what a stalled confirm is about
+/// (records waiting at all hold the confirm back).
+pub const KAFKA_SILENT_SECS: f64 = 1.0;
 
 /// The byte thresholds in force for a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +94,13 @@ pub struct Observed {
     pub confirm_stalled_secs: f64,
     /// This instance is taking the initial snapshot (the slot is not streamed meanwhile).
     pub snapshot_running: bool,
+    /// This process streams from the slot (it is the slot's active process).
+    pub streaming: bool,
+    /// How long Kafka has acknowledged nothing while this process's records wait.
+    pub kafka_silent_secs: f64,
+    /// How long no process has streamed from the slot (`f64::INFINITY` for a one-off
+    /// look such as `walpost slot status`).
+    pub inactive_secs: f64,
 }
 
 /// The alarm level for a status, what was observed and thresholds, with reasons.
@@ -102,11 +127,17 @@ pub fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verd
     } else if retained >= limits.warning {
         raise(AlarmLevel::Warning, format!("slot retains {retained} bytes of WAL (warning at {})", limits.warning));
     }
-    if let (Some(keep), Some(safe)) = (limits.keep, status.safe_wal_size_bytes) {
-        if safe <= keep / 5 {
-            raise(AlarmLevel::Critical, format!("only {safe} bytes of WAL can be written before the slot is invalidated (max_slot_wal_keep_size {keep})"));
-        } else if safe <= keep / 2 {
-            raise(AlarmLevel::Warning, format!("only {safe} bytes of WAL can be written before the slot is in danger (max_slot_wal_keep_size {keep})"));
+    if let (Some(_), Some(safe)) = (limits.keep, status.safe_wal_size_bytes) {
+        let budget = safe.saturating_add(retained);
+        let share = if budget == 0 { 0.0 } else { safe as f64 / budget as f64 };
+        let left = format!(
+            "{:.0}% of the slot's WAL budget is left ({safe} bytes of safe_wal_size: what the server can still write before it invalidates the slot)",
+            share * 100.0
+        );
+        if share < BUDGET_CRITICAL_SHARE {
+            raise(AlarmLevel::Critical, format!("{left}, under {:.0}%", BUDGET_CRITICAL_SHARE * 100.0));
+        } else if share < BUDGET_WARNING_SHARE {
+            raise(AlarmLevel::Warning, format!("{left}, under {:.0}%", BUDGET_WARNING_SHARE * 100.0));
         }
     }
     let lag = observed.lag_secs;
@@ -115,15 +146,33 @@ pub fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verd
     } else if lag >= t.warning_lag_secs {
         raise(AlarmLevel::Warning, format!("streaming lag {lag:.0} s (warning at {})", t.warning_lag_secs));
     }
+    let inactive = !status.active && observed.inactive_secs >= t.confirm_stalled_secs && !observed.snapshot_running;
+    if inactive {
+        raise(
+            AlarmLevel::Warning,
+            "no process streams from the slot: it keeps WAL until walpost runs again (see runbooks/slot-wal-buildup.md)".into(),
+        );
+    }
     let stalled = observed.confirm_stalled_secs;
-    if stalled >= t.confirm_stalled_secs && !observed.snapshot_running {
-        let who = match status.active_pid {
-            Some(pid) => format!("the process streaming from it (server pid {pid}) may be stuck"),
-            None => "no process streams from it".to_owned(),
+    if stalled >= t.confirm_stalled_secs && !observed.snapshot_running && !inactive && status.active {
+        let why = if !observed.streaming {
+            match status.active_pid {
+                Some(pid) => format!("the process holding it (server pid {pid}) is not this walpost and may be stuck"),
+                None => "another process holds it".to_owned(),
+            }
+        } else if observed.kafka_silent_secs >= KAFKA_SILENT_SECS {
+            format!(
+                "Kafka has acknowledged nothing for {:.0} s while records wait (see runbooks/kafka-outage.md)",
+                observed.kafka_silent_secs
+            )
+        } else if lag >= t.warning_lag_secs {
+            format!("walpost is reading a backlog: its oldest unconfirmed transaction committed {lag:.0} s ago")
+        } else {
+            "walpost streams from it and is inside a transaction it has not read to its commit (a long or large transaction upstream)".to_owned()
         };
         raise(
             AlarmLevel::Warning,
-            format!("the slot's confirmed position has not moved for {stalled:.0} s while WAL was written: {who}"),
+            format!("the slot's confirmed position has not moved for {stalled:.0} s while WAL was written: {why}"),
         );
     }
     if let Some(o) = &status.oldest_transaction {
@@ -131,7 +180,7 @@ pub fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verd
             raise(
                 AlarmLevel::Warning,
                 format!(
-                    "transaction of server pid {} (application_name '{}', client {}) has been open for {:.0} s: logical decoding cannot pass it (see runbooks/long-transaction.md)",
+                    "transaction of server pid {} (application_name '{}', client {}) has been open for {:.0} s and has written WAL: logical decoding cannot pass it (see runbooks/long-transaction.md)",
                     o.pid, o.application_name, o.client_addr, o.age_secs
                 ),
             );
@@ -207,7 +256,7 @@ mod tests {
     }
 
     fn lag(secs: f64) -> Observed {
-        Observed { lag_secs: secs, confirm_stalled_secs: 0.0, snapshot_running: false }
+        Observed { lag_secs: secs, streaming: true, ..Observed::default() }
     }
 
     #[test]
@@ -231,8 +280,12 @@ mod tests {
         st.retained_bytes = Some(keep / 5 * 4);
         assert_eq!(level(evaluate(&st, lag(0.0), &defaults)), AlarmLevel::Critical);
         st.retained_bytes = Some(keep / 4);
-        st.safe_wal_size_bytes = Some(keep / 10);
+        st.safe_wal_size_bytes = Some(keep / 20);
         assert_eq!(level(evaluate(&st, lag(0.0), &defaults)), AlarmLevel::Critical, "safe_wal_size nearly gone");
+        st.safe_wal_size_bytes = Some(keep / 5);
+        assert_eq!(level(evaluate(&st, lag(0.0), &defaults)), AlarmLevel::Warning, "under half the budget left");
+        st.safe_wal_size_bytes = Some(keep);
+        assert_eq!(level(evaluate(&st, lag(0.0), &defaults)), AlarmLevel::Ok);
         assert_eq!(ByteLimits::for_server(&defaults, None).warning, UNLIMITED_WARNING_BYTES);
     }
 
@@ -252,11 +305,15 @@ mod tests {
         assert_eq!(level(evaluate(&status(0, "reserved"), lag(10.0), &t())), AlarmLevel::Warning);
         assert_eq!(level(evaluate(&status(0, "reserved"), lag(100.0), &t())), AlarmLevel::Critical);
         assert_eq!(level(evaluate(&status(0, "unreserved"), lag(0.0), &t())), AlarmLevel::Critical);
-        let stalled = Observed { lag_secs: 0.0, confirm_stalled_secs: 31.0, snapshot_running: false };
-        match evaluate(&status(0, "reserved"), stalled, &t()) {
-            Verdict::Level(AlarmLevel::Warning, reasons) => assert!(reasons[0].contains("server pid 1"), "{reasons:?}"),
+        // Another process holds the slot: it may be stuck, and its pid is named.
+        let elsewhere = Observed { confirm_stalled_secs: 31.0, ..Observed::default() };
+        match evaluate(&status(0, "reserved"), elsewhere, &t()) {
+            Verdict::Level(AlarmLevel::Warning, reasons) => {
+                assert!(reasons[0].contains("server pid 1") && reasons[0].contains("not this walpost"), "{reasons:?}")
+            }
             other => panic!("{other:?}"),
         }
+        let stalled = Observed { confirm_stalled_secs: 31.0, streaming: true, ..Observed::default() };
         let snapshotting = Observed { snapshot_running: true, ..stalled };
         assert_eq!(
             level(evaluate(&status(0, "reserved"), snapshotting, &t())),
@@ -281,6 +338,42 @@ mod tests {
                     "{r}"
                 );
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Regression (issue 28, item 2): during a Kafka outage the alarm said "the process
+    /// streaming from it (server pid 3942) may be stuck" while walpost was healthy (and the
+    /// pid stale). What walpost knows comes first, and no pid is named for its own stream.
+    #[test]
+    fn regression_a_stalled_confirm_says_what_walpost_knows() {
+        let reason = |o: Observed| match evaluate(&status(0, "reserved"), o, &t()) {
+            Verdict::Level(_, reasons) => reasons.join("; "),
+            other => panic!("{other:?}"),
+        };
+        let base = Observed { confirm_stalled_secs: 31.0, streaming: true, ..Observed::default() };
+        let kafka = reason(Observed { kafka_silent_secs: 40.0, ..base });
+        assert!(kafka.contains("Kafka has acknowledged nothing for 40 s") && !kafka.contains("pid"), "{kafka}");
+        let backlog = reason(Observed { lag_secs: 20.0, ..base });
+        assert!(backlog.contains("reading a backlog") && !backlog.contains("pid"), "{backlog}");
+        assert!(!reason(base).contains("pid"));
+    }
+
+    /// Regression (issue 28, item 4): `walpost slot status` said "ok" for a slot nothing
+    /// streamed from, while slot-check.sql called it a warning. One rule: a warning (the
+    /// monitor after confirm_stalled_secs, a one-off look at once).
+    #[test]
+    fn regression_a_slot_nothing_streams_from_is_a_warning() {
+        let mut st = status(0, "reserved");
+        st.active = false;
+        st.active_pid = None;
+        let once = Observed { inactive_secs: f64::INFINITY, ..Observed::default() };
+        assert_eq!(level(evaluate(&st, once, &t())), AlarmLevel::Warning);
+        let reconnecting = Observed { inactive_secs: 5.0, ..Observed::default() };
+        assert_eq!(level(evaluate(&st, reconnecting, &t())), AlarmLevel::Ok, "a reconnect is not an alarm");
+        let gone = Observed { inactive_secs: 31.0, confirm_stalled_secs: 31.0, ..Observed::default() };
+        match evaluate(&st, gone, &t()) {
+            Verdict::Level(AlarmLevel::Warning, reasons) => assert_eq!(reasons.len(), 1, "{reasons:?}"),
             other => panic!("{other:?}"),
         }
     }

@@ -23,7 +23,7 @@ pub mod heartbeat;
 pub mod outbox_watch;
 pub mod status;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use replication::ReplicationClient;
 use tokio::sync::watch;
@@ -39,13 +39,16 @@ pub use status::{query, SlotStatus};
 /// `fatal` and returns.
 pub async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<String>>) {
     let mut level = AlarmLevel::Ok;
+    let mut last_shapes: Vec<String> = Vec::new();
     let mut last_log = Instant::now();
     let mut sql: Option<ReplicationClient> = None;
     let mut outboxes = outbox_watch::OutboxWatch::default();
     let mut confirms = ConfirmWatch::default();
-    let mut tick = tokio::time::interval(s.monitor.interval);
+    let mut inactive_since: Option<Instant> = None;
+    let mut pause = Duration::ZERO;
     loop {
-        tick.tick().await;
+        tokio::time::sleep(pause).await;
+        pause = s.monitor.interval;
         if sql.is_none() {
             match ReplicationClient::connect_sql(&s.postgres).await {
                 Ok(c) => sql = Some(c),
@@ -106,11 +109,23 @@ pub async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<Stri
         if !status.exists {
             continue;
         }
+        inactive_since = if status.active { None } else { inactive_since.or(Some(Instant::now())) };
         let observed = Observed {
             lag_secs: metrics.stream.lag_seconds(),
             confirm_stalled_secs: stalled.as_secs_f64(),
             snapshot_running: metrics.snapshot.running.get() > 0,
+            streaming: metrics.health().is_streaming(),
+            kafka_silent_secs: metrics.health().unacknowledged_for().as_secs_f64(),
+            inactive_secs: inactive_since.map_or(0.0, |t| t.elapsed().as_secs_f64()),
         };
+        // Less than half the WAL budget left: a bulk write can use the rest within one
+        // ordinary interval, so look every second.
+        if let (Some(safe), Some(retained)) = (status.safe_wal_size_bytes, status.retained_bytes) {
+            let budget = safe.saturating_add(retained);
+            if budget > 0 && (safe as f64) < budget as f64 * evaluate::BUDGET_WARNING_SHARE {
+                pause = pause.min(FAST_POLL);
+            }
+        }
         match evaluate(&status, observed, &s.monitor.thresholds) {
             Verdict::Lost => {
                 set_level(&metrics, AlarmLevel::Critical);
@@ -119,16 +134,28 @@ pub async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<Stri
             }
             Verdict::Level(new, reasons) => {
                 set_level(&metrics, new);
-                let changed = new != level;
+                // A new reason (the WAL crossing a threshold during a lag warning) is
+                // logged too, not only a new level; numbers alone changing are not.
+                let shapes: Vec<String> = reasons.iter().map(|r| shape(r)).collect();
+                let changed = new != level || shapes != last_shapes;
                 let remind = new != AlarmLevel::Ok && last_log.elapsed() >= s.monitor.reminder;
                 if changed || remind {
                     last_log = Instant::now();
                     log_alarm(&s.source.slot, new, &reasons, &status);
                 }
                 level = new;
+                last_shapes = shapes;
             }
         }
     }
+}
+
+/// How often the slot is looked at while less than half its WAL budget is left.
+const FAST_POLL: Duration = Duration::from_secs(1);
+
+/// A reason without its numbers: what it is about.
+fn shape(reason: &str) -> String {
+    reason.chars().filter(|c| !c.is_ascii_digit()).collect()
 }
 
 fn set_level(metrics: &Metrics, level: AlarmLevel) {
@@ -154,13 +181,18 @@ fn export(metrics: &Metrics, st: &SlotStatus, stalled_secs: f64) {
 
 fn log_alarm(slot: &str, level: AlarmLevel, reasons: &[String], st: &SlotStatus) {
     let why = reasons.join("; ");
+    // One runbook reference: the reason's own, else the WAL build-up runbook.
+    let see = if why.contains(".md)") { String::new() } else { " (see runbooks/slot-wal-buildup.md)".to_owned() };
     let retained = st.retained_bytes.unwrap_or(0);
+    // A transaction's pid only when the long-transaction reason names it.
     let (pid, app, client) = match &st.oldest_transaction {
-        Some(o) => (o.pid, o.application_name.as_str(), o.client_addr.as_str()),
-        None => (0, "", ""),
+        Some(o) if why.contains(&format!("transaction of server pid {} ", o.pid)) => {
+            (Some(o.pid), o.application_name.as_str(), o.client_addr.as_str())
+        }
+        _ => (None, "", ""),
     };
-    match level {
-        AlarmLevel::Critical => tracing::error!(
+    match (level, pid) {
+        (AlarmLevel::Critical, Some(pid)) => tracing::error!(
             alarm = "critical",
             slot,
             retained_bytes = retained,
@@ -168,9 +200,16 @@ fn log_alarm(slot: &str, level: AlarmLevel, reasons: &[String], st: &SlotStatus)
             oldest_xact_pid = pid,
             oldest_xact_application = app,
             oldest_xact_client = client,
-            "slot alarm critical: {why} (see runbooks/slot-wal-buildup.md)"
+            "slot alarm critical: {why}{see}"
         ),
-        AlarmLevel::Warning => tracing::warn!(
+        (AlarmLevel::Critical, None) => tracing::error!(
+            alarm = "critical",
+            slot,
+            retained_bytes = retained,
+            wal_status = st.wal_status.as_deref().unwrap_or(""),
+            "slot alarm critical: {why}{see}"
+        ),
+        (AlarmLevel::Warning, Some(pid)) => tracing::warn!(
             alarm = "warning",
             slot,
             retained_bytes = retained,
@@ -178,8 +217,15 @@ fn log_alarm(slot: &str, level: AlarmLevel, reasons: &[String], st: &SlotStatus)
             oldest_xact_pid = pid,
             oldest_xact_application = app,
             oldest_xact_client = client,
-            "slot alarm warning: {why} (see runbooks/slot-wal-buildup.md)"
+            "slot alarm warning: {why}{see}"
         ),
-        AlarmLevel::Ok => tracing::info!(alarm = "ok", slot, retained_bytes = retained, "slot alarm cleared"),
+        (AlarmLevel::Warning, None) => tracing::warn!(
+            alarm = "warning",
+            slot,
+            retained_bytes = retained,
+            wal_status = st.wal_status.as_deref().unwrap_or(""),
+            "slot alarm warning: {why}{see}"
+        ),
+        (AlarmLevel::Ok, _) => tracing::info!(alarm = "ok", slot, retained_bytes = retained, "slot alarm cleared"),
     }
 }

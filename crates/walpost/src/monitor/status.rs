@@ -7,7 +7,9 @@ use serde::Serialize;
 use crate::error::PipelineError;
 use crate::postgres::sql::literal;
 
-/// The oldest open transaction on the server (it holds logical decoding back).
+/// The oldest open transaction on the server that has written WAL (it has a
+/// transaction id): only such a transaction holds logical decoding back; a read-only one
+/// (a report, walpost's own snapshot) does not.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OldestTransaction {
     pub pid: i64,
@@ -77,11 +79,12 @@ pub async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<SlotStatus
                          ELSE pg_size_bytes(current_setting('max_slot_wal_keep_size'))::text END AS keep_bytes,
                     o.pid::text AS oldest_pid, coalesce(o.application_name, '') AS oldest_app,
                     coalesce(host(o.client_addr), 'local') AS oldest_client,
-                    extract(epoch FROM now() - o.xact_start)::float8::text AS oldest_age
+                    greatest(extract(epoch FROM clock_timestamp() - o.xact_start), 0)::float8::text AS oldest_age
              FROM (SELECT 1) AS one
              LEFT JOIN pg_replication_slots s ON s.slot_name = {}
              LEFT JOIN LATERAL (SELECT a.pid, a.application_name, a.client_addr, a.xact_start FROM pg_stat_activity a
-                 WHERE a.xact_start IS NOT NULL AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
+                 WHERE a.xact_start IS NOT NULL AND a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+                   AND a.backend_type = 'client backend'
                  ORDER BY a.xact_start LIMIT 1) o ON true",
             literal(slot)
         ))

@@ -35,7 +35,9 @@ pub async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError> {
     sql.close().await;
     // This command is not the streaming instance: its own lag is unknown, the slot's
     // figures are what it has.
-    let verdict = monitor::evaluate(&status, Observed::default(), &s.monitor.thresholds);
+    // A one-off look: a slot nothing streams from is a warning at once.
+    let observed = Observed { inactive_secs: f64::INFINITY, ..Observed::default() };
+    let verdict = monitor::evaluate(&status, observed, &s.monitor.thresholds);
     let (level, code, reasons) = match verdict {
         Verdict::Lost => ("lost".to_owned(), exit::LOST, vec![messages::slot_lost_message(slot)]),
         Verdict::Level(l, r) => {

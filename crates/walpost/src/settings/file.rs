@@ -396,6 +396,8 @@ pub struct PipelineFile {
     /// A WAL message (one row) larger than this is never buffered whole: it is a
     /// permanent error of its event (halt or dead letter).
     pub max_message_bytes: Option<u64>,
+    /// After a halt, serve `walpost_halted 1` on /metrics this long before exiting 1.
+    pub halt_linger_secs: Option<u64>,
 }
 
 impl PipelineFile {
@@ -408,6 +410,7 @@ impl PipelineFile {
             && self.delivery_timeout_secs.is_none()
             && self.unready_after_secs.is_none()
             && self.max_message_bytes.is_none()
+            && self.halt_linger_secs.is_none()
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod duration;
 mod file;
+pub mod keys;
 pub mod otel;
 mod resolve;
 pub mod secrets;
@@ -157,6 +158,8 @@ pub struct StreamSettings {
     /// The largest WAL message (one row) read whole; larger ones are a permanent error
     /// of their event, read and dropped without being buffered.
     pub max_message_bytes: usize,
+    /// After a halt, how long `walpost_halted 1` is served before the exit (0: none).
+    pub halt_linger: Duration,
 }
 
 /// The initial snapshot.

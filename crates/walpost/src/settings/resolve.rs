@@ -17,6 +17,12 @@ use super::{
 pub struct Overrides {
     /// `postgres` came from the command line itself (not `WALPOST_POSTGRES`).
     pub postgres_on_argv: bool,
+    /// `--metrics-addr` is on the command line itself (a backfill serves metrics only then).
+    pub metrics_addr_on_argv: bool,
+    /// `--on-permanent-error`.
+    pub on_permanent_error: Option<String>,
+    /// `--dead-letter-topic`.
+    pub dead_letter_topic: Option<String>,
     pub postgres: Option<String>,
     pub kafka_brokers: Option<String>,
     pub table: Option<String>,
@@ -166,7 +172,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         signal_trust_all_roles: file.signal.trust_all_roles,
     };
 
-    let on_permanent_error = match file.on_permanent_error.as_deref() {
+    let on_permanent_error = match o.on_permanent_error.clone().or(file.on_permanent_error).as_deref() {
         None | Some("halt") => OnPermanentError::Halt,
         Some("dead_letter") => OnPermanentError::DeadLetter,
         Some(other) => {
@@ -177,7 +183,8 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             })
         }
     };
-    let dead_letter_topic = file.dead_letter_topic.clone().unwrap_or_else(|| "walpost.dead_letter".into());
+    let dead_letter_topic =
+        o.dead_letter_topic.clone().or(file.dead_letter_topic).unwrap_or_else(|| "walpost.dead_letter".into());
     let internal = dead_letter_topic.starts_with(router::INTERNAL_TOPIC_PREFIX);
     if router::validate_topic(&dead_letter_topic).is_err() || internal {
         return Err(ConfigError::Invalid {
@@ -294,9 +301,19 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
                 .saturating_add(MAX_MESSAGE_SLACK),
         )?)
         .unwrap_or(usize::MAX),
+        // Two scrapes of a 30 s interval see it.
+        halt_linger: Duration::from_secs(p.halt_linger_secs.unwrap_or(60)),
     };
 
+    // A backfill runs beside the service with the service's configuration: the port in
+    // it is the service's, so a backfill serves metrics only when its own command line
+    // names a port.
+    let backfill_without_flag = snapshot_mode == SnapshotMode::InitialOnly && !o.metrics_addr_on_argv;
     let metrics_addr = match pick(&o.metrics_addr, file.metrics_addr) {
+        Some(a) if backfill_without_flag && !a.is_empty() => {
+            tracing::info!("a backfill (--snapshot initial_only) serves no metrics unless --metrics-addr is on its own command line: {a} is the service's");
+            None
+        }
         None => None,
         Some(a) if a.is_empty() => None,
         Some(a) => Some(a.parse().map_err(|_| ConfigError::Invalid {

@@ -288,7 +288,10 @@ impl Snapshot<'_> {
         sql.simple_query(&format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {import}")).await?;
         let mut estimate = 0;
         for outbox in &s.source.outboxes {
-            estimate += state::estimate_rows(sql, &outbox.table).await.unwrap_or(0);
+            estimate += match s.snapshot.filter {
+                Some(_) => state::estimate_query_rows(sql, &cursor_query(s, outbox)).await.unwrap_or(0),
+                None => state::estimate_rows(sql, &outbox.table).await.unwrap_or(0),
+            };
         }
         self.progress.start(estimate);
         let mut sent: u64 = 0;

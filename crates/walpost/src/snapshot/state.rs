@@ -73,3 +73,16 @@ pub async fn estimate_rows(sql: &mut ReplicationClient, table: &TableName) -> Re
         .await?;
     Ok(r.first("n").and_then(|n| n.parse().ok()).unwrap_or(0))
 }
+
+/// The planner's estimate of the rows `query` returns (`EXPLAIN`'s top line), for a
+/// filtered snapshot or replay: the table's size would promise hours for a one-row replay.
+pub async fn estimate_query_rows(sql: &mut ReplicationClient, query: &str) -> Result<u64, PipelineError> {
+    let r = sql.simple_query(&format!("EXPLAIN {query}")).await?;
+    let plan = r.first("QUERY PLAN").unwrap_or_default();
+    Ok(plan
+        .split("rows=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0))
+}

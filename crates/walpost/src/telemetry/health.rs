@@ -50,6 +50,8 @@ pub struct Health {
     beat: AtomicU64,
     unready_after: Duration,
     dead_after: Duration,
+    /// The error walpost stopped on, while it serves its metrics a last time.
+    halted: std::sync::OnceLock<String>,
 }
 
 impl Health {
@@ -64,6 +66,7 @@ impl Health {
             beat: AtomicU64::new(0),
             unready_after,
             dead_after,
+            halted: std::sync::OnceLock::new(),
         };
         h.beat();
         h
@@ -124,17 +127,34 @@ impl Health {
         self.beat.store(self.now(), Ordering::Relaxed);
     }
 
-    /// `Ok`: ready to be counted on (`/readyz`); `Err`: why not.
+    /// walpost stopped on `error` (definite): it is about to exit 1.
+    pub fn set_halted(&self, error: String) {
+        self.streaming.store(false, Ordering::Relaxed);
+        let _ = self.halted.set(error);
+    }
+
+    /// The error walpost stopped on, if it did.
+    pub fn halted(&self) -> Option<&str> {
+        self.halted.get().map(String::as_str)
+    }
+
+    /// `Ok`: ready to be counted on (`/readyz`); `Err`: why not, the most specific cause
+    /// first (a Kafka outage also raises the slot alarm: the outage is what to fix).
     pub fn readiness(&self) -> Result<(), String> {
+        if let Some(error) = self.halted() {
+            return Err(format!("halted: {error}"));
+        }
         if !self.is_streaming() {
             return Err("not streaming".into());
-        }
-        if self.alarm() == AlarmLevel::Critical {
-            return Err("slot alarm critical".into());
         }
         let waited = self.unacknowledged_for();
         if waited >= self.unready_after {
             return Err(format!("Kafka has acknowledged nothing for {} s while records wait", waited.as_secs()));
+        }
+        if self.alarm() == AlarmLevel::Critical {
+            return Err(
+                "slot alarm critical (its reasons are in the log's slot alarm line and in walpost slot status)".into(),
+            );
         }
         Ok(())
     }

@@ -42,6 +42,7 @@ pub mod names {
     pub const DEAD_LETTERS: &str = "walpost_dead_letters_total";
     pub const SKIPPED: &str = "walpost_events_skipped_total";
     pub const STREAMING: &str = "walpost_streaming";
+    pub const HALTED: &str = "walpost_halted";
     pub const LATENCY: &str = "walpost_end_to_end_latency_seconds";
     pub const LAG: &str = "walpost_lag_seconds";
     pub const SLOT_RETAINED: &str = "walpost_slot_retained_bytes";
@@ -88,6 +89,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (DEAD_LETTERS, "counter", "Events acknowledged on the dead-letter topic, by error class."),
     (SKIPPED, "counter", "Changes that are not outbox events and were skipped, by reason."),
     (STREAMING, "gauge", "1 while streaming from the replication slot."),
+    (
+        HALTED,
+        "gauge",
+        "1 while walpost has stopped on an error an operator must fix and serves its metrics a last time before it exits 1.",
+    ),
     (LATENCY, "histogram", "Commit timestamp to Kafka acknowledgement."),
     (LAG, "gauge", "Age of the oldest transaction walpost read but has not confirmed (0 when caught up)."),
     (SLOT_RETAINED, "gauge", "WAL the slot keeps: current WAL position minus restart_lsn."),
@@ -169,6 +175,7 @@ pub struct Metrics {
     pub retention: RetentionMetrics,
     pub spans: SpanMetrics,
     streaming: IntGauge,
+    halted: IntGauge,
     unacknowledged: Gauge,
     lag: Gauge,
 }
@@ -436,6 +443,7 @@ impl Metrics {
         }
         let spans = SpanMetrics { exported: counter(SPANS_EXPORTED)?, dropped: counter(SPANS_DROPPED)? };
         let streaming = gauge(STREAMING)?;
+        let halted = gauge(HALTED)?;
         let unacknowledged = fgauge(UNACKNOWLEDGED)?;
         let lag = fgauge(LAG)?;
         Ok(Metrics {
@@ -448,6 +456,7 @@ impl Metrics {
             retention,
             spans,
             streaming,
+            halted,
             unacknowledged,
             lag,
         })
@@ -461,6 +470,7 @@ impl Metrics {
     /// Prometheus text exposition (format 0.0.4).
     pub fn encode(&self) -> String {
         self.streaming.set(i64::from(self.health.is_streaming()));
+        self.halted.set(i64::from(self.health.halted().is_some()));
         self.unacknowledged.set(self.health.unacknowledged_for().as_secs_f64());
         self.lag.set(self.stream.lag_seconds());
         let mut out = Vec::with_capacity(8192);

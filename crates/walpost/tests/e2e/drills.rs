@@ -354,7 +354,8 @@ fn drill_poison_record() {
             "max.message.bytes=2000",
         ],
     );
-    let config = service_config(&w, "");
+    let port = testkit::free_port();
+    let config = service_config(&w, &format!("metrics_addr = \"127.0.0.1:{port}\"\n[pipeline]\nhalt_linger_secs = 5"));
     let mut p = service(&config, &[]);
     assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
     insert_batches(&w, 0, 3, 5, 5, &["order"]);
@@ -371,6 +372,13 @@ fn drill_poison_record() {
          COMMIT;"
     ));
     let big: i64 = ids.lines().nth(1).unwrap().parse().unwrap();
+    // Issue 28, item 3: the halt is visible to metrics-based alerting before the exit.
+    let halted = testkit::wait_until(WAIT, || metric(port, "walpost_halted") == Some(1.0));
+    assert!(halted, "walpost_halted never read 1:\n{}", p.log_text());
+    let rejected = metric(port, "walpost_produce_errors_total{class=\"rejected\"}").unwrap_or(0.0);
+    assert!(rejected >= 1.0, "the refused record is not counted: {rejected}");
+    let (code, body) = http_get(port, "/readyz");
+    assert!(code == 503 && body.contains("halted: Kafka rejected event id="), "{code} {body}");
     let status = p.wait_exit(WAIT).unwrap_or_else(|| panic!("walpost did not halt:\n{}", p.log_text()));
     assert_eq!(status.code(), Some(1), "{}", p.log_text());
     let log = strip_ansi(&p.log_text());
@@ -988,7 +996,11 @@ fn regression_slot_status_exits_4_for_a_lost_slot() {
     let created =
         Command::new(env!("CARGO_BIN_EXE_walpost")).args(["slot", "create", "--config", &config]).output().unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
-    assert_eq!(status(false).status.code(), Some(0), "a fresh slot is ok");
+    // Issue 28, item 4: a slot nothing streams from is a warning, as slot-check.sql says.
+    let idle = status(false);
+    let text = String::from_utf8_lossy(&idle.stdout).into_owned();
+    assert_eq!(idle.status.code(), Some(2), "a slot nothing streams from:\n{text}");
+    assert!(text.contains("no process streams from the slot"), "{text}");
     lose_the_slot(&w);
     let out = status(false);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -1126,7 +1138,9 @@ fn utc_text(w: &World) -> String {
 fn drill_replay_resets_the_group_or_republishes_a_range_resuming_after_a_poison_row() {
     let rb = Runbook::open("replay");
     let w = World::new("drill-replay");
-    let config = service_config(&w, "");
+    // The service's real configuration, metrics port included: the runbook's backfills
+    // run with it beside the service (issue 28, item 1: they took its port and failed).
+    let config = service_config(&w, &format!("metrics_addr = \"127.0.0.1:{}\"", testkit::free_port()));
     let _service = service(&config, &[]);
     assert!(w.wait_for_slot(WAIT));
     let topic = w.topic("order");
@@ -1370,7 +1384,7 @@ fn drill_kafka_outage_readiness_drops_and_walpost_recovers_by_itself() {
 fn regression_kafka_outage_shows_in_readiness_lag_and_connection_errors() {
     let mut kafka = own_kafka();
     let w = World::on(testkit::shared_postgres(), &kafka.bootstrap(), "reg-kafka-visible");
-    let config = service_config(&w, "");
+    let config = service_config(&w, "[monitor]\ninterval_secs = 1\nconfirm_stalled_secs = 5\n");
     let port = testkit::free_port();
     let p = service(&config, &["--metrics-addr", &format!("127.0.0.1:{port}")]);
     assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
@@ -1406,6 +1420,19 @@ fn regression_kafka_outage_shows_in_readiness_lag_and_connection_errors() {
     assert!(answer.1.contains("Kafka has acknowledged nothing for"), "{}", answer.1);
     assert!(!p.log_text().contains("restarting the producer"), "readiness dropped only after the producer restart");
     eprintln!("[regression] Kafka outage: /readyz 503 {after:?} after records started waiting; lag {lag1} -> {lag2}");
+    // Issue 28, item 2: the stalled-confirm alarm says what walpost knows (Kafka is
+    // silent), names no server pid, and carries no transaction's fields.
+    let alarm = || {
+        strip_ansi(&p.log_text())
+            .lines()
+            .find(|l| l.contains("slot alarm") && l.contains("has not moved"))
+            .map(str::to_owned)
+    };
+    assert!(testkit::wait_until(Duration::from_secs(30), || alarm().is_some()), "no stalled alarm:\n{}", p.log_text());
+    let line = alarm().unwrap();
+    assert!(line.contains("Kafka has acknowledged nothing for") && line.contains("runbooks/kafka-outage.md"), "{line}");
+    assert!(!line.contains("server pid") && !line.contains("oldest_xact_pid"), "{line}");
+    assert_eq!(line.matches("(see runbooks/").count(), 1, "{line}");
 
     kafka.start_again().expect("start kafka again");
     assert!(testkit::wait_until(Duration::from_secs(60), || http_get(port, "/readyz").0 == 200));

@@ -240,3 +240,21 @@ fn regression_a_postgres_password_on_the_command_line_is_warned_about() {
     let (_, out) = walpost_output(&["check", "--kafka-brokers", "127.0.0.1:1"], &[("WALPOST_POSTGRES", url.as_str())]);
     assert!(!out.contains("on the command line") && !out.contains(CANARY), "{out}");
 }
+
+/// Regression (issue 28, item 9): `walpost replay --help` listed options of `run` only
+/// (`--snapshot`, `--slot-failover`, `--signal-table`, `--heartbeat-interval`,
+/// `--delivery`), which replay ignores.
+#[test]
+fn regression_replay_help_lists_only_what_replay_uses() {
+    let (_, help) = walpost_output(&["replay", "--help"], &[]);
+    for run_only in
+        ["--snapshot", "--slot-failover", "--signal-table", "--heartbeat-interval", "--delivery", "--metrics-addr"]
+    {
+        assert!(!help.contains(run_only), "{run_only} in replay --help:\n{help}");
+    }
+    for replay in ["--since", "--where", "--unsafe-where", "--statement-timeout", "--postgres", "--dead-letter-topic"] {
+        assert!(help.contains(replay), "{replay} missing from replay --help:\n{help}");
+    }
+    let (_, run) = walpost_output(&["run", "--help"], &[]);
+    assert!(run.contains("--snapshot") && run.contains("--on-permanent-error"), "{run}");
+}

@@ -76,6 +76,13 @@ fn progress_lsn(w: &World) -> Option<u64> {
         .max()
 }
 
+/// No line of `log` is an ERROR about the end of a partition (issue 28, item 7: every
+/// exactly-once start logged `ERROR rdkafka::client: ... PartitionEOF`).
+fn assert_no_partition_eof_error(log: &str) {
+    let noisy: Vec<&str> = log.lines().filter(|l| l.contains("ERROR") && l.contains("PartitionEOF")).collect();
+    assert!(noisy.is_empty(), "{noisy:?}");
+}
+
 #[test]
 fn exactly_once_streams_in_transactions_and_the_slot_never_leads_the_progress() {
     let w = World::new("eos-basic");
@@ -94,6 +101,9 @@ fn exactly_once_streams_in_transactions_and_the_slot_never_leads_the_progress() 
     // A read_uncommitted reader sees the same records: nothing was aborted.
     assert_eq!(read_all(&w.kafka_bootstrap, &w.topic_prefix).len(), 1000);
     assert!(p.terminate(Duration::from_secs(30)).unwrap().success(), "{}", p.log_text());
+    assert_no_partition_eof_error(&p.log_text());
+    // Issue 28, item 8: progress records are not counted as events.
+    assert!(!p.log_text().contains("PartitionEOF (Broker: No more messages)"), "{}", p.log_text());
 }
 
 /// kill -9 while transactions are open: nothing is published twice (read_committed),

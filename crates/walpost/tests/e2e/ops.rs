@@ -251,8 +251,10 @@ fn slot_cli_creates_reports_and_drops() {
     let (ok, out) = walpost_cmd(&sub_args(&w, &["slot", "create"]));
     assert!(ok, "{out}");
     assert!(w.confirmed_flush_lsn().is_some());
+    // Nothing streams from the new slot: a warning (exit 2), with the figures.
     let (ok, out) = walpost_cmd(&sub_args(&w, &["slot", "status"]));
-    assert!(ok && out.contains("wal_status") && out.contains("retained WAL"), "{out}");
+    assert!(!ok && out.contains("wal_status") && out.contains("retained WAL"), "{out}");
+    assert!(out.contains("warning: no process streams from the slot"), "{out}");
     let (ok, out) = walpost_cmd(&sub_args(&w, &["slot", "drop"]));
     assert!(!ok && out.contains("pass --yes"), "{out}");
     assert!(w.confirmed_flush_lsn().is_some(), "dropped without confirmation");
