@@ -53,9 +53,14 @@ struct State {
     written: Vec<Written>,
     /// Reported delivered, never written.
     lost: Vec<Written>,
-    /// Event ids refused for good.
-    refused: BTreeSet<String>,
+    /// (topic, event id) pairs refused for good.
+    refused: BTreeSet<(String, String)>,
     handed_over: u64,
+    /// Transaction calls, in order (`begin`, `commit`, `abort`).
+    transactions: Vec<&'static str>,
+    /// Exactly-once: how many of `written` a committed Kafka transaction holds (what a
+    /// `read_committed` consumer reads); the records after them are in the open one.
+    committed: usize,
 }
 
 /// See the module docs. Clones share the model.
@@ -81,15 +86,30 @@ impl ModelSink {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Refuse the record with this event id for good.
-    pub fn refuse(&self, event_id: &str) {
-        self.state().refused.insert(event_id.to_owned());
+    /// Refuse the record with this event id for good on `topic` (its dead letter, on
+    /// another topic, is taken).
+    pub fn refuse(&self, topic: &str, event_id: &str) {
+        self.state().refused.insert((topic.to_owned(), event_id.to_owned()));
     }
 
     /// Answers every record handed over and not answered yet, partition by partition.
     pub fn answer(&self) {
+        let pending = std::mem::take(&mut self.state().pending);
+        self.answer_these(pending);
+    }
+
+    /// Answers the first `n` records handed over and not answered yet.
+    pub fn answer_first(&self, n: usize) {
         let mut state = self.state();
-        let pending = std::mem::take(&mut state.pending);
+        let at = n.min(state.pending.len());
+        let rest = state.pending.split_off(at);
+        let first = std::mem::replace(&mut state.pending, rest);
+        drop(state);
+        self.answer_these(first);
+    }
+
+    fn answer_these(&self, pending: Vec<Pending>) {
+        let mut state = self.state();
         let mut by_partition: BTreeMap<(String, i32), Vec<Pending>> = BTreeMap::new();
         for p in pending {
             by_partition.entry((p.topic.clone(), p.partition)).or_default().push(p);
@@ -99,7 +119,7 @@ impl ModelSink {
             let implicit = fresh && records.len() > 1;
             for (i, p) in records.into_iter().enumerate() {
                 let written = Written { topic: p.topic.clone(), partition: p.partition, event_id: p.event_id.clone() };
-                let outcome = if state.refused.contains(&p.event_id) {
+                let outcome = if state.refused.contains(&(p.topic.clone(), p.event_id.clone())) {
                     Outcome::Rejected {
                         rejection: Rejection {
                             event_id: p.event_id.clone(),
@@ -136,6 +156,12 @@ impl ModelSink {
         self.state().written.clone()
     }
 
+    /// Exactly-once: the written records of committed Kafka transactions, in order.
+    pub fn committed(&self) -> Vec<Written> {
+        let state = self.state();
+        state.written.iter().take(state.committed).cloned().collect()
+    }
+
     /// Records reported delivered that were never written.
     pub fn lost(&self) -> Vec<Written> {
         self.state().lost.clone()
@@ -149,6 +175,38 @@ impl ModelSink {
     /// Records handed over and not answered.
     pub fn pending(&self) -> usize {
         self.state().pending.len()
+    }
+
+    /// The transaction calls so far.
+    pub fn transactions(&self) -> Vec<&'static str> {
+        self.state().transactions.clone()
+    }
+
+    /// Answers the pending records in a random order across partitions (each partition's
+    /// own records stay in order, as librdkafka reports them), from `seed`.
+    pub fn answer_shuffled(&self, seed: u64) {
+        let mut state = self.state();
+        let mut pending = std::mem::take(&mut state.pending);
+        // A small xorshift: the order is the seed's, replayable.
+        let mut x = seed | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut keys: Vec<(String, i32)> = pending.iter().map(|p| (p.topic.clone(), p.partition)).collect();
+        keys.sort();
+        keys.dedup();
+        let mut order: Vec<(u64, (String, i32))> = keys.into_iter().map(|k| (next(), k)).collect();
+        order.sort();
+        drop(state);
+        for (_, key) in order {
+            let (mine, rest): (Vec<Pending>, Vec<Pending>) =
+                pending.into_iter().partition(|p| p.topic == key.0 && p.partition == key.1);
+            pending = rest;
+            self.answer_these(mine);
+        }
     }
 }
 
@@ -193,6 +251,30 @@ impl Sink for ModelSink {
     }
 
     async fn close(self, _timeout: Duration) {}
+
+    fn begin_transaction(&self) -> Result<(), rdkafka::error::KafkaError> {
+        self.state().transactions.push("begin");
+        Ok(())
+    }
+
+    async fn commit_transaction(&self, _timeout: Duration) -> Result<(), rdkafka::error::KafkaError> {
+        // What librdkafka's commit does: every record handed over is answered first.
+        self.answer();
+        let mut state = self.state();
+        state.transactions.push("commit");
+        state.committed = state.written.len();
+        Ok(())
+    }
+
+    async fn abort_transaction(&self, _timeout: Duration) -> Result<(), rdkafka::error::KafkaError> {
+        let mut state = self.state();
+        state.transactions.push("abort");
+        // An aborted transaction's records are never read.
+        let committed = state.committed;
+        state.written.truncate(committed);
+        state.pending.clear();
+        Ok(())
+    }
 }
 
 /// Counts per key of `written`, for order checks: key -> event ids in written order.

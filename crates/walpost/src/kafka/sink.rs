@@ -269,6 +269,13 @@ pub trait Sink {
     /// Flushes (at most `timeout`) and destroys the producer; reports of records
     /// delivered meanwhile still reach the channel.
     fn close(self, timeout: Duration) -> impl std::future::Future<Output = ()> + Send;
+    /// `--delivery exactly-once`: opens a Kafka transaction (local, does not wait).
+    fn begin_transaction(&self) -> Result<(), KafkaError>;
+    /// Commits the open transaction with everything handed over in it.
+    fn commit_transaction(&self, timeout: Duration)
+        -> impl std::future::Future<Output = Result<(), KafkaError>> + Send;
+    /// Aborts the open transaction: nothing of it is ever read.
+    fn abort_transaction(&self, timeout: Duration) -> impl std::future::Future<Output = Result<(), KafkaError>> + Send;
 }
 
 impl Sink for KafkaSink {
@@ -302,6 +309,21 @@ impl Sink for KafkaSink {
 
     fn close(self, timeout: Duration) -> impl std::future::Future<Output = ()> + Send {
         KafkaSink::close(self, timeout)
+    }
+
+    fn begin_transaction(&self) -> Result<(), KafkaError> {
+        KafkaSink::begin_transaction(self)
+    }
+
+    fn commit_transaction(
+        &self,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<(), KafkaError>> + Send {
+        KafkaSink::commit_transaction(self, timeout)
+    }
+
+    fn abort_transaction(&self, timeout: Duration) -> impl std::future::Future<Output = Result<(), KafkaError>> + Send {
+        KafkaSink::abort_transaction(self, timeout)
     }
 }
 

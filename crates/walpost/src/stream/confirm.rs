@@ -11,9 +11,9 @@
 use std::time::{Duration, Instant};
 
 use pgoutput::Lsn;
-use replication::ReplicationStream;
 
 use super::checkpoint::{Checkpoint, TxnSeq};
+use super::source::Source;
 use crate::error::PipelineError;
 use crate::telemetry::metrics::{lsn_gauge, StreamMetrics};
 
@@ -94,7 +94,7 @@ impl Confirmer {
     }
 
     /// Sends a status update if the flush position moved or the interval elapsed.
-    pub async fn maybe_send(&mut self, stream: &mut ReplicationStream) -> Result<(), PipelineError> {
+    pub async fn maybe_send(&mut self, stream: &mut impl Source) -> Result<(), PipelineError> {
         if self.flush_lsn() != self.sent_flush || self.last_status.elapsed() >= self.status_interval {
             self.send(stream, false).await?;
         }
@@ -102,7 +102,7 @@ impl Confirmer {
     }
 
     /// Sends a status update now.
-    pub async fn send(&mut self, stream: &mut ReplicationStream, reply: bool) -> Result<(), PipelineError> {
+    pub async fn send(&mut self, stream: &mut impl Source, reply: bool) -> Result<(), PipelineError> {
         let flush = self.flush_lsn();
         if flush != self.sent_flush && self.acked_since_status {
             crate::crash_seam!("after-ack-before-confirm");

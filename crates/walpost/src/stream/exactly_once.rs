@@ -23,8 +23,9 @@ use router::Record;
 
 use crate::error::PipelineError;
 use crate::kafka::progress::{Position, Progress, ProgressKey, SlotIdentity};
+use crate::kafka::sink::Sink;
 use crate::kafka::transaction::{decide, is_fenced, transaction_error, Bounds, Decision, OpenTransaction};
-use crate::kafka::{KafkaSink, Outgoing, ProduceWindow, RecordId};
+use crate::kafka::{Outgoing, ProduceWindow, RecordId};
 use crate::settings::ExactlyOnce;
 
 use super::session::Tag;
@@ -88,7 +89,7 @@ impl ExactlyOnceState {
     }
 
     /// Opens the Kafka transaction if none is: call before handing a record over.
-    pub fn before_record(&mut self, sink: Option<&KafkaSink>) -> Result<(), PipelineError> {
+    pub fn before_record<S: Sink>(&mut self, sink: Option<&S>) -> Result<(), PipelineError> {
         if self.open.is_none() {
             let sink = sink.ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
             sink.begin_transaction().map_err(transaction_error)?;
@@ -159,7 +160,11 @@ impl ExactlyOnceState {
 
     /// Commits the open transaction (opening an empty one for an idle position); the
     /// progress record for `position` must be queued already. The gate moves on success.
-    pub async fn commit(&mut self, window: &ProduceWindow<Tag>, position: Position) -> Result<(), PipelineError> {
+    pub async fn commit<S: Sink>(
+        &mut self,
+        window: &ProduceWindow<Tag, S>,
+        position: Position,
+    ) -> Result<(), PipelineError> {
         let sink = window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
         let idle = self.open.is_none();
         sink.commit_transaction(self.commit_timeout).await.map_err(transaction_error)?;
@@ -176,7 +181,7 @@ impl ExactlyOnceState {
 
     /// Ends the session's transaction: aborts it (nothing of it is ever read). `Err`
     /// when the abort says this producer was fenced (stop: another instance owns it).
-    pub async fn abort(&mut self, sink: Option<&KafkaSink>) -> Result<(), PipelineError> {
+    pub async fn abort<S: Sink>(&mut self, sink: Option<&S>) -> Result<(), PipelineError> {
         self.open = None;
         let Some(sink) = sink else { return Ok(()) };
         match sink.abort_transaction(ABORT_TIMEOUT).await {

@@ -21,9 +21,11 @@ pub mod checkpoint;
 pub mod confirm;
 pub mod decode;
 pub mod exactly_once;
+pub mod live;
 pub mod route;
 pub mod session;
 pub mod signal;
+pub mod source;
 pub mod start;
 
 use std::time::{Duration, Instant};
@@ -119,11 +121,16 @@ async fn session(
         Err(e) => return (Err(e), Culprit::Postgres),
     };
     metrics.health().set_streaming(true);
-    let frozen_after = session::frozen_after(wal_sender_timeout);
-    let tracer = spans.and_then(Exporter::tracer);
-    Session::new(s, metrics, stream, start, routing, window, memo, frozen_after, exactly_once, tracer)
-        .run(shutdown)
-        .await
+    let parts = session::Parts {
+        stream,
+        start,
+        routing,
+        window,
+        frozen_after: session::frozen_after(wal_sender_timeout),
+        exactly_once,
+        tracer: spans.and_then(Exporter::tracer),
+    };
+    Session::new(s, metrics, parts, memo).run(shutdown).await
 }
 
 /// Capped exponential backoff: 250 ms, 500 ms, 1 s, ... up to `max`.

@@ -10,6 +10,11 @@ use pgoutput::wire::{PrimaryKeepalive, ReplicationMessage, XLogData};
 use replication::ReplicationStream;
 use tokio::sync::watch;
 
+use super::live::LivePolicy;
+use super::source::Source;
+use crate::kafka::sink::Sink;
+use crate::kafka::KafkaSink;
+
 use super::checkpoint::TxnSeq;
 use super::confirm::{Confirmer, MIN_STATUS_GAP};
 use super::decode::{Change, Decoding, OpenTxn};
@@ -71,32 +76,39 @@ pub enum Culprit {
 /// Messages (or delivery reports) handled in one turn of the loop when more are ready.
 const BURST: usize = 256;
 
-/// A transaction the server sent within this time of its commit (both on the server's
-/// clock) was read live, not from a backlog: its records are sent as soon as they are
-/// handed over and nothing more is buffered, not after `linger.ms` (which is there to
-/// batch backlogs).
-const LIVE_WITHIN_MS: i64 = 1_000;
+/// What a session is made of besides the settings and the metrics: the WAL it reads,
+/// where it starts, its routing and produce window, and the optional parts.
+#[derive(Debug)]
+pub struct Parts<R: Source = ReplicationStream, S: Sink = KafkaSink> {
+    pub stream: R,
+    /// The slot's confirmed position (or the new slot's consistent point).
+    pub start: pgoutput::Lsn,
+    pub routing: Routing,
+    pub window: ProduceWindow<Tag, S>,
+    /// See [`frozen_after`].
+    pub frozen_after: Duration,
+    /// `--delivery exactly-once`.
+    pub exactly_once: Option<ExactlyOnceState>,
+    /// Spans, when exported.
+    pub tracer: Option<Tracer>,
+}
 
-/// See the module docs.
-pub struct Session<'a> {
+/// See the module docs. `R`: the WAL source (the replication stream, or a test's);
+/// `S`: the producer (librdkafka, or a test's model).
+pub struct Session<'a, R: Source = ReplicationStream, S: Sink = KafkaSink> {
     s: &'a Settings,
     metrics: StreamMetrics,
-    stream: ReplicationStream,
+    stream: R,
     decoding: Decoding,
     routing: Routing,
-    window: ProduceWindow<Tag>,
+    window: ProduceWindow<Tag, S>,
     confirmer: Confirmer,
     policy: PermanentErrorPolicy,
     memo: &'a mut DeliveryMemo,
     /// Records of this session Kafka did not acknowledge (failed or refused).
     not_acknowledged: Vec<RecordId>,
-    /// The last transaction with records was read live ([`LIVE_WITHIN_MS`]), not from a
-    /// backlog: its records, and records handed over after it, are sent at once.
-    live: bool,
-    /// A live commit was read, or records were handed over while `live`, and they were
-    /// not sent at once yet: they are at the end of the first turn that leaves nothing
-    /// read buffered behind them.
-    send_pending: bool,
+    /// When records go out at once rather than after `linger.ms`.
+    live: LivePolicy,
     culprit: Culprit,
     frozen: bool,
     frozen_after: Duration,
@@ -111,26 +123,20 @@ pub struct Session<'a> {
     all_metrics: Metrics,
 }
 
-impl std::fmt::Debug for Session<'_> {
+impl<R: Source, S: Sink> std::fmt::Debug for Session<'_, R, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session").field("window", &self.window).field("confirmed", &self.confirmer.flush_lsn()).finish()
     }
 }
 
-impl<'a> Session<'a> {
-    #[allow(clippy::too_many_arguments)] // the parts a session is made of
+impl<'a, R: Source, S: Sink> Session<'a, R, S> {
     pub fn new(
         s: &'a Settings,
         all_metrics: &Metrics,
-        stream: ReplicationStream,
-        start: pgoutput::Lsn,
-        routing: Routing,
-        window: ProduceWindow<Tag>,
+        parts: Parts<R, S>,
         memo: &'a mut DeliveryMemo,
-        frozen_after: Duration,
-        exactly_once: Option<ExactlyOnceState>,
-        tracer: Option<Tracer>,
-    ) -> Session<'a> {
+    ) -> Session<'a, R, S> {
+        let Parts { stream, start, routing, window, frozen_after, exactly_once, tracer } = parts;
         let metrics = all_metrics.stream.clone();
         let mut confirmer = Confirmer::new(start, s.stream.status_interval, metrics.clone());
         if let Some(e) = &exactly_once {
@@ -147,8 +153,7 @@ impl<'a> Session<'a> {
             policy: PermanentErrorPolicy::new(&s.kafka),
             memo,
             not_acknowledged: Vec::new(),
-            live: false,
-            send_pending: false,
+            live: LivePolicy::default(),
             culprit: Culprit::Postgres,
             frozen: false,
             frozen_after,
@@ -300,14 +305,8 @@ impl<'a> Session<'a> {
             if let Some(event) = self.window.pump() {
                 self.on_event(event)?;
             }
-            // Live records handed over, in this turn or in one that stopped with more read
-            // behind them: send them once nothing read is waiting, rather than after
-            // linger.ms (which is for backlogs).
-            if self.live && self.window.handed_over() != handed_over {
-                self.send_pending = true;
-            }
-            if self.send_pending && !more_buffered {
-                self.send_pending = false;
+            // Live records are sent once nothing read waits behind them (`live`).
+            if self.live.end_of_turn(self.window.handed_over() != handed_over, more_buffered) {
                 self.window.send_now();
             }
             self.maybe_commit().await?;
@@ -453,9 +452,7 @@ impl<'a> Session<'a> {
                 if txn.seq.is_some() {
                     // Both times are the server's clock: no skew with walpost's.
                     let sent_ms = pgoutput::pg_epoch_micros_to_unix_micros(send_time) / 1000;
-                    self.live = sent_ms.saturating_sub(txn.commit_time_ms) < LIVE_WITHIN_MS;
-                    // Its first records may have been handed over in earlier turns.
-                    self.send_pending |= self.live;
+                    self.live.commit(sent_ms.saturating_sub(txn.commit_time_ms));
                 }
                 if let Some(eos) = self.exactly_once.as_mut() {
                     eos.pg_commit(end_lsn);
@@ -730,3 +727,6 @@ fn start_span(tracer: &mut Tracer, record: &mut router::Record, commit_time_ms: 
 fn refused_as_a_batch(rejection: &crate::kafka::Rejection, alone: bool) -> bool {
     !alone && matches!(rejection.code.as_str(), "message_size_too_large" | "message_batch_too_large")
 }
+
+#[cfg(test)]
+mod tests;
