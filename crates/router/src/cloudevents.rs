@@ -7,7 +7,7 @@
 //! | `id` | the event id (`table.field.event.id`, its header form) |
 //! | `source` | `cloudevents.source` (the binary's default: `/walpost/<database>/<schema>.<table>`) |
 //! | `type` | the event type column (`table.field.event.type.header`): required |
-//! | `time` | `table.field.event.timestamp` when set and not NULL, else the commit time; none when neither is known (a snapshot row without a timestamp column) |
+//! | `time` | `table.field.event.timestamp` when set and not NULL, else none: never the commit time, which a snapshot or replayed copy could not carry (every copy of an event has the same attributes); a table-less outbox message has its commit time |
 //! | `subject` | the record key (the aggregate id, its header form); left out when empty |
 //! | `datacontenttype` | `application/json` for json/jsonb payloads, envelopes and text that parses as JSON; `text/plain` for other text; `application/octet-stream` for bytea |
 //!

@@ -258,19 +258,11 @@ impl Router {
         .mark_used())
     }
 
-    /// Turns one inserted row into a record (no commit time known: see [`Router::route_at`]).
+    /// Turns one inserted row into a record. Everything in the record comes from the row
+    /// and the configuration, nothing from when or how it was read: a row streamed live,
+    /// snapshotted or replayed becomes the same record (the CloudEvents `time` included,
+    /// which is the timestamp column's or none).
     pub fn route(&mut self, rel: &ResolvedRelation, row: &TupleData) -> Result<Record, RouteError> {
-        self.route_at(rel, row, None)
-    }
-
-    /// Turns one inserted row of a transaction committed at `commit_time_ms` (Unix ms)
-    /// into a record; the commit time is the CloudEvents `time` when the row has none.
-    pub fn route_at(
-        &mut self,
-        rel: &ResolvedRelation,
-        row: &TupleData,
-        commit_time_ms: Option<i64>,
-    ) -> Result<Record, RouteError> {
         if row.len() != rel.columns {
             return Err(RouteError::ColumnCountMismatch {
                 table: rel.table.clone(),
@@ -290,18 +282,13 @@ impl Router {
             true => row.value(span).unwrap_or(ColumnValue::Null),
             false => ColumnValue::Null,
         }));
-        let routed = self.route_cells(rel, &cells, commit_time_ms);
+        let routed = self.route_cells(rel, &cells);
         cells.clear();
         self.cells = cells;
         routed
     }
 
-    fn route_cells(
-        &mut self,
-        rel: &ResolvedRelation,
-        cells: &[ColumnValue],
-        commit_time_ms: Option<i64>,
-    ) -> Result<Record, RouteError> {
+    fn route_cells(&mut self, rel: &ResolvedRelation, cells: &[ColumnValue]) -> Result<Record, RouteError> {
         let c = &self.config;
         let mut rr = RowReader { cells, table: &rel.table, log_values: c.log_values, event_id: None };
         // The event id first: every later error names it.
@@ -388,7 +375,8 @@ impl Router {
                 event_id: rr.shown_id(),
             })?;
             let subject = rr.required(rel.key, &c.key_field, "table.field.event.key", Form::Header)?;
-            let time = time.or_else(|| commit_time_ms.and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok()));
+            // Not the commit time when the row has none: a snapshot or replayed copy of the
+            // event could not carry it, and every copy must look the same (issue 29).
             let attributes = Attributes { id: &event_id, event_type: &event_type, time, subject: &subject };
             let data = value.as_ref().map(|v| {
                 let json = self.envelope || matches!(payload, Some(Cell::Text(_)) if rel.payload.kind == Kind::Json);

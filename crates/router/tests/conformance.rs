@@ -8,7 +8,7 @@
 //! without schemas (envelopes) and Kafka Connect's default `SimpleHeaderConverter`.
 //!
 //! A case where walpost deliberately differs asserts walpost's behaviour, carries a
-//! `// differs from Debezium: <reason>` comment, and names its row of the README
+//! `// differs from Debezium: <reason>` comment, and names its row of docs/event-router.md
 //! ("Differences from Debezium's Event Router") in `differs`; a test checks the row exists.
 //! Operations (UPDATE, DELETE, tombstones in the source) never reach the router: the
 //! binary handles them, and CONFORMANCE.md says where that is tested.
@@ -21,8 +21,8 @@ use router::{
 };
 
 const CONFORMANCE_MD: &str = include_str!("../CONFORMANCE.md");
-/// The README holds the table of deliberate differences (D1, D2, ...).
-const README: &str = include_str!("../../../README.md");
+/// docs/event-router.md holds the table of deliberate differences (D1, D2, ...).
+const DIFFERENCES: &str = include_str!("../../../docs/event-router.md");
 
 /// varchar(255)'s type modifier.
 const V255: i32 = 259;
@@ -114,7 +114,7 @@ enum Expect {
 struct Case {
     /// The Debezium behaviour checked.
     debezium: &'static str,
-    /// The README differences-table row (D1, D2, ...) when walpost deliberately differs.
+    /// The differences-table row (docs/event-router.md) (D1, D2, ...) when walpost deliberately differs.
     differs: Option<&'static str>,
     config: RouterConfig,
     columns: Columns,
@@ -379,8 +379,8 @@ fn every_difference_is_a_row_of_the_readme_differences_table() {
     for c in cases() {
         if let Some(id) = c.differs {
             assert!(
-                README.contains(&format!("| {id} |")),
-                "{id} ({}) has no row in the README's differences table",
+                DIFFERENCES.contains(&format!("| {id} |")),
+                "{id} ({}) has no row in docs/event-router.md's differences table",
                 c.debezium
             );
         }

@@ -452,3 +452,22 @@ impl KafkaSink {
         let _ = closing.await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 29 (small defect): every start on a fresh broker logged
+    /// `WARN librdkafka: Failed to acquire idempotence PID ... Coordinator load in
+    /// progress: retrying`. Those retries are debug lines now; other lines are not.
+    #[test]
+    fn regression_idempotence_pid_retries_at_a_brokers_start_are_not_warnings() {
+        let line =
+            "Failed to acquire idempotence PID from broker localhost:9092/1: Coordinator load in progress: retrying";
+        assert!(transient_start_up(line));
+        assert!(transient_start_up(
+            "Failed to acquire transactional PID from broker b/1: Coordinator not available: retrying"
+        ));
+        assert!(!transient_start_up("localhost:9092/1: Connect to ipv4#127.0.0.1:9092 failed: Connection refused"));
+    }
+}

@@ -177,18 +177,12 @@ impl Routing {
         self.relations.insert(r.oid, entry);
     }
 
-    /// An INSERT of a transaction committed at `commit_time_ms` (the CloudEvents time
-    /// when the row has none).
-    pub fn insert(
-        &mut self,
-        relation_oid: u32,
-        tuple: &TupleData,
-        commit_time_ms: Option<i64>,
-    ) -> Result<Routed, PipelineError> {
+    /// An INSERT.
+    pub fn insert(&mut self, relation_oid: u32, tuple: &TupleData) -> Result<Routed, PipelineError> {
         match self.relations.get(&relation_oid) {
             Some(RelationEntry::Outbox(i, rel)) => {
                 let o = self.outboxes.get_mut(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
-                let routed = o.router.route_at(rel, tuple, commit_time_ms);
+                let routed = o.router.route(rel, tuple);
                 if let Ok(record) = &routed {
                     if record.trace.invalid {
                         self.trace_warnings.note(&self.metrics, record, &o.table);

@@ -465,8 +465,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             }
             Change::Relation(r) => self.routing.relation(&r),
             Change::Insert { relation_oid, tuple } => {
-                let commit_time = self.decoding.current_ref().map(|t| t.commit_time_ms);
-                let routed = self.routing.insert(relation_oid, &tuple, commit_time)?;
+                let routed = self.routing.insert(relation_oid, &tuple)?;
                 self.publish_in_open_txn(routed)?;
             }
             Change::Other { op, relation_oids } => self.routing.other_operation(op, &relation_oids)?,

@@ -6,8 +6,6 @@ use crate::tracecontext::TraceParent;
 
 const SOURCE: &str = "/walpost/shop/events.outbox";
 const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-/// 2026-11-29 08:00:00.25 UTC, the seed row's `occurred_at`.
-const COMMIT_MS: i64 = 1_795_939_300_000;
 
 fn ce(mode: CloudEventsMode) -> RouterConfig {
     RouterConfig { cloudevents: Some(CloudEventsConfig { mode, source: SOURCE.into() }), ..RouterConfig::default() }
@@ -20,11 +18,12 @@ fn headers_of(r: &Record) -> Vec<(&str, &str)> {
 #[test]
 fn binary_mode_adds_attribute_headers_and_keeps_key_value_and_partition() {
     let mut plain = router(RouterConfig::default());
-    let mut r = router(ce(CloudEventsMode::Binary));
+    let with_time = RouterConfig { timestamp_field: Some("occurred_at".into()), ..ce(CloudEventsMode::Binary) };
+    let mut r = router(with_time);
     let rel = r.resolve(&relation(SEED_000)).unwrap();
     let payload = r#"{"amount": 19900, "orderId": "o-1"}"#;
     let row = seed_row(text("order"), text("5f0c6b1e-0000-4000-8000-000000000001"), text(payload));
-    let rec = r.route_at(&rel, &row, Some(COMMIT_MS)).unwrap();
+    let rec = r.route(&rel, &row).unwrap();
     let without = plain.route(&plain.resolve(&relation(SEED_000)).unwrap(), &row).unwrap();
     assert_eq!(
         (&rec.topic, &rec.key, &rec.value, rec.partition),
@@ -41,24 +40,26 @@ fn binary_mode_adds_attribute_headers_and_keeps_key_value_and_partition() {
             ("ce_id", "42"),
             ("ce_source", SOURCE),
             ("ce_type", "OrderPlaced"),
-            ("ce_time", "2026-11-29T08:01:40Z"),
+            ("ce_time", "2026-11-29T08:00:00.25Z"),
             ("ce_subject", "5f0c6b1e-0000-4000-8000-000000000001"),
             ("content-type", "application/json"),
         ]
     );
 }
 
+/// Regression (issue 29): a live record carried the commit time as `time` and a replayed
+/// copy of the same event none. `time` is the timestamp column's, on every copy, or none.
 #[test]
-fn time_is_the_timestamp_column_else_the_commit_time_else_none() {
+fn regression_time_is_the_timestamp_column_on_every_copy_or_none() {
     let with_column = RouterConfig { timestamp_field: Some("occurred_at".into()), ..ce(CloudEventsMode::Binary) };
     let mut r = router(with_column);
     let rel = r.resolve(&relation(SEED_000)).unwrap();
-    let rec = r.route_at(&rel, &seed_row(text("order"), text("k"), text("{}")), Some(COMMIT_MS)).unwrap();
+    let rec = r.route(&rel, &seed_row(text("order"), text("k"), text("{}"))).unwrap();
     assert_eq!(header(&rec, "ce_time"), Some(&b"2026-11-29T08:00:00.25Z"[..]), "the column, full precision");
     let mut r = router(ce(CloudEventsMode::Binary));
     let rel = r.resolve(&relation(SEED_000)).unwrap();
     let rec = r.route(&rel, &seed_row(text("order"), text("k"), text("{}"))).unwrap();
-    assert_eq!(header(&rec, "ce_time"), None, "a snapshot row without a timestamp column has no known time");
+    assert_eq!(header(&rec, "ce_time"), None, "no timestamp column: no time, live or replayed");
 }
 
 #[test]
@@ -66,12 +67,12 @@ fn structured_mode_splices_the_payload_bytes_into_the_document() {
     let mut r = router(ce(CloudEventsMode::Structured));
     let rel = r.resolve(&relation(SEED_000)).unwrap();
     let payload = "{\"b\": 1.50,  \"a\": [1, 2], \"s\": \"\\u00e9\"}";
-    let rec = r.route_at(&rel, &seed_row(text("order"), text("agg-1"), text(payload)), Some(COMMIT_MS)).unwrap();
+    let rec = r.route(&rel, &seed_row(text("order"), text("agg-1"), text(payload))).unwrap();
     let value = std::str::from_utf8(rec.value.as_deref().unwrap()).unwrap();
     assert_eq!(
         value,
         format!(
-            r#"{{"specversion":"1.0","id":"42","source":"{SOURCE}","type":"OrderPlaced","time":"2026-11-29T08:01:40Z","subject":"agg-1","datacontenttype":"application/json","data":{payload}}}"#
+            r#"{{"specversion":"1.0","id":"42","source":"{SOURCE}","type":"OrderPlaced","subject":"agg-1","datacontenttype":"application/json","data":{payload}}}"#
         )
     );
     assert_eq!(header(&rec, "content-type"), Some(&b"application/cloudevents+json"[..]));
@@ -128,7 +129,7 @@ fn tombstones_keep_a_null_value_with_attribute_headers() {
     for mode in [CloudEventsMode::Binary, CloudEventsMode::Structured] {
         let mut r = router(RouterConfig { tombstone_on_empty_payload: true, ..ce(mode) });
         let rel = r.resolve(&relation(SEED_000)).unwrap();
-        let rec = r.route_at(&rel, &seed_row(text("order"), text("k"), ColumnValue::Null), Some(COMMIT_MS)).unwrap();
+        let rec = r.route(&rel, &seed_row(text("order"), text("k"), ColumnValue::Null)).unwrap();
         assert_eq!(rec.value, None, "{mode:?}");
         assert_eq!(header(&rec, "ce_id"), Some(&b"42"[..]), "{mode:?}");
         assert_eq!(header(&rec, "ce_type"), Some(&b"OrderPlaced"[..]), "{mode:?}");
