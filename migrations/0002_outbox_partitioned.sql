@@ -1,7 +1,7 @@
 -- walpost migration 0002: events.outbox becomes a table partitioned by day on occurred_at,
 -- so that old events are removed by dropping a partition (a catalog operation) instead of
 -- DELETE (WAL for every row, bloat, vacuum). walpost's retention keeps partitions created
--- ahead and drops expired ones (README, Retention).
+-- ahead and drops expired ones (docs/retention.md).
 --
 --   events.outbox            PARTITION BY RANGE (occurred_at), PRIMARY KEY (id, occurred_at),
 --                            outbox_aggregate_idx (aggregate_type, aggregate_id, id), the same

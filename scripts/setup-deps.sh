@@ -11,7 +11,8 @@
 #   * the Apache Kafka 4.1.1 jars (scripts/fetch-kafka.sh)
 #   * the CloudEvents SDK (PyPI, in a venv) and the OpenTelemetry Collector built from
 #     tools/otelcol (Go module proxy), for the CloudEvents and tracing end-to-end tests
-#     (scripts/fetch-test-tools.sh)
+#     (scripts/fetch-test-tools.sh); WALPOST_SETUP_TEST_TOOLS=0 skips them (the demo runs
+#     neither)
 # Rust, Java 17 and Maven are expected to be installed already.
 #
 # Idempotent: packages are installed (and `apt-get update` run) only when missing.
@@ -26,7 +27,9 @@ if [[ $(id -u) -ne 0 ]]; then
         say "not root; re-running the system part through sudo"
         sudo --preserve-env=WALPOST_PG_OS_USER WALPOST_SETUP_SKIP_KAFKA=1 "$0" "$@"
         # Fetch Kafka and the test tools as the invoking user so they land in *their* cache.
-        "$script_dir/fetch-test-tools.sh" >&2
+        if [[ "${WALPOST_SETUP_TEST_TOOLS:-1}" != 0 ]]; then
+            "$script_dir/fetch-test-tools.sh" >&2
+        fi
         exec "$script_dir/fetch-kafka.sh"
     fi
     say "must run as root (and sudo is not available)" >&2
@@ -82,4 +85,6 @@ if [[ -n "${WALPOST_SETUP_SKIP_KAFKA:-}" ]]; then
 fi
 libs="$("$script_dir/fetch-kafka.sh")"
 say "Kafka jars: $libs"
-"$script_dir/fetch-test-tools.sh" >&2
+if [[ "${WALPOST_SETUP_TEST_TOOLS:-1}" != 0 ]]; then
+    "$script_dir/fetch-test-tools.sh" >&2
+fi

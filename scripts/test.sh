@@ -8,7 +8,7 @@
 # feature (crash seams); release builds have none. With arguments, it is only
 # `cargo test --workspace` with them. Without, four steps:
 #   1. every crate's tests and the end-to-end suite (PostgreSQL 15, one broker);
-#   2. alerting rules and the supply-chain check;
+#   2. alerting rules, the book (broken links fail) and the supply-chain check;
 #   3. failover (standby promotion on PostgreSQL 16, 17, 18; multi-host strings) and
 #      the 3-broker Kafka cluster, on PostgreSQL 17;
 #   4. the end-to-end suite again on the oldest and newest majors (WALPOST_TEST_MAJORS,
@@ -34,6 +34,8 @@ cargo test --workspace --locked --features walpost/failpoints -- --skip failover
 # scripts/refresh-advisory-db.sh; the database is on no package registry). With none,
 # advisories are skipped with a warning rather than failing the run.
 bash scripts/check-alerts.sh
+# The book (docs/, an mdBook): built, and a broken link or anchor fails the run.
+bash scripts/book.sh
 WALPOST_SUPPLY_CHAIN_ADVISORIES="${WALPOST_SUPPLY_CHAIN_ADVISORIES:-skip}" bash scripts/supply-chain.sh
 
 # Step 3: failover (a primary and a physical standby: promotion with failover slots on

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Takes the README's trace screenshot (docs/images/trace-zipkin.png): an outbox event's
+# Takes the OpenTelemetry chapter's trace screenshot (docs/images/trace-zipkin.png): an outbox event's
 # trace as a trace backend's own UI shows it, rendered by headless Chromium.
 #
 #   1. starts PostgreSQL and Kafka (walpost-devservers), a Zipkin server (the exec jar from

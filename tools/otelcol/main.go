@@ -1,7 +1,7 @@
 // walpost-otelcol: the OpenTelemetry Collector with the OTLP receiver and two exporters:
 // the file exporter, the trace backend of walpost's end-to-end tracing tests
 // (crates/walpost/tests/e2e/otel.rs), and the Zipkin exporter, which feeds the Zipkin
-// server whose UI scripts/trace-screenshot.sh photographs for the README. Built from the
+// server whose UI scripts/trace-screenshot.sh photographs for the docs. Built from the
 // Go module proxy by scripts/fetch-test-tools.sh, as the collector builder (ocb) would
 // generate it.
 package main

@@ -108,7 +108,7 @@ pub enum Command {
     /// drop old ones. One line per partition with the action and its reason.
     ///
     /// A partition is dropped only once its whole range is older than the retention
-    /// period and the slot has confirmed every row in it (see README, Retention).
+    /// period and the slot has confirmed every row in it (see docs/retention.md).
     /// `walpost run` runs the same pass every [retention] interval_secs.
     Retention(RetentionArgs),
 

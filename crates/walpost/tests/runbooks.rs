@@ -1,5 +1,5 @@
 //! Every operator-facing fatal error names a runbook that exists and quotes the error
-//! verbatim; every metric is documented in the README and nothing undocumented is there.
+//! verbatim; every metric is documented in docs/metrics.md and nothing undocumented is there.
 // Test crates: helpers outside #[test] functions may fail loudly too.
 #![allow(clippy::unwrap_used)]
 
@@ -82,8 +82,8 @@ fn poison_record_error_is_quoted_verbatim_in_its_runbook() {
 }
 
 #[test]
-fn readme_documents_exactly_the_exported_metrics() {
-    let readme = read("README.md");
+fn the_metrics_chapter_documents_exactly_the_exported_metrics() {
+    let readme = read("docs/metrics.md");
     let documented: std::collections::BTreeSet<String> = readme
         .lines()
         .filter_map(|l| l.strip_prefix("| `walpost_"))
@@ -91,7 +91,7 @@ fn readme_documents_exactly_the_exported_metrics() {
         .collect();
     let exported: std::collections::BTreeSet<String> =
         walpost::telemetry::metrics::METRICS.iter().map(|(n, _, _)| n.to_string()).collect();
-    assert_eq!(documented, exported, "README metrics table and metrics::METRICS differ");
+    assert_eq!(documented, exported, "docs/metrics.md and metrics::METRICS differ");
 }
 
 #[test]
@@ -244,5 +244,5 @@ fn kafka_maintenance_runbook_quotes_the_durability_warnings_and_the_watchdog() {
     assert!(runbook.contains(
         "Kafka acknowledged no record for 60 s while 1873 records waited; restarting the producer from the last confirmed position 0/1A2B3C4; reconnecting"
     ));
-    assert!(read("README.md").contains("[runbooks/kafka-maintenance.md](runbooks/kafka-maintenance.md)"));
+    assert!(read("docs/runbooks.md").contains("[runbooks/kafka-maintenance.md](../runbooks/kafka-maintenance.md)"));
 }

@@ -165,7 +165,7 @@ pub fn log_defaults(properties: &BTreeMap<String, String>) {
         DEFAULTS.iter().filter(|(k, _, _)| !properties.contains_key(*k)).map(|(k, v, _)| format!("{k}={v}")).collect();
     tracing::info!(
         properties = %set.join(" "),
-        "Kafka producer: acks=all with idempotence and the gap-less guarantee keep each aggregate's events in order and durable; records never expire in the client (see README, Kafka producer)"
+        "Kafka producer: acks=all with idempotence and the gap-less guarantee keep each aggregate's events in order and durable; records never expire in the client (see docs/kafka.md)"
     );
 }
 

@@ -43,7 +43,7 @@ pub async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> Result<(
     for statement in statements {
         sql.simple_query(&statement).await.map_err(|e| {
             PipelineError::definite(format!(
-                "cannot record snapshot progress in {table}: {e}; the snapshot modes need CREATE on schema {} and INSERT/UPDATE on that table (or create it beforehand: see README, Snapshot)",
+                "cannot record snapshot progress in {table}: {e}; the snapshot modes need CREATE on schema {} and INSERT/UPDATE on that table (or create it beforehand: see docs/snapshot-and-replay.md)",
                 s.table().schema
             ))
             .caused_by(e)

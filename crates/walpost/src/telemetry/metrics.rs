@@ -2,7 +2,7 @@
 //!
 //! Names follow Prometheus conventions: `walpost_` prefix, unit suffixes (`_total`,
 //! `_bytes`, `_seconds`). They are constants in [`names`], listed with their type and
-//! help in [`METRICS`] (the README's metrics table and the e2e scrape test are checked
+//! help in [`METRICS`] (docs/metrics.md's table and the e2e scrape test are checked
 //! against that list), so a misspelt name is a compile error, not a silently missing
 //! series.
 //!
@@ -71,7 +71,7 @@ pub mod names {
 
 use names::*;
 
-/// (name, type, help) of every exported metric, in the README's order.
+/// (name, type, help) of every exported metric, in docs/metrics.md's order.
 pub const METRICS: &[(&str, &str, &str)] = &[
     (EVENTS_PUBLISHED, "counter", "Records acknowledged by Kafka, by topic (at most 256 topics, then \"(other)\")."),
     (PUBLISHED_BYTES, "counter", "Payload bytes acknowledged by Kafka."),

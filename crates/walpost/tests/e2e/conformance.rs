@@ -7,7 +7,7 @@
 //! `AbstractEventRouterTest` case or section of `outbox-event-router.adoc` they check.
 //! The expected record is what a consumer reads from Debezium with the converters
 //! crates/router/CONFORMANCE.md assumes; where walpost deliberately differs, the case
-//! asserts walpost's behaviour and names its row (D1, D2, ...) of the README's table of
+//! asserts walpost's behaviour and names its row (D1, D2, ...) of docs/event-router.md's table of
 //! differences (a test checks the row exists).
 //!
 //! For speed, one database and one walpost process carry every case: each option family
@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-/// The README holds the table of deliberate differences (D1, D2, ...).
-const README: &str = include_str!("../../../../README.md");
+/// docs/event-router.md holds the table of deliberate differences (D1, D2, ...).
+const DIFFERENCES: &str = include_str!("../../../../docs/event-router.md");
 
 /// The schema of Debezium's PostgreSQL outbox integration test (OutboxEventRouterIT).
 const SCHEMA: &str = "outboxsmtit";
@@ -632,7 +632,7 @@ enum Expect {
 struct Case {
     /// The Debezium test or documented behaviour checked.
     debezium: &'static str,
-    /// Rows of the README's differences table where walpost deliberately differs.
+    /// Rows of docs/event-router.md's differences table where walpost deliberately differs.
     differs: &'static [&'static str],
     /// `schema.name`.
     table: String,
@@ -1632,13 +1632,13 @@ fn debezium_event_router_cases_end_to_end() {
     for c in &cases {
         for d in c.differs {
             assert!(
-                README.contains(&format!("| {d} |")),
-                "{d} ({}) has no row in the README's differences",
+                DIFFERENCES.contains(&format!("| {d} |")),
+                "{d} ({}) has no row in docs/event-router.md's differences",
                 c.debezium
             );
         }
     }
-    assert!(README.contains("| D20 |"), "snapshot records (walpost.snapshot header) need their row");
+    assert!(DIFFERENCES.contains("| D20 |"), "snapshot records (walpost.snapshot header) need their row");
 
     // The tables, owned by walpost's role, and a publication the test supplies: it
     // publishes UPDATE, DELETE and TRUNCATE too, for table.op.invalid.behavior (D13).
