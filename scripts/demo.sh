@@ -13,7 +13,7 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "installing dependencies (if missing)"
 # The demo runs no test tool (CloudEvents SDK, OpenTelemetry Collector): none is fetched.
-WALPOST_SETUP_TEST_TOOLS=0 bash scripts/setup-deps.sh
+bash scripts/setup-deps.sh --no-test-tools
 
 say "building walpost (release)"
 cargo build --release --locked -p walpost -p testkit --bin walpost --bin walpost-devservers

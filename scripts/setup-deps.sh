@@ -11,8 +11,7 @@
 #   * the Apache Kafka 4.1.1 jars (scripts/fetch-kafka.sh)
 #   * the CloudEvents SDK (PyPI, in a venv) and the OpenTelemetry Collector built from
 #     tools/otelcol (Go module proxy), for the CloudEvents and tracing end-to-end tests
-#     (scripts/fetch-test-tools.sh); WALPOST_SETUP_TEST_TOOLS=0 skips them (the demo runs
-#     neither)
+#     (scripts/fetch-test-tools.sh); `--no-test-tools` skips them (the demo runs neither)
 # Rust, Java 17 and Maven are expected to be installed already.
 #
 # Idempotent: packages are installed (and `apt-get update` run) only when missing.
@@ -21,13 +20,17 @@ set -euo pipefail
 
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 say() { echo "setup-deps: $*"; }
+test_tools=1
+if [[ "${1:-}" == --no-test-tools ]]; then
+    test_tools=0
+fi
 
 if [[ $(id -u) -ne 0 ]]; then
     if command -v sudo >/dev/null 2>&1; then
         say "not root; re-running the system part through sudo"
         sudo --preserve-env=WALPOST_PG_OS_USER WALPOST_SETUP_SKIP_KAFKA=1 "$0" "$@"
         # Fetch Kafka and the test tools as the invoking user so they land in *their* cache.
-        if [[ "${WALPOST_SETUP_TEST_TOOLS:-1}" != 0 ]]; then
+        if [[ $test_tools == 1 ]]; then
             "$script_dir/fetch-test-tools.sh" >&2
         fi
         exec "$script_dir/fetch-kafka.sh"
@@ -85,6 +88,6 @@ if [[ -n "${WALPOST_SETUP_SKIP_KAFKA:-}" ]]; then
 fi
 libs="$("$script_dir/fetch-kafka.sh")"
 say "Kafka jars: $libs"
-if [[ "${WALPOST_SETUP_TEST_TOOLS:-1}" != 0 ]]; then
+if [[ $test_tools == 1 ]]; then
     "$script_dir/fetch-test-tools.sh" >&2
 fi
