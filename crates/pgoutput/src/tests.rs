@@ -754,16 +754,16 @@ fn insert_prefix_reads_the_whole_leading_columns_of_a_cut_insert() {
     ]);
     let insert = LogicalMessage::Insert(Insert { xid: None, relation_oid: 16384, tuple });
     let mut m = BytesMut::new();
-    crate::encode::encode(&insert, false, &mut m);
+    encode(&insert, false, &mut m);
     let m = m.freeze();
-    let (oid, whole) = crate::insert_prefix(&m).unwrap();
+    let (oid, whole) = insert_prefix(&m).unwrap();
     assert_eq!((oid, whole.len()), (16384, 4));
     let cut = m.slice(..m.len() - 900);
-    let (_, partial) = crate::insert_prefix(&cut).unwrap();
+    let (_, partial) = insert_prefix(&cut).unwrap();
     assert_eq!(partial.len(), 2, "the id and the NULL are whole, the long value is not");
     assert_eq!(partial.get(0), Some(ColumnValue::Text(Bytes::from_static(b"42"))));
     for n in 0..m.len() {
-        let _ = crate::insert_prefix(&m.slice(..n));
+        let _ = insert_prefix(&m.slice(..n));
     }
-    assert_eq!(crate::insert_prefix(&Bytes::from_static(b"C")), None);
+    assert_eq!(insert_prefix(&Bytes::from_static(b"C")), None);
 }

@@ -38,7 +38,7 @@ pub(crate) enum Channel {
 }
 
 impl Channel {
-    pub fn is_tls(self) -> bool {
+    pub(crate) fn is_tls(self) -> bool {
         matches!(self, Channel::TlsUnverified | Channel::TlsVerified)
     }
 

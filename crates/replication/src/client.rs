@@ -101,7 +101,7 @@ const READ_CHUNK: usize = 128 * 1024;
 
 /// How much of a message over the limit is kept (its header and first columns: enough to
 /// name the event in most outboxes).
-pub const OVERSIZED_PREFIX: usize = 64 * 1024;
+pub(crate) const OVERSIZED_PREFIX: usize = 64 * 1024;
 
 /// A CopyData message over the limit, being read and dropped.
 #[derive(Debug)]

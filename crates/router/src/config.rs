@@ -6,7 +6,7 @@ use crate::options::AdditionalField;
 /// The placeholder in the topic pattern.
 pub const ROUTED_BY_VALUE: &str = "${routedByValue}";
 /// The default of [`RouterConfig::topics_max`].
-pub const DEFAULT_TOPICS_MAX: usize = 1000;
+pub(crate) const DEFAULT_TOPICS_MAX: usize = 1000;
 /// Debezium's default `route.topic.regex`.
 pub const DEFAULT_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
 /// walpost's option naming the column of the `eventType` header

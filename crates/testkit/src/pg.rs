@@ -15,9 +15,9 @@ mod standby;
 pub use standby::{StandbyOptions, STANDBY_TIMEOUT};
 
 /// Name of the superuser role clients log in as (and of the default database).
-pub const ROLE: &str = "walpost";
+pub(crate) const ROLE: &str = "walpost";
 /// Default password of [`ROLE`].
-pub const DEFAULT_PASSWORD: &str = "walpost";
+pub(crate) const DEFAULT_PASSWORD: &str = "walpost";
 
 /// Options for [`Postgres::start`]. Build with struct-update syntax:
 /// `PgOptions { extra_conf: vec![("max_connections".into(), "50".into())], ..Default::default() }`.

@@ -95,7 +95,7 @@ pub enum Command {
     /// Prints the TOML; lists what could not be carried over on stderr; exit 2 if any.
     ImportDebezium {
         /// connector.json or application.properties
-        file: std::path::PathBuf,
+        file: PathBuf,
     },
 
     /// Inspect or manage the replication slot.

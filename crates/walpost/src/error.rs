@@ -126,7 +126,7 @@ mod tests {
         let e = PipelineError::from(io);
         assert!(e.is_transient());
         assert!(e.source().is_some_and(|s| s.to_string().contains("reset")));
-        let e = PipelineError::definite("stop").caused_by(std::fmt::Error);
+        let e = PipelineError::definite("stop").caused_by(fmt::Error);
         assert_eq!(e.class(), ErrorClass::Definite);
         assert_eq!(e.to_string(), "stop");
         assert!(e.source().is_some());

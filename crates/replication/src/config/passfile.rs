@@ -28,7 +28,7 @@ pub(crate) struct PassFile {
 
 impl PassFile {
     /// Reads `path`, applying libpq's rules on the file's kind and permissions.
-    pub fn load(path: &Path) -> PassFile {
+    pub(super) fn load(path: &Path) -> PassFile {
         let ignored = |note: String| PassFile { path: path.to_owned(), contents: None, note: Some(note) };
         let shown = path.display();
         let meta = match std::fs::metadata(path) {
@@ -54,7 +54,7 @@ impl PassFile {
     }
 
     /// The password of the first line matching the connection, if the file is usable.
-    pub fn lookup(&self, host: &str, port: u16, dbname: &str, user: &str) -> Option<String> {
+    pub(super) fn lookup(&self, host: &str, port: u16, dbname: &str, user: &str) -> Option<String> {
         lookup(self.contents.as_deref()?, host, &port.to_string(), dbname, user)
     }
 }

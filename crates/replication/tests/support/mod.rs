@@ -67,25 +67,25 @@ fn cert(cn: &str, key: &PKey<Private>, issuer: Option<(&X509, &PKey<Private>)>, 
 }
 
 /// A test certificate authority.
-pub struct Ca {
+pub(crate) struct Ca {
     pub cert: X509,
     key: PKey<Private>,
 }
 
 impl Ca {
-    pub fn new(cn: &str) -> Ca {
+    pub(crate) fn new(cn: &str) -> Ca {
         let key = key();
         Ca { cert: cert(cn, &key, None, true), key }
     }
 
     /// A server certificate for 127.0.0.1 and localhost signed by this CA.
-    pub fn issue(&self, cn: &str) -> Identity {
+    pub(crate) fn issue(&self, cn: &str) -> Identity {
         let key = key();
         Identity { cert: cert(cn, &key, Some((&self.cert, &self.key)), false), key }
     }
 
     /// Writes the CA certificate as PEM into `dir`.
-    pub fn write_pem(&self, dir: &Path, name: &str) -> PathBuf {
+    pub(crate) fn write_pem(&self, dir: &Path, name: &str) -> PathBuf {
         let path = dir.join(name);
         std::fs::write(&path, self.cert.to_pem().unwrap()).unwrap();
         path
@@ -93,19 +93,19 @@ impl Ca {
 }
 
 /// A server certificate and its key.
-pub struct Identity {
+pub(crate) struct Identity {
     pub cert: X509,
     key: PKey<Private>,
 }
 
 impl Identity {
     /// A self-signed server certificate for 127.0.0.1 and localhost.
-    pub fn self_signed(cn: &str) -> Identity {
+    pub(crate) fn self_signed(cn: &str) -> Identity {
         let key = key();
         Identity { cert: cert(cn, &key, None, false), key }
     }
 
-    pub fn acceptor(&self) -> Arc<SslAcceptor> {
+    pub(crate) fn acceptor(&self) -> Arc<SslAcceptor> {
         let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).unwrap();
         b.set_private_key(&self.key).unwrap();
         b.set_certificate(&self.cert).unwrap();
@@ -113,13 +113,13 @@ impl Identity {
     }
 
     /// RFC 5929 tls-server-end-point of this certificate (ECDSA with SHA-256: SHA-256).
-    pub fn end_point(&self) -> Vec<u8> {
+    pub(crate) fn end_point(&self) -> Vec<u8> {
         self.cert.digest(MessageDigest::sha256()).unwrap().to_vec()
     }
 }
 
 /// A fresh directory under the system temp dir.
-pub fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -138,7 +138,7 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 /// What the server asks the client for.
 #[derive(Clone, Debug)]
-pub enum Ask {
+pub(crate) enum Ask {
     Trust,
     Cleartext,
     Md5,
@@ -155,7 +155,7 @@ pub enum Ask {
 
 /// One fake server's behaviour, for every connection it accepts.
 #[derive(Clone)]
-pub struct Script {
+pub(crate) struct Script {
     /// `None`: answer the SSLRequest with 'N'.
     pub tls: Option<Arc<SslAcceptor>>,
     /// tls-server-end-point of the TLS certificate, to check SCRAM-SHA-256-PLUS.
@@ -168,22 +168,22 @@ pub struct Script {
 }
 
 impl Script {
-    pub fn new(ask: Ask) -> Script {
+    pub(crate) fn new(ask: Ask) -> Script {
         Script { tls: None, end_point: None, ask, params: Vec::new(), answers: Vec::new() }
     }
 
-    pub fn with_tls(mut self, identity: &Identity) -> Script {
+    pub(crate) fn with_tls(mut self, identity: &Identity) -> Script {
         self.tls = Some(identity.acceptor());
         self.end_point = Some(identity.end_point());
         self
     }
 
-    pub fn param(mut self, name: &'static str, value: &'static str) -> Script {
+    pub(crate) fn param(mut self, name: &'static str, value: &'static str) -> Script {
         self.params.push((name, value));
         self
     }
 
-    pub fn answer(mut self, query_prefix: &'static str, value: &'static str) -> Script {
+    pub(crate) fn answer(mut self, query_prefix: &'static str, value: &'static str) -> Script {
         self.answers.push((query_prefix, value));
         self
     }
@@ -191,7 +191,7 @@ impl Script {
 
 /// What the server saw on one connection.
 #[derive(Debug, Default, Clone)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub ssl_requested: bool,
     pub tls: bool,
     pub startup: HashMap<String, String>,
@@ -206,7 +206,7 @@ pub struct Seen {
     pub queries: Vec<String>,
 }
 
-pub struct FakeServer {
+pub(crate) struct FakeServer {
     pub port: u16,
     seen: Receiver<Seen>,
 }
@@ -216,7 +216,7 @@ impl<T: Read + Write + Send> Io for T {}
 
 impl FakeServer {
     /// Serves TCP connections on 127.0.0.1 with `script` until the test process ends.
-    pub fn start(script: Script) -> FakeServer {
+    pub(crate) fn start(script: Script) -> FakeServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let (tx, seen) = channel();
@@ -231,7 +231,7 @@ impl FakeServer {
     }
 
     /// Serves the Unix socket `dir/.s.PGSQL.<port>` with `script`.
-    pub fn start_unix(script: Script, dir: &Path, port: u16) -> FakeServer {
+    pub(crate) fn start_unix(script: Script, dir: &Path, port: u16) -> FakeServer {
         let listener = UnixListener::bind(dir.join(format!(".s.PGSQL.{port}"))).unwrap();
         let (tx, seen) = channel();
         std::thread::spawn(move || {
@@ -245,24 +245,24 @@ impl FakeServer {
     }
 
     /// The report of the next connection that ended.
-    pub fn seen(&self) -> Seen {
+    pub(crate) fn seen(&self) -> Seen {
         self.seen.recv_timeout(Duration::from_secs(20)).expect("the fake server saw no connection end")
     }
 
     /// Whether any connection ended within `wait`.
-    pub fn saw_any(&self, wait: Duration) -> bool {
+    pub(crate) fn saw_any(&self, wait: Duration) -> bool {
         self.seen.recv_timeout(wait).is_ok()
     }
 }
 
 /// A TCP port nothing listens on.
-pub fn closed_port() -> u16 {
+pub(crate) fn closed_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }
 
 /// A listener that accepts TCP connections (the kernel does) and never answers.
-pub fn silent_port() -> (u16, TcpListener) {
+pub(crate) fn silent_port() -> (u16, TcpListener) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     (listener.local_addr().unwrap().port(), listener)
 }

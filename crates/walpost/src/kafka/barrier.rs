@@ -34,10 +34,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// How long a delivered record keeps its partition settled.
-pub const SETTLED_MINUTES: u32 = 60;
+pub(crate) const SETTLED_MINUTES: u32 = 60;
 
 /// Topics remembered before the set is cleared (then each costs a round trip again).
-pub const MAX_SETTLED_TOPICS: usize = 10_000;
+pub(crate) const MAX_SETTLED_TOPICS: usize = 10_000;
 
 /// Where a record will go, as far as it is known before it is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub enum Placement {
 
 /// How a record may go now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     /// Nothing stands in its way.
     Open,
     /// The first record for its partition: nothing else for the partition follows it
@@ -89,7 +89,7 @@ impl TopicBarrier {
 
 /// See the module docs.
 #[derive(Debug, Default)]
-pub struct Barriers {
+pub(crate) struct Barriers {
     /// foldhash, not SipHash: looked up for every record.
     topics: HashMap<Arc<str>, TopicBarrier, foldhash::fast::RandomState>,
     /// Minutes since the window was made, as of its last clock reading.
@@ -98,14 +98,14 @@ pub struct Barriers {
 
 impl Barriers {
     /// The window's clock moved on (`minute`: minutes since it was made).
-    pub fn set_minute(&mut self, minute: u32) {
+    pub(crate) fn set_minute(&mut self, minute: u32) {
         self.minute = minute;
     }
 
     /// How a record for `topic` at `placement` may go; `None`: it must wait for a
     /// report. `alone`: the caller wants it alone anyway; `in_flight`: records are in
     /// flight.
-    pub fn gate(&self, topic: &str, placement: Placement, alone: bool, in_flight: bool) -> Option<Gate> {
+    pub(crate) fn gate(&self, topic: &str, placement: Placement, alone: bool, in_flight: bool) -> Option<Gate> {
         let single = || (!in_flight).then_some(Gate::Alone);
         if alone {
             return single();
@@ -138,7 +138,7 @@ impl Barriers {
     }
 
     /// A record went with `gate`.
-    pub fn sent(&mut self, topic: &Arc<str>, gate: Gate) {
+    pub(crate) fn sent(&mut self, topic: &Arc<str>, gate: Gate) {
         match gate {
             Gate::FirstInPartition(p) => {
                 if let Some(known) = self.topics.get_mut(&**topic) {
@@ -161,7 +161,7 @@ impl Barriers {
 
     /// The report of a record sent with `gate`: `delivered` is the partition Kafka
     /// wrote it to (`None`: not delivered).
-    pub fn answered(&mut self, topic: &Arc<str>, gate: Gate, delivered: Option<i32>) {
+    pub(crate) fn answered(&mut self, topic: &Arc<str>, gate: Gate, delivered: Option<i32>) {
         if gate == Gate::Open {
             return;
         }

@@ -19,7 +19,7 @@ pub enum SinkError {
 
 /// Properties walpost sets unless the user overrides them (and may not override where
 /// [`refuse_property`] says so), with the reason, logged once at start-up.
-pub const DEFAULTS: &[(&str, &str, &str)] = &[
+pub(crate) const DEFAULTS: &[(&str, &str, &str)] = &[
     ("acks", "all", "a record counts as delivered only once every in-sync replica has it"),
     ("enable.idempotence", "true", "retries never duplicate or reorder a partition's records"),
     (
@@ -59,7 +59,7 @@ pub const DEFAULTS: &[(&str, &str, &str)] = &[
 
 /// Refuses settings that would break per-aggregate order, durability, or the one
 /// delivery report per record the checkpoint depends on.
-pub fn refuse_property(key: &str, value: &str) -> Option<&'static str> {
+pub(crate) fn refuse_property(key: &str, value: &str) -> Option<&'static str> {
     let v = value.trim().to_ascii_lowercase();
     match key {
         "enable.idempotence" if v != "true" => {
@@ -97,7 +97,7 @@ pub struct Transactional {
 
 /// The producer configuration: defaults, then user properties (checked). Also the set
 /// of keys the user gave (librdkafka's configuration warnings are shown for those only).
-pub fn producer_config(
+pub(crate) fn producer_config(
     brokers: &str,
     properties: &BTreeMap<String, String>,
     transactional: Option<&Transactional>,
@@ -139,7 +139,7 @@ pub fn producer_config(
 
 /// A client configuration with the user's properties only (admin clients for
 /// `walpost check`, consumers): the same TLS/SASL settings the producer uses.
-pub fn client_config(brokers: &str, properties: &BTreeMap<String, String>) -> Result<ClientConfig, SinkError> {
+pub(crate) fn client_config(brokers: &str, properties: &BTreeMap<String, String>) -> Result<ClientConfig, SinkError> {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", brokers);
     for (k, v) in properties {
@@ -160,7 +160,7 @@ pub fn client_config(brokers: &str, properties: &BTreeMap<String, String>) -> Re
 
 /// One INFO line: what walpost sets and why (instead of librdkafka's warnings about
 /// properties the user never set).
-pub fn log_defaults(properties: &BTreeMap<String, String>) {
+pub(crate) fn log_defaults(properties: &BTreeMap<String, String>) {
     let set: Vec<String> =
         DEFAULTS.iter().filter(|(k, _, _)| !properties.contains_key(*k)).map(|(k, v, _)| format!("{k}={v}")).collect();
     tracing::info!(

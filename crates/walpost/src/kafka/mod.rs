@@ -7,26 +7,26 @@
 //! permanent-error policy ([`policy`]) and what a restarted producer must know of the
 //! last one's deliveries ([`memo`]).
 
-pub mod barrier;
-pub mod config;
-pub mod memo;
+pub(crate) mod barrier;
+pub(crate) mod config;
+pub(crate) mod memo;
 #[cfg(test)]
-pub mod model_sink;
-pub mod policy;
-pub mod produce;
+pub(crate) mod model_sink;
+pub(crate) mod policy;
+pub(crate) mod produce;
 pub mod progress;
-pub mod rejection;
-pub mod sink;
+pub(crate) mod rejection;
+pub(crate) mod sink;
 pub mod transaction;
-pub mod window;
+pub(crate) mod window;
 
 use std::sync::Arc;
 
-pub use memo::{DeliveryMemo, Known, RecordId};
-pub use policy::{Failure, PermanentErrorPolicy};
+pub(crate) use memo::{DeliveryMemo, Known, RecordId};
+pub(crate) use policy::{Failure, PermanentErrorPolicy};
 pub use rejection::{classify, Rejection};
-pub use sink::{KafkaSink, Original};
-pub use window::{Event, Outgoing, ProduceWindow, WindowLimits};
+pub(crate) use sink::{KafkaSink, Original};
+pub(crate) use window::{Event, Outgoing, ProduceWindow, WindowLimits};
 
 use crate::error::PipelineError;
 use crate::settings::Settings;

@@ -24,11 +24,11 @@ use super::rejection::Rejection;
 use super::sink::{Original, Outcome, Report, SendError, Sink};
 
 /// Partitions of every topic in the model.
-pub const PARTITIONS: i32 = 3;
+pub(crate) const PARTITIONS: i32 = 3;
 
 /// A record as the model wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Written {
+pub(crate) struct Written {
     pub topic: String,
     pub partition: i32,
     pub event_id: String,
@@ -65,19 +65,19 @@ struct State {
 
 /// See the module docs. Clones share the model.
 #[derive(Debug, Clone)]
-pub struct ModelSink {
+pub(crate) struct ModelSink {
     state: Arc<Mutex<State>>,
     reports: mpsc::UnboundedSender<Report>,
 }
 
 /// The partition the model gives `key`.
-pub fn partition_for(key: &[u8]) -> i32 {
+pub(crate) fn partition_for(key: &[u8]) -> i32 {
     let sum: u32 = key.iter().map(|b| u32::from(*b)).sum();
     i32::try_from(sum % PARTITIONS.unsigned_abs()).unwrap_or(0)
 }
 
 impl ModelSink {
-    pub fn new() -> (ModelSink, mpsc::UnboundedReceiver<Report>) {
+    pub(crate) fn new() -> (ModelSink, mpsc::UnboundedReceiver<Report>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (ModelSink { state: Arc::default(), reports: tx }, rx)
     }
@@ -88,18 +88,18 @@ impl ModelSink {
 
     /// Refuse the record with this event id for good on `topic` (its dead letter, on
     /// another topic, is taken).
-    pub fn refuse(&self, topic: &str, event_id: &str) {
+    pub(crate) fn refuse(&self, topic: &str, event_id: &str) {
         self.state().refused.insert((topic.to_owned(), event_id.to_owned()));
     }
 
     /// Answers every record handed over and not answered yet, partition by partition.
-    pub fn answer(&self) {
+    pub(crate) fn answer(&self) {
         let pending = std::mem::take(&mut self.state().pending);
         self.answer_these(pending);
     }
 
     /// Answers the first `n` records handed over and not answered yet.
-    pub fn answer_first(&self, n: usize) {
+    pub(crate) fn answer_first(&self, n: usize) {
         let mut state = self.state();
         let at = n.min(state.pending.len());
         let rest = state.pending.split_off(at);
@@ -146,45 +146,40 @@ impl ModelSink {
     }
 
     /// Sends what librdkafka's log line "implicitly acked" turns into.
-    pub fn announce_implicit_ack(&self) {
+    pub(crate) fn announce_implicit_ack(&self) {
         let line = "t [2] 1 message(s) implicitly acked by subsequent batch success".to_owned();
         let _ = self.reports.send(Report { seq: super::sink::NO_RECORD, outcome: Outcome::ImplicitlyAcked { line } });
     }
 
     /// Records written, in order.
-    pub fn written(&self) -> Vec<Written> {
+    pub(crate) fn written(&self) -> Vec<Written> {
         self.state().written.clone()
     }
 
     /// Exactly-once: the written records of committed Kafka transactions, in order.
-    pub fn committed(&self) -> Vec<Written> {
+    pub(crate) fn committed(&self) -> Vec<Written> {
         let state = self.state();
         state.written.iter().take(state.committed).cloned().collect()
     }
 
     /// Records reported delivered that were never written.
-    pub fn lost(&self) -> Vec<Written> {
+    pub(crate) fn lost(&self) -> Vec<Written> {
         self.state().lost.clone()
     }
 
-    /// Records handed over so far.
-    pub fn handed_over(&self) -> u64 {
-        self.state().handed_over
-    }
-
     /// Records handed over and not answered.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.state().pending.len()
     }
 
     /// The transaction calls so far.
-    pub fn transactions(&self) -> Vec<&'static str> {
+    pub(crate) fn transactions(&self) -> Vec<&'static str> {
         self.state().transactions.clone()
     }
 
     /// Answers the pending records in a random order across partitions (each partition's
     /// own records stay in order, as librdkafka reports them), from `seed`.
-    pub fn answer_shuffled(&self, seed: u64) {
+    pub(crate) fn answer_shuffled(&self, seed: u64) {
         let mut state = self.state();
         let mut pending = std::mem::take(&mut state.pending);
         // A small xorshift: the order is the seed's, replayable.
@@ -278,7 +273,7 @@ impl Sink for ModelSink {
 }
 
 /// Counts per key of `written`, for order checks: key -> event ids in written order.
-pub fn by_partition(written: &[Written]) -> HashMap<(String, i32), Vec<String>> {
+pub(crate) fn by_partition(written: &[Written]) -> HashMap<(String, i32), Vec<String>> {
     let mut out: HashMap<(String, i32), Vec<String>> = HashMap::new();
     for w in written {
         out.entry((w.topic.clone(), w.partition)).or_default().push(w.event_id.clone());

@@ -15,13 +15,13 @@ use crate::error::PipelineError;
 use crate::settings::{KafkaSettings, OnPermanentError};
 
 /// Headers walpost adds to a dead letter.
-pub mod headers {
-    pub const CLASS: &str = "walpost.error.class";
-    pub const MESSAGE: &str = "walpost.error.message";
-    pub const ORIGINAL_TOPIC: &str = "walpost.original.topic";
-    pub const EVENT_ID: &str = "walpost.event.id";
-    pub const LSN: &str = "walpost.lsn";
-    pub const VALUE_DROPPED: &str = "walpost.value.dropped";
+pub(crate) mod headers {
+    pub(crate) const CLASS: &str = "walpost.error.class";
+    pub(crate) const MESSAGE: &str = "walpost.error.message";
+    pub(crate) const ORIGINAL_TOPIC: &str = "walpost.original.topic";
+    pub(crate) const EVENT_ID: &str = "walpost.event.id";
+    pub(crate) const LSN: &str = "walpost.lsn";
+    pub(crate) const VALUE_DROPPED: &str = "walpost.value.dropped";
 }
 
 /// Why a record cannot be published, and what is known of it.
@@ -56,30 +56,25 @@ impl Failure {
 
 /// See the module docs.
 #[derive(Debug, Clone)]
-pub struct PermanentErrorPolicy {
+pub(crate) struct PermanentErrorPolicy {
     mode: OnPermanentError,
     topic: Arc<str>,
 }
 
 impl PermanentErrorPolicy {
-    pub fn new(kafka: &KafkaSettings) -> PermanentErrorPolicy {
+    pub(crate) fn new(kafka: &KafkaSettings) -> PermanentErrorPolicy {
         PermanentErrorPolicy { mode: kafka.on_permanent_error, topic: Arc::from(kafka.dead_letter_topic.as_str()) }
     }
 
     /// Whether failures go to the dead-letter topic.
-    pub fn dead_letters(&self) -> bool {
+    pub(crate) fn dead_letters(&self) -> bool {
         self.mode == OnPermanentError::DeadLetter
-    }
-
-    /// The dead-letter topic.
-    pub fn topic(&self) -> &Arc<str> {
-        &self.topic
     }
 
     /// The dead letter for `failure`: the original key, value (dropped when its size is
     /// the cause) and headers, plus headers saying what went wrong and where the event
     /// came from. `None` in halt mode.
-    pub fn dead_letter(&self, failure: &Failure, original: Original) -> Option<Record> {
+    pub(crate) fn dead_letter(&self, failure: &Failure, original: Original) -> Option<Record> {
         if !self.dead_letters() {
             return None;
         }
@@ -123,12 +118,12 @@ impl PermanentErrorPolicy {
     }
 
     /// The error walpost halts with for a record Kafka refused.
-    pub fn halt_rejected(&self, rejection: &Rejection) -> PipelineError {
+    pub(crate) fn halt_rejected(&self, rejection: &Rejection) -> PipelineError {
         PipelineError::definite(rejection.operator_message())
     }
 
     /// The error walpost halts with when a dead letter itself is refused.
-    pub fn dead_letter_refused(&self, rejection: &Rejection) -> PipelineError {
+    pub(crate) fn dead_letter_refused(&self, rejection: &Rejection) -> PipelineError {
         PipelineError::definite(format!(
             "the dead-letter topic {} refused a dead letter too: {}",
             self.topic,

@@ -22,7 +22,7 @@
 //! Partitions known before sending: every topic handle is made with a partitioner of
 //! walpost's own ([`count_and_partition`]) that runs the configured librdkafka
 //! partitioner and keeps the partition count it was called with, so
-//! [`Handoff::partition_of`] can say which partition a record will go to before it is
+//! [`Handoff::placement`] can say which partition a record will go to before it is
 //! handed over (the produce window's per-partition barrier needs that: see
 //! `kafka::window`). The count is kept per topic name for the life of the process
 //! ([`TopicCell`]), so librdkafka never calls into freed memory, whichever producer or
@@ -57,24 +57,24 @@ use super::barrier::Placement;
 
 /// Topic handles kept before the cache is cleared (a topic's handle is then made again,
 /// which costs one lookup).
-pub const MAX_TOPIC_HANDLES: usize = 10_000;
+pub(crate) const MAX_TOPIC_HANDLES: usize = 10_000;
 
 /// How long one request to send now keeps librdkafka sending at once, unless every
 /// record is acknowledged sooner: a live transaction touching many partitions goes out
 /// in several waves of requests (at most 5 in flight per broker), and a wave that found
 /// the flag gone would wait out `linger.ms` (50 ms by default: no longer than that).
-pub const SEND_NOW_WAIT: Duration = Duration::from_millis(50);
+pub(crate) const SEND_NOW_WAIT: Duration = Duration::from_millis(50);
 
 /// The thread waits in slices of this long (one `rd_kafka_flush` call): long enough that
 /// librdkafka's broker threads wake up within one on busy cores (they look at the flag
 /// when they next run); the longest a stopped `SendNow` thread runs on.
-pub const SEND_NOW_SLICE: Duration = Duration::from_millis(10);
+pub(crate) const SEND_NOW_SLICE: Duration = Duration::from_millis(10);
 
 /// How long a request made for a record sent alone keeps librdkafka sending at once
 /// (ended sooner by its acknowledgement): the first record of a topic waits for the
 /// topic's metadata (its creation, on first use) before it has a partition, and would
 /// then wait for `linger.ms` if the flag were gone.
-pub const SEND_ALONE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const SEND_ALONE_WAIT: Duration = Duration::from_secs(5);
 
 /// The thread that makes librdkafka send now (see the module docs).
 struct SendNow {
@@ -257,7 +257,7 @@ impl Drop for TopicHandle {
 ///
 /// Holding the producer here is what keeps the handles sound: a handle is made from
 /// this producer's client, and the handles (declared first) are dropped before it.
-pub struct Handoff<C: ProducerContext + 'static> {
+pub(crate) struct Handoff<C: ProducerContext + 'static> {
     /// foldhash, not SipHash: looked up for every record.
     topics: HashMap<Arc<str>, TopicHandle, foldhash::fast::RandomState>,
     /// The `partitioner` property the producer was made with.
@@ -274,7 +274,7 @@ impl<C: ProducerContext + 'static> std::fmt::Debug for Handoff<C> {
 
 impl<C: ProducerContext + 'static> Handoff<C> {
     /// `partitioner`: the producer's `partitioner` property (librdkafka's names).
-    pub fn new(producer: ThreadedProducer<C>, partitioner: &str) -> Handoff<C> {
+    pub(crate) fn new(producer: ThreadedProducer<C>, partitioner: &str) -> Handoff<C> {
         Handoff {
             topics: HashMap::default(),
             partitioner: partitioner.to_owned(),
@@ -286,7 +286,7 @@ impl<C: ProducerContext + 'static> Handoff<C> {
     /// Where `record` will be written, as far as that is known before it is sent: its
     /// own partition, or what the partitioner picks for its key given the topic's
     /// partition count as librdkafka last saw it.
-    pub fn placement(&mut self, record: &Record) -> Placement {
+    pub(crate) fn placement(&mut self, record: &Record) -> Placement {
         if let Some(p) = record.partition {
             return Placement::Partition(p);
         }
@@ -320,29 +320,29 @@ impl<C: ProducerContext + 'static> Handoff<C> {
 
     /// Asks librdkafka to send what it holds without waiting for `linger.ms`, for
     /// [`SEND_NOW_WAIT`] (see the module docs). Does not block.
-    pub fn send_now(&self) {
+    pub(crate) fn send_now(&self) {
         self.send_now.ask(SEND_NOW_WAIT);
     }
 
     /// [`Handoff::send_now`] for a record sent alone: until [`Handoff::alone_answered`],
     /// or for [`SEND_ALONE_WAIT`].
-    pub fn send_alone_now(&self) {
+    pub(crate) fn send_alone_now(&self) {
         self.send_now.ask(SEND_ALONE_WAIT);
     }
 
     /// The record sent alone has its report: what follows it (a backlog, perhaps) need
     /// not be sent at once for longer than a live request would be.
-    pub fn alone_answered(&self) {
+    pub(crate) fn alone_answered(&self) {
         self.send_now.shorten();
     }
 
-    pub fn producer(&self) -> &ThreadedProducer<C> {
+    pub(crate) fn producer(&self) -> &ThreadedProducer<C> {
         &self.producer
     }
 
     /// Gives the topic handles back, stops the send-now thread (waits for it: at most
     /// [`SEND_NOW_SLICE`]) and returns the producer (to flush and destroy).
-    pub fn into_producer(self) -> ThreadedProducer<C> {
+    pub(crate) fn into_producer(self) -> ThreadedProducer<C> {
         drop(self.topics);
         drop(self.send_now);
         self.producer
@@ -350,7 +350,7 @@ impl<C: ProducerContext + 'static> Handoff<C> {
 
     /// `rd_kafka_brokers_add`: adds `servers` (a bootstrap list) to the brokers the
     /// client knows; a no-op for those it knows already. Returns how many it parsed.
-    pub fn add_brokers(&self, servers: &CStr) -> i32 {
+    pub(crate) fn add_brokers(&self, servers: &CStr) -> i32 {
         // SAFETY: the client is alive (`self.producer` owns it); `servers` is a
         // NUL-terminated string librdkafka only reads and copies; rd_kafka_brokers_add
         // is thread-safe (it takes the handle's own lock).
@@ -393,7 +393,7 @@ impl<C: ProducerContext + 'static> Handoff<C> {
     }
 
     /// Hands `record` to librdkafka as message `seq` (its delivery opaque).
-    pub fn send(&mut self, seq: u64, record: &Record, timestamp_ms: Option<i64>) -> Result<(), KafkaError> {
+    pub(crate) fn send(&mut self, seq: u64, record: &Record, timestamp_ms: Option<i64>) -> Result<(), KafkaError> {
         let (topic, _) = self.topic(&record.topic)?;
         let client = self.producer.client().native_ptr();
         // SAFETY: a fresh list; every name and value is copied into it by header_add.
@@ -515,7 +515,7 @@ mod tests {
     fn send_now_does_not_block_and_ends_with_the_handoff() {
         let mut h = handoff(100);
         h.send(0, &record("orders", Some(b"{}")), None).unwrap();
-        let asking = std::time::Instant::now();
+        let asking = Instant::now();
         for _ in 0..1_000 {
             h.send_now();
         }
@@ -526,7 +526,7 @@ mod tests {
         // The record is never delivered (no broker), so the thread is inside its
         // SEND_ALONE_WAIT: handing the producer back still ends it within a slice.
         std::thread::sleep(SEND_NOW_SLICE * 3);
-        let stopping = std::time::Instant::now();
+        let stopping = Instant::now();
         drop(h.into_producer());
         assert!(stopping.elapsed() < SEND_ALONE_WAIT / 2, "the send-now thread ran on: {:?}", stopping.elapsed());
     }

@@ -57,7 +57,7 @@ pub fn classify(error: &KafkaError) -> Option<(&'static str, &'static str)> {
 }
 
 /// Every class [`classify`] gives, for metrics that declare their label values up front.
-pub const CLASSES: &[&str] = &[
+pub(crate) const CLASSES: &[&str] = &[
     "message_size_too_large",
     "invalid_message_size",
     "message_batch_too_large",

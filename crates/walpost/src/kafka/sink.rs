@@ -37,14 +37,14 @@ use crate::telemetry::now_ms;
 /// (a partition with no state for this producer id accepts any sequence number), those
 /// records are lost; see `kafka::barrier`, which keeps that from happening, and
 /// [`Outcome::ImplicitlyAcked`], which is what the sink does if it happens anyway.
-pub const IMPLICIT_ACK: &str = "IMPLICITACK";
+pub(crate) const IMPLICIT_ACK: &str = "IMPLICITACK";
 
 /// The sequence number of a report about no record of walpost's (e.g.
 /// [`Outcome::ImplicitlyAcked`]).
-pub const NO_RECORD: u64 = u64::MAX;
+pub(crate) const NO_RECORD: u64 = u64::MAX;
 
 /// Identical librdkafka log lines within this window are logged once.
-pub const LOG_REPEAT_WINDOW: Duration = Duration::from_secs(30);
+pub(crate) const LOG_REPEAT_WINDOW: Duration = Duration::from_secs(30);
 
 /// What happened to record `seq`.
 #[derive(Debug)]
@@ -106,7 +106,7 @@ pub enum SendError {
 
 /// librdkafka callbacks: delivery reports to the window, logs to tracing.
 #[derive(Debug)]
-pub struct SinkContext {
+pub(crate) struct SinkContext {
     reports: mpsc::UnboundedSender<Report>,
     metrics: KafkaMetrics,
     /// Properties the user set: librdkafka's configuration warnings about others are noise.

@@ -25,21 +25,21 @@ use crate::settings::Thresholds;
 use crate::telemetry::AlarmLevel;
 
 /// Retained-WAL thresholds when `max_slot_wal_keep_size` is unlimited and none are set.
-pub const UNLIMITED_WARNING_BYTES: u64 = 1 << 30;
-pub const UNLIMITED_CRITICAL_BYTES: u64 = 8 << 30;
+pub(crate) const UNLIMITED_WARNING_BYTES: u64 = 1 << 30;
+pub(crate) const UNLIMITED_CRITICAL_BYTES: u64 = 8 << 30;
 
 /// Less than this share of the slot's WAL budget left is a warning.
-pub const BUDGET_WARNING_SHARE: f64 = 0.5;
+pub(crate) const BUDGET_WARNING_SHARE: f64 = 0.5;
 /// Less than this share left is critical.
-pub const BUDGET_CRITICAL_SHARE: f64 = 0.2;
+pub(crate) const BUDGET_CRITICAL_SHARE: f64 = 0.2;
 
 /// Kafka silent for this long while records wait is what a stalled confirm is about
 /// (records waiting at all hold the confirm back).
-pub const KAFKA_SILENT_SECS: f64 = 1.0;
+pub(crate) const KAFKA_SILENT_SECS: f64 = 1.0;
 
 /// The byte thresholds in force for a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ByteLimits {
+pub(crate) struct ByteLimits {
     pub warning: u64,
     pub critical: u64,
     /// `max_slot_wal_keep_size` in bytes, when finite.
@@ -47,7 +47,7 @@ pub struct ByteLimits {
 }
 
 impl ByteLimits {
-    pub fn for_server(t: &Thresholds, max_slot_wal_keep_size: Option<u64>) -> ByteLimits {
+    pub(crate) fn for_server(t: &Thresholds, max_slot_wal_keep_size: Option<u64>) -> ByteLimits {
         match max_slot_wal_keep_size {
             Some(keep) => ByteLimits {
                 warning: t.warning_bytes.unwrap_or(keep / 2),
@@ -64,7 +64,7 @@ impl ByteLimits {
 }
 
 /// Configured byte thresholds that can never fire before the slot is invalidated.
-pub fn unreachable_thresholds(t: &Thresholds, max_slot_wal_keep_size: Option<u64>) -> Vec<String> {
+pub(crate) fn unreachable_thresholds(t: &Thresholds, max_slot_wal_keep_size: Option<u64>) -> Vec<String> {
     let Some(keep) = max_slot_wal_keep_size else { return Vec::new() };
     [("warning_bytes", t.warning_bytes), ("critical_bytes", t.critical_bytes)]
         .into_iter()
@@ -79,7 +79,7 @@ pub fn unreachable_thresholds(t: &Thresholds, max_slot_wal_keep_size: Option<u64
 
 /// The outcome of one evaluation.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Level(AlarmLevel, Vec<String>),
     /// The slot is gone for good (wal_status = lost).
     Lost,
@@ -87,7 +87,7 @@ pub enum Verdict {
 
 /// What the monitor observed besides the slot row.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// Age of the oldest transaction this instance read and has not confirmed.
     pub lag_secs: f64,
     /// How long the slot's confirmed position has stood still while WAL was written.
@@ -104,7 +104,7 @@ pub struct Observed {
 }
 
 /// The alarm level for a status, what was observed and thresholds, with reasons.
-pub fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verdict {
+pub(crate) fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verdict {
     if status.is_lost() {
         return Verdict::Lost;
     }
@@ -192,12 +192,12 @@ pub fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verd
 /// Measures how long the slot's confirmed position has stood still while the server's
 /// WAL position was past it.
 #[derive(Debug, Default)]
-pub struct ConfirmWatch {
+pub(crate) struct ConfirmWatch {
     last: Option<(Lsn, Instant)>,
 }
 
 impl ConfirmWatch {
-    pub fn observe(&mut self, confirmed: Option<Lsn>, current: Option<Lsn>, now: Instant) -> Duration {
+    pub(crate) fn observe(&mut self, confirmed: Option<Lsn>, current: Option<Lsn>, now: Instant) -> Duration {
         let (Some(confirmed), Some(current)) = (confirmed, current) else {
             self.last = None;
             return Duration::ZERO;

@@ -8,7 +8,7 @@ use replication::ReplicationClient;
 use crate::settings::Settings;
 
 /// Runs until the process ends; failures are logged at debug level and retried.
-pub async fn run(s: Settings, interval: Duration) {
+pub(crate) async fn run(s: Settings, interval: Duration) {
     let mut sql: Option<ReplicationClient> = None;
     let mut tick = tokio::time::interval(interval);
     loop {

@@ -18,10 +18,10 @@
 //! `/readyz` fails while the level is critical. [`heartbeat`] keeps a quiet database's
 //! slot moving.
 
-pub mod evaluate;
-pub mod heartbeat;
-pub mod outbox_watch;
-pub mod status;
+pub(crate) mod evaluate;
+pub(crate) mod heartbeat;
+pub(crate) mod outbox_watch;
+pub(crate) mod status;
 
 use std::time::{Duration, Instant};
 
@@ -32,12 +32,12 @@ use crate::postgres::{messages, preflight};
 use crate::settings::Settings;
 use crate::telemetry::metrics::lsn_gauge;
 use crate::telemetry::{AlarmLevel, Metrics};
-pub use evaluate::{evaluate, ConfirmWatch, Observed, Verdict};
-pub use status::{query, SlotStatus};
+pub(crate) use evaluate::{evaluate, ConfirmWatch, Observed, Verdict};
+pub(crate) use status::{query, SlotStatus};
 
 /// Runs until the process ends; sends a fatal error (slot lost, outbox changed) on
 /// `fatal` and returns.
-pub async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<String>>) {
+pub(crate) async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<String>>) {
     let mut level = AlarmLevel::Ok;
     let mut last_shapes: Vec<String> = Vec::new();
     let mut last_log = Instant::now();
@@ -59,7 +59,7 @@ pub async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<Stri
             }
         }
         let Some(conn) = sql.as_mut() else { continue };
-        let status = match status::query(conn, &s.source.slot).await {
+        let status = match query(conn, &s.source.slot).await {
             Ok(st) => st,
             Err(e) => {
                 tracing::debug!("slot monitor query failed: {e}");

@@ -14,14 +14,18 @@ use crate::settings::Settings;
 
 /// See the module docs.
 #[derive(Debug, Default)]
-pub struct OutboxWatch {
+pub(crate) struct OutboxWatch {
     pub armed: bool,
     oids: Vec<String>,
 }
 
 impl OutboxWatch {
     /// `Ok(Some(message))`: fatal, stop with it. `Err`: the query failed (reconnect).
-    pub async fn check(&mut self, sql: &mut ReplicationClient, s: &Settings) -> Result<Option<String>, PipelineError> {
+    pub(crate) async fn check(
+        &mut self,
+        sql: &mut ReplicationClient,
+        s: &Settings,
+    ) -> Result<Option<String>, PipelineError> {
         let mut oids = Vec::with_capacity(s.source.outboxes.len());
         for outbox in &s.source.outboxes {
             let r = sql

@@ -11,7 +11,7 @@ use crate::postgres::sql::literal;
 /// transaction id): only such a transaction holds logical decoding back; a read-only one
 /// (a report, walpost's own snapshot) does not.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OldestTransaction {
+pub(crate) struct OldestTransaction {
     pub pid: i64,
     pub application_name: String,
     /// `local` for a Unix-socket client.
@@ -21,7 +21,7 @@ pub struct OldestTransaction {
 
 /// See the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SlotStatus {
+pub(crate) struct SlotStatus {
     pub slot: String,
     pub exists: bool,
     pub plugin: Option<String>,
@@ -47,25 +47,25 @@ pub struct SlotStatus {
 }
 
 impl SlotStatus {
-    pub fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         self.wal_status.as_deref() == Some("lost")
     }
 
-    pub fn current(&self) -> Option<Lsn> {
+    pub(crate) fn current(&self) -> Option<Lsn> {
         self.current_lsn.parse().ok()
     }
 
-    pub fn confirmed(&self) -> Option<Lsn> {
+    pub(crate) fn confirmed(&self) -> Option<Lsn> {
         self.confirmed_flush_lsn.as_deref().and_then(|l| l.parse().ok())
     }
 
-    pub fn oldest_transaction_age_secs(&self) -> f64 {
+    pub(crate) fn oldest_transaction_age_secs(&self) -> f64 {
         self.oldest_transaction.as_ref().map_or(0.0, |t| t.age_secs)
     }
 }
 
 /// Reads the slot's figures. `exists = false` when there is no such slot.
-pub async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<SlotStatus, PipelineError> {
+pub(crate) async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<SlotStatus, PipelineError> {
     let r = sql
         .simple_query(&format!(
             "SELECT pg_current_wal_lsn()::text AS current,

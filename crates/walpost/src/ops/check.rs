@@ -352,7 +352,7 @@ async fn durability_checks(
         .collect();
     topics.sort();
     topics.truncate(MAX_DESCRIBED_TOPICS);
-    let specifiers: Vec<ResourceSpecifier> = topics.iter().map(|(n, _)| ResourceSpecifier::Topic(n)).collect();
+    let specifiers: Vec<ResourceSpecifier<'_>> = topics.iter().map(|(n, _)| ResourceSpecifier::Topic(n)).collect();
     let described = if specifiers.is_empty() {
         Vec::new()
     } else {

@@ -18,21 +18,21 @@ use crate::settings::Settings;
 
 /// What one host told.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     pub host: String,
     pub server: Result<Server, String>,
 }
 
 /// A reachable server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Server {
+pub(crate) struct Server {
     /// `server_version_num`, e.g. 170002.
     pub version_num: u32,
     pub role: Role,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Primary {
         /// The slot's `failover` flag (17+); `None`: no such slot, or before 17.
         slot_failover: Option<bool>,
@@ -50,7 +50,7 @@ pub enum Role {
 const RUNBOOK: &str = "runbooks/upgrade-and-failover.md";
 
 /// Visits every host of the connection string.
-pub async fn gather(s: &Settings) -> Vec<HostFacts> {
+pub(crate) async fn gather(s: &Settings) -> Vec<HostFacts> {
     let mut out = Vec::new();
     for host in &s.postgres.hosts {
         let mut config = s.postgres.pinned_to(host);
@@ -109,7 +109,7 @@ async fn server_facts(sql: &mut ReplicationClient, slot: &str) -> Result<Server,
 }
 
 /// The failover findings (see the module docs). `failover_flag`: `--slot-failover`.
-pub fn evaluate(hosts: &[HostFacts], slot: &str, failover_flag: bool) -> Vec<Check> {
+pub(crate) fn evaluate(hosts: &[HostFacts], slot: &str, failover_flag: bool) -> Vec<Check> {
     let mut out = Vec::new();
     let standbys: Vec<(&str, &Server)> = hosts
         .iter()

@@ -51,7 +51,7 @@ fn shown(key: &str, value: &str) -> String {
 
 /// The result of a conversion.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Conversion {
+pub(crate) struct Conversion {
     pub toml: String,
     /// (option, reason) for everything not carried over.
     pub not_carried: Vec<(String, String)>,
@@ -143,7 +143,7 @@ fn jaas_field(jaas: &str, field: &str) -> Option<String> {
 }
 
 /// What `[kafka] brokers` says when the connector did not name them.
-pub const BROKERS_PLACEHOLDER: &str = "CHANGE-ME:9092";
+pub(crate) const BROKERS_PLACEHOLDER: &str = "CHANGE-ME:9092";
 
 /// The router options as a `[router]` table (through TOML, so every key and value type
 /// is exactly what the settings parser reads).
@@ -160,7 +160,7 @@ fn router_file(options: &[(String, String)]) -> Result<RouterFile, toml::de::Err
 }
 
 /// Converts a connector configuration; `Err` when the input cannot be read at all.
-pub fn convert(text: &str) -> Result<Conversion, String> {
+pub(crate) fn convert(text: &str) -> Result<Conversion, String> {
     let mut cfg = parse_input(text)?;
     let mut not_carried: Vec<(String, String)> = Vec::new();
     let mut notes = Vec::new();

@@ -2,7 +2,7 @@
 //! ([`slot`]), `walpost replay` ([`replay`]) and `walpost import-debezium` ([`import_debezium`]).
 
 pub mod check;
-pub mod failover;
-pub mod import_debezium;
-pub mod replay;
-pub mod slot;
+pub(crate) mod failover;
+pub(crate) mod import_debezium;
+pub(crate) mod replay;
+pub(crate) mod slot;

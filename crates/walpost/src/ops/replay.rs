@@ -14,7 +14,7 @@ use crate::telemetry::{Health, Metrics};
 /// The replay the flags describe. `--where` is parsed by `postgres::condition` (columns
 /// compared with constants) unless `unsafe_where`: then it runs as written, as any SQL.
 #[allow(clippy::too_many_arguments)] // one per flag
-pub fn spec(
+pub(crate) fn spec(
     s: &Settings,
     id: Option<String>,
     since: Option<String>,
@@ -48,7 +48,7 @@ pub fn spec(
 }
 
 /// Runs the replay and prints its summary.
-pub async fn command(s: &Settings, spec: &ReplaySpec) -> Result<(), PipelineError> {
+pub(crate) async fn command(s: &Settings, spec: &ReplaySpec) -> Result<(), PipelineError> {
     if let Some(since) = &spec.since {
         let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
         for outbox in &s.source.outboxes {
@@ -89,7 +89,7 @@ async fn oldest_partition_start(sql: &mut ReplicationClient, table: &str, since:
 }
 
 /// What a replay did, for people: a line, then one per topic.
-pub fn summary(spec: &ReplaySpec, outcome: &Outcome) -> String {
+pub(crate) fn summary(spec: &ReplaySpec, outcome: &Outcome) -> String {
     let published: u64 = outcome.per_topic.values().sum();
     let mut text = if spec.dry_run {
         format!("replay {} (dry run): {} rows read, {published} would be published\n", spec.id, outcome.rows)

@@ -17,15 +17,15 @@ use crate::settings::Settings;
 use crate::telemetry::AlarmLevel;
 
 /// Exit codes of `walpost slot status`.
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const WARNING: u8 = 2;
-    pub const CRITICAL: u8 = 3;
-    pub const LOST: u8 = 4;
+pub(crate) mod exit {
+    pub(crate) const OK: u8 = 0;
+    pub(crate) const WARNING: u8 = 2;
+    pub(crate) const CRITICAL: u8 = 3;
+    pub(crate) const LOST: u8 = 4;
 }
 
 /// `walpost slot status`: prints the slot's figures and alarm; returns the exit code.
-pub async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError> {
+pub(crate) async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError> {
     let slot = &s.source.slot;
     let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
     let status = monitor::query(&mut sql, slot).await?;
@@ -158,7 +158,7 @@ fn human_bytes(b: u64) -> String {
 }
 
 /// `walpost slot create`: the publication (if missing) and the slot, no streaming.
-pub async fn create(s: &Settings) -> Result<(), PipelineError> {
+pub(crate) async fn create(s: &Settings) -> Result<(), PipelineError> {
     let slot = &s.source.slot;
     let mut repl = ReplicationClient::connect(&s.postgres).await?;
     let mut sql = ReplicationClient::connect_sql(&s.postgres.pinned_to(repl.connected_host())).await?;
@@ -178,7 +178,7 @@ pub async fn create(s: &Settings) -> Result<(), PipelineError> {
 }
 
 /// `walpost slot drop`: asks for the slot name unless `yes`.
-pub async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
+pub(crate) async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
     let slot = &s.source.slot;
     if !yes {
         if !std::io::stdin().is_terminal() {

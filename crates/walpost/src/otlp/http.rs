@@ -11,7 +11,7 @@ use hyper_util::rt::TokioIo;
 
 /// An export the endpoint did not take.
 #[derive(Debug, thiserror::Error)]
-pub enum ExportError {
+pub(crate) enum ExportError {
     #[error("cannot connect to the OTLP endpoint {0}: {1}")]
     Connect(String, std::io::Error),
     #[error("OTLP export to {0} failed: {1}")]
@@ -25,7 +25,7 @@ pub enum ExportError {
 }
 
 /// A connection to one endpoint, opened on demand.
-pub struct Client {
+pub(crate) struct Client {
     authority: String,
     path: String,
     headers: Vec<(String, String)>,
@@ -41,12 +41,12 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    pub fn new(authority: String, path: String, headers: Vec<(String, String)>, timeout: Duration) -> Client {
+    pub(crate) fn new(authority: String, path: String, headers: Vec<(String, String)>, timeout: Duration) -> Client {
         Client { authority, path, headers, timeout, sender: None }
     }
 
     /// Posts one `ExportTraceServiceRequest`; the whole exchange within the timeout.
-    pub async fn export(&mut self, body: Vec<u8>) -> Result<(), ExportError> {
+    pub(crate) async fn export(&mut self, body: Vec<u8>) -> Result<(), ExportError> {
         let timeout = self.timeout;
         match tokio::time::timeout(timeout, self.post(Bytes::from(body))).await {
             Ok(result) => result.inspect_err(|_| self.sender = None),

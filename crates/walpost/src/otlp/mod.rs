@@ -18,8 +18,8 @@
 //! - Spans carry no payload or key: the topic, partition, offset, event id and commit
 //!   LSN only.
 
-pub mod http;
-pub mod proto;
+pub(crate) mod http;
+pub(crate) mod proto;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
@@ -36,7 +36,7 @@ use crate::telemetry::metrics::SpanMetrics;
 use proto::Span;
 
 /// The exporter thread and the queue into it.
-pub struct Exporter {
+pub(crate) struct Exporter {
     tx: Option<SyncSender<Span>>,
     sampler: Sampler,
     metrics: SpanMetrics,
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Exporter {
 
 impl Exporter {
     /// Starts the exporter thread.
-    pub fn start(s: &OtelSettings, metrics: SpanMetrics) -> Result<Exporter, PipelineError> {
+    pub(crate) fn start(s: &OtelSettings, metrics: SpanMetrics) -> Result<Exporter, PipelineError> {
         let (tx, rx) = mpsc::sync_channel::<Span>(s.max_queue);
         let (done_tx, done) = mpsc::channel();
         let mut resource = vec![
@@ -89,7 +89,7 @@ impl Exporter {
     }
 
     /// A tracer for one stream session.
-    pub fn tracer(&self) -> Option<Tracer> {
+    pub(crate) fn tracer(&self) -> Option<Tracer> {
         Some(Tracer {
             tx: self.tx.clone()?,
             sampler: self.sampler,
@@ -100,7 +100,7 @@ impl Exporter {
     }
 
     /// Exports what is queued (at most `timeout`), then stops the thread.
-    pub fn shutdown(mut self, timeout: Duration) {
+    pub(crate) fn shutdown(mut self, timeout: Duration) {
         self.tx = None;
         if let Some(done) = self.done.take() {
             if done.recv_timeout(timeout).is_ok() {
@@ -117,7 +117,7 @@ impl Exporter {
 /// A span begun for a record handed to Kafka; [`Tracer::finish`] ends it at the
 /// acknowledgement.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingSpan {
+pub(crate) struct PendingSpan {
     trace_id: [u8; 16],
     span_id: [u8; 8],
     parent: Option<[u8; 8]>,
@@ -129,7 +129,7 @@ pub struct PendingSpan {
 
 impl PendingSpan {
     /// The `traceparent` a record carries when this span is its producer span.
-    pub fn traceparent(&self) -> String {
+    pub(crate) fn traceparent(&self) -> String {
         TraceParent { trace_id: self.trace_id, parent_id: self.span_id, flags: self.flags }
             .header_with_span(self.span_id)
     }
@@ -137,7 +137,7 @@ impl PendingSpan {
 
 /// Where Kafka put the record (from its delivery report).
 #[derive(Debug, Clone, Copy)]
-pub struct Placed<'a> {
+pub(crate) struct Placed<'a> {
     pub topic: &'a Arc<str>,
     pub partition: i32,
     pub offset: i64,
@@ -146,7 +146,7 @@ pub struct Placed<'a> {
 
 /// Samples, starts and finishes spans for one session (see the module docs).
 #[derive(Debug)]
-pub struct Tracer {
+pub(crate) struct Tracer {
     tx: SyncSender<Span>,
     sampler: Sampler,
     ids: IdGenerator,
@@ -157,13 +157,13 @@ pub struct Tracer {
 
 impl Tracer {
     /// `traceparent`, for a record's headers.
-    pub fn traceparent_header(&self) -> Arc<str> {
+    pub(crate) fn traceparent_header(&self) -> Arc<str> {
         Arc::clone(&self.traceparent)
     }
 
     /// A span for event `event_id` of a transaction committed at `commit_time_ms`, child
     /// of the row's context; `None` when the sampler says no.
-    pub fn start(
+    pub(crate) fn start(
         &mut self,
         parent: Option<&TraceParent>,
         state: Option<&Bytes>,
@@ -191,7 +191,7 @@ impl Tracer {
 
     /// Ends `span` now, at Kafka's acknowledgement, and queues it (dropped, counted, when
     /// the queue is full).
-    pub fn finish(&self, span: PendingSpan, at: Placed<'_>) {
+    pub(crate) fn finish(&self, span: PendingSpan, at: Placed<'_>) {
         let end = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let span = Span {
             trace_id: span.trace_id,

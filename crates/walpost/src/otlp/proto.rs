@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 /// A finished span of one published event, ready to encode.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Span {
+pub(crate) struct Span {
     pub trace_id: [u8; 16],
     pub span_id: [u8; 8],
     pub parent_span_id: Option<[u8; 8]>,
@@ -62,7 +62,7 @@ fn attributes<'a>(s: &'a Span, partition: &'a [u8], lsn: &'a [u8]) -> [(&'static
 }
 
 /// `ExportTraceServiceRequest` with one `ResourceSpans` and one `ScopeSpans`.
-pub fn export_request(resource: &[(String, String)], scope: (&str, &str), spans: &[Span]) -> Vec<u8> {
+pub(crate) fn export_request(resource: &[(String, String)], scope: (&str, &str), spans: &[Span]) -> Vec<u8> {
     let resource_len: usize =
         resource.iter().map(|(k, v)| field_len(1, kv_len(k.as_bytes(), &Value::Str(v.as_bytes())))).sum();
     let scope_len = field_len(1, scope.0.len()) + field_len(2, scope.1.len());

@@ -12,7 +12,7 @@ use crate::settings::{Settings, TableName};
 
 /// What pg_replication_slots says about our slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotRow {
+pub(crate) struct SlotRow {
     pub plugin: Option<String>,
     pub slot_type: String,
     pub database: Option<String>,
@@ -22,7 +22,7 @@ pub struct SlotRow {
 }
 
 /// Our slot's row in pg_replication_slots, if it exists.
-pub async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<Option<SlotRow>, PipelineError> {
+pub(crate) async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<Option<SlotRow>, PipelineError> {
     let r = query(
         sql,
         &format!(
@@ -46,17 +46,17 @@ pub async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<Option<
 }
 
 /// Drops an inactive slot.
-pub async fn drop_slot(sql: &mut ReplicationClient, slot: &str) -> Result<(), PipelineError> {
+pub(crate) async fn drop_slot(sql: &mut ReplicationClient, slot: &str) -> Result<(), PipelineError> {
     query(sql, &format!("SELECT pg_drop_replication_slot({})", literal(slot))).await?;
     tracing::info!(slot, "dropped replication slot");
     Ok(())
 }
 
 /// A column as a Relation message describes it: name, type oid, type modifier.
-pub type ColumnDescription = (String, u32, i32);
+pub(crate) type ColumnDescription = (String, u32, i32);
 
 /// The columns of a table, in order; empty when it does not exist.
-pub async fn table_columns(
+pub(crate) async fn table_columns(
     sql: &mut ReplicationClient,
     table: &TableName,
 ) -> Result<Vec<ColumnDescription>, PipelineError> {
@@ -82,7 +82,7 @@ pub async fn table_columns(
 
 /// A Relation message's equivalent for a table described by the catalog or a row
 /// description: so checks and snapshots resolve columns exactly as streaming does.
-pub fn relation_of(table: &TableName, columns: impl IntoIterator<Item = ColumnDescription>) -> Relation {
+pub(crate) fn relation_of(table: &TableName, columns: impl IntoIterator<Item = ColumnDescription>) -> Relation {
     Relation {
         xid: None,
         oid: 0,
@@ -103,7 +103,7 @@ pub fn relation_of(table: &TableName, columns: impl IntoIterator<Item = ColumnDe
 
 /// Whether the publication exists (and, if it does, publishes our inserts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Publication {
+pub(crate) enum Publication {
     Missing,
     Ready,
     /// Ready, but FOR ALL TABLES: every table's changes are decoded and sent.
@@ -112,7 +112,7 @@ pub enum Publication {
 
 /// Checks an existing publication publishes inserts of every outbox table through the
 /// partition root; read-only. A publication that exists but does not is a definite error.
-pub async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Result<Publication, PipelineError> {
+pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Result<Publication, PipelineError> {
     let publication = &s.source.publication;
     let pubname = literal(publication);
     let r = query(
@@ -175,7 +175,7 @@ pub async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Res
 
 /// The end of the server's WAL now: the insert position on a primary, the position
 /// received from the primary on a standby.
-pub async fn wal_end(sql: &mut ReplicationClient) -> Result<Lsn, PipelineError> {
+pub(crate) async fn wal_end(sql: &mut ReplicationClient) -> Result<Lsn, PipelineError> {
     let r = sql
         .simple_query(
             "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_insert_lsn() END::text AS lsn",

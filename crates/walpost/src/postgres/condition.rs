@@ -34,12 +34,12 @@ use std::fmt::Write as _;
 use super::sql::{ident, literal};
 
 /// Longest condition text accepted.
-pub const MAX_LEN: usize = 8 * 1024;
+pub(crate) const MAX_LEN: usize = 8 * 1024;
 /// Deepest nesting of parentheses and NOTs accepted.
-pub const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 
 /// The types a constant may be cast to.
-pub const TYPES: &[&str] = &[
+pub(crate) const TYPES: &[&str] = &[
     "text",
     "varchar",
     "uuid",
@@ -70,7 +70,7 @@ pub struct ConditionError {
 
 /// A parsed condition (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Condition {
+pub(crate) enum Condition {
     Or(Vec<Condition>),
     And(Vec<Condition>),
     Not(Box<Condition>),
@@ -84,7 +84,7 @@ pub enum Condition {
 
 /// A constant expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
+pub(crate) enum Value {
     /// A number as written (digits, one dot, an exponent).
     Number(String),
     /// A string with an optional cast.
@@ -106,7 +106,7 @@ pub enum Value {
 }
 
 /// Parses `text` (see the module docs).
-pub fn parse(text: &str) -> Result<Condition, ConditionError> {
+pub(crate) fn parse(text: &str) -> Result<Condition, ConditionError> {
     if text.len() > MAX_LEN {
         return Err(ConditionError { what: format!("the condition is longer than {MAX_LEN} bytes"), at: 1 });
     }
@@ -121,7 +121,7 @@ pub fn parse(text: &str) -> Result<Condition, ConditionError> {
 
 impl Condition {
     /// The condition as SQL (see the module's invariants).
-    pub fn to_sql(&self) -> String {
+    pub(crate) fn to_sql(&self) -> String {
         let mut out = String::new();
         self.write(&mut out);
         out

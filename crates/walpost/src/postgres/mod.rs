@@ -6,11 +6,9 @@
 //! Every name that reaches SQL is escaped by [`sql`] (`postgres_protocol::escape`),
 //! and the settings layer has already checked it is an identifier.
 
-pub mod catalog;
-pub mod condition;
+pub(crate) mod catalog;
+pub(crate) mod condition;
 pub mod lineage;
 pub mod messages;
-pub mod preflight;
-pub mod sql;
-
-pub use catalog::{relation_of, slot_row, Publication, SlotRow};
+pub(crate) mod preflight;
+pub(crate) mod sql;

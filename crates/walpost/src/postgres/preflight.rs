@@ -13,7 +13,7 @@ use crate::error::PipelineError;
 use crate::settings::{Outbox, Settings, TableName};
 
 /// Checks everything that does not depend on the slot; creates the publication if missing.
-pub async fn preflight(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+pub(crate) async fn preflight(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     check_wal_level(sql).await?;
     check_role(sql).await?;
     check_tables(sql, s).await?;
@@ -26,7 +26,7 @@ pub async fn preflight(sql: &mut ReplicationClient, s: &Settings) -> Result<(), 
 /// refuses to run while PUBLIC, or a role outside `[signal] allowed_roles`, can
 /// (superusers always can; walpost's own role is allowed), unless `[signal]
 /// trust_all_roles = true`. A missing table is `check_tables`' to report.
-pub async fn check_signal_rights(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     let Some(table) = &s.source.signal_table else { return Ok(()) };
     if s.source.signal_trust_all_roles {
         return Ok(());
@@ -63,7 +63,7 @@ pub async fn check_signal_rights(sql: &mut ReplicationClient, s: &Settings) -> R
 /// `pg_logical_emit_message` can publish events: refuses to run while PUBLIC, or a role
 /// outside `[messages] allowed_roles`, can (superusers always can; walpost's own role
 /// is allowed), unless `[messages] trust_all_roles = true`.
-pub async fn check_emit_message_rights(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+pub(crate) async fn check_emit_message_rights(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     let Some(m) = &s.source.messages else { return Ok(()) };
     if m.trust_all_roles {
         return Ok(());
@@ -111,7 +111,7 @@ pub async fn check_emit_message_rights(sql: &mut ReplicationClient, s: &Settings
     Ok(())
 }
 
-pub async fn check_wal_level(sql: &mut ReplicationClient) -> Result<(), PipelineError> {
+pub(crate) async fn check_wal_level(sql: &mut ReplicationClient) -> Result<(), PipelineError> {
     let r = query(sql, "SHOW wal_level").await?;
     let level = r.first("wal_level").unwrap_or("unknown");
     if level != "logical" {
@@ -122,7 +122,7 @@ pub async fn check_wal_level(sql: &mut ReplicationClient) -> Result<(), Pipeline
     Ok(())
 }
 
-pub async fn check_role(sql: &mut ReplicationClient) -> Result<(), PipelineError> {
+pub(crate) async fn check_role(sql: &mut ReplicationClient) -> Result<(), PipelineError> {
     let r = query(
         sql,
         "SELECT current_user AS name, rolsuper::text AS super, rolreplication::text AS repl FROM pg_roles WHERE rolname = current_user",
@@ -140,7 +140,7 @@ pub async fn check_role(sql: &mut ReplicationClient) -> Result<(), PipelineError
 
 /// Every outbox table exists and holds its mapped columns (checked with the router's
 /// own column lookup, so the error is the one a Relation message would give).
-pub async fn check_tables(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+pub(crate) async fn check_tables(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     for outbox in &s.source.outboxes {
         check_outbox_table(sql, s, outbox).await?;
     }
@@ -174,7 +174,7 @@ async fn check_outbox_table(sql: &mut ReplicationClient, s: &Settings, outbox: &
 }
 
 /// Creates the publication when missing; checks an existing one publishes our inserts.
-pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     let publication = &s.source.publication;
     match catalog::publication_state(sql, s).await? {
         Publication::Ready => return Ok(()),
@@ -200,7 +200,7 @@ pub async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Re
 }
 
 /// Checks an existing slot can be used by this instance now.
-pub fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineError> {
+pub(crate) fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineError> {
     let slot = &s.source.slot;
     if row.slot_type != "logical" || row.plugin.as_deref() != Some("pgoutput") {
         return Err(PipelineError::definite(format!(

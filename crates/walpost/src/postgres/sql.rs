@@ -9,22 +9,22 @@ use replication::{QueryResult, ReplicationClient};
 use crate::error::PipelineError;
 
 /// A string literal.
-pub fn literal(text: &str) -> String {
+pub(crate) fn literal(text: &str) -> String {
     postgres_protocol::escape::escape_literal(text)
 }
 
 /// A quoted identifier.
-pub fn ident(name: &str) -> String {
+pub(crate) fn ident(name: &str) -> String {
     postgres_protocol::escape::escape_identifier(name)
 }
 
 /// Runs one statement; a server error becomes a [`PipelineError`] with its class.
-pub async fn query(sql: &mut ReplicationClient, text: &str) -> Result<QueryResult, PipelineError> {
+pub(crate) async fn query(sql: &mut ReplicationClient, text: &str) -> Result<QueryResult, PipelineError> {
     Ok(sql.simple_query(text).await?)
 }
 
 /// `current_setting(name)`, or `None` when it cannot be read.
-pub async fn setting(sql: &mut ReplicationClient, name: &str) -> Option<String> {
+pub(crate) async fn setting(sql: &mut ReplicationClient, name: &str) -> Option<String> {
     sql.simple_query(&format!("SELECT current_setting({}) AS v", literal(name)))
         .await
         .ok()

@@ -11,14 +11,14 @@ use crate::postgres::catalog::slot_row;
 use crate::postgres::sql::{ident, literal};
 
 /// Name of the constraint that seals a partition; its comment holds the seal's WAL position.
-pub const SEAL_CONSTRAINT: &str = "walpost_retired";
+pub(crate) const SEAL_CONSTRAINT: &str = "walpost_retired";
 
 /// Prefix of the seal constraint's comment, followed by the LSN.
 const SEAL_PREFIX: &str = "walpost retention: sealed at WAL ";
 
 /// The partitioned table.
 #[derive(Debug)]
-pub enum Root {
+pub(super) enum Root {
     Missing,
     NotPartitioned,
     /// Partitioned some other way (the text says how).
@@ -30,7 +30,7 @@ pub enum Root {
 
 /// A partition as the catalog describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Partition {
+pub(crate) struct Partition {
     /// `"schema"."name"` for SQL.
     pub quoted: String,
     /// `schema.name` for people.
@@ -45,14 +45,14 @@ pub struct Partition {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Seal {
+pub(crate) enum Seal {
     /// The constraint exists; its comment gives W.
     At(Lsn),
     /// The constraint exists but its comment is missing or unreadable: seal again.
     Unknown,
 }
 
-pub async fn root(sql: &mut ReplicationClient, t: &Target) -> Result<Root, PipelineError> {
+pub(super) async fn root(sql: &mut ReplicationClient, t: &Target) -> Result<Root, PipelineError> {
     let r = sql
         .simple_query(&format!(
             "SELECT c.oid::text AS oid, c.relkind::text AS kind, pt.partstrat::text AS strat, \
@@ -88,7 +88,7 @@ fn bound_micros_sql(expr: &str) -> String {
     )
 }
 
-pub async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> Result<Vec<Partition>, PipelineError> {
+pub(super) async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> Result<Vec<Partition>, PipelineError> {
     let r = sql
         .simple_query(&format!(
             "SELECT n.nspname AS schema, c.relname AS name, \
@@ -136,7 +136,10 @@ pub async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> Result<V
 }
 
 /// The slot's confirmed position, or why no partition may be dropped.
-pub async fn slot_position(sql: &mut ReplicationClient, t: &Target) -> Result<Result<Lsn, Reason>, PipelineError> {
+pub(super) async fn slot_position(
+    sql: &mut ReplicationClient,
+    t: &Target,
+) -> Result<Result<Lsn, Reason>, PipelineError> {
     Ok(match slot_row(sql, &t.slot).await? {
         None => Err(Reason::SlotMissing),
         Some(r) if r.database.as_deref() != Some(t.postgres.dbname.as_str()) => Err(Reason::SlotMissing),
@@ -145,7 +148,7 @@ pub async fn slot_position(sql: &mut ReplicationClient, t: &Target) -> Result<Re
     })
 }
 
-pub fn parse_seal(comment: Option<&str>) -> Seal {
+pub(super) fn parse_seal(comment: Option<&str>) -> Seal {
     comment
         .and_then(|c| c.strip_prefix(SEAL_PREFIX))
         .and_then(|rest| rest.split_whitespace().next())
@@ -154,7 +157,7 @@ pub fn parse_seal(comment: Option<&str>) -> Seal {
         .unwrap_or(Seal::Unknown)
 }
 
-pub fn seal_comment(w: Lsn, slot: &str) -> String {
+pub(super) fn seal_comment(w: Lsn, slot: &str) -> String {
     format!(
         "{SEAL_PREFIX}{w}; walpost drops this partition once replication slot {slot} has confirmed {w} (every row in it was committed before); drop this constraint to unseal"
     )

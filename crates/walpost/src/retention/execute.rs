@@ -18,7 +18,7 @@ use crate::error::PipelineError;
 use crate::postgres::sql::{ident, literal};
 
 /// Carries out `steps` (in a dry run, only reports them).
-pub async fn execute(
+pub(crate) async fn execute(
     sql: &mut ReplicationClient,
     t: &Target,
     partitions: &[Partition],

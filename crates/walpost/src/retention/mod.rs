@@ -53,10 +53,10 @@
 //! and partitions not named by walpost are handled alike: only the bounds count.
 
 mod catalog;
-pub mod execute;
-pub mod plan;
-pub mod report;
-pub mod time;
+pub(crate) mod execute;
+pub(crate) mod plan;
+pub(crate) mod report;
+pub(crate) mod time;
 
 use std::time::Duration;
 
@@ -68,12 +68,11 @@ use crate::postgres::sql::literal;
 use crate::settings::{RetentionSettings, Settings, TableName};
 use crate::telemetry::metrics::RetentionMetrics;
 use catalog::Root;
-pub use catalog::SEAL_CONSTRAINT;
-pub use report::{Action, Line, Outcome, Reason};
+pub(crate) use report::{Action, Line, Outcome, Reason};
 
 /// What a pass works on.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub postgres: replication::Config,
     pub table: TableName,
     pub slot: String,
@@ -81,7 +80,7 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn from_settings(s: &Settings) -> Target {
+    pub(crate) fn from_settings(s: &Settings) -> Target {
         Target {
             postgres: s.postgres.clone(),
             table: s.table().clone(),
@@ -93,7 +92,7 @@ impl Target {
 
 /// `walpost retention [--dry-run]`: one pass, one line per partition on stdout.
 /// Fails (non-zero exit) when the pass or any action in it failed.
-pub async fn command(s: &Settings, dry_run: bool) -> Result<(), PipelineError> {
+pub(crate) async fn command(s: &Settings, dry_run: bool) -> Result<(), PipelineError> {
     let target = Target::from_settings(s);
     tracing::info!(
         postgres = %target.postgres.redacted(),
@@ -136,7 +135,7 @@ fn not_partitioned_message(table: &TableName) -> String {
 
 /// The retention task of `walpost run`: a pass now, then every `interval` (sooner after
 /// an error), until shutdown. Never ends walpost: failures are logged and counted.
-pub async fn task(settings: Settings, metrics: RetentionMetrics, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn task(settings: Settings, metrics: RetentionMetrics, mut shutdown: watch::Receiver<bool>) {
     let target = Target::from_settings(&settings);
     let cfg = target.config.clone();
     if cfg.enabled == Some(false) {
@@ -209,7 +208,7 @@ fn log_line(l: &Line) {
 }
 
 /// Runs one pass on its own connection. `dry_run` reads only.
-pub async fn pass(t: &Target, dry_run: bool) -> Result<Outcome, PipelineError> {
+pub(crate) async fn pass(t: &Target, dry_run: bool) -> Result<Outcome, PipelineError> {
     let mut sql = ReplicationClient::connect_sql(&t.postgres).await?;
     let result = pass_on(&mut sql, t, dry_run).await;
     sql.close().await;

@@ -12,7 +12,7 @@ use crate::settings::TableName;
 
 /// What [`plan`] needs to know.
 #[derive(Debug, Clone)]
-pub struct PlanInput<'a> {
+pub(crate) struct PlanInput<'a> {
     pub table: &'a TableName,
     pub slot_name: &'a str,
     /// Microseconds since the Unix epoch, the server's `now()`.
@@ -26,7 +26,7 @@ pub struct PlanInput<'a> {
 
 /// One thing to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Create the daily partition covering `range`.
     Create { display: String, quoted: String, range: Range },
     /// Seal `partitions[index]` (it is expired and not sealed, or its seal is unreadable).
@@ -38,7 +38,7 @@ pub enum Step {
 }
 
 /// See the module docs.
-pub fn plan(input: &PlanInput<'_>) -> Vec<Step> {
+pub(crate) fn plan(input: &PlanInput<'_>) -> Vec<Step> {
     let mut steps = Vec::new();
     // 1. Ahead: every instant from the start of today to `days_ahead` days after it.
     let today = day_floor(input.now);
@@ -109,7 +109,7 @@ pub fn plan(input: &PlanInput<'_>) -> Vec<Step> {
 
 /// A partition sealed at `w` may be dropped once the slot confirmed `w`: returns the
 /// confirmed position, or why not.
-pub fn drop_rule(w: Lsn, slot: Result<Lsn, Reason>) -> Result<Lsn, Reason> {
+pub(crate) fn drop_rule(w: Lsn, slot: Result<Lsn, Reason>) -> Result<Lsn, Reason> {
     match slot {
         Err(reason) => Err(reason),
         Ok(confirmed) if confirmed < w => Err(Reason::SlotBehind),
@@ -118,14 +118,14 @@ pub fn drop_rule(w: Lsn, slot: Result<Lsn, Reason>) -> Result<Lsn, Reason> {
 }
 
 /// Why a sealed partition stays, for its line.
-pub fn blocked_detail(w: Lsn, slot_name: &str, slot: Result<Lsn, Reason>) -> String {
+pub(crate) fn blocked_detail(w: Lsn, slot_name: &str, slot: Result<Lsn, Reason>) -> String {
     match slot {
         Ok(confirmed) => format!("sealed at {w}; slot {slot_name} confirmed {confirmed}"),
         Err(reason) => format!("sealed at {w}; slot {slot_name}: {}", reason.as_str()),
     }
 }
 
-pub fn gaps(window: (i64, i64), ranges: &[Range]) -> Vec<(i64, i64)> {
+pub(crate) fn gaps(window: (i64, i64), ranges: &[Range]) -> Vec<(i64, i64)> {
     let mut covered: Vec<(i64, i64)> = ranges
         .iter()
         .map(|r| (r.lo.unwrap_or(i64::MIN), r.hi.unwrap_or(i64::MAX)))
@@ -150,7 +150,7 @@ pub fn gaps(window: (i64, i64), ranges: &[Range]) -> Vec<(i64, i64)> {
 }
 
 /// Splits a gap at UTC midnights: one daily partition per piece.
-pub fn split_days((lo, hi): (i64, i64)) -> Vec<(i64, i64)> {
+pub(crate) fn split_days((lo, hi): (i64, i64)) -> Vec<(i64, i64)> {
     let mut out = Vec::new();
     let mut at = lo;
     while at < hi {

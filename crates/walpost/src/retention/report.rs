@@ -8,7 +8,7 @@ use crate::telemetry::metrics::RetentionMetrics;
 
 /// What a pass did with one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Create,
     Seal,
     Drop,
@@ -17,7 +17,7 @@ pub enum Action {
 
 /// Why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// Created to cover the days ahead.
     Ahead,
     /// The whole range is older than the retention period.
@@ -45,7 +45,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::Ahead => "ahead",
             Reason::Expired => "expired",
@@ -63,7 +63,7 @@ impl Reason {
 
     /// Reasons counted in `walpost_retention_partitions_skipped_total`: the partition
     /// was due for an action and left as it was.
-    pub const SKIPPED: &'static [Reason] = &[
+    pub(crate) const SKIPPED: &'static [Reason] = &[
         Reason::SlotBehind,
         Reason::SlotMissing,
         Reason::SlotInvalidated,
@@ -81,7 +81,7 @@ impl Reason {
 
 /// A range partition's bounds in microseconds since the Unix epoch (UTC); None = MINVALUE/MAXVALUE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Range {
+pub(crate) struct Range {
     pub lo: Option<i64>,
     pub hi: Option<i64>,
 }
@@ -95,7 +95,7 @@ impl fmt::Display for Range {
 
 /// One line of a pass report: one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Line {
+pub(crate) struct Line {
     /// `schema.name`.
     pub partition: String,
     /// `[2026-11-29, 2026-11-30)`.
@@ -108,7 +108,7 @@ pub struct Line {
 }
 
 impl Line {
-    pub fn action_word(&self) -> &'static str {
+    pub(crate) fn action_word(&self) -> &'static str {
         match (self.action, self.done) {
             (Action::Create, true) => "created",
             (Action::Create, false) => "would-create",
@@ -122,12 +122,12 @@ impl Line {
 
     /// The reason counted as a skip, if this line is one: a partition left in place
     /// although it was due (kept, or sealed and kept).
-    pub fn skipped(&self) -> Option<Reason> {
+    pub(crate) fn skipped(&self) -> Option<Reason> {
         matches!(self.action, Action::Keep | Action::Seal).then_some(self.reason).filter(|r| r.is_skip())
     }
 
     /// Counts what this line did (actions taken) and what it skipped.
-    pub fn count(&self, m: &RetentionMetrics) {
+    pub(crate) fn count(&self, m: &RetentionMetrics) {
         if self.done {
             match self.action {
                 Action::Create => m.created.inc(),
@@ -154,7 +154,7 @@ impl fmt::Display for Line {
 
 /// How a pass ended.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The table is not partitioned (apply migrations/0002): nothing to do.
     NotPartitioned,
     /// Another session holds the retention lock for this table.

@@ -4,11 +4,11 @@
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
-pub const SECOND_MICROS: i64 = 1_000_000;
-pub const DAY_MICROS: i64 = 86_400 * SECOND_MICROS;
+pub(crate) const SECOND_MICROS: i64 = 1_000_000;
+pub(crate) const DAY_MICROS: i64 = 86_400 * SECOND_MICROS;
 
 /// The start of `t`'s UTC day.
-pub fn day_floor(t: i64) -> i64 {
+pub(crate) fn day_floor(t: i64) -> i64 {
     t.div_euclid(DAY_MICROS) * DAY_MICROS
 }
 
@@ -21,7 +21,7 @@ fn civil(t: i64) -> jiff::civil::DateTime {
 
 /// `<table>_pYYYYMMDD`, plus `_HHMMSS` when the range does not start at midnight;
 /// at most 63 bytes (PostgreSQL's limit), keeping the date part.
-pub fn partition_name(table: &str, lo: i64) -> String {
+pub(crate) fn partition_name(table: &str, lo: i64) -> String {
     let c = civil(lo);
     let suffix = if lo == day_floor(lo) {
         c.strftime("_p%Y%m%d").to_string()
@@ -36,7 +36,7 @@ pub fn partition_name(table: &str, lo: i64) -> String {
 }
 
 /// A timestamptz literal in UTC: `2026-11-29 00:00:00+00` (microseconds when present).
-pub fn literal_ts(t: i64) -> String {
+pub(crate) fn literal_ts(t: i64) -> String {
     let c = civil(t);
     let micros = t.rem_euclid(SECOND_MICROS);
     let frac = if micros == 0 { String::new() } else { format!(".{micros:06}") };
@@ -44,7 +44,7 @@ pub fn literal_ts(t: i64) -> String {
 }
 
 /// `2026-11-29` at midnight, the full UTC time otherwise.
-pub fn display_ts(t: i64) -> String {
+pub(crate) fn display_ts(t: i64) -> String {
     if t == day_floor(t) {
         civil(t).strftime("%Y-%m-%d").to_string()
     } else {
@@ -58,7 +58,7 @@ mod tests {
 
     const D: i64 = DAY_MICROS;
     /// 2026-11-29 00:00:00 UTC.
-    pub const NOV29: i64 = 1_795_910_400 * SECOND_MICROS;
+    pub(super) const NOV29: i64 = 1_795_910_400 * SECOND_MICROS;
 
     #[test]
     fn civil_dates_and_literals() {

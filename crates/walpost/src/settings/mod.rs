@@ -11,7 +11,7 @@
 //! tables) is a valid identifier, every duration and limit is positive, thresholds are
 //! ordered (warning <= critical), and the router options resolve into routers.
 
-pub mod duration;
+pub(crate) mod duration;
 mod file;
 pub mod keys;
 pub mod otel;
@@ -123,9 +123,9 @@ pub struct ExactlyOnce {
     /// ...or this many payload bytes...
     pub max_transaction_bytes: u64,
     /// ...or has been open this long (at the next PostgreSQL commit).
-    pub max_transaction_interval: std::time::Duration,
+    pub max_transaction_interval: Duration,
     /// librdkafka's `transaction.timeout.ms`: the broker aborts a transaction open longer.
-    pub transaction_timeout: std::time::Duration,
+    pub transaction_timeout: Duration,
 }
 
 impl Default for ExactlyOnce {
@@ -134,8 +134,8 @@ impl Default for ExactlyOnce {
             progress_topic: "walpost.progress".into(),
             max_transaction_records: 10_000,
             max_transaction_bytes: 32 << 20,
-            max_transaction_interval: std::time::Duration::from_millis(100),
-            transaction_timeout: std::time::Duration::from_secs(60),
+            max_transaction_interval: Duration::from_millis(100),
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -597,7 +597,7 @@ fn resolve_router(
 
 /// What `[pipeline] max_message_bytes` adds to the producer's `message.max.bytes` by
 /// default: room for the columns of a row that do not go into its record.
-pub const MAX_MESSAGE_SLACK: u64 = 1 << 20;
+pub(super) const MAX_MESSAGE_SLACK: u64 = 1 << 20;
 
 /// The file's `[retention]` table over the defaults; `keep_days`/`days_ahead` overrides win.
 pub(super) fn resolve_retention(

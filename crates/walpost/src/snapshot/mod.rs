@@ -30,7 +30,7 @@
 //! it ([`resume_hint`]), so a replay need not start over from its first row.
 
 mod progress;
-pub mod replay;
+pub(crate) mod replay;
 mod state;
 
 use std::collections::BTreeMap;
@@ -53,7 +53,7 @@ use router::Record;
 use crate::kafka::config::Transactional;
 use crate::kafka::progress::Progress;
 use crate::kafka::transaction::transaction_error;
-pub use state::{mark_finished, mark_started, unfinished};
+pub(crate) use state::{mark_finished, mark_started, unfinished};
 
 /// Header marking a record that came from the snapshot rather than the stream.
 pub const HEADER_SNAPSHOT: &str = "walpost.snapshot";

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use crate::telemetry::metrics::SnapshotMetrics;
 
 /// Seconds between progress log lines.
-pub const LOG_EVERY: Duration = Duration::from_secs(5);
+pub(super) const LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// See the module docs.
 #[derive(Debug)]
-pub struct Progress {
+pub(super) struct Progress {
     started: Instant,
     last_log: Instant,
     estimate: u64,
@@ -24,7 +24,7 @@ pub struct Progress {
 
 impl Progress {
     /// `replay`: rows count in `walpost_replay_rows_total`, lines say "replay".
-    pub fn new(metrics: SnapshotMetrics, replay: bool) -> Progress {
+    pub(super) fn new(metrics: SnapshotMetrics, replay: bool) -> Progress {
         Progress {
             what: if replay { "replay" } else { "snapshot" },
             started: Instant::now(),
@@ -36,7 +36,7 @@ impl Progress {
         }
     }
 
-    pub fn start(&mut self, estimate: u64) {
+    pub(super) fn start(&mut self, estimate: u64) {
         self.estimate = estimate;
         self.started = Instant::now();
         self.metrics.estimate.set(i64::try_from(estimate).unwrap_or(i64::MAX));
@@ -44,7 +44,7 @@ impl Progress {
     }
 
     /// One row acknowledged by Kafka.
-    pub fn acked(&mut self) {
+    pub(super) fn acked(&mut self) {
         self.done += 1;
         if self.what == "replay" {
             self.metrics.replay_rows.inc();
@@ -53,12 +53,12 @@ impl Progress {
         }
     }
 
-    pub fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         self.tick(true);
         self.metrics.running.set(0);
     }
 
-    pub fn tick(&mut self, last: bool) {
+    pub(super) fn tick(&mut self, last: bool) {
         let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
         let rate = self.done as f64 / elapsed;
         let total = self.estimate.max(self.done);

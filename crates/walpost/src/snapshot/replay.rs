@@ -30,14 +30,14 @@ use crate::telemetry::Metrics;
 /// How long one statement of a replay may run by default (`statement_timeout` on its
 /// connection): a condition that would keep the server busy, or a lock it waits on, ends
 /// the replay with an error instead of holding a signal's transaction unconfirmed.
-pub const STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+pub(crate) const STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The time column a range applies to when the router names none.
-pub const DEFAULT_TIME_COLUMN: &str = "occurred_at";
+pub(crate) const DEFAULT_TIME_COLUMN: &str = "occurred_at";
 
 /// What to replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplaySpec {
+pub(crate) struct ReplaySpec {
     /// The `walpost.replay` header's value.
     pub id: String,
     /// Rows whose time column is at or after this (a timestamp PostgreSQL reads).
@@ -55,13 +55,13 @@ pub struct ReplaySpec {
 
 impl ReplaySpec {
     /// A replay id from the clock: `replay-20261130T220512Z`.
-    pub fn new_id() -> String {
+    pub(crate) fn new_id() -> String {
         let now = jiff::Timestamp::now();
         format!("replay-{}", now.strftime("%Y%m%dT%H%M%SZ"))
     }
 
     /// The cursor's condition: the range on the time column and the extra condition.
-    pub fn filter(&self) -> Option<String> {
+    pub(crate) fn filter(&self) -> Option<String> {
         let column = ident(&self.time_column);
         let mut parts = Vec::new();
         if let Some(since) = &self.since {
@@ -77,7 +77,7 @@ impl ReplaySpec {
     }
 
     /// `s` turned into the settings of this replay's snapshot.
-    pub fn settings(&self, s: &Settings) -> Settings {
+    pub(crate) fn settings(&self, s: &Settings) -> Settings {
         let mut r = s.clone();
         r.snapshot = SnapshotSettings {
             mode: SnapshotMode::InitialOnly,
@@ -89,7 +89,11 @@ impl ReplaySpec {
 }
 
 /// Checks the range and the condition against the server without publishing anything.
-pub async fn validate(sql: &mut ReplicationClient, s: &Settings, spec: &ReplaySpec) -> Result<(), PipelineError> {
+pub(crate) async fn validate(
+    sql: &mut ReplicationClient,
+    s: &Settings,
+    spec: &ReplaySpec,
+) -> Result<(), PipelineError> {
     for (flag, value) in [("--since", &spec.since), ("--until", &spec.until)] {
         if let Some(v) = value {
             sql.simple_query(&format!("SELECT {}::timestamptz", literal(v))).await.map_err(|e| {
@@ -128,7 +132,7 @@ pub async fn validate(sql: &mut ReplicationClient, s: &Settings, spec: &ReplaySp
 
 /// Runs a replay to its end: every selected row acknowledged by Kafka (or, dry run,
 /// routed and counted).
-pub async fn run(s: &Settings, spec: &ReplaySpec, metrics: &Metrics) -> Result<Outcome, PipelineError> {
+pub(crate) async fn run(s: &Settings, spec: &ReplaySpec, metrics: &Metrics) -> Result<Outcome, PipelineError> {
     let r = spec.settings(s);
     let mut sql = ReplicationClient::connect_sql(&r.postgres).await?;
     let timeout_ms = spec.statement_timeout.as_millis().max(1);

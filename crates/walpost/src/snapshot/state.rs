@@ -12,7 +12,7 @@ fn state_table(s: &Settings) -> String {
 }
 
 /// Whether an earlier snapshot for this slot started and never finished.
-pub async fn unfinished(sql: &mut ReplicationClient, s: &Settings) -> Result<bool, PipelineError> {
+pub(crate) async fn unfinished(sql: &mut ReplicationClient, s: &Settings) -> Result<bool, PipelineError> {
     let exists =
         sql.simple_query(&format!("SELECT to_regclass({}) IS NOT NULL AS present", literal(&state_table(s)))).await?;
     if exists.first("present") != Some("t") {
@@ -29,7 +29,7 @@ pub async fn unfinished(sql: &mut ReplicationClient, s: &Settings) -> Result<boo
 }
 
 /// Records that a snapshot for this slot is starting (before the slot exists).
-pub async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     let table = state_table(s);
     let statements = [
         format!(
@@ -52,7 +52,7 @@ pub async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> Result<(
     Ok(())
 }
 
-pub async fn mark_finished(sql: &mut ReplicationClient, s: &Settings, rows: u64) -> Result<(), PipelineError> {
+pub(crate) async fn mark_finished(sql: &mut ReplicationClient, s: &Settings, rows: u64) -> Result<(), PipelineError> {
     sql.simple_query(&format!(
         "UPDATE {} SET finished_at = now(), rows = {rows} WHERE slot = {}",
         state_table(s),
@@ -63,7 +63,7 @@ pub async fn mark_finished(sql: &mut ReplicationClient, s: &Settings, rows: u64)
 }
 
 /// The planner's row estimate for the table (or the sum over its partitions).
-pub async fn estimate_rows(sql: &mut ReplicationClient, table: &TableName) -> Result<u64, PipelineError> {
+pub(super) async fn estimate_rows(sql: &mut ReplicationClient, table: &TableName) -> Result<u64, PipelineError> {
     let rel = literal(&table.quoted());
     let r = sql
         .simple_query(&format!(
@@ -76,7 +76,7 @@ pub async fn estimate_rows(sql: &mut ReplicationClient, table: &TableName) -> Re
 
 /// The planner's estimate of the rows `query` returns (`EXPLAIN`'s top line), for a
 /// filtered snapshot or replay: the table's size would promise hours for a one-row replay.
-pub async fn estimate_query_rows(sql: &mut ReplicationClient, query: &str) -> Result<u64, PipelineError> {
+pub(super) async fn estimate_query_rows(sql: &mut ReplicationClient, query: &str) -> Result<u64, PipelineError> {
     let r = sql.simple_query(&format!("EXPLAIN {query}")).await?;
     let plan = r.first("QUERY PLAN").unwrap_or_default();
     Ok(plan

@@ -22,7 +22,7 @@ use pgoutput::Lsn;
 /// Identifies one transaction in the checkpoint's order; carried through Kafka as the
 /// delivery opaque.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TxnSeq(pub u64);
+pub(crate) struct TxnSeq(pub u64);
 
 #[derive(Debug)]
 struct PendingTxn {
@@ -43,7 +43,7 @@ struct PendingTxn {
 /// Errors that mean the caller broke the protocol with the checkpoint: a bug, reported
 /// instead of silently confirming the wrong position.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum CheckpointError {
+pub(crate) enum CheckpointError {
     #[error("delivery reported for transaction {0:?}, which is not pending")]
     UnknownTxn(TxnSeq),
     #[error("more deliveries than records sent for transaction {0:?}")]
@@ -54,7 +54,7 @@ pub enum CheckpointError {
 
 /// Ordered tracker of transactions between "read from the slot" and "acked by Kafka".
 #[derive(Debug)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     pending: VecDeque<PendingTxn>,
     /// Sequence number of `pending[0]`.
     front_seq: u64,
@@ -64,50 +64,52 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// Starts from the position the slot has already confirmed.
-    pub fn new(confirmed: Lsn) -> Checkpoint {
+    pub(crate) fn new(confirmed: Lsn) -> Checkpoint {
         Checkpoint { pending: VecDeque::new(), front_seq: 0, flushed: confirmed, in_flight_records: 0 }
     }
 
     /// The position that may be sent as the flush LSN.
-    pub fn flush_lsn(&self) -> Lsn {
+    pub(crate) fn flush_lsn(&self) -> Lsn {
         self.flushed
     }
 
     /// Commit time of the oldest transaction not yet confirmable: the streaming lag is
     /// measured from it.
-    pub fn oldest_pending_commit_ms(&self) -> Option<i64> {
+    pub(crate) fn oldest_pending_commit_ms(&self) -> Option<i64> {
         self.pending.front().map(|t| t.commit_time_ms)
     }
 
     /// (commit LSN, records handed over) of every transaction not yet confirmable.
-    pub fn pending(&self) -> impl Iterator<Item = (Lsn, u64)> + '_ {
+    pub(crate) fn pending(&self) -> impl Iterator<Item = (Lsn, u64)> + '_ {
         self.pending.iter().map(|t| (t.final_lsn, t.records))
     }
 
     /// The commit LSN (from its Begin message) of a pending transaction.
-    pub fn final_lsn(&self, txn: TxnSeq) -> Option<Lsn> {
+    #[cfg(test)]
+    pub(crate) fn final_lsn(&self, txn: TxnSeq) -> Option<Lsn> {
         self.index(txn).and_then(|i| self.pending.get(i)).map(|t| t.final_lsn)
     }
 
     /// Records sent to Kafka and not yet acknowledged.
-    pub fn in_flight_records(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn in_flight_records(&self) -> u64 {
         self.in_flight_records
     }
 
     /// Nothing open, nothing unacknowledged.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.pending.is_empty()
     }
 
     /// Number of transactions not yet confirmable.
-    pub fn pending_transactions(&self) -> usize {
+    pub(crate) fn pending_transactions(&self) -> usize {
         self.pending.len()
     }
 
     /// Opens the next transaction, committing at `final_lsn` at `commit_time_ms`: call
     /// it for a transaction's first record (a transaction without records needs only
     /// [`Checkpoint::commit_empty`]).
-    pub fn begin(&mut self, final_lsn: Lsn, commit_time_ms: i64) -> TxnSeq {
+    pub(crate) fn begin(&mut self, final_lsn: Lsn, commit_time_ms: i64) -> TxnSeq {
         self.pending.push_back(PendingTxn {
             final_lsn,
             end_lsn: None,
@@ -120,7 +122,7 @@ impl Checkpoint {
     }
 
     /// One record of `txn` handed to the producer.
-    pub fn record_sent(&mut self, txn: TxnSeq) -> Result<(), CheckpointError> {
+    pub(crate) fn record_sent(&mut self, txn: TxnSeq) -> Result<(), CheckpointError> {
         let t = self.get_mut(txn)?;
         t.outstanding += 1;
         t.records += 1;
@@ -130,13 +132,13 @@ impl Checkpoint {
 
     /// One record of `txn` that needs no delivery (it is in Kafka already): counted as
     /// handed over, never as outstanding.
-    pub fn record_skipped(&mut self, txn: TxnSeq) -> Result<(), CheckpointError> {
+    pub(crate) fn record_skipped(&mut self, txn: TxnSeq) -> Result<(), CheckpointError> {
         self.get_mut(txn)?.records += 1;
         Ok(())
     }
 
     /// A transaction without records committed, ending at `end_lsn`.
-    pub fn commit_empty(&mut self, end_lsn: Lsn) {
+    pub(crate) fn commit_empty(&mut self, end_lsn: Lsn) {
         match self.pending.back_mut() {
             Some(newest) => newest.covers = Some(newest.covers.map_or(end_lsn, |c| c.max(end_lsn))),
             None => {
@@ -148,7 +150,7 @@ impl Checkpoint {
     }
 
     /// The Commit message of `txn`: its end LSN becomes confirmable once it is delivered.
-    pub fn commit(&mut self, txn: TxnSeq, end_lsn: Lsn) -> Result<(), CheckpointError> {
+    pub(crate) fn commit(&mut self, txn: TxnSeq, end_lsn: Lsn) -> Result<(), CheckpointError> {
         let t = self.get_mut(txn)?;
         if t.end_lsn.is_some() {
             return Err(CheckpointError::DoubleCommit(txn));
@@ -159,7 +161,7 @@ impl Checkpoint {
     }
 
     /// Kafka acknowledged one record of `txn`.
-    pub fn delivered(&mut self, txn: TxnSeq) -> Result<(), CheckpointError> {
+    pub(crate) fn delivered(&mut self, txn: TxnSeq) -> Result<(), CheckpointError> {
         let t = self.get_mut(txn)?;
         if t.outstanding == 0 {
             return Err(CheckpointError::TooManyDeliveries(txn));
@@ -173,7 +175,7 @@ impl Checkpoint {
     /// A keepalive reported the server's WAL position. When nothing is pending, every
     /// transaction that committed before it has been delivered (or had no outbox
     /// rows), so it is safe to confirm: an idle outbox does not pin WAL.
-    pub fn idle_position(&mut self, wal_end: Lsn) {
+    pub(crate) fn idle_position(&mut self, wal_end: Lsn) {
         if self.pending.is_empty() && wal_end > self.flushed {
             self.flushed = wal_end;
         }

@@ -18,11 +18,11 @@ use crate::error::PipelineError;
 use crate::telemetry::metrics::{lsn_gauge, StreamMetrics};
 
 /// Do not send status updates more often than this just because the flush LSN moved.
-pub const MIN_STATUS_GAP: Duration = Duration::from_millis(200);
+pub(crate) const MIN_STATUS_GAP: Duration = Duration::from_millis(200);
 
 /// See the module docs.
 #[derive(Debug)]
-pub struct Confirmer {
+pub(crate) struct Confirmer {
     pub checkpoint: Checkpoint,
     received: Lsn,
     sent_flush: Lsn,
@@ -37,7 +37,7 @@ pub struct Confirmer {
 
 impl Confirmer {
     /// Starts from the position the slot has confirmed.
-    pub fn new(start: Lsn, status_interval: Duration, metrics: StreamMetrics) -> Confirmer {
+    pub(crate) fn new(start: Lsn, status_interval: Duration, metrics: StreamMetrics) -> Confirmer {
         metrics.confirmed_lsn.set(lsn_gauge(start.0));
         Confirmer {
             checkpoint: Checkpoint::new(start),
@@ -52,7 +52,7 @@ impl Confirmer {
     }
 
     /// What may be confirmed: the checkpoint's position, held back by the gate.
-    pub fn flush_lsn(&self) -> Lsn {
+    pub(crate) fn flush_lsn(&self) -> Lsn {
         match self.gate {
             Some(gate) => self.checkpoint.flush_lsn().min(gate),
             None => self.checkpoint.flush_lsn(),
@@ -60,17 +60,17 @@ impl Confirmer {
     }
 
     /// Exactly-once: the last committed progress position.
-    pub fn set_gate(&mut self, gate: Lsn) {
+    pub(crate) fn set_gate(&mut self, gate: Lsn) {
         self.gate = Some(gate);
     }
 
     /// The furthest WAL position received.
-    pub fn received_lsn(&self) -> Lsn {
+    pub(crate) fn received_lsn(&self) -> Lsn {
         self.received
     }
 
     /// WAL up to `lsn` was received.
-    pub fn received(&mut self, lsn: Lsn) {
+    pub(crate) fn received(&mut self, lsn: Lsn) {
         if lsn > self.received {
             self.received = lsn;
             self.metrics.received_lsn.set(lsn_gauge(lsn.0));
@@ -79,7 +79,7 @@ impl Confirmer {
 
     /// A keepalive reported the server's WAL end; confirmable when nothing is pending
     /// and no transaction is open.
-    pub fn keepalive(&mut self, wal_end: Lsn, in_transaction: bool) {
+    pub(crate) fn keepalive(&mut self, wal_end: Lsn, in_transaction: bool) {
         self.received(wal_end);
         if !in_transaction {
             self.checkpoint.idle_position(wal_end);
@@ -87,14 +87,14 @@ impl Confirmer {
     }
 
     /// Kafka acknowledged one record of `txn`.
-    pub fn delivered(&mut self, txn: TxnSeq) -> Result<(), PipelineError> {
+    pub(crate) fn delivered(&mut self, txn: TxnSeq) -> Result<(), PipelineError> {
         self.checkpoint.delivered(txn).map_err(PipelineError::definite)?;
         self.acked_since_status = true;
         Ok(())
     }
 
     /// Sends a status update if the flush position moved or the interval elapsed.
-    pub async fn maybe_send(&mut self, stream: &mut impl Source) -> Result<(), PipelineError> {
+    pub(crate) async fn maybe_send(&mut self, stream: &mut impl Source) -> Result<(), PipelineError> {
         if self.flush_lsn() != self.sent_flush || self.last_status.elapsed() >= self.status_interval {
             self.send(stream, false).await?;
         }
@@ -102,7 +102,7 @@ impl Confirmer {
     }
 
     /// Sends a status update now.
-    pub async fn send(&mut self, stream: &mut impl Source, reply: bool) -> Result<(), PipelineError> {
+    pub(crate) async fn send(&mut self, stream: &mut impl Source, reply: bool) -> Result<(), PipelineError> {
         let flush = self.flush_lsn();
         if flush != self.sent_flush && self.acked_since_status {
             crate::crash_seam!("after-ack-before-confirm");

@@ -15,7 +15,7 @@ use crate::error::PipelineError;
 
 /// The transaction being read.
 #[derive(Debug, Clone)]
-pub struct OpenTxn {
+pub(crate) struct OpenTxn {
     /// Commit LSN, from the Begin message: names the transaction across sessions.
     pub final_lsn: Lsn,
     /// Commit time, ms since the Unix epoch.
@@ -29,7 +29,7 @@ pub struct OpenTxn {
 
 /// What one message means.
 #[derive(Debug)]
-pub enum Change {
+pub(crate) enum Change {
     /// A transaction started (see [`Decoding::current`]).
     Begin,
     /// The open transaction committed; its commit record ends at `end_lsn`.
@@ -55,28 +55,28 @@ pub enum Change {
 
 /// See the module docs.
 #[derive(Debug, Default)]
-pub struct Decoding {
+pub(crate) struct Decoding {
     decoder: Decoder,
     current: Option<OpenTxn>,
 }
 
 impl Decoding {
     /// The open transaction, if any.
-    pub fn current(&mut self) -> Option<&mut OpenTxn> {
+    pub(crate) fn current(&mut self) -> Option<&mut OpenTxn> {
         self.current.as_mut()
     }
 
     /// The open transaction, read-only.
-    pub fn current_ref(&self) -> Option<&OpenTxn> {
+    pub(crate) fn current_ref(&self) -> Option<&OpenTxn> {
         self.current.as_ref()
     }
 
-    pub fn in_transaction(&self) -> bool {
+    pub(crate) fn in_transaction(&self) -> bool {
         self.current.is_some()
     }
 
     /// Decodes one XLogData. `confirmed` is named in errors (nothing past it was confirmed).
-    pub fn decode(&mut self, x: XLogData, confirmed: Lsn) -> Result<Change, PipelineError> {
+    pub(crate) fn decode(&mut self, x: XLogData, confirmed: Lsn) -> Result<Change, PipelineError> {
         let at = x.wal_start;
         let message = self.decoder.decode(x.data).map_err(|e| {
             PipelineError::definite(format!(

@@ -35,7 +35,7 @@ const ABORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// See the module docs.
 #[derive(Debug)]
-pub struct ExactlyOnceState {
+pub(crate) struct ExactlyOnceState {
     identity: SlotIdentity,
     topic: std::sync::Arc<str>,
     bounds: Bounds,
@@ -50,7 +50,7 @@ pub struct ExactlyOnceState {
 
 /// What a commit should cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Due {
+pub(crate) enum Due {
     No,
     /// Commit with this progress position.
     At(Position),
@@ -59,7 +59,7 @@ pub enum Due {
 impl ExactlyOnceState {
     /// `committed`: the last committed progress position (or the slot's confirmed
     /// position when there is none).
-    pub fn new(
+    pub(crate) fn new(
         identity: SlotIdentity,
         e: &ExactlyOnce,
         committed: Lsn,
@@ -80,16 +80,16 @@ impl ExactlyOnceState {
     }
 
     /// The slot may be confirmed up to here.
-    pub fn gate(&self) -> Lsn {
+    pub(crate) fn gate(&self) -> Lsn {
         self.committed
     }
 
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.open.is_some()
     }
 
     /// Opens the Kafka transaction if none is: call before handing a record over.
-    pub fn before_record<S: Sink>(&mut self, sink: Option<&S>) -> Result<(), PipelineError> {
+    pub(crate) fn before_record<S: Sink>(&mut self, sink: Option<&S>) -> Result<(), PipelineError> {
         if self.open.is_none() {
             let sink = sink.ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
             sink.begin_transaction().map_err(transaction_error)?;
@@ -99,14 +99,14 @@ impl ExactlyOnceState {
     }
 
     /// A record of `bytes` was handed over in the open transaction.
-    pub fn recorded(&mut self, bytes: u64) {
+    pub(crate) fn recorded(&mut self, bytes: u64) {
         if let Some(t) = self.open.as_mut() {
             t.record(bytes);
         }
     }
 
     /// A PostgreSQL transaction committed at `end`.
-    pub fn pg_commit(&mut self, end: Lsn) {
+    pub(crate) fn pg_commit(&mut self, end: Lsn) {
         if let Some(t) = self.open.as_mut() {
             t.pg_commit(end);
         }
@@ -115,7 +115,7 @@ impl ExactlyOnceState {
     /// Whether to commit now. `reading`: the PostgreSQL transaction being read (its
     /// commit LSN and the records routed so far); `idle_at`: the position confirmable
     /// when nothing is pending (`None` otherwise).
-    pub fn due(&self, reading: Option<(Lsn, u32)>, idle_at: Option<Lsn>, now: Instant) -> Due {
+    pub(crate) fn due(&self, reading: Option<(Lsn, u32)>, idle_at: Option<Lsn>, now: Instant) -> Due {
         match &self.open {
             Some(t) => match decide(t, &self.bounds, reading.is_some(), now) {
                 Decision::Wait => Due::No,
@@ -139,7 +139,7 @@ impl ExactlyOnceState {
     }
 
     /// The progress record for `position`, queued in the open transaction.
-    pub fn progress_outgoing(&self, position: Position) -> Outgoing<Tag> {
+    pub(crate) fn progress_outgoing(&self, position: Position) -> Outgoing<Tag> {
         let record = Record {
             topic: self.topic.clone(),
             key: Bytes::from(self.identity.key()),
@@ -160,7 +160,7 @@ impl ExactlyOnceState {
 
     /// Commits the open transaction (opening an empty one for an idle position); the
     /// progress record for `position` must be queued already. The gate moves on success.
-    pub async fn commit<S: Sink>(
+    pub(crate) async fn commit<S: Sink>(
         &mut self,
         window: &ProduceWindow<Tag, S>,
         position: Position,
@@ -181,7 +181,7 @@ impl ExactlyOnceState {
 
     /// Ends the session's transaction: aborts it (nothing of it is ever read). `Err`
     /// when the abort says this producer was fenced (stop: another instance owns it).
-    pub async fn abort<S: Sink>(&mut self, sink: Option<&S>) -> Result<(), PipelineError> {
+    pub(crate) async fn abort<S: Sink>(&mut self, sink: Option<&S>) -> Result<(), PipelineError> {
         self.open = None;
         let Some(sink) = sink else { return Ok(()) };
         match sink.abort_transaction(ABORT_TIMEOUT).await {

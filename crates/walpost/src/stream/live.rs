@@ -10,11 +10,11 @@
 //! send now.
 
 /// Read within this time of its commit: live, not from a backlog.
-pub const LIVE_WITHIN_MS: i64 = 1_000;
+pub(crate) const LIVE_WITHIN_MS: i64 = 1_000;
 
 /// See the module docs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct LivePolicy {
+pub(crate) struct LivePolicy {
     /// The last transaction with records was read live.
     live: bool,
     /// Live records were handed over and not sent at once yet.
@@ -24,7 +24,7 @@ pub struct LivePolicy {
 impl LivePolicy {
     /// A transaction with records committed; the server sent its commit `lag_ms` after
     /// the commit time.
-    pub fn commit(&mut self, lag_ms: i64) {
+    pub(crate) fn commit(&mut self, lag_ms: i64) {
         self.live = lag_ms < LIVE_WITHIN_MS;
         // Its first records may have been handed over in earlier turns.
         self.pending |= self.live;
@@ -32,7 +32,7 @@ impl LivePolicy {
 
     /// The end of a loop turn: whether records were handed over in it, and whether
     /// reading stopped with messages still buffered. `true`: send now.
-    pub fn end_of_turn(&mut self, handed_over: bool, more_buffered: bool) -> bool {
+    pub(crate) fn end_of_turn(&mut self, handed_over: bool, more_buffered: bool) -> bool {
         if self.live && handed_over {
             self.pending = true;
         }
@@ -44,7 +44,8 @@ impl LivePolicy {
     }
 
     /// Whether the stream reads live now.
-    pub fn is_live(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_live(&self) -> bool {
         self.live
     }
 }

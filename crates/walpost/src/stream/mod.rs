@@ -1,6 +1,6 @@
 //! THE DATA PATH: slot -> decode -> route -> produce -> checkpoint -> confirm.
 //!
-//! [`run`] runs sessions until shutdown or a definite error. A session ([`session`])
+//! [`run`] runs sessions until shutdown or a definite error. A session ([`session`](mod@session))
 //! is one replication connection plus one produce window, started by [`start`]. A
 //! transient error ends the session; [`run`] waits (capped exponential backoff) and
 //! starts a new one from the slot's confirmed position, telling it what the last
@@ -17,16 +17,16 @@
 //!   become records; a row that cannot be routed halts or goes to the dead-letter topic,
 //!   never skipped silently.
 
-pub mod checkpoint;
-pub mod confirm;
-pub mod decode;
-pub mod exactly_once;
-pub mod live;
-pub mod route;
-pub mod session;
-pub mod signal;
-pub mod source;
-pub mod start;
+pub(crate) mod checkpoint;
+pub(crate) mod confirm;
+pub(crate) mod decode;
+pub(crate) mod exactly_once;
+pub(crate) mod live;
+pub(crate) mod route;
+pub(crate) mod session;
+pub(crate) mod signal;
+pub(crate) mod source;
+pub(crate) mod start;
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,7 @@ use session::{Culprit, Session, SessionEnd};
 use start::Begun;
 
 /// Streams until shutdown (Ok) or a definite error; `spans`: the span exporter, if any.
-pub async fn run(
+pub(crate) async fn run(
     s: &Settings,
     metrics: &Metrics,
     spans: Option<&Exporter>,

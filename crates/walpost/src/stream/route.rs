@@ -25,11 +25,11 @@ use crate::settings::{OpInvalid, Settings, TableName};
 use crate::telemetry::metrics::StreamMetrics;
 
 /// Invalid trace contexts are logged at most this often (each is counted).
-pub const TRACE_WARNING_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const TRACE_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// What a change became.
 #[derive(Debug)]
-pub enum Routed {
+pub(crate) enum Routed {
     Record(Record),
     /// A row or message that cannot be routed: the error and what could be read of it.
     Unroutable {
@@ -71,7 +71,7 @@ struct MessageRoute {
 }
 
 /// See the module docs.
-pub struct Routing {
+pub(crate) struct Routing {
     outboxes: Vec<OutboxRoute>,
     signal_table: Option<TableName>,
     messages: Option<MessageRoute>,
@@ -115,7 +115,7 @@ impl std::fmt::Debug for Routing {
 }
 
 impl Routing {
-    pub fn new(s: &Settings, metrics: StreamMetrics) -> Result<Routing, PipelineError> {
+    pub(crate) fn new(s: &Settings, metrics: StreamMetrics) -> Result<Routing, PipelineError> {
         let outboxes = s
             .source
             .outboxes
@@ -148,7 +148,7 @@ impl Routing {
     }
 
     /// A Relation message: (re)learns the relation's columns.
-    pub fn relation(&mut self, r: &Relation) {
+    pub(crate) fn relation(&mut self, r: &Relation) {
         let outbox = self.outboxes.iter().position(|o| {
             r.namespace.as_ref() == o.table.schema.as_bytes() && r.name.as_ref() == o.table.name.as_bytes()
         });
@@ -178,7 +178,7 @@ impl Routing {
     }
 
     /// An INSERT.
-    pub fn insert(&mut self, relation_oid: u32, tuple: &TupleData) -> Result<Routed, PipelineError> {
+    pub(crate) fn insert(&mut self, relation_oid: u32, tuple: &TupleData) -> Result<Routed, PipelineError> {
         match self.relations.get(&relation_oid) {
             Some(RelationEntry::Outbox(i, rel)) => {
                 let o = self.outboxes.get_mut(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
@@ -223,7 +223,7 @@ impl Routing {
     /// which only `data` (its first bytes) was kept: an outbox row becomes a permanent
     /// error of its event, with the event id and key when they are among the row's
     /// first columns; a message with an outbox prefix too.
-    pub fn oversized(&mut self, data: &Bytes, size: usize, limit: usize) -> Result<Routed, PipelineError> {
+    pub(crate) fn oversized(&mut self, data: &Bytes, size: usize, limit: usize) -> Result<Routed, PipelineError> {
         let too_large = |table: String, id: &Option<Bytes>| RouteError::TooLarge {
             table,
             event_id: id.as_ref().map(|i| String::from_utf8_lossy(i).into()),
@@ -280,7 +280,7 @@ impl Routing {
     }
 
     /// UPDATE/DELETE/TRUNCATE: only an outbox table's count as invalid operations.
-    pub fn other_operation(&self, op: &str, relation_oids: &[u32]) -> Result<(), PipelineError> {
+    pub(crate) fn other_operation(&self, op: &str, relation_oids: &[u32]) -> Result<(), PipelineError> {
         for oid in relation_oids {
             if let Some(RelationEntry::Outbox(i, _) | RelationEntry::Unroutable(i, _, _)) = self.relations.get(oid) {
                 let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
@@ -293,7 +293,11 @@ impl Routing {
     /// Whether a message's prefix is an outbox prefix, and if so whether a
     /// non-transactional one may be published (`Err` decides by the policy).
     /// `commit_time_ms`: the CloudEvents time.
-    pub fn message(&mut self, m: &pgoutput::Message, commit_time_ms: Option<i64>) -> Result<Routed, PipelineError> {
+    pub(crate) fn message(
+        &mut self,
+        m: &pgoutput::Message,
+        commit_time_ms: Option<i64>,
+    ) -> Result<Routed, PipelineError> {
         let Some(config) = self.messages.as_mut() else {
             return Ok(Routed::NotAnEvent);
         };
@@ -346,7 +350,7 @@ fn unroutable(error: RouteError, id: Option<Bytes>, key: Option<Bytes>, value: O
 }
 
 /// The halt error for a row that cannot be routed (`on_permanent_error = "halt"`).
-pub fn unroutable_halt(error: &RouteError, final_lsn: Lsn, confirmed: Lsn) -> PipelineError {
+pub(crate) fn unroutable_halt(error: &RouteError, final_lsn: Lsn, confirmed: Lsn) -> PipelineError {
     PipelineError::definite(format!(
         "cannot route a row of the transaction committing at {final_lsn}: {error}; nothing past {confirmed} was confirmed (set on_permanent_error = \"dead_letter\" to divert such rows instead of halting)"
     ))

@@ -34,13 +34,13 @@ use crate::telemetry::Metrics;
 
 /// A loop turn that comes this long after the previous one, when the server's
 /// `wal_sender_timeout` is unknown or off, means the process was stopped.
-pub const FROZEN_AFTER_DEFAULT: Duration = Duration::from_secs(60);
+pub(crate) const FROZEN_AFTER_DEFAULT: Duration = Duration::from_secs(60);
 
 /// How long a loop turn may come after the previous one before the session counts as
 /// frozen: the process was stopped (SIGSTOP, a paused VM) or starved long enough for the
 /// walsender to give up on it (`wal_sender_timeout`) and hand the slot to a standby, so
 /// what this session read must not be published late.
-pub fn frozen_after(wal_sender_timeout: Option<Duration>) -> Duration {
+pub(crate) fn frozen_after(wal_sender_timeout: Option<Duration>) -> Duration {
     match wal_sender_timeout {
         Some(t) if !t.is_zero() => (t * 9 / 10).max(Duration::from_secs(1)),
         _ => FROZEN_AFTER_DEFAULT,
@@ -54,7 +54,7 @@ const RESTART_FLUSH: Duration = Duration::from_secs(5);
 /// `None`) an exactly-once progress record; `span`: its producer span, when spans are
 /// exported and the record is sampled (ended at the acknowledgement).
 #[derive(Debug, Clone)]
-pub struct Tag {
+pub(crate) struct Tag {
     pub txn: Option<TxnSeq>,
     pub id: RecordId,
     pub span: Option<Box<PendingSpan>>,
@@ -62,13 +62,13 @@ pub struct Tag {
 
 /// How a session ended without error.
 #[derive(Debug)]
-pub enum SessionEnd {
+pub(crate) enum SessionEnd {
     Shutdown,
 }
 
 /// Why a transient error ended the session, for the reconnect metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Culprit {
+pub(crate) enum Culprit {
     Postgres,
     Kafka,
 }
@@ -79,7 +79,7 @@ const BURST: usize = 256;
 /// What a session is made of besides the settings and the metrics: the WAL it reads,
 /// where it starts, its routing and produce window, and the optional parts.
 #[derive(Debug)]
-pub struct Parts<R: Source = ReplicationStream, S: Sink = KafkaSink> {
+pub(crate) struct Parts<R: Source = ReplicationStream, S: Sink = KafkaSink> {
     pub stream: R,
     /// The slot's confirmed position (or the new slot's consistent point).
     pub start: pgoutput::Lsn,
@@ -95,7 +95,7 @@ pub struct Parts<R: Source = ReplicationStream, S: Sink = KafkaSink> {
 
 /// See the module docs. `R`: the WAL source (the replication stream, or a test's);
 /// `S`: the producer (librdkafka, or a test's model).
-pub struct Session<'a, R: Source = ReplicationStream, S: Sink = KafkaSink> {
+pub(crate) struct Session<'a, R: Source = ReplicationStream, S: Sink = KafkaSink> {
     s: &'a Settings,
     metrics: StreamMetrics,
     stream: R,
@@ -130,7 +130,7 @@ impl<R: Source, S: Sink> std::fmt::Debug for Session<'_, R, S> {
 }
 
 impl<'a, R: Source, S: Sink> Session<'a, R, S> {
-    pub fn new(
+    pub(crate) fn new(
         s: &'a Settings,
         all_metrics: &Metrics,
         parts: Parts<R, S>,
@@ -166,7 +166,10 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
     }
 
     /// Streams until shutdown or an error, then ends the session as that requires.
-    pub async fn run(mut self, shutdown: &mut watch::Receiver<bool>) -> (Result<SessionEnd, PipelineError>, Culprit) {
+    pub(crate) async fn run(
+        mut self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> (Result<SessionEnd, PipelineError>, Culprit) {
         let mut result = self.stream_loop(shutdown).await;
         let culprit = self.culprit;
         match &result {
@@ -195,7 +198,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
         if !eos.is_open() {
             return Ok(());
         }
-        let due = eos.due(None, None, std::time::Instant::now() + Duration::from_secs(86_400));
+        let due = eos.due(None, None, Instant::now() + Duration::from_secs(86_400));
         self.commit_kafka_transaction(due).await
     }
 
@@ -206,7 +209,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
         let reading = self.decoding.current_ref().map(|t| (t.final_lsn, t.records));
         let checkpoint = &self.confirmer.checkpoint;
         let idle_at = (checkpoint.is_idle() && reading.is_none()).then(|| checkpoint.flush_lsn());
-        let due = eos.due(reading, idle_at, std::time::Instant::now());
+        let due = eos.due(reading, idle_at, Instant::now());
         self.commit_kafka_transaction(due).await
     }
 

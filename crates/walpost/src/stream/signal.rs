@@ -40,7 +40,7 @@ use crate::telemetry::Metrics;
 
 /// A signal row's three columns, as text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignalRow {
+pub(crate) struct SignalRow {
     pub id: String,
     pub kind: String,
     pub data: Option<String>,
@@ -48,7 +48,7 @@ pub struct SignalRow {
 
 /// What a signal asks of walpost.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Replay these outbox tables (indexes into the settings' outboxes; one condition
     /// for all, as walpost replays one filter per signal).
     Replay { condition: Option<String> },
@@ -77,7 +77,7 @@ struct Condition {
 }
 
 /// Reads a signal row. `Err`: the row is not a signal walpost can read (logged, counted).
-pub fn parse(row: &SignalRow, outboxes: &[&TableName]) -> Result<Action, String> {
+pub(crate) fn parse(row: &SignalRow, outboxes: &[&TableName]) -> Result<Action, String> {
     if row.kind != "execute-snapshot" {
         return Ok(Action::Ignore(format!("signal type {} (walpost acts on execute-snapshot only)", row.kind)));
     }
@@ -125,7 +125,7 @@ pub fn parse(row: &SignalRow, outboxes: &[&TableName]) -> Result<Action, String>
 
 /// `text` with control characters (a newline in a signal's id or filter) escaped, so a
 /// signal row cannot write lines of its own into walpost's log.
-pub fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect()
 }
 
@@ -133,7 +133,7 @@ pub fn printable(text: &str) -> String {
 /// back through a channel; dropping this aborts them (the next session reads their
 /// signals again).
 #[derive(Debug)]
-pub struct Replays {
+pub(crate) struct Replays {
     tx: mpsc::UnboundedSender<Finished>,
     rx: mpsc::UnboundedReceiver<Finished>,
     running: Vec<JoinHandle<()>>,
@@ -143,7 +143,7 @@ pub struct Replays {
 
 /// A replay ended; `txn` is the checkpoint sequence of the signal's transaction.
 #[derive(Debug)]
-pub struct Finished {
+pub(crate) struct Finished {
     pub txn: TxnSeq,
     pub signal: String,
     pub result: Result<Outcome, PipelineError>,
@@ -162,7 +162,7 @@ impl Default for Replays {
 impl Replays {
     /// Starts the replay of signal `signal` (of transaction `txn`); it runs after the
     /// ones started before it.
-    pub fn start(&mut self, txn: TxnSeq, signal: String, spec: ReplaySpec, s: &Settings, metrics: &Metrics) {
+    pub(crate) fn start(&mut self, txn: TxnSeq, signal: String, spec: ReplaySpec, s: &Settings, metrics: &Metrics) {
         let (s, metrics, tx, turn) = (s.clone(), metrics.clone(), self.tx.clone(), self.turn.clone());
         self.running.retain(|t| !t.is_finished());
         let task = tokio::spawn(async move {
@@ -183,7 +183,7 @@ impl Replays {
     }
 
     /// The next replay to end (pending forever when none runs).
-    pub async fn next(&mut self) -> Option<Finished> {
+    pub(crate) async fn next(&mut self) -> Option<Finished> {
         self.rx.recv().await
     }
 }

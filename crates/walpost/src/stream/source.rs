@@ -10,7 +10,7 @@ use pgoutput::Lsn;
 use replication::ReplicationStream;
 
 /// See the module docs. The methods mean what [`ReplicationStream`]'s do.
-pub trait Source {
+pub(crate) trait Source {
     /// The next message; `Ok(None)` when the server ended the stream. Cancel-safe.
     fn next(&mut self) -> impl Future<Output = Result<Option<ReplicationMessage>, replication::Error>>;
     /// The next message if it is already buffered, without waiting.
@@ -54,7 +54,7 @@ impl Source for ReplicationStream {
 /// An in-memory source for the session's unit tests: the test pushes messages, reads
 /// the status updates the session sent, and can end the stream.
 #[cfg(test)]
-pub mod memory {
+pub(crate) mod memory {
     use std::collections::VecDeque;
     use std::sync::{Arc, Mutex};
 
@@ -63,12 +63,11 @@ pub mod memory {
     use super::*;
 
     /// Checks a flush position as it is sent: `Err` names what it confirmed too early.
-    pub type Witness = Box<dyn Fn(Lsn) -> Result<(), String> + Send>;
+    pub(crate) type Witness = Box<dyn Fn(Lsn) -> Result<(), String> + Send>;
 
     #[derive(Default)]
     struct State {
         messages: VecDeque<ReplicationMessage>,
-        ended: bool,
         /// Every flush position sent, in order.
         flushed: Vec<Lsn>,
         witness: Option<Witness>,
@@ -84,7 +83,7 @@ pub mod memory {
 
     /// See the module docs. Clones share the stream.
     #[derive(Debug, Clone, Default)]
-    pub struct MemorySource {
+    pub(crate) struct MemorySource {
         state: Arc<Mutex<State>>,
         wake: Arc<Notify>,
     }
@@ -94,38 +93,28 @@ pub mod memory {
             self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
         }
 
-        pub fn push(&self, m: ReplicationMessage) {
+        pub(crate) fn push(&self, m: ReplicationMessage) {
             self.state().messages.push_back(m);
             self.wake.notify_one();
         }
 
-        /// The server ends the stream once what was pushed is read.
-        pub fn end(&self) {
-            self.state().ended = true;
-            self.wake.notify_one();
-        }
-
         /// The flush positions the session sent, in order.
-        pub fn flushed(&self) -> Vec<Lsn> {
+        pub(crate) fn flushed(&self) -> Vec<Lsn> {
             self.state().flushed.clone()
         }
 
-        pub fn last_flush(&self) -> Option<Lsn> {
+        pub(crate) fn last_flush(&self) -> Option<Lsn> {
             self.state().flushed.last().copied()
-        }
-
-        pub fn unread(&self) -> usize {
-            self.state().messages.len()
         }
 
         /// Every flush position sent from now on is checked by `witness` at the moment
         /// it is sent ([`MemorySource::objections`]).
-        pub fn witness(&self, witness: Witness) {
+        pub(crate) fn witness(&self, witness: Witness) {
             self.state().witness = Some(witness);
         }
 
         /// What the witness objected to, in order.
-        pub fn objections(&self) -> Vec<String> {
+        pub(crate) fn objections(&self) -> Vec<String> {
             self.state().objections.clone()
         }
     }
@@ -138,9 +127,6 @@ pub mod memory {
                     if let Some(m) = s.messages.pop_front() {
                         return Ok(Some(m));
                     }
-                    if s.ended {
-                        return Ok(None);
-                    }
                 }
                 self.wake.notified().await;
             }
@@ -148,11 +134,8 @@ pub mod memory {
 
         fn try_next(&mut self) -> Result<Option<Option<ReplicationMessage>>, replication::Error> {
             let mut s = self.state();
-            Ok(match s.messages.pop_front() {
-                Some(m) => Some(Some(m)),
-                None if s.ended => Some(None),
-                None => None,
-            })
+            // Never the end of the stream: the model server keeps it open.
+            Ok(s.messages.pop_front().map(Some))
         }
 
         async fn send_status(

@@ -29,7 +29,7 @@ use crate::telemetry::Metrics;
 
 /// How a session began (built once per session: its size does not matter).
 #[allow(clippy::large_enum_variant)]
-pub enum Begun {
+pub(crate) enum Begun {
     /// Streaming from `start` with a producer ready.
     Streaming {
         stream: ReplicationStream,
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Begun {
 }
 
 /// See the module docs.
-pub async fn begin(
+pub(crate) async fn begin(
     s: &Settings,
     metrics: &Metrics,
     memo: &mut DeliveryMemo,
@@ -81,7 +81,7 @@ pub async fn begin(
     if s.snapshot.mode == SnapshotMode::InitialOnly {
         let mut sql = checked.await?;
         if let Some(w) = window.take() {
-            w.close(std::time::Duration::ZERO, |_| {}).await;
+            w.close(Duration::ZERO, |_| {}).await;
         }
         // A backfill: read in a fresh snapshot, no slot (it would only pin WAL); with
         // exactly-once, one Kafka transaction (all rows or none).

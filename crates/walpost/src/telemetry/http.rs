@@ -28,15 +28,15 @@ use tokio::net::TcpListener;
 use super::metrics::Metrics;
 
 /// Connections open at once; a new one beyond this closes the oldest.
-pub const MAX_CONNECTIONS: usize = 256;
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 /// Time a client has to send its request headers.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
 /// Time a connection may take in all (a large /metrics to a slow reader).
-pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Binds `addr` (so a port in use is an error at start-up) and serves on a new thread
 /// until the process exits.
-pub fn serve(addr: SocketAddr, metrics: Metrics) -> std::io::Result<()> {
+pub(crate) fn serve(addr: SocketAddr, metrics: Metrics) -> std::io::Result<()> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -3,9 +3,9 @@
 //! endpoints that serve both ([`http`]). Logs go through `tracing`, set up by the
 //! binary.
 
-pub mod health;
-pub mod http;
+pub(crate) mod health;
+pub(crate) mod http;
 pub mod metrics;
 
-pub use health::{AlarmLevel, Health};
-pub use metrics::{now_ms, Metrics};
+pub(crate) use health::{AlarmLevel, Health};
+pub(crate) use metrics::{now_ms, Metrics};

@@ -38,28 +38,28 @@ const WAIT: Duration = Duration::from_secs(90);
 // ---- runbook blocks ----
 
 /// A runbook file.
-pub struct Runbook {
+pub(crate) struct Runbook {
     name: String,
     text: String,
 }
 
 /// A fenced code block of a runbook, found by its `drill=` tag.
 #[derive(Debug, Clone)]
-pub struct Block {
+pub(crate) struct Block {
     origin: String,
     pub lang: String,
     pub text: String,
 }
 
 impl Runbook {
-    pub fn open(name: &str) -> Runbook {
+    pub(crate) fn open(name: &str) -> Runbook {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runbooks").join(format!("{name}.md"));
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         Runbook { name: format!("runbooks/{name}.md"), text }
     }
 
     /// Every block with a `drill=` tag: (tag, block).
-    pub fn blocks(&self) -> Vec<(String, Block)> {
+    pub(crate) fn blocks(&self) -> Vec<(String, Block)> {
         let mut out = Vec::new();
         let mut open: Option<(String, String, String, usize)> = None; // tag, lang, text, indent
         for line in self.text.lines() {
@@ -97,11 +97,11 @@ impl Runbook {
 
     /// The block tagged `drill=<tag>`; panics if there is none or more than one.
     /// The runbook's text.
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 
-    pub fn block(&self, tag: &str) -> Block {
+    pub(crate) fn block(&self, tag: &str) -> Block {
         let found: Vec<Block> = self.blocks().into_iter().filter(|(t, _)| t == tag).map(|(_, b)| b).collect();
         match found.len() {
             1 => found.into_iter().next().unwrap(),
@@ -115,7 +115,7 @@ impl Runbook {
 }
 
 /// The `<placeholders>` of a text, in order of appearance.
-pub fn placeholders(text: &str) -> Vec<String> {
+pub(crate) fn placeholders(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let bytes = text.as_bytes();
     let mut i = 0;
@@ -137,7 +137,7 @@ pub fn placeholders(text: &str) -> Vec<String> {
 
 impl Block {
     /// The block's text with every placeholder replaced; panics if one has no value.
-    pub fn fill(&self, vars: &[(&str, &str)]) -> String {
+    pub(crate) fn fill(&self, vars: &[(&str, &str)]) -> String {
         let mut text = self.text.clone();
         for (name, value) in vars {
             text = text.replace(&format!("<{name}>"), value);
@@ -150,7 +150,7 @@ impl Block {
 
     /// The block's lines as patterns: literal text with placeholders matching anything.
     /// Panics with the first line no log line matches.
-    pub fn assert_lines_in(&self, log: &str) {
+    pub(crate) fn assert_lines_in(&self, log: &str) {
         let log = strip_ansi(log);
         for expected in self.text.lines().filter(|l| !l.trim().is_empty()) {
             assert!(
@@ -222,7 +222,7 @@ fn path_env() -> String {
 }
 
 /// Runs a filled sh block to its end.
-pub fn sh(text: &str) -> Output {
+pub(crate) fn sh(text: &str) -> Output {
     let out = Command::new("sh")
         .arg("-c")
         .arg(text)
@@ -240,14 +240,14 @@ pub fn sh(text: &str) -> Output {
 }
 
 /// Runs a filled sh block that must succeed; its stdout.
-pub fn sh_ok(text: &str) -> String {
+pub(crate) fn sh_ok(text: &str) -> String {
     let out = sh(text);
     assert!(out.status.success(), "failed: {text}\n{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Starts a filled sh block holding one long-running command (a `walpost run`).
-pub fn spawn_sh(text: &str) -> Walpost {
+pub(crate) fn spawn_sh(text: &str) -> Walpost {
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(format!("exec {text}")).env("PATH", path_env()).env("WALPOST_LOG", "info,walpost=debug");
     Walpost::spawn(cmd)
@@ -270,7 +270,7 @@ fn own_pg(extra: &[(&str, &str)]) -> &'static Postgres {
 
 /// The service's configuration file for a world (owner-only: it holds a password),
 /// with `extra` TOML after the connection settings.
-pub fn service_config(w: &World, extra: &str) -> String {
+pub(crate) fn service_config(w: &World, extra: &str) -> String {
     let path = std::env::temp_dir().join(format!("{}-{}.toml", w.db, testkit::unique_name("drill")));
     let text = format!(
         "postgres = \"{url}\"\nslot = \"{slot}\"\npublication = \"{slot}_pub\"\n{extra}\n\
@@ -287,7 +287,7 @@ pub fn service_config(w: &World, extra: &str) -> String {
 }
 
 /// The service as systemd would run it: `walpost run --config <config>`.
-pub fn service(config: &str, extra: &[&str]) -> Walpost {
+pub(crate) fn service(config: &str, extra: &[&str]) -> Walpost {
     let mut args = vec!["run".to_string(), "--config".to_string(), config.to_owned()];
     args.extend(extra.iter().map(|s| s.to_string()));
     Walpost::start(&args, &[])
@@ -310,7 +310,7 @@ fn metric(port: u16, series: &str) -> Option<f64> {
     body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-pub fn assert_clean(a: &Audit) {
+pub(crate) fn assert_clean(a: &Audit) {
     assert!(a.lost.is_empty(), "lost {} events: {:?}", a.lost.len(), &a.lost[..a.lost.len().min(20)]);
     assert!(a.phantoms.is_empty(), "phantoms: {:?}", a.phantoms);
     assert!(a.reordered.is_empty(), "reordered: {:?}", &a.reordered[..a.reordered.len().min(10)]);
@@ -808,7 +808,7 @@ fn lose_the_slot(w: &World) {
     assert!(lost, "the slot was not invalidated");
 }
 
-pub fn is_snapshot(r: &Consumed) -> bool {
+pub(crate) fn is_snapshot(r: &Consumed) -> bool {
     r.header("walpost.snapshot") == Some(&b"true"[..])
 }
 

@@ -215,7 +215,7 @@ fn regression_a_thousand_new_topics_do_not_stall_the_row_behind_them() {
     assert!(w.wait_for_slot(Duration::from_secs(120)), "{}", p.log_text());
     insert_batches(&w, 0, 1, 5, 5, &["order"]);
     wait_for_every_committed(&w, Duration::from_secs(120));
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     w.sql(
         "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
          SELECT 'burst' || g, gen_random_uuid(), 'E', '{}' FROM generate_series(1, 1000) g",

@@ -94,7 +94,7 @@ fn create_topics_on(bootstrap: &str, w: &World, assignment: &[&[i32]], min_insyn
         ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
     let min_insync = min_insync.to_string();
     let names: Vec<String> = TYPES.iter().map(|t| w.topic(t)).collect();
-    let topics: Vec<NewTopic> = names
+    let topics: Vec<NewTopic<'_>> = names
         .iter()
         .map(|n| {
             NewTopic::new(n, assignment.len() as i32, TopicReplication::Variable(assignment))

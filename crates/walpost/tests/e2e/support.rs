@@ -13,7 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use testkit::{Kafka, Postgres};
 
-pub const MIGRATION_0001: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0001_events_outbox.sql");
+pub(crate) const MIGRATION_0001: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0001_events_outbox.sql");
 
 /// One test's world: its own database (with the outbox migration applied), slot,
 /// publication and topic prefix on the shared PostgreSQL and Kafka.
@@ -25,7 +25,7 @@ pub const MIGRATION_0001: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../mig
 /// retention partitions). [`World::url`] is that role's URL; the test's own SQL
 /// ([`World::sql`]) runs as the superuser `walpost`, whose URL is
 /// [`World::superuser_url`].
-pub struct World {
+pub(crate) struct World {
     pub pg: &'static Postgres,
     pub kafka_bootstrap: String,
     pub db: String,
@@ -42,14 +42,14 @@ pub struct World {
 }
 
 /// Password of every test's least-privileged role.
-pub const APP_PASSWORD: &str = "app-pw";
+pub(crate) const APP_PASSWORD: &str = "app-pw";
 
 impl World {
-    pub fn new(name: &str) -> World {
+    pub(crate) fn new(name: &str) -> World {
         Self::on(testkit::shared_postgres(), &testkit::shared_kafka().bootstrap(), name)
     }
 
-    pub fn on(pg: &'static Postgres, kafka_bootstrap: &str, name: &str) -> World {
+    pub(crate) fn on(pg: &'static Postgres, kafka_bootstrap: &str, name: &str) -> World {
         let db = testkit::unique_name(name);
         let superuser_url = pg.create_database(&db).expect("create database");
         pg.psql_db(&db, &std::fs::read_to_string(MIGRATION_0001).expect("read migration"))
@@ -81,20 +81,20 @@ impl World {
     /// [`World::args`] with walpost connecting as the superuser instead of
     /// [`World::role`].
     #[allow(dead_code)] // see `superuser_url`
-    pub fn superuser_args(&self) -> Vec<String> {
+    pub(crate) fn superuser_args(&self) -> Vec<String> {
         self.args().into_iter().map(|a| if a == self.url { self.superuser_url.clone() } else { a }).collect()
     }
 
-    pub fn sql(&self, sql: &str) -> String {
+    pub(crate) fn sql(&self, sql: &str) -> String {
         self.pg.psql_db(&self.db, sql).unwrap_or_else(|e| panic!("SQL failed: {e}\n{sql}"))
     }
 
-    pub fn try_sql(&self, sql: &str) -> Result<String, String> {
+    pub(crate) fn try_sql(&self, sql: &str) -> Result<String, String> {
         self.pg.psql_db(&self.db, sql).map_err(|e| e.to_string())
     }
 
     /// The walpost arguments for this world; topics are `<prefix><aggregate_type>`.
-    pub fn args(&self) -> Vec<String> {
+    pub(crate) fn args(&self) -> Vec<String> {
         vec![
             "run".into(),
             "--postgres".into(),
@@ -112,13 +112,13 @@ impl World {
         ]
     }
 
-    pub fn start_walpost(&self) -> Walpost {
+    pub(crate) fn start_walpost(&self) -> Walpost {
         Walpost::start(&self.args(), &[])
     }
 
     /// walpost started and known to stream: its slot exists and one transaction of
     /// `events` rows (aggregate type "order") has reached Kafka.
-    pub fn streaming_walpost(&self, events: u32, timeout: Duration) -> Walpost {
+    pub(crate) fn streaming_walpost(&self, events: u32, timeout: Duration) -> Walpost {
         let p = self.start_walpost();
         assert!(self.wait_for_slot(timeout), "slot not created:\n{}", p.log_text());
         insert_batches(self, 0, 1, events, events, &["order"]);
@@ -126,22 +126,22 @@ impl World {
         p
     }
 
-    pub fn topic(&self, aggregate_type: &str) -> String {
+    pub(crate) fn topic(&self, aggregate_type: &str) -> String {
         format!("{}{}", self.topic_prefix, aggregate_type)
     }
 
-    pub fn confirmed_flush_lsn(&self) -> Option<u64> {
+    pub(crate) fn confirmed_flush_lsn(&self) -> Option<u64> {
         let text = self
             .sql(&format!("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '{}'", self.slot));
         parse_lsn(&text)
     }
 
-    pub fn wait_for_slot(&self, timeout: Duration) -> bool {
+    pub(crate) fn wait_for_slot(&self, timeout: Duration) -> bool {
         testkit::wait_until(timeout, || self.confirmed_flush_lsn().is_some())
     }
 
     /// Every committed outbox row: id -> (aggregate_type, aggregate_id, event_type, payload text).
-    pub fn committed_rows(&self) -> BTreeMap<i64, Row> {
+    pub(crate) fn committed_rows(&self) -> BTreeMap<i64, Row> {
         let out = self
             .sql("SELECT id, aggregate_type, aggregate_id, event_type, payload::text FROM events.outbox ORDER BY id");
         out.lines()
@@ -162,7 +162,7 @@ impl World {
 
     /// Drops the slot as `walpost slot drop` does: with its lineage row, so the next
     /// walpost creates a new slot instead of stopping on a slot lost in a failover.
-    pub fn drop_slot(&self) {
+    pub(crate) fn drop_slot(&self) {
         let _ = self.try_sql(&format!(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{}' AND NOT active",
             self.slot
@@ -179,26 +179,26 @@ impl Drop for World {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     pub aggregate_type: String,
     pub aggregate_id: String,
     pub event_type: String,
     pub payload: String,
 }
 
-pub fn parse_lsn(text: &str) -> Option<u64> {
+pub(crate) fn parse_lsn(text: &str) -> Option<u64> {
     let (hi, lo) = text.trim().split_once('/')?;
     Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
 }
 
 /// Inserts `txns` transactions of `size` rows; aggregate ids cycle through `aggregates`
 /// UUIDs; each row's event_type is `b<batch>` so tests can find its transaction.
-pub fn insert_batches(w: &World, first_batch: u32, txns: u32, size: u32, aggregates: u32, types: &[&str]) {
+pub(crate) fn insert_batches(w: &World, first_batch: u32, txns: u32, size: u32, aggregates: u32, types: &[&str]) {
     insert_batches_in(w.pg, &w.db, first_batch, txns, size, aggregates, types);
 }
 
 /// [`insert_batches`] for a writer thread, which has the server and database only.
-pub fn insert_batches_in(
+pub(crate) fn insert_batches_in(
     pg: &Postgres,
     db: &str,
     first_batch: u32,
@@ -233,13 +233,13 @@ pub fn insert_batches_in(
 }
 
 /// The walpost binary under test, with its stderr in a file.
-pub struct Walpost {
+pub(crate) struct Walpost {
     child: Option<Child>,
     pub log: PathBuf,
 }
 
 impl Walpost {
-    pub fn start(args: &[String], env: &[(&str, &str)]) -> Walpost {
+    pub(crate) fn start(args: &[String], env: &[(&str, &str)]) -> Walpost {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_walpost"));
         cmd.args(args).env("WALPOST_LOG", "info,walpost=debug");
         for (k, v) in env {
@@ -250,7 +250,7 @@ impl Walpost {
 
     /// Runs `cmd` (walpost itself, or a shell that `exec`s it) with stdout and stderr in
     /// the log file.
-    pub fn spawn(mut cmd: Command) -> Walpost {
+    pub(crate) fn spawn(mut cmd: Command) -> Walpost {
         let log = std::env::temp_dir().join(format!("{}.log", testkit::unique_name("walpost")));
         let file = File::create(&log).expect("create log file");
         let out = file.try_clone().expect("clone log file");
@@ -259,20 +259,20 @@ impl Walpost {
         Walpost { child: Some(child), log }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    pub fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let _ = Command::new("kill").args([sig, &self.pid().to_string()]).status();
     }
 
     /// SIGKILL, then reap.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -280,18 +280,18 @@ impl Walpost {
     }
 
     /// SIGTERM and wait for the exit status.
-    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
         self.signal("-TERM");
         self.wait_exit(timeout)
     }
 
     /// Whether the process is still running (not exited, not reaped).
     #[allow(dead_code)] // used by some test modules only
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
         let child = self.child.as_mut()?;
         loop {
@@ -318,7 +318,7 @@ impl Drop for Walpost {
 
 /// One record as a Kafka consumer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Consumed {
+pub(crate) struct Consumed {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
@@ -330,7 +330,7 @@ pub struct Consumed {
 
 impl Consumed {
     /// A copy of what a consumer read.
-    pub fn of(m: &rdkafka::message::BorrowedMessage<'_>) -> Consumed {
+    pub(crate) fn of(m: &rdkafka::message::BorrowedMessage<'_>) -> Consumed {
         Consumed {
             topic: m.topic().to_owned(),
             partition: m.partition(),
@@ -345,11 +345,11 @@ impl Consumed {
         }
     }
 
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
+    pub(crate) fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice())
     }
 
-    pub fn event_id(&self) -> i64 {
+    pub(crate) fn event_id(&self) -> i64 {
         std::str::from_utf8(self.header("id").expect("id header")).unwrap().parse().unwrap()
     }
 }
@@ -365,7 +365,7 @@ fn consumer(bootstrap: &str) -> BaseConsumer {
 }
 
 /// Topics whose names start with `prefix`, as the broker knows them now.
-pub fn topics_with_prefix(bootstrap: &str, prefix: &str) -> Vec<String> {
+pub(crate) fn topics_with_prefix(bootstrap: &str, prefix: &str) -> Vec<String> {
     let c = consumer(bootstrap);
     let md = c.fetch_metadata(None, Duration::from_secs(10)).expect("metadata");
     let mut names: Vec<String> =
@@ -376,9 +376,9 @@ pub fn topics_with_prefix(bootstrap: &str, prefix: &str) -> Vec<String> {
 
 /// Sum of high watermarks of every partition of the topics with `prefix`.
 /// High watermark per (topic, partition).
-pub type Highs = HashMap<(String, i32), i64>;
+pub(crate) type Highs = HashMap<(String, i32), i64>;
 
-pub fn high_watermarks(bootstrap: &str, prefix: &str) -> Highs {
+pub(crate) fn high_watermarks(bootstrap: &str, prefix: &str) -> Highs {
     let c = consumer(bootstrap);
     let md = c.fetch_metadata(None, Duration::from_secs(10)).expect("metadata");
     let mut out = HashMap::new();
@@ -394,7 +394,7 @@ pub fn high_watermarks(bootstrap: &str, prefix: &str) -> Highs {
 
 /// Waits until the topics with `prefix` hold at least `expected` records, then reads
 /// them all. Panics with what arrived if the count is not reached in time.
-pub fn consume_at_least(bootstrap: &str, prefix: &str, expected: usize, timeout: Duration) -> Vec<Consumed> {
+pub(crate) fn consume_at_least(bootstrap: &str, prefix: &str, expected: usize, timeout: Duration) -> Vec<Consumed> {
     let deadline = Instant::now() + timeout;
     loop {
         let total: i64 = high_watermarks(bootstrap, prefix).values().sum();
@@ -414,7 +414,7 @@ pub fn consume_at_least(bootstrap: &str, prefix: &str, expected: usize, timeout:
 /// Reads the topics until every committed outbox row is there, or `timeout` passes (the
 /// audit then names what is missing). For runs with duplicates: counting records, as
 /// [`consume_at_least`] does, can stop before the last unique record has arrived.
-pub fn consume_every_committed(w: &World, timeout: Duration) -> Vec<Consumed> {
+pub(crate) fn consume_every_committed(w: &World, timeout: Duration) -> Vec<Consumed> {
     let deadline = Instant::now() + timeout;
     loop {
         let committed = w.committed_rows();
@@ -429,13 +429,13 @@ pub fn consume_every_committed(w: &World, timeout: Duration) -> Vec<Consumed> {
 
 /// Reads every committed record (isolation.level=read_committed) in the topics with
 /// `prefix`, up to each partition's last stable offset.
-pub fn read_all_committed(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
+pub(crate) fn read_all_committed(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
     read_to_end(bootstrap, prefix, "read_committed")
 }
 
 /// Reads every record currently in the topics with `prefix` (aborted ones included),
 /// from offset 0 to the high watermark.
-pub fn read_all(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
+pub(crate) fn read_all(bootstrap: &str, prefix: &str) -> Vec<Consumed> {
     read_to_end(bootstrap, prefix, "read_uncommitted")
 }
 
@@ -498,7 +498,7 @@ fn read_to_end(bootstrap: &str, prefix: &str, isolation: &str) -> Vec<Consumed> 
 
 /// The delivery figures the chaos and crash tests report and bound.
 #[derive(Debug, Default)]
-pub struct Audit {
+pub(crate) struct Audit {
     pub lost: Vec<i64>,
     pub phantoms: Vec<i64>,
     pub duplicates: usize,
@@ -512,7 +512,7 @@ pub struct Audit {
 /// Compares what Kafka holds with the committed rows: every committed row exactly
 /// where the router says (topic, key, value bytes, headers), per-key order by id, and
 /// nothing that was never committed.
-pub fn audit(w: &World, records: &[Consumed]) -> Audit {
+pub(crate) fn audit(w: &World, records: &[Consumed]) -> Audit {
     let rows = w.committed_rows();
     let mut a = Audit::default();
     let mut seen = HashSet::new();
@@ -565,7 +565,7 @@ pub fn audit(w: &World, records: &[Consumed]) -> Audit {
 impl World {
     /// Where lost event `id` stands against the slot: its transaction's commit end (from
     /// the WAL, through pg_walinspect, PostgreSQL 15+) and the slot's confirmed position.
-    pub fn lost_vs_slot(&self, id: i64) -> String {
+    pub(crate) fn lost_vs_slot(&self, id: i64) -> String {
         let slot = self
             .try_sql(&format!(
                 "SELECT confirmed_flush_lsn || ' ' || restart_lsn FROM pg_replication_slots WHERE slot_name = '{}'",
@@ -603,7 +603,7 @@ impl World {
 
 /// [`consume_every_committed`], and fails the test (naming what is missing and where it
 /// stands against the slot) when not every committed row arrived in time.
-pub fn wait_for_every_committed(w: &World, timeout: Duration) -> Vec<Consumed> {
+pub(crate) fn wait_for_every_committed(w: &World, timeout: Duration) -> Vec<Consumed> {
     let records = consume_every_committed(w, timeout);
     let a = audit(w, &records);
     assert!(a.lost.is_empty(), "not every committed event reached Kafka within {timeout:?}: {a:?}");
@@ -612,7 +612,7 @@ pub fn wait_for_every_committed(w: &World, timeout: Duration) -> Vec<Consumed> {
 
 /// Kafka's murmur2 (the Java client's default partitioner) and librdkafka's
 /// murmur2_random: partition = (murmur2(key) & 0x7fffffff) % partitions.
-pub fn java_partition(key: &[u8], partitions: i32) -> i32 {
+pub(crate) fn java_partition(key: &[u8], partitions: i32) -> i32 {
     let seed: u32 = 0x9747_b28c;
     let m: u32 = 0x5bd1_e995;
     let r = 24;
@@ -653,12 +653,12 @@ pub fn java_partition(key: &[u8], partitions: i32) -> i32 {
 }
 
 /// Starts a dedicated Kafka for tests that stop it.
-pub fn own_kafka() -> Kafka {
+pub(crate) fn own_kafka() -> Kafka {
     Kafka::start(testkit::KafkaOptions::default()).expect("start kafka")
 }
 
 /// `args` with `flag` set to `value` (replaced if present, else appended).
-pub fn with_flag(mut args: Vec<String>, flag: &str, value: &str) -> Vec<String> {
+pub(crate) fn with_flag(mut args: Vec<String>, flag: &str, value: &str) -> Vec<String> {
     match args.iter().position(|a| a == flag) {
         Some(i) if flag != "--kafka-property" => args[i + 1] = value.into(),
         _ => {
@@ -671,7 +671,7 @@ pub fn with_flag(mut args: Vec<String>, flag: &str, value: &str) -> Vec<String> 
 
 /// Produces one record (acks=all) and waits for the broker's acknowledgement.
 #[allow(dead_code)] // used by the exactly-once tests
-pub fn produce_one(bootstrap: &str, topic: &str, key: &str, value: &str) {
+pub(crate) fn produce_one(bootstrap: &str, topic: &str, key: &str, value: &str) {
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
     let p: ThreadedProducer<DefaultProducerContext> =
         ClientConfig::new().set("bootstrap.servers", bootstrap).set("acks", "all").create().expect("create producer");
@@ -680,7 +680,7 @@ pub fn produce_one(bootstrap: &str, topic: &str, key: &str, value: &str) {
 }
 
 /// `text` without ANSI escape sequences (walpost's log may be coloured).
-pub fn strip_ansi(text: &str) -> String {
+pub(crate) fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();
     while let Some(c) = chars.next() {

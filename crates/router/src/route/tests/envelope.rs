@@ -160,7 +160,7 @@ fn header_collisions_and_a_missing_type_are_refused() {
     values[3] = ColumnValue::Null;
     let err = r.route(&rel, &TupleData::from_values(&values)).unwrap_err();
     assert_eq!(err.class(), "null_field");
-    assert!(err.to_string().contains(crate::EVENT_TYPE_HEADER_OPTION), "{err}");
+    assert!(err.to_string().contains(EVENT_TYPE_HEADER_OPTION), "{err}");
 }
 
 fn headers_outbox() -> (Router, ResolvedRelation) {
