@@ -303,10 +303,17 @@ pub struct StreamArgs {
     #[arg(long, env = "WALPOST_SNAPSHOT_FILTER", hide_env_values = true, value_name = "SQL")]
     pub snapshot_filter: Option<String>,
 
-    /// Every SECS seconds, emit an empty transactional logical message so a quiet
-    /// database on a busy server still lets the slot advance [default: off].
-    #[arg(long, env = "WALPOST_HEARTBEAT_INTERVAL", hide_env_values = true, value_name = "SECS")]
-    pub heartbeat_interval: Option<u64>,
+    /// Every DURATION (a number of seconds, or 500ms, 30s, 5min), emit an empty
+    /// transactional logical message so a quiet database on a busy server still lets the
+    /// slot advance [default: off].
+    #[arg(
+        long,
+        env = "WALPOST_HEARTBEAT_INTERVAL",
+        hide_env_values = true,
+        value_name = "DURATION",
+        value_parser = crate::settings::duration::parse_duration
+    )]
+    pub heartbeat_interval: Option<std::time::Duration>,
 
     /// Create the slot with failover enabled (PostgreSQL 17+: synchronized to standbys
     /// listed in synchronized_standby_slots).
@@ -370,7 +377,7 @@ impl RunArgs {
             metrics_addr_on_argv: argv_names_flag("--metrics-addr"),
             snapshot: s.snapshot.map(Into::into),
             snapshot_filter: s.snapshot_filter.clone(),
-            heartbeat_interval_secs: s.heartbeat_interval,
+            heartbeat_interval: s.heartbeat_interval,
             signal_table: s.signal_table.clone(),
             slot_failover: s.slot_failover,
             delivery: s.delivery.clone(),

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::duration::{Millis, Seconds};
 use super::{ConfigError, SnapshotMode};
 
 /// The whole file.
@@ -35,7 +36,7 @@ pub struct FileConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot_filter: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub heartbeat_interval_secs: Option<u64>,
+    pub heartbeat_interval_secs: Option<Seconds>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot_failover: Option<bool>,
     /// A table in Debezium's signal format (`id`, `type`, `data`): an `execute-snapshot`
@@ -152,8 +153,13 @@ fn parse_error_message(e: &toml::de::Error, text: &str) -> String {
     match e.span().and_then(|span| text.get(..span.start)) {
         Some(before) => {
             let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!("TOML parse error at line {line}, column {column}: {message}")
+            let line_start = before.rsplit('\n').next().unwrap_or("");
+            let column = line_start.chars().count() + 1;
+            // The key the value belongs to, when the error is in a `key = value` line.
+            match line_start.split_once('=').map(|(k, _)| k.trim()).filter(|k| !k.is_empty() && !k.starts_with('[')) {
+                Some(key) => format!("TOML parse error at line {line}, column {column} ({key}): {message}"),
+                None => format!("TOML parse error at line {line}, column {column}: {message}"),
+            }
         }
         None => format!("TOML parse error: {message}"),
     }
@@ -359,8 +365,8 @@ pub struct ExactlyOnceFile {
     pub progress_topic: Option<String>,
     pub max_transaction_records: Option<u64>,
     pub max_transaction_bytes: Option<u64>,
-    pub max_transaction_ms: Option<u64>,
-    pub transaction_timeout_ms: Option<u64>,
+    pub max_transaction_ms: Option<Millis>,
+    pub transaction_timeout_ms: Option<Millis>,
 }
 
 impl ExactlyOnceFile {
@@ -382,22 +388,22 @@ pub struct PipelineFile {
     /// Stop reading WAL while this many records are unacknowledged.
     pub max_in_flight_records: Option<u64>,
     /// Seconds between standby status updates when nothing else prompts one.
-    pub status_interval_secs: Option<u64>,
+    pub status_interval_secs: Option<Seconds>,
     /// Seconds to wait for Kafka acknowledgements at shutdown.
-    pub shutdown_timeout_secs: Option<u64>,
+    pub shutdown_timeout_secs: Option<Seconds>,
     /// Longest wait between reconnect attempts, in seconds.
-    pub max_backoff_secs: Option<u64>,
+    pub max_backoff_secs: Option<Seconds>,
     /// Restart the producer when Kafka acknowledges nothing for this long while records
     /// wait, in seconds.
-    pub delivery_timeout_secs: Option<u64>,
+    pub delivery_timeout_secs: Option<Seconds>,
     /// `/readyz` fails once Kafka has acknowledged nothing for this long while records
     /// wait, in seconds (well before the producer restart).
-    pub unready_after_secs: Option<u64>,
+    pub unready_after_secs: Option<Seconds>,
     /// A WAL message (one row) larger than this is never buffered whole: it is a
     /// permanent error of its event (halt or dead letter).
     pub max_message_bytes: Option<u64>,
     /// After a halt, serve `walpost_halted 1` on /metrics this long before exiting 1.
-    pub halt_linger_secs: Option<u64>,
+    pub halt_linger_secs: Option<Seconds>,
 }
 
 impl PipelineFile {
@@ -419,20 +425,20 @@ impl PipelineFile {
 #[serde(deny_unknown_fields)]
 pub struct MonitorFile {
     /// Seconds between polls of pg_replication_slots.
-    pub interval_secs: Option<u64>,
+    pub interval_secs: Option<Seconds>,
     /// Retained WAL bytes that raise a warning / a critical alarm.
     pub warning_bytes: Option<u64>,
     pub critical_bytes: Option<u64>,
     /// Streaming lag (seconds) that raises a warning / a critical alarm.
-    pub warning_lag_secs: Option<f64>,
-    pub critical_lag_secs: Option<f64>,
+    pub warning_lag_secs: Option<Seconds>,
+    pub critical_lag_secs: Option<Seconds>,
     /// An open transaction older than this raises a warning.
-    pub long_transaction_secs: Option<f64>,
+    pub long_transaction_secs: Option<Seconds>,
     /// The slot's confirmed position standing still this long while WAL is written past
     /// it raises a warning (an active instance that is stuck).
-    pub confirm_stalled_secs: Option<f64>,
+    pub confirm_stalled_secs: Option<Seconds>,
     /// Seconds between reminders while an alarm stays raised.
-    pub reminder_secs: Option<u64>,
+    pub reminder_secs: Option<Seconds>,
 }
 
 impl MonitorFile {
@@ -455,13 +461,13 @@ pub struct RetentionFile {
     /// Run the retention task inside `walpost run`. Unset: run it when the table is partitioned.
     pub enabled: Option<bool>,
     /// Seconds between passes inside `walpost run` (default 3600).
-    pub interval_secs: Option<u64>,
+    pub interval_secs: Option<Seconds>,
     /// Drop partitions whose whole range is older than this many days (default 7).
     pub keep_days: Option<u32>,
     /// Keep partitions created this many days ahead (default 3).
     pub days_ahead: Option<u32>,
     /// lock_timeout for every DDL statement of a pass, in milliseconds (default 1000).
-    pub lock_timeout_ms: Option<u64>,
+    pub lock_timeout_ms: Option<Millis>,
 }
 
 impl RetentionFile {

@@ -62,7 +62,8 @@ impl<'de> Deserializer<'de> for Walker<'_> {
     type Error = Error;
 
     leaf! {
-        deserialize_any => visit_unit(),
+        // A number: what the self-describing values of the file (durations) take.
+        deserialize_any => visit_u64(0),
         deserialize_bool => visit_bool(false),
         deserialize_i8 => visit_i8(0),
         deserialize_i16 => visit_i16(0),

@@ -11,7 +11,7 @@
 //! tables) is a valid identifier, every duration and limit is positive, thresholds are
 //! ordered (warning <= critical), and the router options resolve into routers.
 
-pub(crate) mod duration;
+pub mod duration;
 mod file;
 pub mod keys;
 pub mod otel;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use router::RouterConfig;
 
+use super::duration::Seconds;
 use super::{
     secrets, CloudEventsFile, ConfigError, Delivery, ExactlyOnce, ExactlyOnceFile, FileConfig, KafkaSettings, Messages,
     MonitorSettings, OnPermanentError, OpInvalid, Outbox, RetentionFile, RetentionSettings, RouterFile, Settings,
@@ -37,7 +38,7 @@ pub struct Overrides {
     pub metrics_addr: Option<String>,
     pub snapshot: Option<SnapshotMode>,
     pub snapshot_filter: Option<String>,
-    pub heartbeat_interval_secs: Option<u64>,
+    pub heartbeat_interval: Option<Duration>,
     /// `--signal-table`.
     pub signal_table: Option<String>,
     pub slot_failover: bool,
@@ -136,15 +137,15 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             op_invalid: op,
         })
     };
-    let heartbeat_interval = match o.heartbeat_interval_secs.or(file.heartbeat_interval_secs) {
-        Some(0) => {
+    let heartbeat_interval = match o.heartbeat_interval.or(file.heartbeat_interval_secs.map(|s| s.0)) {
+        Some(d) if d.is_zero() => {
             return Err(ConfigError::Invalid {
                 key: "heartbeat_interval",
                 value: "0".into(),
-                expected: "a positive number of seconds",
+                expected: "a positive duration (a number of seconds, or 500ms, 30s, 5min)",
             })
         }
-        other => other.map(Duration::from_secs),
+        other => other,
     };
     let signal_table = match o.signal_table.clone().or(file.signal_table) {
         None => None,
@@ -250,10 +251,10 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
     let thresholds = Thresholds {
         warning_bytes: m.warning_bytes,
         critical_bytes: m.critical_bytes,
-        warning_lag_secs: m.warning_lag_secs.unwrap_or(defaults.warning_lag_secs),
-        critical_lag_secs: m.critical_lag_secs.unwrap_or(defaults.critical_lag_secs),
-        long_transaction_secs: m.long_transaction_secs.unwrap_or(defaults.long_transaction_secs),
-        confirm_stalled_secs: m.confirm_stalled_secs.unwrap_or(defaults.confirm_stalled_secs),
+        warning_lag_secs: m.warning_lag_secs.map_or(defaults.warning_lag_secs, |s| s.0.as_secs_f64()),
+        critical_lag_secs: m.critical_lag_secs.map_or(defaults.critical_lag_secs, |s| s.0.as_secs_f64()),
+        long_transaction_secs: m.long_transaction_secs.map_or(defaults.long_transaction_secs, |s| s.0.as_secs_f64()),
+        confirm_stalled_secs: m.confirm_stalled_secs.map_or(defaults.confirm_stalled_secs, |s| s.0.as_secs_f64()),
     };
     let bytes_out_of_order =
         matches!((thresholds.warning_bytes, thresholds.critical_bytes), (Some(w), Some(c)) if w > c);
@@ -283,10 +284,10 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         max_backoff: secs("pipeline.max_backoff_secs", p.max_backoff_secs, 30)?,
         delivery_timeout,
         // Half the producer restart by default, never more than 30 s: readiness drops first.
-        unready_after: secs(
+        unready_after: positive_duration(
             "pipeline.unready_after_secs",
-            p.unready_after_secs,
-            (delivery_timeout.as_secs() / 2).clamp(1, 30),
+            p.unready_after_secs.map(|s| s.0),
+            (delivery_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(30)),
         )?,
         // Kafka refuses a record over the producer's message.max.bytes (librdkafka's
         // default: 1,000,000) anyway; the slack is room for columns that are not in it.
@@ -302,7 +303,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         )?)
         .unwrap_or(usize::MAX),
         // Two scrapes of a 30 s interval see it.
-        halt_linger: Duration::from_secs(p.halt_linger_secs.unwrap_or(60)),
+        halt_linger: p.halt_linger_secs.map_or(Duration::from_secs(60), |s| s.0),
     };
 
     // A backfill runs beside the service with the service's configuration: the port in
@@ -401,16 +402,16 @@ fn resolve_delivery(mode: Option<String>, f: &ExactlyOnceFile) -> Result<Deliver
                     f.max_transaction_bytes,
                     d.max_transaction_bytes,
                 )?,
-                max_transaction_interval: Duration::from_millis(positive(
+                max_transaction_interval: positive_duration(
                     "exactly_once.max_transaction_ms",
-                    f.max_transaction_ms,
-                    d.max_transaction_interval.as_millis() as u64,
-                )?),
-                transaction_timeout: Duration::from_millis(positive(
+                    f.max_transaction_ms.map(|m| m.0),
+                    d.max_transaction_interval,
+                )?,
+                transaction_timeout: positive_duration(
                     "exactly_once.transaction_timeout_ms",
-                    f.transaction_timeout_ms,
-                    d.transaction_timeout.as_millis() as u64,
-                )?),
+                    f.transaction_timeout_ms.map(|m| m.0),
+                    d.transaction_timeout,
+                )?,
             };
             if e.max_transaction_interval * 4 > e.transaction_timeout {
                 return Err(ConfigError::Invalid {
@@ -437,8 +438,21 @@ fn positive(key: &'static str, v: Option<u64>, default: u64) -> Result<u64, Conf
     }
 }
 
-fn secs(key: &'static str, v: Option<u64>, default: u64) -> Result<Duration, ConfigError> {
-    positive(key, v, default).map(Duration::from_secs)
+/// A `*_secs` key: `default` seconds when unset; zero is refused.
+fn secs(key: &'static str, v: Option<Seconds>, default: u64) -> Result<Duration, ConfigError> {
+    positive_duration(key, v.map(|s| s.0), Duration::from_secs(default))
+}
+
+fn positive_duration(key: &'static str, v: Option<Duration>, default: Duration) -> Result<Duration, ConfigError> {
+    match v {
+        Some(d) if d.is_zero() => Err(ConfigError::Invalid {
+            key,
+            value: "0".into(),
+            expected: "a positive duration (a number in the key's unit, or 500ms, 30s, 5min)",
+        }),
+        Some(d) => Ok(d),
+        None => Ok(default),
+    }
 }
 
 /// `envelope` and `[cloudevents]`, before the default source is known per table.
@@ -608,10 +622,7 @@ pub(super) fn resolve_retention(
     let d = RetentionSettings::default();
     let invalid =
         |key: &'static str, value: String, expected: &'static str| ConfigError::Invalid { key, value, expected };
-    let interval_secs = file.interval_secs.unwrap_or(d.interval.as_secs());
-    if interval_secs == 0 {
-        return Err(invalid("retention.interval_secs", "0".into(), "a positive number of seconds"));
-    }
+    let interval = positive_duration("retention.interval_secs", file.interval_secs.map(|s| s.0), d.interval)?;
     let keep_days = keep_days.or(file.keep_days).unwrap_or(d.keep_days);
     if keep_days > 36_500 {
         return Err(invalid("retention.keep_days", keep_days.to_string(), "a number of days up to 36500"));
@@ -620,18 +631,10 @@ pub(super) fn resolve_retention(
     if days_ahead == 0 || days_ahead > 366 {
         return Err(invalid("retention.days_ahead", days_ahead.to_string(), "1 to 366 days"));
     }
-    let lock_ms = file.lock_timeout_ms.unwrap_or(1000);
-    if lock_ms == 0 {
-        // 0 would mean "wait forever" to PostgreSQL, queueing every insert behind us.
-        return Err(invalid("retention.lock_timeout_ms", "0".into(), "a positive number of milliseconds"));
-    }
-    Ok(RetentionSettings {
-        enabled: file.enabled,
-        interval: Duration::from_secs(interval_secs),
-        keep_days,
-        days_ahead,
-        lock_timeout: Duration::from_millis(lock_ms),
-    })
+    // 0 would mean "wait forever" to PostgreSQL, queueing every insert behind us.
+    let lock_timeout =
+        positive_duration("retention.lock_timeout_ms", file.lock_timeout_ms.map(|m| m.0), Duration::from_secs(1))?;
+    Ok(RetentionSettings { enabled: file.enabled, interval, keep_days, days_ahead, lock_timeout })
 }
 
 /// PostgreSQL's rule for slot names: lower-case letters, digits and underscores, at most 63.
@@ -897,5 +900,42 @@ mod tests {
         let f = file("[pipeline]\ndelivery_timeout_secs = 10");
         let s = Settings::resolve(&base(), f).unwrap();
         assert_eq!(s.stream.unready_after, Duration::from_secs(5));
+    }
+
+    /// Issue 29: every duration key takes a string with a unit beside its old number.
+    #[test]
+    fn durations_take_units_and_keep_their_old_numbers() {
+        let text = "heartbeat_interval_secs = \"1min\"\ndelivery = \"exactly-once\"\n\
+                    [pipeline]\nstatus_interval_secs = \"500ms\"\nhalt_linger_secs = 5\n\
+                    [monitor]\nwarning_lag_secs = \"90s\"\ncritical_lag_secs = 600.5\n\
+                    [exactly_once]\nmax_transaction_ms = \"2s\"\ntransaction_timeout_ms = 60000\n\
+                    [retention]\ninterval_secs = \"2h\"\nlock_timeout_ms = \"1500ms\"";
+        let s = Settings::resolve(&base(), file(text)).unwrap();
+        assert_eq!(s.source.heartbeat_interval, Some(Duration::from_secs(60)));
+        assert_eq!(s.stream.status_interval, Duration::from_millis(500));
+        assert_eq!(s.stream.halt_linger, Duration::from_secs(5));
+        assert_eq!((s.monitor.thresholds.warning_lag_secs, s.monitor.thresholds.critical_lag_secs), (90.0, 600.5));
+        match &s.kafka.delivery {
+            Delivery::ExactlyOnce(e) => {
+                assert_eq!(e.max_transaction_interval, Duration::from_secs(2));
+                assert_eq!(e.transaction_timeout, Duration::from_secs(60));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            (s.retention.interval, s.retention.lock_timeout),
+            (Duration::from_secs(7200), Duration::from_millis(1500))
+        );
+        for zero in [
+            "[pipeline]\nmax_backoff_secs = \"0s\"",
+            "[retention]\nlock_timeout_ms = 0",
+            "heartbeat_interval_secs = \"0ms\"",
+        ] {
+            let err = Settings::resolve(&base(), file(zero)).unwrap_err().to_string();
+            assert!(err.contains("a positive duration"), "{zero}: {err}");
+        }
+        let err = FileConfig::parse("[pipeline]\nstatus_interval_secs = \"ten seconds\"").unwrap_err();
+        assert!(err.contains("(status_interval_secs)") && err.contains("not a duration"), "{err}");
+        assert!(!err.contains("ten seconds"), "a file's error shows no value: {err}");
     }
 }
