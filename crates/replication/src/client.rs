@@ -2,6 +2,10 @@
 //! simple queries, the replication commands, and the CopyBoth stream
 //! ([`ReplicationStream`]) that START_REPLICATION turns the connection into. Opening
 //! the transport and choosing the host are `connect.rs`'s.
+//!
+//! Why one file over 600 lines: startup (authentication itself is `auth.rs`'s), simple
+//! queries, the replication commands and the CopyBoth stream share one connection's
+//! framing and buffers (`read_frame`, `split_frame`), and follow the protocol's order.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

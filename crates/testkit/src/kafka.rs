@@ -1,5 +1,10 @@
 //! Throwaway Apache Kafka (KRaft) servers: the single-node [`Kafka`], and the pieces
 //! shared with [`crate::KafkaCluster`] (one broker+controller JVM = one [`Node`]).
+//!
+//! Why one file over 600 lines: a broker's whole life (jars, KRaft format, start,
+//! readiness, kill, restart on the same data, stop), metadata and topic calls and the
+//! Kafka tools the tests run are one type the tests drive; this is test harness, not
+//! walpost.
 
 use std::fmt::Write as _;
 use std::fs;

@@ -1,4 +1,8 @@
 //! Throwaway PostgreSQL clusters.
+//!
+//! Why one file over 600 lines: a cluster's whole life (initdb as an ordinary user,
+//! configuration, TLS, start, a physical standby, SQL through psql, stop) is one type
+//! the tests drive; this is test harness, not walpost.
 
 use std::fmt::Write as _;
 use std::fs;

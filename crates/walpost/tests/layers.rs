@@ -237,3 +237,26 @@ fn only_the_lineage_rule_creates_slots() {
         .collect();
     assert_eq!(callers, vec!["postgres/lineage.rs".to_owned()], "slots are created only by Lineage::create_slot");
 }
+
+/// Issue 29: a source file over 600 lines says in its doc comment why it is one file.
+#[test]
+fn a_file_over_600_lines_says_why() {
+    let mut checked = 0;
+    for krate in std::fs::read_dir(repo().join("crates")).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for file in rust_files(&src) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            checked += 1;
+            let lines = text.lines().count();
+            assert!(
+                lines <= 600 || text.to_lowercase().contains("why one file over 600 lines"),
+                "{} has {lines} lines: split it, or say in its doc comment why it is one file (\"Why one file over 600 lines: ...\")",
+                file.display()
+            );
+        }
+    }
+    assert!(checked > 100, "only {checked} files found under crates/*/src");
+}

@@ -33,6 +33,10 @@
 //!   `Debug` hide it.
 //! - No [`ConfigError`] quotes a password or text that may be part of one (see [`conninfo`]).
 //! - A parsed `Config` has at least one host.
+//!
+//! Why one file over 600 lines: libpq's keywords, their environment variables and their
+//! precedence (string over environment over default, per host) are one table of rules;
+//! the syntax of the two string forms is [`conninfo`]'s.
 
 mod conninfo;
 mod passfile;

@@ -1,3 +1,6 @@
+//! Unit tests of the router: one per Event Router option and error, read side by side
+//! with Debezium's option table (why one file over 600 lines).
+
 use super::*;
 use crate::options::AdditionalField;
 use crate::value::parse_timestamp_ms;

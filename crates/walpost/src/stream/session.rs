@@ -18,16 +18,15 @@ use crate::kafka::KafkaSink;
 use super::checkpoint::TxnSeq;
 use super::confirm::{Confirmer, MIN_STATUS_GAP};
 use super::decode::{Change, Decoding, OpenTxn};
-use super::exactly_once::{Due, ExactlyOnceState};
+use super::exactly_once::ExactlyOnceState;
 use super::route::{unroutable_halt, Routed, Routing};
-use super::signal::{self, Action, Finished, Replays, SignalRow};
+use super::signal::Replays;
 use crate::error::PipelineError;
 use crate::kafka::{
     DeliveryMemo, Event, Failure, Known, Original, Outgoing, PermanentErrorPolicy, ProduceWindow, RecordId,
 };
 use crate::otlp::{PendingSpan, Placed, Tracer};
-use crate::settings::{Settings, TableName};
-use crate::snapshot::replay::{self, ReplaySpec};
+use crate::settings::Settings;
 use crate::telemetry::metrics::StreamMetrics;
 use crate::telemetry::now_ms;
 use crate::telemetry::Metrics;
@@ -190,43 +189,6 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             }
         }
         (result, culprit)
-    }
-
-    /// Exactly-once: commits the open Kafka transaction now (what it holds completely).
-    async fn commit_now(&mut self) -> Result<(), PipelineError> {
-        let Some(eos) = self.exactly_once.as_ref() else { return Ok(()) };
-        if !eos.is_open() {
-            return Ok(());
-        }
-        let due = eos.due(None, None, Instant::now() + Duration::from_secs(86_400));
-        self.commit_kafka_transaction(due).await
-    }
-
-    /// Exactly-once: commits the Kafka transaction when a bound says so (or an idle
-    /// position is worth recording).
-    async fn maybe_commit(&mut self) -> Result<(), PipelineError> {
-        let Some(eos) = self.exactly_once.as_ref() else { return Ok(()) };
-        let reading = self.decoding.current_ref().map(|t| (t.final_lsn, t.records));
-        let checkpoint = &self.confirmer.checkpoint;
-        let idle_at = (checkpoint.is_idle() && reading.is_none()).then(|| checkpoint.flush_lsn());
-        let due = eos.due(reading, idle_at, Instant::now());
-        self.commit_kafka_transaction(due).await
-    }
-
-    async fn commit_kafka_transaction(&mut self, due: Due) -> Result<(), PipelineError> {
-        let Due::At(position) = due else { return Ok(()) };
-        let Some(eos) = self.exactly_once.as_mut() else { return Ok(()) };
-        eos.before_record(self.window.sink())?;
-        self.window.enqueue(eos.progress_outgoing(position));
-        // Everything routed so far, the progress record last, goes into this
-        // transaction: a record left queued would be sent after the commit.
-        while let Some(event) = self.window.send_queue().await.map_err(|e| self.kafka_failed(e))? {
-            self.on_event(event)?;
-        }
-        let Some(eos) = self.exactly_once.as_mut() else { return Ok(()) };
-        eos.commit(&self.window, position).await.inspect_err(|_| self.culprit = Culprit::Kafka)?;
-        self.confirmer.set_gate(eos.gate());
-        Ok(())
     }
 
     async fn stream_loop(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<SessionEnd, PipelineError> {
@@ -576,139 +538,6 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
         }
         Ok(())
     }
-
-    /// A signal row: a replay holds its transaction unconfirmed until it ends (see
-    /// `signal`); anything else is logged and counted.
-    fn on_signal(&mut self, txn: &mut OpenTxn, row: SignalRow) -> Result<(), PipelineError> {
-        let outboxes: Vec<&TableName> = self.s.source.outboxes.iter().map(|o| &o.table).collect();
-        let snapshot_metrics = &self.all_metrics.snapshot;
-        match signal::parse(&row, &outboxes) {
-            Ok(Action::Replay { condition }) => {
-                // The replay takes the place of a record of its transaction (its ordinal
-                // names it across sessions, as a record's does).
-                let id = RecordId { txn: txn.final_lsn, ordinal: txn.records };
-                txn.records += 1;
-                let checkpoint = &mut self.confirmer.checkpoint;
-                let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
-                if self.memo.lookup(id) == Known::Acknowledged {
-                    tracing::info!(signal = ?row.id, "signal: its replay ended in an earlier session; not run again");
-                    return checkpoint.record_skipped(seq).map_err(PipelineError::definite);
-                }
-                checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
-                self.running_replays.push((seq, id));
-                let spec = ReplaySpec {
-                    id: row.id.clone(),
-                    since: None,
-                    until: None,
-                    condition,
-                    time_column: replay::DEFAULT_TIME_COLUMN.to_owned(),
-                    dry_run: false,
-                    statement_timeout: replay::STATEMENT_TIMEOUT,
-                };
-                tracing::info!(signal = ?row.id, "signal: replay started (the signal's transaction is confirmed once it ends)");
-                self.replays.start(seq, row.id, spec, self.s, &self.all_metrics);
-            }
-            Ok(Action::Ignore(why)) => {
-                tracing::info!(signal = ?row.id, "signal ignored: {}", signal::printable(&why));
-                snapshot_metrics.replay("ignored");
-            }
-            Err(why) => {
-                tracing::warn!(signal = ?row.id, "signal cannot be acted on: {}; insert a corrected signal row", signal::printable(&why));
-                snapshot_metrics.replay("failed");
-            }
-        }
-        Ok(())
-    }
-
-    /// A signal's replay ended: its transaction may be confirmed now, whatever the outcome.
-    fn replay_finished(&mut self, f: Finished) -> Result<(), PipelineError> {
-        self.running_replays.retain(|(seq, _)| *seq != f.txn);
-        match &f.result {
-            Ok(outcome) => {
-                tracing::info!(signal = ?f.signal, rows = outcome.rows, "signal: replay done");
-                self.all_metrics.snapshot.replay("done");
-            }
-            Err(e) => {
-                tracing::error!(signal = ?f.signal, "signal: replay failed: {}; the signal is dropped (insert a new signal row once fixed)", signal::printable(&e.to_string()));
-                self.all_metrics.snapshot.replay("failed");
-            }
-        }
-        self.confirmer.delivered(f.txn)
-    }
-
-    /// Shutdown or halt: waits (bounded) for what is in flight, confirms what was
-    /// delivered and closes the stream.
-    async fn finish(mut self, why: &str) {
-        let fatal = self.window.producer_fatal();
-        let confirmer = &mut self.confirmer;
-        let left = self
-            .window
-            .drain(self.s.stream.shutdown_timeout, |event| {
-                if let Event::Delivered { tag: Tag { txn: Some(txn), .. }, .. } = event {
-                    let _ = confirmer.delivered(txn);
-                }
-            })
-            .await;
-        if !left.is_empty() && fatal.is_none() {
-            tracing::warn!(
-                unacknowledged = left.len(),
-                "Kafka did not acknowledge everything within the shutdown timeout; those events will be sent again on restart"
-            );
-        }
-        match self.confirmer.send(&mut self.stream, false).await {
-            Ok(()) => tracing::info!(confirmed = %self.confirmer.flush_lsn(), "{why}: confirmed position sent"),
-            Err(e) => tracing::warn!("{why}: could not send the final position: {e}"),
-        }
-        self.stream.close().await;
-        self.window.close(Duration::ZERO, |_| {}).await;
-    }
-
-    /// A transient error: closes the producer off the runtime (letting in-flight
-    /// records finish, unless the process was frozen), confirms what got delivered if
-    /// the stream still works, and remembers what Kafka has for the next session.
-    /// Exactly-once: the open Kafka transaction is aborted instead (nothing of it is read;
-    /// the next session starts from the committed progress), and `Some` is returned when
-    /// the abort says another instance fenced this one.
-    async fn restart(mut self) -> Option<PipelineError> {
-        if let Some(mut eos) = self.exactly_once.take() {
-            let fenced = eos.abort(self.window.sink()).await.err();
-            self.window.close(Duration::ZERO, |_| {}).await;
-            let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.close()).await;
-            return fenced;
-        }
-        // In-flight records may still be acknowledged when PostgreSQL ended the session;
-        // not when Kafka did, nor after a freeze (they must not be published late).
-        let flush = if self.frozen || self.culprit == Culprit::Kafka { Duration::ZERO } else { RESTART_FLUSH };
-        let dead_letters = self.policy.dead_letters();
-        let (confirmer, not_acknowledged, memo) = (&mut self.confirmer, &mut self.not_acknowledged, &mut *self.memo);
-        let left = self
-            .window
-            .close(flush, |event| match event {
-                Event::Delivered { tag, .. } => {
-                    if let Some(txn) = tag.txn {
-                        let _ = confirmer.delivered(txn);
-                    }
-                }
-                Event::Rejected { tag, rejection, alone, .. } => {
-                    // The other records of a refused batch: alone next time, too.
-                    if dead_letters && refused_as_a_batch(&rejection, alone) {
-                        memo.suspect(tag.id);
-                    }
-                    not_acknowledged.push(tag.id)
-                }
-                Event::Failed { tag, .. } => not_acknowledged.push(tag.id),
-            })
-            .await;
-        self.not_acknowledged.extend(left.iter().map(|t| t.id));
-        // Unfinished replays run again in the next session.
-        self.not_acknowledged.extend(self.running_replays.iter().map(|(_, id)| *id));
-        if !self.frozen {
-            let _ = tokio::time::timeout(Duration::from_secs(2), self.confirmer.send(&mut self.stream, false)).await;
-        }
-        self.memo.remember(self.confirmer.checkpoint.pending(), &self.not_acknowledged);
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.stream.close()).await;
-        None
-    }
 }
 
 /// A producer span for `record` if the sampler says so; the record's `traceparent` then
@@ -730,5 +559,8 @@ fn refused_as_a_batch(rejection: &crate::kafka::Rejection, alone: bool) -> bool 
     !alone && matches!(rejection.code.as_str(), "message_size_too_large" | "message_batch_too_large")
 }
 
+mod ending;
+mod signals;
 #[cfg(test)]
 mod tests;
+mod transactions;

@@ -1,0 +1,263 @@
+use super::*;
+use crate::settings::{RetentionFile, RetentionSettings};
+
+fn file(text: &str) -> FileConfig {
+    FileConfig::parse(text).unwrap()
+}
+
+fn base() -> Overrides {
+    Overrides { postgres: Some("postgres://u@h/d".into()), kafka_brokers: Some("k:1".into()), ..Overrides::default() }
+}
+
+#[test]
+fn flag_beats_file_beats_default() {
+    let f = file(
+        r#"
+        postgres = "postgres://u:p@h/db"
+        slot = "from_file"
+        [kafka]
+        brokers = "k:9092"
+        [kafka.properties]
+        "compression.type" = "zstd"
+        [router]
+        "route.by.field" = "kind"
+        "#,
+    );
+    let o = Overrides {
+        slot: Some("from_flag".into()),
+        kafka_properties: vec!["linger.ms=20".into()],
+        ..Overrides::default()
+    };
+    let s = Settings::resolve(&o, f).unwrap();
+    assert_eq!(s.source.slot, "from_flag");
+    assert_eq!(s.kafka.brokers, "k:9092");
+    assert_eq!(s.router().route_by_field, "kind");
+    assert_eq!(s.router().key_field, "aggregate_id");
+    assert_eq!(*s.table(), TableName { schema: "events".into(), name: "outbox".into() });
+    assert_eq!(s.source.publication, "walpost_outbox");
+    assert_eq!(s.kafka.properties["compression.type"], "zstd");
+    assert_eq!(s.kafka.properties["linger.ms"], "20");
+}
+
+/// The produce window's defaults: 8 MiB of payloads (librdkafka keeps a copy of each
+/// unacknowledged one, so this is most of a drain's memory; 16 MiB peaked at 57-62 MB
+/// RSS, 8 MiB at 41.5 MB: bench/results/analysis.md) and 50,000 records.
+#[test]
+fn the_produce_window_defaults_to_8_mib_and_50000_records() {
+    let s = Settings::resolve(&base(), FileConfig::default()).unwrap();
+    assert_eq!(s.stream.max_in_flight_bytes, 8 * 1024 * 1024);
+    assert_eq!(s.stream.max_in_flight_records, 50_000);
+}
+
+#[test]
+fn walpost_connects_to_a_primary_whatever_the_host_order() {
+    use replication::TargetSessionAttrs as T;
+    let with = |url: &str| Overrides { postgres: Some(url.into()), ..base() };
+    let s = Settings::resolve(&with("postgres://u@a:5432,b:5433/d"), FileConfig::default()).unwrap();
+    assert_eq!(s.postgres.target_session_attrs, T::Primary, "no target_session_attrs: primary");
+    assert_eq!(s.postgres.hosts.len(), 2);
+    for (given, expected) in [("read-write", T::ReadWrite), ("primary", T::Primary)] {
+        let url = format!("postgres://u@a,b/d?target_session_attrs={given}");
+        assert_eq!(
+            Settings::resolve(&with(&url), FileConfig::default()).unwrap().postgres.target_session_attrs,
+            expected
+        );
+    }
+    for refused in ["any", "standby", "prefer-standby", "read-only"] {
+        let url = format!("host=a,b dbname=d user=u target_session_attrs={refused}");
+        let err = Settings::resolve(&with(&url), FileConfig::default()).unwrap_err().to_string();
+        assert!(err.contains(refused) && err.contains("primary only"), "{err}");
+    }
+}
+
+#[test]
+fn unknown_keys_are_errors_naming_them() {
+    let err = FileConfig::parse("postgress = 'x'").unwrap_err();
+    assert!(err.contains("postgress"), "{err}");
+    let err = FileConfig::parse("[router]\n\"route.by.feild\" = 'x'").unwrap_err();
+    assert!(err.contains("route.by.feild"), "{err}");
+}
+
+#[test]
+fn missing_required_settings_say_how_to_set_them() {
+    let err = Settings::resolve(&Overrides::default(), FileConfig::default()).unwrap_err().to_string();
+    assert!(err.contains("--postgres") && err.contains("WALPOST_POSTGRES"), "{err}");
+    let o = Overrides { postgres: Some("postgres://u@h/d".into()), ..Overrides::default() };
+    let err = Settings::resolve(&o, FileConfig::default()).unwrap_err().to_string();
+    assert!(err.contains("--kafka-brokers"), "{err}");
+}
+
+#[test]
+fn invalid_values_are_named() {
+    let with = |f: fn(&mut Overrides)| {
+        let mut o = base();
+        f(&mut o);
+        Settings::resolve(&o, FileConfig::default()).unwrap_err().to_string()
+    };
+    assert!(with(|o| o.slot = Some("Bad-Slot".into())).contains("slot"));
+    assert!(with(|o| o.table = Some("a.b.c".into())).contains("table"));
+    assert!(with(|o| o.metrics_addr = Some("localhost".into())).contains("metrics_addr"));
+    assert!(with(|o| o.kafka_properties = vec!["novalue".into()]).contains("KEY=VALUE"));
+}
+
+/// Regression: a publication or table name with a quote or backslash reached SQL
+/// through quote-doubling alone, which `standard_conforming_strings = off` breaks.
+#[test]
+fn regression_names_that_need_escaping_are_refused() {
+    for bad in ["pub'; DROP TABLE x; --", "a\\b", "x\"y", "1abc", ""] {
+        let mut o = base();
+        o.publication = Some(bad.into());
+        let err = Settings::resolve(&o, FileConfig::default()).unwrap_err().to_string();
+        assert!(err.contains("publication"), "{bad}: {err}");
+        let mut o = base();
+        o.table = Some(format!("events.{bad}"));
+        assert!(Settings::resolve(&o, FileConfig::default()).is_err(), "{bad}");
+    }
+    for good in ["walpost_outbox", "Pub$1", "_x"] {
+        assert_eq!(validate_identifier(good), Ok(()), "{good}");
+    }
+}
+
+#[test]
+fn empty_event_type_field_disables_the_header() {
+    let mut o = base();
+    o.event_type_field = Some(String::new());
+    let s = Settings::resolve(&o, FileConfig::default()).unwrap();
+    assert_eq!(s.router().event_type_header_field, None);
+    // The deprecated Debezium spelling still works.
+    let f = file("[router]\n\"table.field.event.type\" = \"kind\"");
+    let s = Settings::resolve(&base(), f).unwrap();
+    assert_eq!(s.router().event_type_header_field.as_deref(), Some("kind"));
+}
+
+/// Every Debezium option walpost does not implement is refused by name, with why.
+#[test]
+fn unimplemented_debezium_options_are_refused_by_name() {
+    for (key, _) in router::DEBEZIUM_OPTIONS_NOT_IMPLEMENTED {
+        for section in ["[router]", "[[outbox]]\ntable = \"a.b\"\n[outbox.router]", "[messages.router]"] {
+            let err = FileConfig::parse(&format!("{section}\n\"{key}\" = \"x\"\n")).unwrap_err();
+            assert!(err.contains(key) && err.contains("does not implement"), "{section} {key}: {err}");
+        }
+    }
+}
+
+/// A TOML parse error names the position, never the line's text (a secret may be on it).
+#[test]
+fn parse_errors_do_not_echo_the_file() {
+    let dir = std::env::temp_dir().join(testkit_free_name());
+    std::fs::write(&dir, "[kafka.properties]\n\"sasl.password\" = \"hunter2-canary\" junk\n").unwrap();
+    let err = FileConfig::load(&dir).unwrap_err().to_string();
+    let _ = std::fs::remove_file(&dir);
+    assert!(!err.contains("hunter2-canary"), "{err}");
+    assert!(err.contains("not valid"), "{err}");
+}
+
+fn testkit_free_name() -> String {
+    format!("walpost-parse-{}-{:?}.toml", std::process::id(), std::thread::current().id()).replace(['(', ')'], "")
+}
+
+#[test]
+fn retention_defaults_and_validation() {
+    let c = resolve_retention(&RetentionFile::default(), None, None).unwrap();
+    assert_eq!(c, RetentionSettings::default());
+    assert_eq!((c.keep_days, c.days_ahead, c.interval.as_secs(), c.enabled), (7, 3, 3600, None));
+    let f: RetentionFile = toml::from_str("enabled = true\nkeep_days = 30\ndays_ahead = 5").unwrap();
+    let c = resolve_retention(&f, Some(2), None).unwrap();
+    assert_eq!((c.enabled, c.keep_days, c.days_ahead), (Some(true), 2, 5));
+    let bad: RetentionFile = toml::from_str("days_ahead = 0").unwrap();
+    assert!(resolve_retention(&bad, None, None).unwrap_err().to_string().contains("retention.days_ahead"));
+    let err = toml::from_str::<RetentionFile>("keep_dayz = 3").unwrap_err().to_string();
+    assert!(err.contains("keep_dayz"), "{err}");
+}
+
+#[test]
+fn cloudevents_envelope_resolves_per_table() {
+    assert!(Settings::resolve(&base(), FileConfig::default()).unwrap().router().cloudevents.is_none());
+    let f = file(
+        "envelope = \"cloudevents\"\n[[outbox]]\ntable = \"billing.outbox\"\n[messages]\n\"prefix.include\" = [\"outbox\"]",
+    );
+    let s = Settings::resolve(&base(), f).unwrap();
+    let ce = |i: usize| s.source.outboxes[i].router.cloudevents.clone().unwrap();
+    assert_eq!(ce(0).mode, router::CloudEventsMode::Binary);
+    assert_eq!(ce(0).source, "/walpost/d/events.outbox", "database d of postgres://u@h/d");
+    assert_eq!(ce(1).source, "/walpost/d/billing.outbox");
+    assert_eq!(s.source.messages.as_ref().unwrap().router.cloudevents.as_ref().unwrap().source, "/walpost/d/messages");
+    let f = file("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"structured\"\nsource = \"urn:shop\"");
+    let o = Overrides { envelope: Some("none".into()), ..base() };
+    let err = Settings::resolve(&o, f).unwrap_err().to_string();
+    assert!(err.contains("cloudevents"), "the flag turned the envelope off while [cloudevents] is set: {err}");
+    let f = file("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"structured\"\nsource = \"urn:shop\"");
+    let ce = Settings::resolve(&base(), f).unwrap().router().cloudevents.clone().unwrap();
+    assert_eq!((ce.mode, ce.source.as_str()), (router::CloudEventsMode::Structured, "urn:shop"));
+    let o = Overrides { envelope: Some("cloudevents".into()), ..base() };
+    assert!(Settings::resolve(&o, FileConfig::default()).unwrap().router().cloudevents.is_some(), "--envelope");
+    for (text, key) in [
+        ("envelope = \"xml\"", "envelope"),
+        ("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"batch\"", "cloudevents.mode"),
+        ("envelope = \"cloudevents\"\n[cloudevents]\nsource = \"\"", "cloudevents.source"),
+        (
+            "envelope = \"cloudevents\"\n[router]\n\"table.fields.additional.placement\" = \"event_type:header:ce_type\"",
+            "collide",
+        ),
+        ("envelope = \"cloudevents\"\n[router]\n\"table.field.event.type.header\" = \"\"", "event type column"),
+    ] {
+        let err = Settings::resolve(&base(), file(text)).unwrap_err().to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+    assert!(FileConfig::parse("[cloudevents]\nmodes = \"binary\"").unwrap_err().contains("modes"));
+}
+
+#[test]
+fn debeziums_tracing_option_names_the_trace_column() {
+    for key in ["tracing.span.context.field", "table.field.event.tracing"] {
+        let s = Settings::resolve(&base(), file(&format!("[router]\n\"{key}\" = \"trace\""))).unwrap();
+        assert_eq!(s.router().tracing_field.as_deref(), Some("trace"), "{key}");
+    }
+}
+
+#[test]
+fn readiness_drops_before_the_producer_restarts() {
+    let s = Settings::resolve(&base(), FileConfig::default()).unwrap();
+    assert_eq!(s.stream.unready_after, Duration::from_secs(30));
+    assert!(s.stream.unready_after < s.stream.delivery_timeout);
+    let f = file("[pipeline]\ndelivery_timeout_secs = 10");
+    let s = Settings::resolve(&base(), f).unwrap();
+    assert_eq!(s.stream.unready_after, Duration::from_secs(5));
+}
+
+/// Issue 29: every duration key takes a string with a unit beside its old number.
+#[test]
+fn durations_take_units_and_keep_their_old_numbers() {
+    let text = "heartbeat_interval_secs = \"1min\"\ndelivery = \"exactly-once\"\n\
+                [pipeline]\nstatus_interval_secs = \"500ms\"\nhalt_linger_secs = 5\n\
+                [monitor]\nwarning_lag_secs = \"90s\"\ncritical_lag_secs = 600.5\n\
+                [exactly_once]\nmax_transaction_ms = \"2s\"\ntransaction_timeout_ms = 60000\n\
+                [retention]\ninterval_secs = \"2h\"\nlock_timeout_ms = \"1500ms\"";
+    let s = Settings::resolve(&base(), file(text)).unwrap();
+    assert_eq!(s.source.heartbeat_interval, Some(Duration::from_secs(60)));
+    assert_eq!(s.stream.status_interval, Duration::from_millis(500));
+    assert_eq!(s.stream.halt_linger, Duration::from_secs(5));
+    assert_eq!((s.monitor.thresholds.warning_lag_secs, s.monitor.thresholds.critical_lag_secs), (90.0, 600.5));
+    match &s.kafka.delivery {
+        Delivery::ExactlyOnce(e) => {
+            assert_eq!(e.max_transaction_interval, Duration::from_secs(2));
+            assert_eq!(e.transaction_timeout, Duration::from_secs(60));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        (s.retention.interval, s.retention.lock_timeout),
+        (Duration::from_secs(7200), Duration::from_millis(1500))
+    );
+    for zero in [
+        "[pipeline]\nmax_backoff_secs = \"0s\"",
+        "[retention]\nlock_timeout_ms = 0",
+        "heartbeat_interval_secs = \"0ms\"",
+    ] {
+        let err = Settings::resolve(&base(), file(zero)).unwrap_err().to_string();
+        assert!(err.contains("a positive duration"), "{zero}: {err}");
+    }
+    let err = FileConfig::parse("[pipeline]\nstatus_interval_secs = \"ten seconds\"").unwrap_err();
+    assert!(err.contains("(status_interval_secs)") && err.contains("not a duration"), "{err}");
+    assert!(!err.contains("ten seconds"), "a file's error shows no value: {err}");
+}

@@ -1,0 +1,49 @@
+//! Exactly-once: when the session commits its Kafka transaction (a bound reached, an
+//! idle position worth recording, a shutdown), with the progress record last in it.
+
+use std::time::{Duration, Instant};
+
+use super::super::exactly_once::Due;
+use super::{Culprit, Session};
+use crate::error::PipelineError;
+use crate::kafka::sink::Sink;
+use crate::stream::source::Source;
+
+impl<R: Source, S: Sink> Session<'_, R, S> {
+    /// Exactly-once: commits the open Kafka transaction now (what it holds completely).
+    pub(super) async fn commit_now(&mut self) -> Result<(), PipelineError> {
+        let Some(eos) = self.exactly_once.as_ref() else { return Ok(()) };
+        if !eos.is_open() {
+            return Ok(());
+        }
+        let due = eos.due(None, None, Instant::now() + Duration::from_secs(86_400));
+        self.commit_kafka_transaction(due).await
+    }
+
+    /// Exactly-once: commits the Kafka transaction when a bound says so (or an idle
+    /// position is worth recording).
+    pub(super) async fn maybe_commit(&mut self) -> Result<(), PipelineError> {
+        let Some(eos) = self.exactly_once.as_ref() else { return Ok(()) };
+        let reading = self.decoding.current_ref().map(|t| (t.final_lsn, t.records));
+        let checkpoint = &self.confirmer.checkpoint;
+        let idle_at = (checkpoint.is_idle() && reading.is_none()).then(|| checkpoint.flush_lsn());
+        let due = eos.due(reading, idle_at, Instant::now());
+        self.commit_kafka_transaction(due).await
+    }
+
+    async fn commit_kafka_transaction(&mut self, due: Due) -> Result<(), PipelineError> {
+        let Due::At(position) = due else { return Ok(()) };
+        let Some(eos) = self.exactly_once.as_mut() else { return Ok(()) };
+        eos.before_record(self.window.sink())?;
+        self.window.enqueue(eos.progress_outgoing(position));
+        // Everything routed so far, the progress record last, goes into this
+        // transaction: a record left queued would be sent after the commit.
+        while let Some(event) = self.window.send_queue().await.map_err(|e| self.kafka_failed(e))? {
+            self.on_event(event)?;
+        }
+        let Some(eos) = self.exactly_once.as_mut() else { return Ok(()) };
+        eos.commit(&self.window, position).await.inspect_err(|_| self.culprit = Culprit::Kafka)?;
+        self.confirmer.set_gate(eos.gate());
+        Ok(())
+    }
+}
