@@ -1,4 +1,5 @@
 use crate::frame::{FrameError, ServerMessage};
+use crate::sqlstate::{self, in_class};
 
 /// Everything that can go wrong on a replication connection.
 ///
@@ -132,12 +133,13 @@ impl Error {
             Error::Connect { .. } | Error::ConnectTimeout { .. } | Error::Io(_) | Error::SessionAttrs { .. } => true,
             Error::Server(m) => {
                 let code = m.code.as_str();
-                code.starts_with("08") // connection exception
-                    || code.starts_with("53") // insufficient resources (too many connections)
-                    || code.starts_with("57P") // admin/crash shutdown, cannot connect now
-                    || code == "55006" // object in use: the slot is held by another process
-                    || code == "40001"
-                    || code == "40P01"
+                in_class(code, sqlstate::CLASS_CONNECTION_EXCEPTION)
+                    || in_class(code, sqlstate::CLASS_INSUFFICIENT_RESOURCES)
+                    || in_class(code, sqlstate::CLASS_OPERATOR_INTERVENTION)
+                    // The slot is held by another process.
+                    || code == sqlstate::OBJECT_IN_USE
+                    || code == sqlstate::SERIALIZATION_FAILURE
+                    || code == sqlstate::DEADLOCK_DETECTED
             }
             // Transient when some host may come back (down, starting, a standby for now)
             // and no host ended the search with an authentication failure.
@@ -163,7 +165,7 @@ impl Error {
     pub fn ends_host_search(&self) -> bool {
         match self {
             Error::Auth { .. } | Error::AuthRefused { .. } => true,
-            Error::Server(m) => m.code.starts_with("28"),
+            Error::Server(m) => in_class(&m.code, sqlstate::CLASS_INVALID_AUTHORIZATION),
             _ => false,
         }
     }

@@ -40,6 +40,7 @@ mod connect;
 mod error;
 pub mod frame;
 mod sql;
+pub mod sqlstate;
 mod tls;
 mod transport;
 

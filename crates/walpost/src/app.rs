@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::cli::{Cli, Command, SlotAction};
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::settings::{FileConfig, Settings};
 use crate::telemetry::{http, Health, Metrics};
 use crate::{kafka, monitor, ops, otlp, retention, stream};
@@ -39,15 +39,19 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
             let settings = Settings::resolve(&args.overrides(), file)?;
             let checks = ops::check::check(&settings).await;
             if ops::check::any_failed(&checks) {
-                return Err(PipelineError::definite("walpost check: some checks failed (see FAIL lines above)"));
+                return Err(PipelineError::definite(
+                    ErrorKind::Config,
+                    "walpost check: some checks failed (see FAIL lines above)",
+                ));
             }
             Ok(0)
         }
         Command::ImportDebezium { file: path } => {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| PipelineError::definite(format!("cannot read {}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                PipelineError::definite(ErrorKind::Config, format!("cannot read {}: {e}", path.display()))
+            })?;
             let c = ops::import_debezium::convert(&text)
-                .map_err(|e| PipelineError::definite(format!("{}: {e}", path.display())))?;
+                .map_err(|e| PipelineError::definite(ErrorKind::Config, format!("{}: {e}", path.display())))?;
             print!("{}", c.toml);
             for note in &c.notes {
                 eprintln!("note: {note}");
@@ -98,11 +102,12 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
 /// `walpost run`: the stream plus its side tasks, until a signal or a definite error.
 async fn run(settings: Settings) -> Result<(), PipelineError> {
     let health = Arc::new(Health::new(settings.stream.unready_after, LIVENESS_TIMEOUT));
-    let metrics = Metrics::new(health.clone()).map_err(PipelineError::definite)?;
+    let metrics = Metrics::new(health.clone()).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
     metrics.kafka.declare_dead_letter_classes(router::ERROR_CLASSES.iter().chain(kafka::rejection::CLASSES).copied());
     if let Some(addr) = settings.metrics_addr {
-        http::serve(addr, metrics.clone())
-            .map_err(|e| PipelineError::definite(format!("cannot serve metrics on {addr}: {e}")).caused_by(e))?;
+        http::serve(addr, metrics.clone()).map_err(|e| {
+            PipelineError::definite(ErrorKind::Host, format!("cannot serve metrics on {addr}: {e}")).caused_by(e)
+        })?;
     }
     tracing::info!(
         version = crate::VERSION,
@@ -151,7 +156,7 @@ async fn run(settings: Settings) -> Result<(), PipelineError> {
         // The slot was invalidated or an outbox table stopped being streamed.
         Ok(()) = fatal.changed() => {
             let message = fatal.borrow().clone().unwrap_or_default();
-            Err(PipelineError::definite(message))
+            Err(PipelineError::definite(ErrorKind::Slot, message))
         }
     };
     if let Some(spans) = spans {
@@ -176,6 +181,7 @@ async fn linger_halted(s: &Settings, health: &Health, e: &PipelineError, mut sto
     }
     health.set_halted(e.to_string());
     tracing::error!(
+        kind = %e.kind(),
         "halted: {e} (serving walpost_halted = 1 on /metrics for {} s, then exiting 1)",
         s.stream.halt_linger.as_secs()
     );
@@ -191,7 +197,9 @@ async fn linger_halted(s: &Settings, health: &Health, e: &PipelineError, mut sto
 /// A watch channel that flips on the first SIGINT or SIGTERM.
 fn shutdown_signal() -> Result<watch::Receiver<bool>, PipelineError> {
     use tokio::signal::unix::{signal, SignalKind};
-    let listen = |kind| signal(kind).map_err(|e| PipelineError::definite(format!("cannot listen for signals: {e}")));
+    let listen = |kind| {
+        signal(kind).map_err(|e| PipelineError::definite(ErrorKind::Host, format!("cannot listen for signals: {e}")))
+    };
     let mut term = listen(SignalKind::terminate())?;
     let mut int = listen(SignalKind::interrupt())?;
     let (tx, rx) = watch::channel(false);

@@ -17,6 +17,8 @@
 use std::error::Error as StdError;
 use std::fmt;
 
+use replication::sqlstate;
+
 /// Whether retrying can help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -26,10 +28,76 @@ pub enum ErrorClass {
     Definite,
 }
 
+/// What an error is about, for code that acts on it and for the operator (the halt's
+/// log line and `walpost_halts_total{kind}`): the cause, not the module it came from.
+/// The message stays the operator's text; the kind only sorts it.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Settings, flags, the file, a filter or a replay range.
+    Config,
+    /// A role lacks rights walpost needs, or others hold rights they must not.
+    Privilege,
+    /// The PostgreSQL server: its setup, its errors, the connection to it.
+    Postgres,
+    /// The replication slot: missing, lost, of another kind, its lineage, held elsewhere.
+    Slot,
+    /// An outbox table or its publication: missing, changed, not streamable.
+    Outbox,
+    /// pgoutput bytes or messages walpost cannot decode or did not ask for.
+    Protocol,
+    /// A row that cannot become a record.
+    Routing,
+    /// Kafka: the producer, the brokers, a topic, a refused record.
+    Kafka,
+    /// Exactly-once progress records: unreadable, forged or from another cluster.
+    Progress,
+    /// Another instance took over (a fenced transactional producer).
+    Fenced,
+    /// The session must start again from the confirmed position (a freeze, the server
+    /// ending the stream, a producer restart).
+    Session,
+    /// A retention pass.
+    Retention,
+    /// The machine walpost runs on: a port, a signal handler, a thread, a file.
+    Host,
+    /// A broken invariant of walpost itself: a bug to report.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The kind's name in logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Config => "config",
+            ErrorKind::Privilege => "privilege",
+            ErrorKind::Postgres => "postgres",
+            ErrorKind::Slot => "slot",
+            ErrorKind::Outbox => "outbox",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Routing => "routing",
+            ErrorKind::Kafka => "kafka",
+            ErrorKind::Progress => "progress",
+            ErrorKind::Fenced => "fenced",
+            ErrorKind::Session => "session",
+            ErrorKind::Retention => "retention",
+            ErrorKind::Host => "host",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What ended a session or the whole stream.
 #[derive(Debug)]
 pub struct PipelineError {
     class: ErrorClass,
+    kind: ErrorKind,
     /// A transient state that is expected and needs no one (a hot standby waiting for
     /// the slot): logged at INFO, not WARN.
     expected: bool,
@@ -50,17 +118,27 @@ impl StdError for PipelineError {
 }
 
 impl PipelineError {
-    pub fn definite(message: impl fmt::Display) -> Self {
-        PipelineError { class: ErrorClass::Definite, expected: false, message: message.to_string(), source: None }
+    fn new(class: ErrorClass, kind: ErrorKind, expected: bool, message: impl fmt::Display) -> Self {
+        PipelineError { class, kind, expected, message: message.to_string(), source: None }
     }
 
-    pub fn transient(message: impl fmt::Display) -> Self {
-        PipelineError { class: ErrorClass::Transient, expected: false, message: message.to_string(), source: None }
+    /// Retrying cannot help: walpost stops with `message`.
+    pub fn definite(kind: ErrorKind, message: impl fmt::Display) -> Self {
+        Self::new(ErrorClass::Definite, kind, false, message)
+    }
+
+    /// Retrying can help: the stream reconnects with backoff.
+    pub fn transient(kind: ErrorKind, message: impl fmt::Display) -> Self {
+        Self::new(ErrorClass::Transient, kind, false, message)
     }
 
     /// A transient state that is expected (a hot standby waiting for the slot).
-    pub fn waiting(message: impl fmt::Display) -> Self {
-        PipelineError { class: ErrorClass::Transient, expected: true, message: message.to_string(), source: None }
+    pub fn waiting(kind: ErrorKind, message: impl fmt::Display) -> Self {
+        Self::new(ErrorClass::Transient, kind, true, message)
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
     }
 
     pub fn is_expected(&self) -> bool {
@@ -99,18 +177,30 @@ impl From<replication::Error> for PipelineError {
             ErrorClass::Transient => e.to_string(),
             ErrorClass::Definite => explain_server_error(&e),
         };
-        PipelineError { class, expected: false, message, source: Some(Box::new(e)) }
+        let kind = match e.sqlstate() {
+            Some(code) if code == sqlstate::INSUFFICIENT_PRIVILEGE => ErrorKind::Privilege,
+            Some(code) if sqlstate::in_class(code, sqlstate::CLASS_INVALID_AUTHORIZATION) => ErrorKind::Privilege,
+            Some(sqlstate::INVALID_CATALOG_NAME) => ErrorKind::Config,
+            _ if matches!(e, replication::Error::Auth { .. } | replication::Error::AuthRefused { .. }) => {
+                ErrorKind::Privilege
+            }
+            _ if matches!(e, replication::Error::Protocol(_) | replication::Error::MessageTooLarge(_)) => {
+                ErrorKind::Protocol
+            }
+            _ => ErrorKind::Postgres,
+        };
+        PipelineError { class, kind, expected: false, message, source: Some(Box::new(e)) }
     }
 }
 
 /// Adds the fix to server errors whose cause is a known misconfiguration.
 fn explain_server_error(e: &replication::Error) -> String {
     let hint = match e.sqlstate() {
-        Some("28P01") | Some("28000") => {
+        Some(sqlstate::INVALID_PASSWORD | sqlstate::INVALID_AUTHORIZATION_SPECIFICATION) => {
             " (check the user and password in --postgres, and that pg_hba.conf has a line for this database, role and address; see docs/least-privilege.md)"
         }
-        Some("42501") => " (the role needs the REPLICATION attribute: ALTER ROLE <role> WITH REPLICATION)",
-        Some("3D000") => " (the database in --postgres does not exist)",
+        Some(sqlstate::INSUFFICIENT_PRIVILEGE) => " (the role needs the REPLICATION attribute: ALTER ROLE <role> WITH REPLICATION)",
+        Some(sqlstate::INVALID_CATALOG_NAME) => " (the database in --postgres does not exist)",
         _ => "",
     };
     format!("{e}{hint}")
@@ -126,9 +216,34 @@ mod tests {
         let e = PipelineError::from(io);
         assert!(e.is_transient());
         assert!(e.source().is_some_and(|s| s.to_string().contains("reset")));
-        let e = PipelineError::definite("stop").caused_by(fmt::Error);
-        assert_eq!(e.class(), ErrorClass::Definite);
+        assert_eq!(e.kind(), ErrorKind::Postgres);
+        let e = PipelineError::definite(ErrorKind::Internal, "stop").caused_by(fmt::Error);
+        assert_eq!((e.class(), e.kind()), (ErrorClass::Definite, ErrorKind::Internal));
         assert_eq!(e.to_string(), "stop");
         assert!(e.source().is_some());
+    }
+
+    #[test]
+    fn server_errors_are_sorted_by_their_sqlstate() {
+        let server = |code: &str| {
+            replication::Error::Server(replication::ServerMessage {
+                severity: "FATAL".into(),
+                code: code.into(),
+                message: "m".into(),
+                detail: None,
+                hint: None,
+            })
+        };
+        for (code, kind) in [
+            (sqlstate::INVALID_PASSWORD, ErrorKind::Privilege),
+            (sqlstate::INVALID_AUTHORIZATION_SPECIFICATION, ErrorKind::Privilege),
+            (sqlstate::INSUFFICIENT_PRIVILEGE, ErrorKind::Privilege),
+            (sqlstate::INVALID_CATALOG_NAME, ErrorKind::Config),
+            (sqlstate::OBJECT_IN_USE, ErrorKind::Postgres),
+        ] {
+            assert_eq!(PipelineError::from(server(code)).kind(), kind, "{code}");
+        }
+        let e = PipelineError::from(replication::Error::Protocol("bad".into()));
+        assert_eq!((e.kind(), e.kind().as_str()), (ErrorKind::Protocol, "protocol"));
     }
 }

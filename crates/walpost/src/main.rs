@@ -25,7 +25,9 @@ fn main() -> ExitCode {
     match runtime.block_on(walpost::app::main(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            tracing::error!("{e}");
+            // The kind sorts the error for log queries (`kind=slot`); the text is the
+            // operator's message, quoted in the runbooks.
+            tracing::error!(kind = %e.kind(), "{e}");
             ExitCode::FAILURE
         }
     }

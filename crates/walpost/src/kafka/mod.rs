@@ -28,7 +28,7 @@ pub use rejection::{classify, Rejection};
 pub(crate) use sink::{KafkaSink, Original};
 pub(crate) use window::{Event, Outgoing, ProduceWindow, WindowLimits};
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::settings::Settings;
 use crate::telemetry::Metrics;
 
@@ -40,13 +40,13 @@ pub fn open_window<T>(
     transactional: Option<&config::Transactional>,
 ) -> Result<ProduceWindow<T>, PipelineError> {
     let (config, user_keys) = config::producer_config(&s.kafka.brokers, &s.kafka.properties, transactional)
-        .map_err(PipelineError::definite)?;
+        .map_err(|e| PipelineError::definite(ErrorKind::Config, e))?;
     let not_events = match &s.kafka.delivery {
         crate::settings::Delivery::ExactlyOnce(e) => vec![e.progress_topic.clone()],
         crate::settings::Delivery::AtLeastOnce => Vec::new(),
     };
-    let (sink, reports) =
-        KafkaSink::new(&config, user_keys, not_events, metrics.kafka.clone()).map_err(PipelineError::definite)?;
+    let (sink, reports) = KafkaSink::new(&config, user_keys, not_events, metrics.kafka.clone())
+        .map_err(|e| PipelineError::definite(ErrorKind::Kafka, e))?;
     let limits = WindowLimits {
         max_records: s.stream.max_in_flight_records,
         max_bytes: s.stream.max_in_flight_bytes,

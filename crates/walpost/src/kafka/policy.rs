@@ -11,7 +11,7 @@ use router::Record;
 
 use super::sink::Original;
 use super::Rejection;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::settings::{KafkaSettings, OnPermanentError};
 
 /// Headers walpost adds to a dead letter.
@@ -119,16 +119,15 @@ impl PermanentErrorPolicy {
 
     /// The error walpost halts with for a record Kafka refused.
     pub(crate) fn halt_rejected(&self, rejection: &Rejection) -> PipelineError {
-        PipelineError::definite(rejection.operator_message())
+        PipelineError::definite(ErrorKind::Kafka, rejection.operator_message())
     }
 
     /// The error walpost halts with when a dead letter itself is refused.
     pub(crate) fn dead_letter_refused(&self, rejection: &Rejection) -> PipelineError {
-        PipelineError::definite(format!(
-            "the dead-letter topic {} refused a dead letter too: {}",
-            self.topic,
-            rejection.operator_message()
-        ))
+        PipelineError::definite(
+            ErrorKind::Kafka,
+            format!("the dead-letter topic {} refused a dead letter too: {}", self.topic, rejection.operator_message()),
+        )
     }
 }
 

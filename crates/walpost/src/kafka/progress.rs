@@ -40,7 +40,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use super::config::client_config;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 
 /// The key progress records are signed with (see the module docs).
 #[derive(Clone, PartialEq, Eq)]
@@ -190,7 +190,8 @@ impl Progress {
         wal_end: Lsn,
     ) -> Result<Position, PipelineError> {
         let position = self.position_for(id, topic)?;
-        let forged = |why: String| Err(PipelineError::definite(forged_message(topic, &id.key(), &why)));
+        let forged =
+            |why: String| Err(PipelineError::definite(ErrorKind::Progress, forged_message(topic, &id.key(), &why)));
         if let Some(key) = key {
             match &self.mac {
                 Some(mac) if key.verify(&self.signed_text(), mac) => {}
@@ -222,7 +223,7 @@ impl Progress {
     /// another database's (a restored or replaced cluster with the same names).
     pub fn position_for(&self, id: &SlotIdentity, topic: &str) -> Result<Position, PipelineError> {
         if self.system_id != id.system_id {
-            return Err(PipelineError::definite(format!(
+            return Err(PipelineError::definite(ErrorKind::Progress, format!(
                 "the progress topic {topic} holds a record for {} from another PostgreSQL cluster (system identifier {}, this one is {}): the cluster was restored or replaced, so that position means nothing here; follow runbooks/exactly-once.md (delete the record, or use another progress_topic)",
                 id.key(),
                 self.system_id,
@@ -231,7 +232,10 @@ impl Progress {
         }
         let lsn = |text: &str| {
             text.parse::<Lsn>().map_err(|_| {
-                PipelineError::definite(format!("the progress record for {} in {topic} is unreadable", id.key()))
+                PipelineError::definite(
+                    ErrorKind::Progress,
+                    format!("the progress record for {} in {topic} is unreadable", id.key()),
+                )
             })
         };
         Ok(Position {
@@ -251,21 +255,23 @@ pub async fn ensure_topic(
     topic: &str,
 ) -> Result<(), PipelineError> {
     let admin: AdminClient<DefaultClientContext> = client_config(brokers, properties)
-        .map_err(PipelineError::definite)?
+        .map_err(|e| PipelineError::definite(ErrorKind::Config, e))?
         .create()
-        .map_err(|e| PipelineError::definite(format!("cannot create a Kafka admin client: {e}")))?;
+        .map_err(|e| PipelineError::definite(ErrorKind::Kafka, format!("cannot create a Kafka admin client: {e}")))?;
     let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let results = admin
-        .create_topics([&new], &opts)
-        .await
-        .map_err(|e| PipelineError::transient(format!("cannot create the progress topic {topic}: {e}")))?;
+    let results = admin.create_topics([&new], &opts).await.map_err(|e| {
+        PipelineError::transient(ErrorKind::Kafka, format!("cannot create the progress topic {topic}: {e}"))
+    })?;
     for result in results {
         match result {
             Ok(_) => tracing::info!(topic, "created the progress topic (compacted)"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((_, code)) => {
-                return Err(PipelineError::transient(format!("cannot create the progress topic {topic}: {code}")))
+                return Err(PipelineError::transient(
+                    ErrorKind::Kafka,
+                    format!("cannot create the progress topic {topic}: {code}"),
+                ))
             }
         }
     }
@@ -280,18 +286,18 @@ pub async fn read(
     topic: &str,
     id: &SlotIdentity,
 ) -> Result<Option<Progress>, PipelineError> {
-    let mut cfg = client_config(brokers, properties).map_err(PipelineError::definite)?;
+    let mut cfg = client_config(brokers, properties).map_err(|e| PipelineError::definite(ErrorKind::Config, e))?;
     cfg.set("group.id", format!("walpost-progress-{}", id.transactional_id()))
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true");
     let consumer: BaseConsumer<QuietContext> = cfg
         .create_with_context(QuietContext)
-        .map_err(|e| PipelineError::definite(format!("cannot create a Kafka consumer: {e}")))?;
+        .map_err(|e| PipelineError::definite(ErrorKind::Kafka, format!("cannot create a Kafka consumer: {e}")))?;
     let (topic, key) = (topic.to_owned(), id.key());
     tokio::task::spawn_blocking(move || read_blocking(&consumer, &topic, &key))
         .await
-        .map_err(|e| PipelineError::transient(format!("reading the progress topic failed: {e}")))?
+        .map_err(|e| PipelineError::transient(ErrorKind::Kafka, format!("reading the progress topic failed: {e}")))?
 }
 
 /// The progress reader's client context: the end of a partition is how the reader knows
@@ -316,7 +322,9 @@ fn read_blocking(
     topic: &str,
     key: &str,
 ) -> Result<Option<Progress>, PipelineError> {
-    let fail = |what: String| PipelineError::transient(format!("cannot read the progress topic {topic}: {what}"));
+    let fail = |what: String| {
+        PipelineError::transient(ErrorKind::Kafka, format!("cannot read the progress topic {topic}: {what}"))
+    };
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map_err(|e| fail(e.to_string()))?;
     let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
     let mut last: Option<(i64, Progress)> = None;

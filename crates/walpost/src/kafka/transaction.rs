@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use pgoutput::Lsn;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::settings::ExactlyOnce;
 
 /// What to do now.
@@ -103,7 +103,7 @@ pub fn is_fenced(e: &KafkaError) -> bool {
 /// transient (abort, restart from the committed position).
 pub fn transaction_error(e: KafkaError) -> PipelineError {
     if is_fenced(&e) {
-        return PipelineError::definite(fenced_message()).caused_by(e);
+        return PipelineError::definite(ErrorKind::Fenced, fenced_message()).caused_by(e);
     }
     let unsupported = matches!(
         e.rdkafka_error_code(),
@@ -114,14 +114,15 @@ pub fn transaction_error(e: KafkaError) -> PipelineError {
         )
     );
     if unsupported {
-        return PipelineError::definite(format!(
+        return PipelineError::definite(ErrorKind::Kafka, format!(
             "the Kafka brokers refuse transactions ({e}): --delivery exactly-once needs Kafka 0.11+ with transactions enabled (transaction.state.log.* set for the cluster) and, with ACLs, WRITE and DESCRIBE on the transactional id walpost-*; or use --delivery at-least-once (see runbooks/exactly-once.md)"
         ))
         .caused_by(e);
     }
-    PipelineError::transient(format!(
-        "Kafka transaction failed ({e}); aborting it and restarting from the last committed position"
-    ))
+    PipelineError::transient(
+        ErrorKind::Fenced,
+        format!("Kafka transaction failed ({e}); aborting it and restarting from the last committed position"),
+    )
     .caused_by(e)
 }
 

@@ -35,7 +35,7 @@ use tokio::sync::mpsc;
 use super::barrier::{Barriers, Gate};
 use super::sink::{KafkaSink, Original, Outcome, Report, SendError, Sink};
 use super::Rejection;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::telemetry::metrics::KafkaMetrics;
 use crate::telemetry::Health;
 
@@ -282,7 +282,7 @@ impl<T, S: Sink> ProduceWindow<T, S> {
         };
         match report {
             Some(report) => Ok(self.on_report(report)),
-            None => Err(PipelineError::transient("the Kafka client stopped reporting deliveries")),
+            None => Err(PipelineError::transient(ErrorKind::Kafka, "the Kafka client stopped reporting deliveries")),
         }
     }
 
@@ -326,11 +326,14 @@ impl<T, S: Sink> ProduceWindow<T, S> {
     }
 
     fn stalled(&self) -> PipelineError {
-        PipelineError::transient(format!(
-            "Kafka acknowledged no record for {} s while {} records waited; restarting the producer",
-            self.last_progress.elapsed().as_secs(),
-            self.records + self.queue.len() as u64
-        ))
+        PipelineError::transient(
+            ErrorKind::Kafka,
+            format!(
+                "Kafka acknowledged no record for {} s while {} records waited; restarting the producer",
+                self.last_progress.elapsed().as_secs(),
+                self.records + self.queue.len() as u64
+            ),
+        )
     }
 
     /// Hands queued records to librdkafka now, while the barrier allows, without waiting

@@ -69,7 +69,7 @@ pub async fn check(s: &Settings) -> Vec<Check> {
             repl.close().await;
         }
         Err(e) => {
-            let hba = if e.sqlstate() == Some("28000") {
+            let hba = if e.sqlstate() == Some(replication::sqlstate::INVALID_AUTHORIZATION_SPECIFICATION) {
                 "; pg_hba.conf needs a line for this database, this role and this client address (a logical replication connection matches the database name, not the 'replication' keyword: see docs/least-privilege.md)"
             } else {
                 ""

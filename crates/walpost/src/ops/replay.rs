@@ -3,7 +3,7 @@
 
 use replication::ReplicationClient;
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::messages;
 use crate::postgres::sql::literal;
 use crate::settings::Settings;
@@ -31,7 +31,7 @@ pub(crate) fn spec(
     let condition = match condition {
         Some(text) if !unsafe_where => Some(
             crate::postgres::condition::parse(&text)
-                .map_err(|e| PipelineError::definite(messages::replay_where_refused(&e)))?
+                .map_err(|e| PipelineError::definite(ErrorKind::Config, messages::replay_where_refused(&e)))?
                 .to_sql(),
         ),
         other => other,
@@ -63,7 +63,7 @@ pub(crate) async fn command(s: &Settings, spec: &ReplaySpec) -> Result<(), Pipel
         sql.close().await;
     }
     let health = std::sync::Arc::new(Health::new(std::time::Duration::MAX, std::time::Duration::MAX));
-    let metrics = Metrics::new(health).map_err(PipelineError::definite)?;
+    let metrics = Metrics::new(health).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
     let outcome = replay::run(s, spec, &metrics).await?;
     print!("{}", summary(spec, &outcome));
     Ok(())

@@ -10,7 +10,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use replication::{ReplicationClient, SlotSnapshot};
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::monitor::{self, Observed, Verdict};
 use crate::postgres::{catalog, lineage, messages, preflight};
 use crate::settings::Settings;
@@ -50,10 +50,10 @@ pub(crate) async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError
         }
     };
     if json {
-        let mut v = serde_json::to_value(&status).map_err(PipelineError::definite)?;
+        let mut v = serde_json::to_value(&status).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
         v["alarm"] = serde_json::Value::String(level);
-        v["reasons"] = serde_json::to_value(&reasons).map_err(PipelineError::definite)?;
-        println!("{}", serde_json::to_string_pretty(&v).map_err(PipelineError::definite)?);
+        v["reasons"] = serde_json::to_value(&reasons).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?);
         return Ok(code);
     }
     let lost = status.is_lost();
@@ -122,22 +122,24 @@ async fn missing(mut sql: ReplicationClient, s: &Settings, json: bool) -> Result
             (exit::LOST, "lost", messages::slot_missing_message(slot, &host.to_string(), &origin, now.timeline, &table))
         }
         lineage::Record::Never => {
-            return Err(PipelineError::definite(messages::slot_never_streamed(slot, &table)));
+            return Err(PipelineError::definite(ErrorKind::Slot, messages::slot_never_streamed(slot, &table)));
         }
         lineage::Record::NoTable => {
-            return Err(PipelineError::definite(messages::slot_lineage_unknown(slot, &table, "does not exist")));
+            return Err(PipelineError::definite(
+                ErrorKind::Slot,
+                messages::slot_lineage_unknown(slot, &table, "does not exist"),
+            ));
         }
         lineage::Record::Unreadable(e) => {
-            return Err(PipelineError::definite(messages::slot_lineage_unknown(
-                slot,
-                &table,
-                &format!("cannot be read: {e}"),
-            )));
+            return Err(PipelineError::definite(
+                ErrorKind::Slot,
+                messages::slot_lineage_unknown(slot, &table, &format!("cannot be read: {e}")),
+            ));
         }
     };
     if json {
         let v = serde_json::json!({ "slot": slot, "exists": false, "alarm": level, "reasons": [message] });
-        println!("{}", serde_json::to_string_pretty(&v).map_err(PipelineError::definite)?);
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?);
     } else {
         println!("{:<28} {slot}", "slot");
         println!("{:<28} does not exist", "state");
@@ -164,7 +166,7 @@ pub(crate) async fn create(s: &Settings) -> Result<(), PipelineError> {
     let mut sql = ReplicationClient::connect_sql(&s.postgres.pinned_to(repl.connected_host())).await?;
     preflight::preflight(&mut sql, s).await?;
     if catalog::slot_row(&mut sql, slot).await?.is_some() {
-        return Err(PipelineError::definite(format!("replication slot \"{slot}\" already exists")));
+        return Err(PipelineError::definite(ErrorKind::Slot, format!("replication slot \"{slot}\" already exists")));
     }
     let system = repl.identify_system().await?;
     // No snapshot is published here: a slot walpost streamed from before is refused.
@@ -182,9 +184,10 @@ pub(crate) async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
     let slot = &s.source.slot;
     if !yes {
         if !std::io::stdin().is_terminal() {
-            return Err(PipelineError::definite(format!(
-                "refusing to drop replication slot \"{slot}\" without confirmation: pass --yes"
-            )));
+            return Err(PipelineError::definite(
+                ErrorKind::Slot,
+                format!("refusing to drop replication slot \"{slot}\" without confirmation: pass --yes"),
+            ));
         }
         print!(
             "Dropping slot \"{slot}\" lets PostgreSQL discard the WAL it holds: events not yet confirmed will not be streamed.\nType the slot name to confirm: "
@@ -192,17 +195,18 @@ pub(crate) async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
         let mut answer = String::new();
         let read = std::io::stdout().flush().and_then(|()| std::io::stdin().lock().read_line(&mut answer));
         if read.is_err() || answer.trim() != slot {
-            return Err(PipelineError::definite(format!("not confirmed; slot \"{slot}\" kept")));
+            return Err(PipelineError::definite(ErrorKind::Slot, format!("not confirmed; slot \"{slot}\" kept")));
         }
     }
     let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
     let Some(row) = catalog::slot_row(&mut sql, slot).await? else {
-        return Err(PipelineError::definite(format!("replication slot \"{slot}\" does not exist")));
+        return Err(PipelineError::definite(ErrorKind::Slot, format!("replication slot \"{slot}\" does not exist")));
     };
     if let Some(pid) = row.active_pid {
-        return Err(PipelineError::definite(format!(
-            "replication slot \"{slot}\" is in use by server process {pid}: stop walpost first"
-        )));
+        return Err(PipelineError::definite(
+            ErrorKind::Slot,
+            format!("replication slot \"{slot}\" is in use by server process {pid}: stop walpost first"),
+        ));
     }
     catalog::drop_slot(&mut sql, slot).await?;
     // The operator chose to start over: a new slot is not a lost one.

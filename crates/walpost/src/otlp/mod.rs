@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use router::TraceParent;
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::settings::otel::{OtelSettings, RootSampler, Sampler};
 use crate::telemetry::metrics::SpanMetrics;
 use proto::Span;
@@ -78,7 +78,9 @@ impl Exporter {
                 worker.run();
                 let _ = done_tx.send(());
             })
-            .map_err(|e| PipelineError::definite(format!("cannot start the OTLP exporter thread: {e}")))?;
+            .map_err(|e| {
+                PipelineError::definite(ErrorKind::Host, format!("cannot start the OTLP exporter thread: {e}"))
+            })?;
         tracing::info!(
             endpoint = %format!("http://{}{}", s.authority, s.path),
             service = %s.service_name,

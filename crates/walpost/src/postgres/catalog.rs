@@ -7,8 +7,27 @@ use replication::ReplicationClient;
 
 use super::messages;
 use super::sql::{ident, literal, query};
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::settings::{Settings, TableName};
+
+/// A catalog value: NULL (or no row) is `None`; text that does not parse as `T` is a
+/// definite error naming the column, never a silent `None`: PostgreSQL wrote it, so it
+/// means a server (or a proxy in front of it) walpost does not understand, or one of
+/// walpost's own rows edited by hand.
+pub(crate) fn parsed<T: std::str::FromStr>(
+    value: Option<&str>,
+    column: &str,
+    what: &str,
+) -> Result<Option<T>, PipelineError> {
+    match value {
+        None => Ok(None),
+        Some(text) => text.trim().parse().map(Some).map_err(|_| {
+            PipelineError::definite(ErrorKind::Postgres, format!(
+                "PostgreSQL returned a {column} that is not {what}; walpost cannot go on with it (a server or proxy walpost does not understand, or a row edited by hand)"
+            ))
+        }),
+    }
+}
 
 /// What pg_replication_slots says about our slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,9 +58,9 @@ pub(crate) async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<
         plugin: r.first("plugin").map(str::to_owned),
         slot_type: r.first("slot_type").unwrap_or("logical").to_owned(),
         database: r.first("database").map(str::to_owned),
-        active_pid: r.first("pid").and_then(|p| p.parse().ok()),
+        active_pid: parsed(r.first("pid"), "pg_replication_slots.active_pid", "a process id")?,
         wal_status: r.first("wal_status").map(str::to_owned),
-        confirmed_flush: r.first("confirmed").and_then(|l| l.parse().ok()),
+        confirmed_flush: parsed(r.first("confirmed"), "pg_replication_slots.confirmed_flush_lsn", "an LSN")?,
     }))
 }
 
@@ -71,13 +90,14 @@ pub(crate) async fn table_columns(
         ),
     )
     .await?;
-    Ok((0..r.rows.len())
-        .filter_map(|i| {
-            let type_oid = r.text(i, 1).and_then(|t| t.parse().ok()).unwrap_or(0);
-            let type_modifier = r.text(i, 2).and_then(|t| t.parse().ok()).unwrap_or(-1);
-            Some((r.text(i, 0)?.to_owned(), type_oid, type_modifier))
-        })
-        .collect())
+    let mut columns = Vec::with_capacity(r.rows.len());
+    for i in 0..r.rows.len() {
+        let Some(name) = r.text(i, 0) else { continue };
+        let type_oid = parsed(r.text(i, 1), "pg_attribute.atttypid", "a type oid")?.unwrap_or(0);
+        let type_modifier = parsed(r.text(i, 2), "pg_attribute.atttypmod", "a type modifier")?.unwrap_or(-1);
+        columns.push((name.to_owned(), type_oid, type_modifier));
+    }
+    Ok(columns)
 }
 
 /// A Relation message's equivalent for a table described by the catalog or a row
@@ -124,10 +144,13 @@ pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings)
         return Ok(Publication::Missing);
     }
     if r.first("ins") != Some("true") {
-        return Err(PipelineError::definite(format!(
+        return Err(PipelineError::definite(
+            ErrorKind::Outbox,
+            format!(
             "publication \"{publication}\" does not publish inserts: run ALTER PUBLICATION {} SET (publish = 'insert')",
             ident(publication)
-        )));
+        ),
+        ));
     }
     for table in s.source.published_tables() {
         let covered = query(
@@ -140,7 +163,10 @@ pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings)
         )
         .await?;
         if covered.first("n") == Some("0") {
-            return Err(PipelineError::definite(messages::publication_lacks_table(publication, table)));
+            return Err(PipelineError::definite(
+                ErrorKind::Outbox,
+                messages::publication_lacks_table(publication, table),
+            ));
         }
     }
     // A partitioned outbox must be published through its root, or rows arrive under
@@ -161,7 +187,7 @@ pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings)
     )
     .await?;
     if let Some(tables) = via_root_missing.first("t") {
-        return Err(PipelineError::definite(format!(
+        return Err(PipelineError::definite(ErrorKind::Outbox, format!(
             "publication \"{publication}\" publishes the partitioned table {tables} partition by partition: run ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
             ident(publication)
         )));
@@ -183,6 +209,26 @@ pub(crate) async fn wal_end(sql: &mut ReplicationClient) -> Result<Lsn, Pipeline
         .await?;
     let text = r.first("lsn").unwrap_or_default();
     text.parse::<Lsn>().map_err(|_| {
-        PipelineError::definite(format!("the server reported its WAL position as '{text}', which is not an LSN"))
+        PipelineError::definite(
+            ErrorKind::Postgres,
+            format!("the server reported its WAL position as '{text}', which is not an LSN"),
+        )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 29: a malformed catalog value was `.parse().ok()`, so `None`, as if the
+    /// column were NULL: an unreadable confirmed position read as "no position".
+    #[test]
+    fn regression_a_malformed_catalog_value_is_an_error_not_none() {
+        assert_eq!(parsed::<Lsn>(Some("16/B374D848"), "c", "an LSN").unwrap(), Some(Lsn(0x16_B374_D848)));
+        assert_eq!(parsed::<i32>(None, "c", "a process id").unwrap(), None);
+        let e = parsed::<Lsn>(Some("16-B374"), "pg_replication_slots.confirmed_flush_lsn", "an LSN").unwrap_err();
+        assert!(!e.is_transient(), "{e}");
+        assert!(e.to_string().contains("pg_replication_slots.confirmed_flush_lsn that is not an LSN"), "{e}");
+        assert!(!e.to_string().contains("16-B374"), "the value is not shown: {e}");
+    }
 }

@@ -26,9 +26,10 @@
 
 use replication::{CreatedSlot, ReplicationClient, SlotSnapshot, SystemInfo};
 
+use super::catalog::parsed;
 use super::messages::slot_missing_message;
 use super::sql::{ident, literal};
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::settings::Settings;
 
 /// Where a slot was created (or first seen) by walpost.
@@ -70,7 +71,7 @@ impl Lineage {
         let known = match record_of(sql, s).await {
             Record::Streamed(origin) => Some(origin),
             Record::Unreadable(e) => {
-                return Err(PipelineError::definite(format!(
+                return Err(PipelineError::definite(ErrorKind::Slot, format!(
                     "replication slot \"{}\" does not exist and {} cannot be read ({e}), so walpost cannot tell whether it streamed from that slot before (a new slot would then skip events): grant SELECT, INSERT, UPDATE, DELETE on {} to walpost's role",
                     s.source.slot,
                     table(s),
@@ -81,13 +82,10 @@ impl Lineage {
         };
         match known {
             None => Ok(()),
-            Some(origin) => Err(PipelineError::definite(slot_missing_message(
-                &s.source.slot,
-                sql.connected_host(),
-                &origin,
-                now.timeline,
-                &table(s),
-            ))),
+            Some(origin) => Err(PipelineError::definite(
+                ErrorKind::Slot,
+                slot_missing_message(&s.source.slot, sql.connected_host(), &origin, now.timeline, &table(s)),
+            )),
         }
     }
 
@@ -183,11 +181,14 @@ pub async fn record_of(sql: &mut ReplicationClient, s: &Settings) -> Record {
         // A row says walpost streamed from the slot, whatever its other columns hold.
         Ok(r) => match r.first("system_identifier") {
             None => Record::Never,
-            Some(system_id) => Record::Streamed(Origin {
-                system_id: system_id.to_owned(),
-                timeline: r.first("timeline").and_then(|t| t.parse().ok()).unwrap_or(0),
-                created_at: r.first("created_at").map(str::to_owned),
-            }),
+            Some(system_id) => match parsed(r.first("timeline"), "events.walpost_slots.timeline", "a timeline id") {
+                Err(e) => Record::Unreadable(e.to_string()),
+                Ok(timeline) => Record::Streamed(Origin {
+                    system_id: system_id.to_owned(),
+                    timeline: timeline.unwrap_or(0),
+                    created_at: r.first("created_at").map(str::to_owned),
+                }),
+            },
         },
     }
 }

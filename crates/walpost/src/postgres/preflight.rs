@@ -9,7 +9,7 @@ use router::Router;
 use super::catalog::{self, Publication, SlotRow};
 use super::messages;
 use super::sql::{ident, query};
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::settings::{Outbox, Settings, TableName};
 
 /// Checks everything that does not depend on the slot; creates the publication if missing.
@@ -45,7 +45,7 @@ pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Setting
     )
     .await?;
     if r.first("public") == Some("true") {
-        return Err(PipelineError::definite(messages::signal_table_public(table)));
+        return Err(PipelineError::definite(ErrorKind::Privilege, messages::signal_table_public(table)));
     }
     let unexpected: Vec<&str> = r
         .first("roles")
@@ -54,7 +54,7 @@ pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Setting
         .filter(|role| !role.is_empty() && !s.source.signal_allowed_roles.iter().any(|a| a == role))
         .collect();
     if !unexpected.is_empty() {
-        return Err(PipelineError::definite(messages::signal_table_roles(table, &unexpected)));
+        return Err(PipelineError::definite(ErrorKind::Privilege, messages::signal_table_roles(table, &unexpected)));
     }
     Ok(())
 }
@@ -84,7 +84,7 @@ pub(crate) async fn check_emit_message_rights(sql: &mut ReplicationClient, s: &S
         .collect::<Vec<_>>()
         .join(" ");
     if r.first("public_fns").is_some() {
-        return Err(PipelineError::definite(format!(
+        return Err(PipelineError::definite(ErrorKind::Privilege, format!(
             "pg_logical_emit_message is executable by PUBLIC, so with [messages] any role that can log in can publish events: as a superuser run {revoke} {grant} and list the application roles in [messages] allowed_roles (or set [messages] trust_all_roles = true to accept every role)"
         )));
     }
@@ -103,7 +103,7 @@ pub(crate) async fn check_emit_message_rights(sql: &mut ReplicationClient, s: &S
         .filter(|r| !r.is_empty() && !m.allowed_roles.iter().any(|a| a == r))
         .collect();
     if !unexpected.is_empty() {
-        return Err(PipelineError::definite(format!(
+        return Err(PipelineError::definite(ErrorKind::Privilege, format!(
             "roles {} can execute pg_logical_emit_message and so publish events through [messages], but are not in [messages] allowed_roles: add them there if they may, or REVOKE EXECUTE on {fns} from them",
             unexpected.join(", ")
         )));
@@ -115,7 +115,7 @@ pub(crate) async fn check_wal_level(sql: &mut ReplicationClient) -> Result<(), P
     let r = query(sql, "SHOW wal_level").await?;
     let level = r.first("wal_level").unwrap_or("unknown");
     if level != "logical" {
-        return Err(PipelineError::definite(format!(
+        return Err(PipelineError::definite(ErrorKind::Postgres, format!(
             "wal_level is '{level}' but walpost needs 'logical': run ALTER SYSTEM SET wal_level = logical (or set wal_level = logical in postgresql.conf) and restart PostgreSQL; a reload is not enough"
         )));
     }
@@ -130,10 +130,13 @@ pub(crate) async fn check_role(sql: &mut ReplicationClient) -> Result<(), Pipeli
     .await?;
     let name = r.first("name").unwrap_or("?").to_owned();
     if r.first("super") != Some("true") && r.first("repl") != Some("true") {
-        return Err(PipelineError::definite(format!(
-            "role \"{name}\" lacks the REPLICATION attribute: run ALTER ROLE {} WITH REPLICATION as a superuser",
-            ident(&name)
-        )));
+        return Err(PipelineError::definite(
+            ErrorKind::Privilege,
+            format!(
+                "role \"{name}\" lacks the REPLICATION attribute: run ALTER ROLE {} WITH REPLICATION as a superuser",
+                ident(&name)
+            ),
+        ));
     }
     Ok(())
 }
@@ -149,7 +152,7 @@ pub(crate) async fn check_tables(sql: &mut ReplicationClient, s: &Settings) -> R
         let missing: Vec<&str> =
             ["id", "type", "data"].into_iter().filter(|c| !columns.iter().any(|col| col.0 == *c)).collect();
         if !missing.is_empty() {
-            return Err(PipelineError::definite(format!(
+            return Err(PipelineError::definite(ErrorKind::Config, format!(
                 "signal table {table} {}: it needs Debezium's columns id, type and data, e.g. CREATE TABLE {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))",
                 if columns.is_empty() { "does not exist".to_owned() } else { format!("has no column {}", missing.join(", ")) },
                 table.quoted()
@@ -163,13 +166,15 @@ async fn check_outbox_table(sql: &mut ReplicationClient, s: &Settings, outbox: &
     let table = &outbox.table;
     let columns = catalog::table_columns(sql, table).await?;
     if columns.is_empty() {
-        return Err(PipelineError::definite(format!(
+        return Err(PipelineError::definite(ErrorKind::Outbox, format!(
             "table {table} does not exist in database {}: apply migrations/0001_events_outbox.sql or pass --table schema.name",
             s.postgres.dbname
         )));
     }
     let relation = catalog::relation_of(table, columns);
-    Router::new(outbox.router.clone()).and_then(|r| r.resolve(&relation)).map_err(PipelineError::definite)?;
+    Router::new(outbox.router.clone())
+        .and_then(|r| r.resolve(&relation))
+        .map_err(|e| PipelineError::definite(ErrorKind::Config, e))?;
     Ok(())
 }
 
@@ -190,7 +195,7 @@ pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings
         ident(publication),
     );
     sql.simple_query(&create).await.map_err(|e| {
-        PipelineError::definite(format!(
+        PipelineError::definite(ErrorKind::Privilege, format!(
             "cannot create publication \"{publication}\": {e}; create it as the table owner or a superuser with: {create}"
         ))
         .caused_by(e)
@@ -203,24 +208,24 @@ pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings
 pub(crate) fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineError> {
     let slot = &s.source.slot;
     if row.slot_type != "logical" || row.plugin.as_deref() != Some("pgoutput") {
-        return Err(PipelineError::definite(format!(
+        return Err(PipelineError::definite(ErrorKind::Slot, format!(
             "replication slot \"{slot}\" exists but is a {} slot with plugin {}; walpost needs a logical pgoutput slot: drop it with SELECT pg_drop_replication_slot('{slot}') if nothing else uses it, or choose another --slot",
             row.slot_type,
             row.plugin.as_deref().unwrap_or("none")
         )));
     }
     if row.database.as_deref() != Some(s.postgres.dbname.as_str()) {
-        return Err(PipelineError::definite(format!(
+        return Err(PipelineError::definite(ErrorKind::Slot, format!(
             "replication slot \"{slot}\" belongs to database {}, not {}: connect to that database or choose another --slot",
             row.database.as_deref().unwrap_or("?"),
             s.postgres.dbname
         )));
     }
     if row.wal_status.as_deref() == Some("lost") {
-        return Err(PipelineError::definite(messages::slot_lost_message(slot)));
+        return Err(PipelineError::definite(ErrorKind::Slot, messages::slot_lost_message(slot)));
     }
     if let Some(pid) = row.active_pid {
-        return Err(PipelineError::waiting(messages::slot_in_use(slot, pid)));
+        return Err(PipelineError::waiting(ErrorKind::Slot, messages::slot_in_use(slot, pid)));
     }
     Ok(())
 }

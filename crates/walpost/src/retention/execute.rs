@@ -3,6 +3,7 @@
 //! partition. Only DDL errors that say "try again" (a lock timeout, a conflict) become
 //! a kept line; a lost connection ends the pass.
 
+use replication::sqlstate;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -14,7 +15,7 @@ use super::plan::{blocked_detail, drop_rule, Step};
 use super::report::{Action, Line, Reason};
 use super::time::literal_ts;
 use super::Target;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::sql::{ident, literal};
 
 /// Carries out `steps` (in a dry run, only reports them).
@@ -49,7 +50,9 @@ pub(crate) async fn execute(
                 line
             }
             Step::Seal { index } => {
-                let p = partitions.get(index).ok_or_else(|| PipelineError::definite("retention: partition index"))?;
+                let p = partitions
+                    .get(index)
+                    .ok_or_else(|| PipelineError::definite(ErrorKind::Internal, "retention: partition index"))?;
                 let mut line = partition_line(p, Action::Seal, Reason::Expired);
                 if dry_run {
                     line.detail = "then dropped once the slot confirms the seal position".into();
@@ -70,7 +73,9 @@ pub(crate) async fn execute(
                 line
             }
             Step::Drop { index, w, confirmed } => {
-                let p = partitions.get(index).ok_or_else(|| PipelineError::definite("retention: partition index"))?;
+                let p = partitions
+                    .get(index)
+                    .ok_or_else(|| PipelineError::definite(ErrorKind::Internal, "retention: partition index"))?;
                 let mut line = partition_line(p, Action::Drop, Reason::Expired);
                 line.detail = format!("sealed at {w}; slot {} confirmed {confirmed}", t.slot);
                 if !dry_run {
@@ -114,9 +119,11 @@ fn keep_after(line: &mut Line, e: replication::Error, what: &str) -> Result<(), 
         return Err(e.into());
     }
     line.reason = match e.sqlstate() {
-        Some("55P03") => Reason::LockTimeout,
+        Some(sqlstate::LOCK_NOT_AVAILABLE) => Reason::LockTimeout,
         // duplicate_table, invalid_object_definition (overlap), check_violation (default partition rows)
-        Some("42P07") | Some("42P17") | Some("23514") => Reason::Conflict,
+        Some(sqlstate::DUPLICATE_TABLE | sqlstate::INVALID_OBJECT_DEFINITION | sqlstate::CHECK_VIOLATION) => {
+            Reason::Conflict
+        }
         _ => Reason::Error,
     };
     line.detail = format!("{what}: {e}");

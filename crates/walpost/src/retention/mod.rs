@@ -63,7 +63,7 @@ use std::time::Duration;
 use replication::ReplicationClient;
 use tokio::sync::watch;
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::sql::literal;
 use crate::settings::{RetentionSettings, Settings, TableName};
 use crate::telemetry::metrics::RetentionMetrics;
@@ -104,11 +104,16 @@ pub(crate) async fn command(s: &Settings, dry_run: bool) -> Result<(), PipelineE
         "retention pass"
     );
     match pass(&target, dry_run).await? {
-        Outcome::NotPartitioned => Err(PipelineError::definite(not_partitioned_message(&target.table))),
-        Outcome::Busy => Err(PipelineError::transient(format!(
-            "another session is running a retention pass on {} (a running walpost?); try again later",
-            target.table
-        ))),
+        Outcome::NotPartitioned => {
+            Err(PipelineError::definite(ErrorKind::Outbox, not_partitioned_message(&target.table)))
+        }
+        Outcome::Busy => Err(PipelineError::transient(
+            ErrorKind::Retention,
+            format!(
+                "another session is running a retention pass on {} (a running walpost?); try again later",
+                target.table
+            ),
+        )),
         Outcome::Done(lines) => {
             for line in &lines {
                 println!("{line}");
@@ -117,11 +122,14 @@ pub(crate) async fn command(s: &Settings, dry_run: bool) -> Result<(), PipelineE
             if failed.is_empty() {
                 Ok(())
             } else {
-                Err(PipelineError::definite(format!(
-                    "{} partition action(s) failed: {}",
-                    failed.len(),
-                    failed.iter().map(|l| format!("{}: {}", l.partition, l.detail)).collect::<Vec<_>>().join("; ")
-                )))
+                Err(PipelineError::definite(
+                    ErrorKind::Outbox,
+                    format!(
+                        "{} partition action(s) failed: {}",
+                        failed.len(),
+                        failed.iter().map(|l| format!("{}: {}", l.partition, l.detail)).collect::<Vec<_>>().join("; ")
+                    ),
+                ))
             }
         }
     }
@@ -222,14 +230,14 @@ async fn pass_on(sql: &mut ReplicationClient, t: &Target, dry_run: bool) -> Resu
     sql.simple_query("SET search_path = pg_catalog, pg_temp").await?;
     let root_oid = match catalog::root(sql, t).await? {
         Root::Missing => {
-            return Err(PipelineError::definite(format!(
+            return Err(PipelineError::definite(ErrorKind::Outbox, format!(
                 "table {} does not exist in database {}: apply migrations/0001_events_outbox.sql and 0002_outbox_partitioned.sql, or pass --table",
                 t.table, t.postgres.dbname
             )))
         }
         Root::NotPartitioned => return Ok(Outcome::NotPartitioned),
         Root::Unsupported(how) => {
-            return Err(PipelineError::definite(format!(
+            return Err(PipelineError::definite(ErrorKind::Outbox, format!(
                 "table {} is partitioned, but retention handles only RANGE partitioning on one timestamptz or timestamp column ({how})",
                 t.table
             )))
@@ -248,7 +256,7 @@ async fn pass_on(sql: &mut ReplicationClient, t: &Target, dry_run: bool) -> Resu
         let now: i64 = now_r
             .first("now")
             .and_then(|n| n.parse().ok())
-            .ok_or_else(|| PipelineError::definite("cannot read now() from PostgreSQL"))?;
+            .ok_or_else(|| PipelineError::definite(ErrorKind::Postgres, "cannot read now() from PostgreSQL"))?;
         let partitions = catalog::partitions(sql, &root_oid).await?;
         let slot = catalog::slot_position(sql, t).await?;
         let steps = plan::plan(&plan::PlanInput {

@@ -357,6 +357,6 @@ pub enum ConfigError {
 
 impl From<ConfigError> for crate::error::PipelineError {
     fn from(e: ConfigError) -> Self {
-        crate::error::PipelineError::definite(&e).caused_by(e)
+        crate::error::PipelineError::definite(crate::error::ErrorKind::Config, &e).caused_by(e)
     }
 }

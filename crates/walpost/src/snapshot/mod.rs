@@ -41,7 +41,7 @@ use pgoutput::{ColumnValue, Lsn, TupleData};
 use replication::ReplicationClient;
 use router::Router;
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::{self, DeliveryMemo, Event, Failure, Original, Outgoing, PermanentErrorPolicy, ProduceWindow};
 use crate::postgres::catalog;
 use crate::postgres::sql::{ident, literal};
@@ -145,7 +145,7 @@ pub async fn validate_filter(sql: &mut ReplicationClient, s: &Settings) -> Resul
     }
     for outbox in &s.source.outboxes {
         sql.parse_only(&cursor_query(s, outbox)).await.map_err(|e| {
-            PipelineError::definite(format!(
+            PipelineError::definite(ErrorKind::Config, format!(
                 "--snapshot-filter \"{}\" is not a valid condition on {}: {e}; nothing was published (the filter must be one SQL expression, e.g. \"published_at IS NULL\")",
                 s.snapshot.filter.as_deref().unwrap_or_default(),
                 outbox.table
@@ -169,7 +169,8 @@ pub async fn run(
 ) -> Result<Outcome, PipelineError> {
     let window = kafka::open_window(s, metrics, transaction.as_ref().map(|t| &t.producer))?;
     if let Some(t) = &transaction {
-        let sink = window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+        let sink =
+            window.sink().ok_or_else(|| PipelineError::transient(ErrorKind::Kafka, "the Kafka producer is closed"))?;
         sink.init_transactions(t.producer.timeout).await.map_err(transaction_error)?;
         sink.begin_transaction().map_err(transaction_error)?;
     }
@@ -198,7 +199,7 @@ pub async fn run(
     if let Err(e) = &result {
         if !e.is_transient() {
             if let Some(hint) = snapshot.resume_hint().await {
-                result = Err(PipelineError::definite(format!("{}; {hint}", e.message())));
+                result = Err(PipelineError::definite(e.kind(), format!("{}; {hint}", e.message())));
             }
         }
     }
@@ -250,7 +251,10 @@ impl Snapshot<'_> {
                 self.on_event(event)?;
             }
         }
-        let sink = self.window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+        let sink = self
+            .window
+            .sink()
+            .ok_or_else(|| PipelineError::transient(ErrorKind::Kafka, "the Kafka producer is closed"))?;
         sink.commit_transaction(t.producer.timeout).await.map_err(transaction_error)?;
         Ok(0)
     }
@@ -315,7 +319,8 @@ impl Snapshot<'_> {
         outbox: &Outbox,
     ) -> Result<u64, PipelineError> {
         let table = &outbox.table;
-        let mut router = Router::new(outbox.router.clone()).map_err(PipelineError::definite)?;
+        let mut router =
+            Router::new(outbox.router.clone()).map_err(|e| PipelineError::definite(ErrorKind::Config, e))?;
         sql.simple_query(&format!("DECLARE walpost_snapshot NO SCROLL CURSOR FOR {}", cursor_query(self.s, outbox)))
             .await?;
         tracing::info!(table = %table, filtered = self.s.snapshot.filter.is_some(), "snapshot of table started");
@@ -337,7 +342,7 @@ impl Snapshot<'_> {
                     .zip(chunk.column_type_modifiers.iter().copied())
                     .map(|((name, oid), typmod)| (name, oid, typmod));
                 let relation = catalog::relation_of(table, columns);
-                resolved = Some(router.resolve(&relation).map_err(PipelineError::definite)?);
+                resolved = Some(router.resolve(&relation).map_err(|e| PipelineError::definite(ErrorKind::Config, e))?);
             }
             let Some(rel) = resolved.as_ref() else { break };
             for row in chunk.rows {
@@ -389,7 +394,7 @@ impl Snapshot<'_> {
                                 "; the snapshot starts over once fixed"
                             };
                             self.halted_on = Some(event_id.clone());
-                            return Err(PipelineError::definite(format!(
+                            return Err(PipelineError::definite(ErrorKind::Routing, format!(
                                 "cannot route a snapshot row of {table} (id={}): {error}{again} (set on_permanent_error = \"dead_letter\" to divert such rows instead of halting)",
                                 String::from_utf8_lossy(&event_id)
                             )));
@@ -448,7 +453,7 @@ impl Snapshot<'_> {
         self.window
             .next_event_within()
             .await
-            .map_err(|e| PipelineError::transient(format!("{e}; the snapshot starts over")))
+            .map_err(|e| PipelineError::transient(ErrorKind::Kafka, format!("{e}; the snapshot starts over")))
     }
 
     fn dead_letter(
@@ -457,10 +462,9 @@ impl Snapshot<'_> {
         original: Original,
         tag: RowTag,
     ) -> Result<Outgoing<RowTag>, PipelineError> {
-        let record = self
-            .policy
-            .dead_letter(failure, original)
-            .ok_or_else(|| PipelineError::definite("a snapshot dead letter outside dead-letter mode"))?;
+        let record = self.policy.dead_letter(failure, original).ok_or_else(|| {
+            PipelineError::definite(ErrorKind::Internal, "a snapshot dead letter outside dead-letter mode")
+        })?;
         Ok(Outgoing { record, timestamp_ms: None, tag, dead_letter: Some(failure.class.as_str().into()) })
     }
 
@@ -476,7 +480,9 @@ impl Snapshot<'_> {
                 }
                 Ok(())
             }
-            Event::Failed { error, .. } => Err(PipelineError::transient(format!("{error}; the snapshot starts over"))),
+            Event::Failed { error, .. } => {
+                Err(PipelineError::transient(ErrorKind::Kafka, format!("{error}; the snapshot starts over")))
+            }
             Event::Rejected { dead_letter: true, rejection, .. } => Err(self.policy.dead_letter_refused(&rejection)),
             Event::Rejected { rejection, .. } if !self.policy.dead_letters() => {
                 let then = if self.s.snapshot.mode == SnapshotMode::InitialOnly {
@@ -484,10 +490,13 @@ impl Snapshot<'_> {
                 } else {
                     ", then restart walpost; the snapshot starts over"
                 };
-                Err(PipelineError::definite(format!(
-                    "Kafka rejected snapshot event id={} for topic {} permanently ({}: {}): {}{then}",
-                    rejection.event_id, rejection.topic, rejection.code, rejection.error, rejection.fix
-                )))
+                Err(PipelineError::definite(
+                    ErrorKind::Kafka,
+                    format!(
+                        "Kafka rejected snapshot event id={} for topic {} permanently ({}: {}): {}{then}",
+                        rejection.event_id, rejection.topic, rejection.code, rejection.error, rejection.fix
+                    ),
+                ))
             }
             Event::Rejected { tag, rejection, original, producer_fatal, .. } => {
                 let failure = Failure::rejected(&rejection, Lsn::ZERO);
@@ -496,7 +505,7 @@ impl Snapshot<'_> {
                     .or_else(|| self.transactional.then(|| "the Kafka transaction must be aborted".to_owned()));
                 if let Some(fatal) = producer_fatal {
                     self.memo.poison_row(tag.outbox, tag.event_id, failure);
-                    return Err(PipelineError::transient(format!(
+                    return Err(PipelineError::transient(ErrorKind::Kafka, format!(
                         "Kafka refused snapshot event id={} for good and its producer stopped ({fatal}); the snapshot starts over and sends it to the dead-letter topic",
                         rejection.event_id
                     )));

@@ -21,7 +21,7 @@
 use replication::ReplicationClient;
 
 use super::{cursor_query, Outcome};
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::DeliveryMemo;
 use crate::postgres::sql::{ident, literal};
 use crate::settings::{ReplayMark, Settings, SnapshotMode, SnapshotSettings};
@@ -97,7 +97,7 @@ pub(crate) async fn validate(
     for (flag, value) in [("--since", &spec.since), ("--until", &spec.until)] {
         if let Some(v) = value {
             sql.simple_query(&format!("SELECT {}::timestamptz", literal(v))).await.map_err(|e| {
-                PipelineError::definite(format!(
+                PipelineError::definite(ErrorKind::Config, format!(
                     "replay: {flag} '{v}' is not a timestamp PostgreSQL reads ({e}); nothing was published (e.g. 2026-11-28T00:00:00Z)"
                 ))
             })?;
@@ -112,15 +112,16 @@ pub(crate) async fn validate(
             ))
             .await?;
         if r.first("bad") == Some("true") {
-            return Err(PipelineError::definite(format!(
-                "replay: --since '{since}' is not before --until '{until}'; nothing was published"
-            )));
+            return Err(PipelineError::definite(
+                ErrorKind::Config,
+                format!("replay: --since '{since}' is not before --until '{until}'; nothing was published"),
+            ));
         }
     }
     let r = spec.settings(s);
     for outbox in &r.source.outboxes {
         sql.parse_only(&cursor_query(&r, outbox)).await.map_err(|e| {
-            PipelineError::definite(format!(
+            PipelineError::definite(ErrorKind::Config, format!(
                 "replay: the range and --where are not a valid condition on {} ({e}); nothing was published (the range applies to column {}: --time-column names another)",
                 outbox.table, spec.time_column
             ))

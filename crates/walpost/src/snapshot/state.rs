@@ -3,7 +3,8 @@
 
 use replication::ReplicationClient;
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
+use crate::postgres::catalog::parsed;
 use crate::postgres::sql::{ident, literal};
 use crate::settings::{Settings, TableName};
 
@@ -42,7 +43,7 @@ pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> R
     ];
     for statement in statements {
         sql.simple_query(&statement).await.map_err(|e| {
-            PipelineError::definite(format!(
+            PipelineError::definite(ErrorKind::Privilege, format!(
                 "cannot record snapshot progress in {table}: {e}; the snapshot modes need CREATE on schema {} and INSERT/UPDATE on that table (or create it beforehand: see docs/snapshot-and-replay.md)",
                 s.table().schema
             ))
@@ -71,7 +72,7 @@ pub(super) async fn estimate_rows(sql: &mut ReplicationClient, table: &TableName
              WHERE c.oid = {rel}::regclass OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = {rel}::regclass)"
         ))
         .await?;
-    Ok(r.first("n").and_then(|n| n.parse().ok()).unwrap_or(0))
+    Ok(parsed(r.first("n"), "sum of pg_class.reltuples", "a row count")?.unwrap_or(0))
 }
 
 /// The planner's estimate of the rows `query` returns (`EXPLAIN`'s top line), for a

@@ -14,7 +14,7 @@ use pgoutput::Lsn;
 
 use super::checkpoint::{Checkpoint, TxnSeq};
 use super::source::Source;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::telemetry::metrics::{lsn_gauge, StreamMetrics};
 
 /// Do not send status updates more often than this just because the flush LSN moved.
@@ -88,7 +88,7 @@ impl Confirmer {
 
     /// Kafka acknowledged one record of `txn`.
     pub(crate) fn delivered(&mut self, txn: TxnSeq) -> Result<(), PipelineError> {
-        self.checkpoint.delivered(txn).map_err(PipelineError::definite)?;
+        self.checkpoint.delivered(txn).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
         self.acked_since_status = true;
         Ok(())
     }

@@ -11,7 +11,7 @@ use pgoutput::wire::XLogData;
 use pgoutput::{Decoder, LogicalMessage, Lsn, Relation, TupleData};
 
 use super::checkpoint::TxnSeq;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 
 /// The transaction being read.
 #[derive(Debug, Clone)]
@@ -79,11 +79,12 @@ impl Decoding {
     pub(crate) fn decode(&mut self, x: XLogData, confirmed: Lsn) -> Result<Change, PipelineError> {
         let at = x.wal_start;
         let message = self.decoder.decode(x.data).map_err(|e| {
-            PipelineError::definite(format!(
+            PipelineError::definite(ErrorKind::Protocol, format!(
                 "malformed pgoutput message at LSN {at}: {e}; nothing past {confirmed} was confirmed. This is a walpost or server bug: report it with the server version"
             ))
         })?;
-        let outside = |what: &str| PipelineError::definite(format!("pgoutput protocol at LSN {at}: {what}"));
+        let outside =
+            |what: &str| PipelineError::definite(ErrorKind::Protocol, format!("pgoutput protocol at LSN {at}: {what}"));
         Ok(match message {
             LogicalMessage::Begin(b) => {
                 if self.current.is_some() {
@@ -128,7 +129,7 @@ impl Decoding {
             | LogicalMessage::CommitPrepared(_)
             | LogicalMessage::RollbackPrepared(_)
             | LogicalMessage::StreamPrepare(_) => {
-                return Err(PipelineError::definite(
+                return Err(PipelineError::definite(ErrorKind::Protocol,
                     "pgoutput sent a streamed or two-phase transaction message, which walpost does not request (proto_version 1): report this with the server version",
                 ))
             }
@@ -172,6 +173,7 @@ mod tests {
         assert_eq!(d.current().map(|t| t.final_lsn), Some(Lsn(0x200)));
         let err = d.decode(begin(0x300), Lsn(0)).unwrap_err();
         assert!(err.to_string().contains("Begin inside an open transaction"), "{err}");
+        assert_eq!(err.kind(), crate::error::ErrorKind::Protocol);
         match d.decode(commit(0x208), Lsn(0)).unwrap() {
             Change::Commit { txn, end_lsn } => {
                 assert_eq!((txn.final_lsn, end_lsn), (Lsn(0x200), Lsn(0x208)));

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use pgoutput::Lsn;
 use router::Record;
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::progress::{Position, Progress, ProgressKey, SlotIdentity};
 use crate::kafka::sink::Sink;
 use crate::kafka::transaction::{decide, is_fenced, transaction_error, Bounds, Decision, OpenTransaction};
@@ -91,7 +91,8 @@ impl ExactlyOnceState {
     /// Opens the Kafka transaction if none is: call before handing a record over.
     pub(crate) fn before_record<S: Sink>(&mut self, sink: Option<&S>) -> Result<(), PipelineError> {
         if self.open.is_none() {
-            let sink = sink.ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+            let sink =
+                sink.ok_or_else(|| PipelineError::transient(ErrorKind::Kafka, "the Kafka producer is closed"))?;
             sink.begin_transaction().map_err(transaction_error)?;
             self.open = Some(OpenTransaction::new(Instant::now()));
         }
@@ -165,7 +166,8 @@ impl ExactlyOnceState {
         window: &ProduceWindow<Tag, S>,
         position: Position,
     ) -> Result<(), PipelineError> {
-        let sink = window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+        let sink =
+            window.sink().ok_or_else(|| PipelineError::transient(ErrorKind::Kafka, "the Kafka producer is closed"))?;
         let idle = self.open.is_none();
         sink.commit_transaction(self.commit_timeout).await.map_err(transaction_error)?;
         crate::crash_seam!("after-kafka-commit-before-confirm");

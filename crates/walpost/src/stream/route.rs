@@ -19,7 +19,7 @@ use pgoutput::{Lsn, Relation, TupleData};
 use router::{Record, ResolvedRelation, RouteError, Router, SalvageColumns};
 
 use super::signal::SignalRow;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::Original;
 use crate::settings::{OpInvalid, Settings, TableName};
 use crate::telemetry::metrics::StreamMetrics;
@@ -124,7 +124,7 @@ impl Routing {
                 Ok(OutboxRoute {
                     table: o.table.clone(),
                     op_invalid: o.op_invalid,
-                    router: Router::new(o.router.clone()).map_err(PipelineError::definite)?,
+                    router: Router::new(o.router.clone()).map_err(|e| PipelineError::definite(ErrorKind::Config, e))?,
                 })
             })
             .collect::<Result<_, PipelineError>>()?;
@@ -133,7 +133,7 @@ impl Routing {
                 prefixes: m.prefixes.clone(),
                 allow_non_transactional: m.allow_non_transactional,
                 op_invalid: m.op_invalid,
-                router: Router::new(m.router.clone()).map_err(PipelineError::definite)?,
+                router: Router::new(m.router.clone()).map_err(|e| PipelineError::definite(ErrorKind::Config, e))?,
             }),
             None => None,
         };
@@ -181,7 +181,10 @@ impl Routing {
     pub(crate) fn insert(&mut self, relation_oid: u32, tuple: &TupleData) -> Result<Routed, PipelineError> {
         match self.relations.get(&relation_oid) {
             Some(RelationEntry::Outbox(i, rel)) => {
-                let o = self.outboxes.get_mut(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                let o = self
+                    .outboxes
+                    .get_mut(*i)
+                    .ok_or_else(|| PipelineError::definite(ErrorKind::Internal, "outbox index"))?;
                 let routed = o.router.route(rel, tuple);
                 if let Ok(record) = &routed {
                     if record.trace.invalid {
@@ -197,7 +200,10 @@ impl Routing {
                 })
             }
             Some(RelationEntry::Unroutable(i, e, columns)) => {
-                let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                let o = self
+                    .outboxes
+                    .get(*i)
+                    .ok_or_else(|| PipelineError::definite(ErrorKind::Internal, "outbox index"))?;
                 let (id, key, value) = o.router.salvage_unresolved(columns, tuple);
                 Ok(unroutable(e.clone(), id, key, value))
             }
@@ -213,9 +219,10 @@ impl Routing {
                 }))
             }
             Some(RelationEntry::Other) => Ok(Routed::NotAnEvent),
-            None => Err(PipelineError::definite(format!(
-                "pgoutput protocol: Insert for relation {relation_oid} before its Relation message"
-            ))),
+            None => Err(PipelineError::definite(
+                ErrorKind::Protocol,
+                format!("pgoutput protocol: Insert for relation {relation_oid} before its Relation message"),
+            )),
         }
     }
 
@@ -233,18 +240,18 @@ impl Routing {
         match data.first() {
             Some(b'I') => {
                 let Some((oid, partial)) = pgoutput::insert_prefix(data) else {
-                    return Err(PipelineError::definite(format!(
+                    return Err(PipelineError::definite(ErrorKind::Protocol, format!(
                         "pgoutput protocol: an Insert of {size} bytes whose first bytes are not an Insert"
                     )));
                 };
                 let (table, id, key) = match self.relations.get(&oid) {
                     Some(RelationEntry::Outbox(i, rel)) => {
-                        let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                        let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite(ErrorKind::Internal, "outbox index"))?;
                         let (id, key, _) = o.router.salvage(rel, &partial);
                         (o.table.to_string(), id, key)
                     }
                     Some(RelationEntry::Unroutable(i, _, columns)) => {
-                        let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                        let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite(ErrorKind::Internal, "outbox index"))?;
                         let (id, key, _) = o.router.salvage_unresolved(columns, &partial);
                         (o.table.to_string(), id, key)
                     }
@@ -254,7 +261,7 @@ impl Routing {
                     }
                     Some(RelationEntry::Other) => return Ok(Routed::NotAnEvent),
                     None => {
-                        return Err(PipelineError::definite(format!(
+                        return Err(PipelineError::definite(ErrorKind::Protocol, format!(
                             "pgoutput protocol: Insert for relation {oid} before its Relation message"
                         )))
                     }
@@ -272,7 +279,7 @@ impl Routing {
                     _ => Ok(Routed::NotAnEvent),
                 }
             }
-            other => Err(PipelineError::definite(format!(
+            other => Err(PipelineError::definite(ErrorKind::Routing, format!(
                 "a replication message of {size} bytes (pgoutput tag {}) is over [pipeline] max_message_bytes ({limit}); only row inserts and messages can be that large: raise the limit",
                 other.map_or_else(|| "none".to_owned(), |t| char::from(*t).escape_default().to_string())
             ))),
@@ -283,7 +290,10 @@ impl Routing {
     pub(crate) fn other_operation(&self, op: &str, relation_oids: &[u32]) -> Result<(), PipelineError> {
         for oid in relation_oids {
             if let Some(RelationEntry::Outbox(i, _) | RelationEntry::Unroutable(i, _, _)) = self.relations.get(oid) {
-                let o = self.outboxes.get(*i).ok_or_else(|| PipelineError::definite("outbox index"))?;
+                let o = self
+                    .outboxes
+                    .get(*i)
+                    .ok_or_else(|| PipelineError::definite(ErrorKind::Internal, "outbox index"))?;
                 self.invalid_operation(o.op_invalid, &format!("{op} on outbox table {}", o.table))?;
             }
         }
@@ -336,7 +346,7 @@ impl Routing {
                 tracing::error!("{what}: not an outbox event, skipped (table.op.invalid.behavior = error)");
                 Ok(())
             }
-            OpInvalid::Fatal => Err(PipelineError::definite(format!(
+            OpInvalid::Fatal => Err(PipelineError::definite(ErrorKind::Routing, format!(
                 "{what}, and table.op.invalid.behavior = fatal: only INSERTs into the outbox are events; publish inserts only (ALTER PUBLICATION ... SET (publish = 'insert')) or relax the setting"
             ))),
         }
@@ -351,7 +361,7 @@ fn unroutable(error: RouteError, id: Option<Bytes>, key: Option<Bytes>, value: O
 
 /// The halt error for a row that cannot be routed (`on_permanent_error = "halt"`).
 pub(crate) fn unroutable_halt(error: &RouteError, final_lsn: Lsn, confirmed: Lsn) -> PipelineError {
-    PipelineError::definite(format!(
+    PipelineError::definite(ErrorKind::Routing, format!(
         "cannot route a row of the transaction committing at {final_lsn}: {error}; nothing past {confirmed} was confirmed (set on_permanent_error = \"dead_letter\" to divert such rows instead of halting)"
     ))
 }

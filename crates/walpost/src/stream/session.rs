@@ -21,7 +21,7 @@ use super::decode::{Change, Decoding, OpenTxn};
 use super::exactly_once::ExactlyOnceState;
 use super::route::{unroutable_halt, Routed, Routing};
 use super::signal::Replays;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::{
     DeliveryMemo, Event, Failure, Known, Original, Outgoing, PermanentErrorPolicy, ProduceWindow, RecordId,
 };
@@ -201,7 +201,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             let since = now.saturating_duration_since(last_turn);
             if since >= self.frozen_after {
                 self.frozen = true;
-                return Err(PipelineError::transient(format!(
+                return Err(PipelineError::transient(ErrorKind::Session, format!(
                     "walpost did not run for {} s (the process was stopped or starved); the slot may have passed to another instance meanwhile, so what was read and not yet acknowledged is dropped, not published late; reconnecting",
                     since.as_secs()
                 )));
@@ -281,7 +281,10 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
     /// The producer failed or stalled: the session restarts from the confirmed position.
     fn kafka_failed(&mut self, e: PipelineError) -> PipelineError {
         self.culprit = Culprit::Kafka;
-        PipelineError::transient(format!("{e} from the last confirmed position {}", self.confirmer.flush_lsn()))
+        PipelineError::transient(
+            ErrorKind::Session,
+            format!("{e} from the last confirmed position {}", self.confirmer.flush_lsn()),
+        )
     }
 
     fn on_event(&mut self, event: Event<Tag>) -> Result<(), PipelineError> {
@@ -298,10 +301,10 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             Event::Failed { tag, error } => {
                 self.not_acknowledged.push(tag.id);
                 self.culprit = Culprit::Kafka;
-                Err(PipelineError::transient(format!(
-                    "{error}; restarting from the last confirmed position {}",
-                    self.confirmer.flush_lsn()
-                )))
+                Err(PipelineError::transient(
+                    ErrorKind::Session,
+                    format!("{error}; restarting from the last confirmed position {}", self.confirmer.flush_lsn()),
+                ))
             }
             Event::Rejected { tag, rejection, original, dead_letter, producer_fatal, alone } => {
                 // In a Kafka transaction a refused record makes the whole transaction
@@ -327,7 +330,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
                         // batch's records alone, and only a record refused on its own
                         // becomes a dead letter.
                         self.memo.suspect(tag.id);
-                        return Err(PipelineError::transient(format!(
+                        return Err(PipelineError::transient(ErrorKind::Kafka, format!(
                             "Kafka refused a batch holding event id={} ({}) and its producer stopped ({fatal}); a new producer sends the batch's events one at a time to find the one too large",
                             rejection.event_id, rejection.code
                         )));
@@ -335,7 +338,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
                     // The producer will deliver nothing more, the dead letter included:
                     // the next producer sends the dead letter in the record's place.
                     self.memo.poison(tag.id, failure);
-                    return Err(PipelineError::transient(format!(
+                    return Err(PipelineError::transient(ErrorKind::Kafka, format!(
                         "Kafka refused event id={} for good and its producer stopped ({fatal}); a new producer sends it to the dead-letter topic",
                         rejection.event_id
                     )));
@@ -367,10 +370,13 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
     /// when the row's first columns hold them), like a record Kafka refuses.
     fn on_oversized(&mut self, o: &replication::Oversized) -> Result<(), PipelineError> {
         let Ok(ReplicationMessage::XLogData(x)) = pgoutput::wire::parse_copy_data(o.prefix.clone()) else {
-            return Err(PipelineError::definite(format!(
-                "a replication message of {} bytes, over [pipeline] max_message_bytes ({}), is not WAL data",
-                o.len, o.limit
-            )));
+            return Err(PipelineError::definite(
+                ErrorKind::Protocol,
+                format!(
+                    "a replication message of {} bytes, over [pipeline] max_message_bytes ({}), is not WAL data",
+                    o.len, o.limit
+                ),
+            ));
         };
         self.confirmer.received(x.wal_start);
         let routed = self.routing.oversized(&x.data, o.len, o.limit)?;
@@ -384,7 +390,11 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
         let mut txn = OpenTxn { final_lsn: x.wal_start, commit_time_ms: now_ms(), seq: None, records: 0 };
         self.publish(&mut txn, routed, None)?;
         match txn.seq {
-            Some(seq) => self.confirmer.checkpoint.commit(seq, x.wal_start).map_err(PipelineError::definite),
+            Some(seq) => self
+                .confirmer
+                .checkpoint
+                .commit(seq, x.wal_start)
+                .map_err(|e| PipelineError::definite(ErrorKind::Internal, e)),
             None => {
                 self.confirmer.checkpoint.commit_empty(x.wal_start);
                 Ok(())
@@ -396,7 +406,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
         match message {
             Some(ReplicationMessage::XLogData(x)) => self.on_xlog(x),
             Some(ReplicationMessage::PrimaryKeepalive(k)) => self.on_keepalive(k).await,
-            None => Err(PipelineError::transient("PostgreSQL ended the replication stream")),
+            None => Err(PipelineError::transient(ErrorKind::Session, "PostgreSQL ended the replication stream")),
         }
     }
 
@@ -423,7 +433,11 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
                     eos.pg_commit(end_lsn);
                 }
                 match txn.seq {
-                    Some(seq) => self.confirmer.checkpoint.commit(seq, end_lsn).map_err(PipelineError::definite)?,
+                    Some(seq) => self
+                        .confirmer
+                        .checkpoint
+                        .commit(seq, end_lsn)
+                        .map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?,
                     None => self.confirmer.checkpoint.commit_empty(end_lsn),
                 }
                 self.metrics.transactions.inc();
@@ -449,7 +463,11 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
                     let mut txn = OpenTxn { final_lsn: m.lsn, commit_time_ms: now_ms(), seq: None, records: 0 };
                     self.publish(&mut txn, routed, None)?;
                     match txn.seq {
-                        Some(seq) => self.confirmer.checkpoint.commit(seq, m.lsn).map_err(PipelineError::definite)?,
+                        Some(seq) => self
+                            .confirmer
+                            .checkpoint
+                            .commit(seq, m.lsn)
+                            .map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?,
                         None => self.confirmer.checkpoint.commit_empty(m.lsn),
                     }
                 }
@@ -460,7 +478,10 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
 
     fn publish_in_open_txn(&mut self, routed: Routed) -> Result<(), PipelineError> {
         let Some(mut txn) = self.decoding.current().cloned() else {
-            return Err(PipelineError::definite("pgoutput protocol: a change outside a transaction"));
+            return Err(PipelineError::definite(
+                ErrorKind::Session,
+                "pgoutput protocol: a change outside a transaction",
+            ));
         };
         let commit_time = Some(txn.commit_time_ms);
         self.publish(&mut txn, routed, commit_time)?;
@@ -503,20 +524,19 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
         match self.memo.lookup(id) {
             Known::Nothing => {}
             Known::Acknowledged => {
-                return checkpoint.record_skipped(seq).map_err(PipelineError::definite);
+                return checkpoint.record_skipped(seq).map_err(|e| PipelineError::definite(ErrorKind::Internal, e));
             }
             Known::SendAlone => send_alone = true,
             Known::Poisoned(failure) => {
                 let original = Original::of(&record);
                 let failure = failure.clone();
-                record = self
-                    .policy
-                    .dead_letter(&failure, original)
-                    .ok_or_else(|| PipelineError::definite("a poisoned record outside dead-letter mode"))?;
+                record = self.policy.dead_letter(&failure, original).ok_or_else(|| {
+                    PipelineError::definite(ErrorKind::Session, "a poisoned record outside dead-letter mode")
+                })?;
                 dead_letter = Some(failure.class);
             }
         }
-        checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
+        checkpoint.record_sent(seq).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
         if let Some(eos) = self.exactly_once.as_mut() {
             eos.before_record(self.window.sink())?;
             eos.recorded(record.value.as_ref().map_or(0, |v| v.len() as u64));

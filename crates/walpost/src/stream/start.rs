@@ -15,7 +15,7 @@ use replication::{ReplicationClient, ReplicationStream, SlotSnapshot};
 
 use super::exactly_once::ExactlyOnceState;
 use super::session::Tag;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::config::Transactional;
 use crate::kafka::progress::{self, Position, Progress, ProgressKey, SlotIdentity};
 use crate::kafka::transaction::transaction_error;
@@ -115,7 +115,7 @@ pub(crate) async fn begin(
     if snapshots && snapshot::unfinished(&mut sql, s).await? {
         if let Some(row) = &slot {
             if let Some(pid) = row.active_pid {
-                return Err(PipelineError::waiting(format!(
+                return Err(PipelineError::waiting(ErrorKind::Slot, format!(
                     "replication slot \"{slot_name}\" is in use by server process {pid}; waiting to restart the unfinished snapshot"
                 )));
             }
@@ -232,7 +232,8 @@ async fn begin_transactions(
 ) -> Result<(ProduceWindow<Tag>, ExactlyOnceState), PipelineError> {
     let transactional = Transactional { id: identity.transactional_id(), timeout: e.transaction_timeout };
     let window = kafka::open_window::<Tag>(s, metrics, Some(&transactional))?;
-    let sink = window.sink().ok_or_else(|| PipelineError::transient("the Kafka producer is closed"))?;
+    let sink =
+        window.sink().ok_or_else(|| PipelineError::transient(ErrorKind::Kafka, "the Kafka producer is closed"))?;
     sink.init_transactions(e.transaction_timeout).await.map_err(transaction_error)?;
     progress::ensure_topic(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic).await?;
     let committed = match progress::read(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic, &identity).await? {

@@ -4,7 +4,7 @@
 use super::super::decode::OpenTxn;
 use super::super::signal::{self, Action, Finished, SignalRow};
 use super::Session;
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::sink::Sink;
 use crate::kafka::{Known, RecordId};
 use crate::settings::TableName;
@@ -27,9 +27,9 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
                 let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
                 if self.memo.lookup(id) == Known::Acknowledged {
                     tracing::info!(signal = ?row.id, "signal: its replay ended in an earlier session; not run again");
-                    return checkpoint.record_skipped(seq).map_err(PipelineError::definite);
+                    return checkpoint.record_skipped(seq).map_err(|e| PipelineError::definite(ErrorKind::Internal, e));
                 }
-                checkpoint.record_sent(seq).map_err(PipelineError::definite)?;
+                checkpoint.record_sent(seq).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
                 self.running_replays.push((seq, id));
                 let spec = ReplaySpec {
                     id: row.id.clone(),
