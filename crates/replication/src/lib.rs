@@ -39,6 +39,7 @@ mod config;
 mod connect;
 mod error;
 pub mod frame;
+mod percent;
 mod sql;
 pub mod sqlstate;
 mod tls;
@@ -51,4 +52,5 @@ pub use config::{
 };
 pub use error::{Error, HostFailure, Oversized};
 pub use frame::ServerMessage;
+pub use percent::{percent_decode, PercentError};
 pub use sql::{quote_ident, quote_literal, validate_identifier, validate_slot_name, InvalidName, MAX_IDENTIFIER_BYTES};

@@ -505,6 +505,8 @@ fn append(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
+// The harness is std only (no replication crate): its SQL goes through psql, where
+// standard_conforming_strings is on, so doubling the quote is the whole rule.
 fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }

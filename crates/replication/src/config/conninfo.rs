@@ -13,6 +13,7 @@
 //! a password, and URL ports that come after the `@` (text after the last `@` can never be
 //! part of the password). Percent-decoding errors name the component, never its text.
 
+use crate::percent::PercentError;
 use std::collections::BTreeMap;
 
 use super::ConfigError;
@@ -280,25 +281,12 @@ fn parse_url_hosts(hostlist: &str, has_userinfo: bool, params: &mut Params) -> R
 
 /// Decodes `%xx` escapes. `what` names the component in errors; its text is never quoted.
 fn percent_decode(text: &str, what: &str) -> Result<String, ConfigError> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut bytes = text.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let hi = bytes.next().and_then(|c| char::from(c).to_digit(16));
-            let lo = bytes.next().and_then(|c| char::from(c).to_digit(16));
-            match (hi, lo) {
-                (Some(h), Some(l)) => out.push(u8::try_from(h * 16 + l).unwrap_or(b'?')),
-                _ => {
-                    return Err(ConfigError::new(format!(
-                        "a '%' in {what} is not followed by two hex digits (write '%' itself as %25)"
-                    )))
-                }
-            }
-        } else {
-            out.push(b);
+    crate::percent::percent_decode(text).map_err(|e| match e {
+        PercentError::BadEscape => {
+            ConfigError::new(format!("a '%' in {what} is not followed by two hex digits (write '%' itself as %25)"))
         }
-    }
-    String::from_utf8(out).map_err(|_| ConfigError::new(format!("{what} is not UTF-8 once percent-decoded")))
+        PercentError::NotUtf8 => ConfigError::new(format!("{what} is not UTF-8 once percent-decoded")),
+    })
 }
 
 #[cfg(test)]

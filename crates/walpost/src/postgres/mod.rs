@@ -3,7 +3,7 @@
 //! idempotent setup of the publication ([`preflight`]), and the operator-facing texts
 //! the runbooks quote ([`messages`]).
 //!
-//! Every name that reaches SQL is escaped by [`sql`] (`postgres_protocol::escape`),
+//! Every name that reaches SQL is escaped by [`sql`] (`replication::quote_ident`),
 //! and the settings layer has already checked it is an identifier.
 
 pub(crate) mod catalog;

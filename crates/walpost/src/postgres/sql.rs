@@ -1,7 +1,8 @@
 //! SQL text for the simple query protocol.
 //!
-//! Literals and identifiers go through `postgres_protocol::escape`: a literal with a
-//! backslash becomes an `E''` string, which means the same whatever
+//! Literals and identifiers are quoted by the one helper of the workspace,
+//! `replication::{quote_literal, quote_ident}` (`postgres_protocol::escape`): a literal
+//! with a backslash becomes an `E''` string, which means the same whatever
 //! `standard_conforming_strings` says.
 
 use replication::{QueryResult, ReplicationClient};
@@ -10,12 +11,12 @@ use crate::error::PipelineError;
 
 /// A string literal.
 pub(crate) fn literal(text: &str) -> String {
-    postgres_protocol::escape::escape_literal(text)
+    replication::quote_literal(text)
 }
 
 /// A quoted identifier.
 pub(crate) fn ident(name: &str) -> String {
-    postgres_protocol::escape::escape_identifier(name)
+    replication::quote_ident(name)
 }
 
 /// Runs one statement; a server error becomes a [`PipelineError`] with its class.

@@ -326,11 +326,7 @@ impl TableName {
 
     /// `"schema"."name"` for SQL.
     pub fn quoted(&self) -> String {
-        format!(
-            "{}.{}",
-            postgres_protocol::escape::escape_identifier(&self.schema),
-            postgres_protocol::escape::escape_identifier(&self.name)
-        )
+        format!("{}.{}", replication::quote_ident(&self.schema), replication::quote_ident(&self.name))
     }
 }
 

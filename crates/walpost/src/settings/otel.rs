@@ -267,20 +267,7 @@ fn parse_pairs(text: &str) -> Option<Vec<(String, String)>> {
 }
 
 fn percent_decode(v: &str) -> Option<String> {
-    let bytes = v.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        if b == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    replication::percent_decode(v).ok()
 }
 
 #[cfg(test)]

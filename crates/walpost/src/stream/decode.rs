@@ -173,7 +173,7 @@ mod tests {
         assert_eq!(d.current().map(|t| t.final_lsn), Some(Lsn(0x200)));
         let err = d.decode(begin(0x300), Lsn(0)).unwrap_err();
         assert!(err.to_string().contains("Begin inside an open transaction"), "{err}");
-        assert_eq!(err.kind(), crate::error::ErrorKind::Protocol);
+        assert_eq!(err.kind(), ErrorKind::Protocol);
         match d.decode(commit(0x208), Lsn(0)).unwrap() {
             Change::Commit { txn, end_lsn } => {
                 assert_eq!((txn.final_lsn, end_lsn), (Lsn(0x200), Lsn(0x208)));
