@@ -16,6 +16,7 @@ mod errors;
 mod exactly_once;
 mod failover;
 mod hardening;
+mod inbox;
 mod kafka_cluster;
 mod ops;
 mod otel;

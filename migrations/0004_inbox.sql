@@ -1,0 +1,270 @@
+-- walpost migration 0004: the inbox, the consumer half of the outbox design.
+--
+-- "At-least-once + inbox = effectively once": records arrive in inbox.messages once per
+-- event id (a duplicate delivery or a replay is not stored again), and each handler of a
+-- consuming service records that it acted on an event with a receipt, written in the
+-- same transaction as the handler's own writes. A side effect and its receipt commit
+-- together or not at all, so each event's effect happens once per handler, whatever
+-- crashed or was delivered twice.
+--
+-- A service drives its handlers with plain SQL from any language (docs/inbox.md):
+--   inbox.register_handler(name, topics, event_types, max_attempts, backoff_base, backoff_max, ordered)
+--   inbox.claim(handler, max_rows, lease)            -> the due messages, each with a lease token
+--   inbox.complete(handler, event_id, lease_token)   -> true: receipt written (call it inside
+--                                                        the transaction of the handler's writes)
+--   inbox.fail(handler, event_id, lease_token, error_code) -> 'pending' (retried later, with
+--                                                        backoff) or 'review_required'
+--   inbox.retry(handler, event_id)                   -> a reviewed message goes back to pending
+-- and reads inbox.handler_stats for backlog, oldest pending age and review_required.
+--
+-- Invariants:
+--   * one row per event id in inbox.messages (its primary key);
+--   * at most one receipt per (handler, event id) (the primary key of inbox.receipts), and
+--     complete() writes one only for the holder of the current lease token: a worker whose
+--     lease expired and was taken over gets false and must roll back its writes;
+--   * a handler sees a message only when it has no receipt, is due and is not leased; with
+--     ordered = true only the oldest open message of each aggregate is offered, so that
+--     handler acts on one aggregate's events in arrival order (a message in review_required
+--     holds its aggregate's later ones back until it is retried);
+--   * error codes are short codes, never payload text (personal data stays out of the
+--     inbox's own columns).
+--
+-- Idempotent: every statement may run again. Needs PostgreSQL 14 or later.
+
+CREATE SCHEMA IF NOT EXISTS inbox;
+
+-- One row per event id, in arrival order (seq).
+CREATE TABLE IF NOT EXISTS inbox.messages (
+    event_id     text PRIMARY KEY,
+    seq          bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+    topic        text NOT NULL,
+    "partition"  integer NOT NULL,
+    "offset"     bigint NOT NULL,
+    key          bytea,
+    headers      jsonb NOT NULL DEFAULT '{}',
+    payload      bytea,                 -- the record's value, byte for byte
+    payload_json jsonb,                 -- the same, when it is JSON
+    event_type   text,
+    aggregate_id text,
+    occurred_at  timestamptz,
+    received_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- The consumer's position per group and partition, written in the same transaction as the
+-- messages it covers (Kafka's own offset commits are for lag dashboards only).
+CREATE TABLE IF NOT EXISTS inbox.offsets (
+    group_id    text NOT NULL,
+    topic       text NOT NULL,
+    "partition" integer NOT NULL,
+    next_offset bigint NOT NULL CHECK (next_offset >= 0),
+    PRIMARY KEY (group_id, topic, "partition")
+);
+
+-- Records that cannot be stored as messages (no event id, over the size limit), with why.
+CREATE TABLE IF NOT EXISTS inbox.rejected (
+    topic       text NOT NULL,
+    "partition" integer NOT NULL,
+    "offset"    bigint NOT NULL,
+    reason      text NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (topic, "partition", "offset")
+);
+
+CREATE TABLE IF NOT EXISTS inbox.handlers (
+    name          text PRIMARY KEY CHECK (name ~ '^[A-Za-z0-9_.:-]{1,64}$'),
+    topics        text[] NOT NULL,      -- empty: every topic
+    event_types   text[] NOT NULL,      -- empty: every event type
+    max_attempts  integer NOT NULL CHECK (max_attempts > 0),
+    backoff_base  interval NOT NULL CHECK (backoff_base > interval '0'),
+    backoff_max   interval NOT NULL,
+    ordered       boolean NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    CHECK (backoff_max >= backoff_base)
+);
+
+-- What each handler still has to do: one row per (handler, message) it matches, made when
+-- the message arrives or the handler is registered.
+CREATE TABLE IF NOT EXISTS inbox.deliveries (
+    handler         text NOT NULL REFERENCES inbox.handlers (name) ON DELETE CASCADE,
+    event_id        text NOT NULL,
+    seq             bigint NOT NULL,    -- the message's arrival order
+    aggregate_id    text,
+    state           text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'review_required')),
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    lease_token     uuid,
+    lease_until     timestamptz,
+    last_error_code text,
+    PRIMARY KEY (handler, event_id)
+);
+CREATE INDEX IF NOT EXISTS deliveries_due ON inbox.deliveries (handler, seq) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS deliveries_open_by_aggregate
+    ON inbox.deliveries (handler, aggregate_id, seq) WHERE state <> 'done';
+
+CREATE TABLE IF NOT EXISTS inbox.receipts (
+    handler      text NOT NULL,
+    event_id     text NOT NULL,
+    completed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (handler, event_id)
+);
+
+-- New messages become deliveries of every handler they match (one statement per batch).
+CREATE OR REPLACE FUNCTION inbox.deliver_new_messages() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO inbox.deliveries (handler, event_id, seq, aggregate_id)
+    SELECT h.name, m.event_id, m.seq, m.aggregate_id
+    FROM new_messages m
+    JOIN inbox.handlers h
+      ON (cardinality(h.topics) = 0 OR m.topic = ANY (h.topics))
+     AND (cardinality(h.event_types) = 0 OR m.event_type = ANY (h.event_types))
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS deliver_new_messages ON inbox.messages;
+CREATE TRIGGER deliver_new_messages AFTER INSERT ON inbox.messages
+    REFERENCING NEW TABLE AS new_messages
+    FOR EACH STATEMENT EXECUTE FUNCTION inbox.deliver_new_messages();
+
+-- Registers a handler or changes its settings; the messages already stored that it
+-- matches and has no receipt for become its deliveries. Idempotent.
+CREATE OR REPLACE FUNCTION inbox.register_handler(
+    p_name text, p_topics text[], p_event_types text[], p_max_attempts integer,
+    p_backoff_base interval, p_backoff_max interval, p_ordered boolean
+) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO inbox.handlers AS h (name, topics, event_types, max_attempts, backoff_base, backoff_max, ordered)
+    VALUES (p_name, coalesce(p_topics, '{}'), coalesce(p_event_types, '{}'), p_max_attempts,
+            p_backoff_base, p_backoff_max, p_ordered)
+    ON CONFLICT (name) DO UPDATE SET
+        topics = EXCLUDED.topics, event_types = EXCLUDED.event_types, max_attempts = EXCLUDED.max_attempts,
+        backoff_base = EXCLUDED.backoff_base, backoff_max = EXCLUDED.backoff_max, ordered = EXCLUDED.ordered;
+    INSERT INTO inbox.deliveries (handler, event_id, seq, aggregate_id)
+    SELECT h.name, m.event_id, m.seq, m.aggregate_id
+    FROM inbox.handlers h
+    JOIN inbox.messages m
+      ON (cardinality(h.topics) = 0 OR m.topic = ANY (h.topics))
+     AND (cardinality(h.event_types) = 0 OR m.event_type = ANY (h.event_types))
+    WHERE h.name = p_name
+      AND NOT EXISTS (SELECT 1 FROM inbox.receipts r WHERE r.handler = p_name AND r.event_id = m.event_id)
+    ON CONFLICT DO NOTHING;
+END $$;
+
+-- Leases up to p_max_rows due messages to the caller, oldest first; workers share the work
+-- (SKIP LOCKED). A lease that ran out is taken again by the next claim.
+CREATE OR REPLACE FUNCTION inbox.claim(p_handler text, p_max_rows integer, p_lease interval)
+RETURNS TABLE (event_id text, lease_token uuid, topic text, key bytea, headers jsonb, payload bytea, attempts integer)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    h inbox.handlers;
+BEGIN
+    SELECT * INTO h FROM inbox.handlers WHERE name = p_handler;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'inbox handler "%" is not registered: call inbox.register_handler first', p_handler
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    IF p_max_rows IS NULL OR p_max_rows < 1 OR p_lease IS NULL OR p_lease <= interval '0' THEN
+        RAISE EXCEPTION 'inbox.claim needs max_rows >= 1 and a positive lease'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+    WITH picked AS (
+        SELECT d.handler, d.event_id
+        FROM inbox.deliveries d
+        WHERE d.handler = p_handler
+          AND d.state = 'pending'
+          AND d.next_attempt_at <= now()
+          AND (d.lease_until IS NULL OR d.lease_until < now())
+          AND (NOT h.ordered OR d.aggregate_id IS NULL OR NOT EXISTS (
+                SELECT 1 FROM inbox.deliveries e
+                WHERE e.handler = d.handler AND e.aggregate_id = d.aggregate_id
+                  AND e.seq < d.seq AND e.state <> 'done'))
+        ORDER BY d.seq
+        LIMIT p_max_rows
+        FOR UPDATE OF d SKIP LOCKED
+    ), leased AS (
+        UPDATE inbox.deliveries d
+        SET lease_token = gen_random_uuid(), lease_until = now() + p_lease
+        FROM picked
+        WHERE d.handler = picked.handler AND d.event_id = picked.event_id
+        RETURNING d.event_id, d.lease_token, d.attempts, d.seq
+    )
+    SELECT l.event_id, l.lease_token, m.topic, m.key, m.headers, m.payload, l.attempts
+    FROM leased l JOIN inbox.messages m ON m.event_id = l.event_id
+    ORDER BY l.seq;
+END $$;
+
+-- The handler acted on the message: writes its receipt and returns true, or returns false
+-- and writes nothing when p_lease_token is no longer the message's (the lease ran out and
+-- another worker took it, or it was already completed): the caller then rolls back.
+CREATE OR REPLACE FUNCTION inbox.complete(p_handler text, p_event_id text, p_lease_token uuid)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE inbox.deliveries
+    SET state = 'done', lease_token = NULL, lease_until = NULL
+    WHERE handler = p_handler AND event_id = p_event_id AND lease_token = p_lease_token AND state = 'pending';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO inbox.receipts (handler, event_id) VALUES (p_handler, p_event_id);
+    RETURN true;
+END $$;
+
+-- The handler failed on the message: counts the attempt and schedules the next one after
+-- backoff_base * 2^(attempts - 1), at most backoff_max, times a jitter of 0.5 to 1, or
+-- moves the message to review_required after max_attempts. Returns the new state, or
+-- 'lease_lost' (nothing written) when the lease token is no longer the message's.
+CREATE OR REPLACE FUNCTION inbox.fail(p_handler text, p_event_id text, p_lease_token uuid, p_error_code text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    new_state text;
+BEGIN
+    IF p_error_code IS NULL OR p_error_code !~ '^[A-Za-z0-9_.:-]{1,64}$' THEN
+        RAISE EXCEPTION 'inbox.fail: an error code is a short code (letters, digits, _ . : -, at most 64 characters), never message text'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE inbox.deliveries d
+    SET attempts = d.attempts + 1,
+        last_error_code = p_error_code,
+        lease_token = NULL,
+        lease_until = NULL,
+        state = CASE WHEN d.attempts + 1 >= h.max_attempts THEN 'review_required' ELSE 'pending' END,
+        next_attempt_at = now()
+            + least(h.backoff_max, h.backoff_base * power(2, d.attempts)) * (0.5 + random() / 2)
+    FROM inbox.handlers h
+    WHERE h.name = d.handler AND d.handler = p_handler AND d.event_id = p_event_id
+      AND d.lease_token = p_lease_token AND d.state = 'pending'
+    RETURNING d.state INTO new_state;
+    RETURN coalesce(new_state, 'lease_lost');
+END $$;
+
+-- A message in review_required goes back to pending, due now, with its attempts reset.
+-- Returns false when it was not in review_required.
+CREATE OR REPLACE FUNCTION inbox.retry(p_handler text, p_event_id text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE inbox.deliveries
+    SET state = 'pending', attempts = 0, next_attempt_at = now(), last_error_code = NULL
+    WHERE handler = p_handler AND event_id = p_event_id AND state = 'review_required';
+    RETURN FOUND;
+END $$;
+
+-- Per handler: messages without a receipt, the age of the oldest pending one, the attempts
+-- so far and how many wait for review (what walpost's inbox metrics will export).
+CREATE OR REPLACE VIEW inbox.handler_stats AS
+SELECT h.name AS handler,
+       count(d.event_id) FILTER (WHERE d.state = 'pending') AS backlog,
+       coalesce(extract(epoch FROM now() - min(m.received_at) FILTER (WHERE d.state = 'pending')), 0)
+           AS oldest_pending_seconds,
+       coalesce(sum(d.attempts) FILTER (WHERE d.state <> 'done'), 0) AS open_attempts,
+       count(d.event_id) FILTER (WHERE d.state = 'review_required') AS review_required
+FROM inbox.handlers h
+LEFT JOIN inbox.deliveries d ON d.handler = h.name
+LEFT JOIN inbox.messages m ON m.event_id = d.event_id
+GROUP BY h.name;
