@@ -120,15 +120,17 @@ fn inbox_failures_back_off_then_wait_for_review_and_retry_starts_over() {
     store(&w, &[("e1", "t", "a", "T")]);
     let fail = |token: &str, code: &str| w.sql(&format!("SELECT inbox.fail('h', 'e1', '{token}', '{code}')"));
     let due_now = || w.sql("UPDATE inbox.deliveries SET next_attempt_at = now() WHERE event_id = 'e1'");
+    let next_attempt_in = |w: &World| -> f64 {
+        w.sql("SELECT extract(epoch FROM next_attempt_at - now()) FROM inbox.deliveries WHERE event_id = 'e1'")
+            .trim()
+            .parse()
+            .unwrap()
+    };
 
     let c = claim(&w, "h", 1, "30 seconds");
     assert_eq!(fail(&c[0].1, "http_503").trim(), "pending");
     // Backoff: base * 2^0 = 1 hour, times a jitter of 0.5 to 1.
-    let wait: f64 = w
-        .sql("SELECT extract(epoch FROM next_attempt_at - now()) FROM inbox.deliveries WHERE event_id = 'e1'")
-        .trim()
-        .parse()
-        .unwrap();
+    let wait = next_attempt_in(&w);
     assert!((1_790.0..=3_600.0).contains(&wait), "first retry in {wait} s");
     assert!(claim(&w, "h", 1, "30 seconds").is_empty(), "not due before its backoff");
     assert_eq!(fail(&c[0].1, "http_503").trim(), "lease_lost", "the failed lease is gone");
@@ -137,11 +139,7 @@ fn inbox_failures_back_off_then_wait_for_review_and_retry_starts_over() {
     let c = claim(&w, "h", 1, "30 seconds");
     assert_eq!(c[0].2, 1, "one attempt so far");
     assert_eq!(fail(&c[0].1, "http_503").trim(), "pending");
-    let wait: f64 = w
-        .sql("SELECT extract(epoch FROM next_attempt_at - now()) FROM inbox.deliveries WHERE event_id = 'e1'")
-        .trim()
-        .parse()
-        .unwrap();
+    let wait = next_attempt_in(&w);
     assert!((3_590.0..=7_200.0).contains(&wait), "second retry in {wait} s (base * 2)");
     due_now();
     let c = claim(&w, "h", 1, "30 seconds");

@@ -218,6 +218,20 @@ async fn until(what: &str, done: impl Fn() -> bool) {
     assert!(waited.is_ok(), "timed out waiting until {what}");
 }
 
+/// Answers every record handed over (every 5 ms) while `work` runs, until it ends.
+async fn answering_while(model: &ModelSink, work: impl Future<Output = ()>) {
+    let answering = async {
+        loop {
+            model.answer();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        () = answering => {}
+        () = work => {}
+    }
+}
+
 fn assert_never_backwards(flushed: &[Lsn]) {
     assert!(flushed.windows(2).all(|w| w[0] <= w[1]), "the flush position moved backwards: {flushed:?}");
 }
@@ -336,16 +350,8 @@ async fn a_refused_record_becomes_a_dead_letter_and_the_stream_goes_on() {
         model.refuse(&topic("type0"), &refused.events[0]);
         let source = source.clone();
         async move {
-            let answering = async {
-                loop {
-                    model.answer();
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            };
-            tokio::select! {
-                () = answering => {}
-                () = until("the last commit is confirmed", || source.last_flush() == Some(last.end)) => {}
-            }
+            answering_while(&model, until("the last commit is confirmed", || source.last_flush() == Some(last.end)))
+                .await;
             let _ = stop.send(true);
         }
     })
@@ -398,16 +404,11 @@ async fn a_silent_kafka_restarts_and_the_next_producer_sends_only_what_was_not_a
         session(&s, &mut memo, &again, first.end, Duration::from_secs(30), None, |model, stop| {
             let again = again.clone();
             async move {
-                let answering = async {
-                    loop {
-                        model.answer();
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                };
-                tokio::select! {
-                    () = answering => {}
-                    () = until("the stuck commit is confirmed", || again.last_flush() == Some(stuck.end)) => {}
-                }
+                answering_while(
+                    &model,
+                    until("the stuck commit is confirmed", || again.last_flush() == Some(stuck.end)),
+                )
+                .await;
                 let _ = stop.send(true);
             }
         })
@@ -486,12 +487,6 @@ async fn exactly_once_confirms_only_what_a_committed_kafka_transaction_holds() {
             }));
             let source = source.clone();
             async move {
-                let answering = async {
-                    loop {
-                        model.answer();
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                };
                 let feeding = async {
                     let mut wal = Wal::new(&source);
                     for i in (0..6u8).step_by(2) {
@@ -500,10 +495,7 @@ async fn exactly_once_confirms_only_what_a_committed_kafka_transaction_holds() {
                         until("the two transactions are confirmed", || source.last_flush() == Some(end)).await;
                     }
                 };
-                tokio::select! {
-                    () = answering => {}
-                    () = feeding => {}
-                }
+                answering_while(&model, feeding).await;
                 assert_eq!(source.last_flush(), Some(last));
                 let _ = stop.send(true);
             }
@@ -540,12 +532,6 @@ async fn exactly_once_holds_the_slot_until_the_kafka_transaction_commits() {
         session(&s, &mut memo, &source, START, Duration::from_secs(30), Some(eos), |model, stop| {
             let source = source.clone();
             async move {
-                let answering = async {
-                    loop {
-                        model.answer();
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                };
                 let checking = async {
                     until("the three events are acknowledged", || model.written().len() == 3).await;
                     // Two status intervals with every record acknowledged, none committed.
@@ -558,10 +544,7 @@ async fn exactly_once_holds_the_slot_until_the_kafka_transaction_commits() {
                     );
                     until("the commit is confirmed", || source.last_flush() == Some(last)).await;
                 };
-                tokio::select! {
-                    () = answering => {}
-                    () = checking => {}
-                }
+                answering_while(&model, checking).await;
                 let _ = stop.send(true);
             }
         })
