@@ -7,6 +7,7 @@ use router::RouterConfig;
 
 mod sections;
 
+use super::duration::Seconds;
 use super::{
     secrets, CloudEventsFile, ConfigError, Delivery, FileConfig, KafkaSettings, Messages, OnPermanentError, OpInvalid,
     Outbox, RouterFile, Settings, SnapshotMode, SnapshotSettings, SourceSettings, TableName,
@@ -70,42 +71,72 @@ impl Settings {
     }
 }
 
-fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings, ConfigError> {
-    let pick = |flag: &Option<String>, file: Option<String>| flag.clone().or(file);
-    let postgres = pick(&o.postgres, file.postgres).ok_or(ConfigError::Missing {
-        key: "postgres",
-        flag: "postgres",
-        env: "POSTGRES",
-    })?;
-    let brokers = match pick(&o.kafka_brokers, file.kafka.brokers) {
+impl Overrides {
+    /// Writes what the command line set over the file's values: after this one merge, the
+    /// file-shaped layer holds every source (flag over environment over file), and
+    /// [`resolve`] reads that layer alone. What has no place in the file stays here: where
+    /// a value came from (`*_on_argv`), `--kafka-property` and the secret variables
+    /// (judged as they are read: see [`resolve`]).
+    fn layer_onto(&self, file: &mut FileConfig) {
+        fn over<T: Clone>(flag: &Option<T>, file: &mut Option<T>) {
+            if flag.is_some() {
+                file.clone_from(flag);
+            }
+        }
+        over(&self.postgres, &mut file.postgres);
+        over(&self.postgres_password_file, &mut file.postgres_password_file);
+        over(&self.kafka_brokers, &mut file.kafka.brokers);
+        over(&self.table, &mut file.table);
+        over(&self.slot, &mut file.slot);
+        over(&self.publication, &mut file.publication);
+        over(&self.metrics_addr, &mut file.metrics_addr);
+        over(&self.snapshot, &mut file.snapshot);
+        over(&self.snapshot_filter, &mut file.snapshot_filter);
+        over(&self.heartbeat_interval.map(Seconds), &mut file.heartbeat_interval_secs);
+        over(&self.signal_table, &mut file.signal_table);
+        if self.slot_failover {
+            file.slot_failover = Some(true);
+        }
+        over(&self.on_permanent_error, &mut file.on_permanent_error);
+        over(&self.dead_letter_topic, &mut file.dead_letter_topic);
+        over(&self.delivery, &mut file.delivery);
+        over(&self.envelope, &mut file.envelope);
+        over(&self.retention_keep_days, &mut file.retention.keep_days);
+        over(&self.retention_days_ahead, &mut file.retention.days_ahead);
+        // The router flags set the first outbox's [router]; [[outbox]] tables and
+        // [messages] inherit the result.
+        let r = &mut file.router;
+        over(&self.route_by_field, &mut r.route_by_field);
+        over(&self.topic, &mut r.topic_replacement);
+        over(&self.key_field, &mut r.key_field);
+        over(&self.payload_field, &mut r.payload_field);
+        over(&self.id_field, &mut r.id_field);
+        over(&self.event_type_field, &mut r.event_type_header_field);
+    }
+}
+
+fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Settings, ConfigError> {
+    o.layer_onto(&mut file);
+    let postgres =
+        file.postgres.take().ok_or(ConfigError::Missing { key: "postgres", flag: "postgres", env: "POSTGRES" })?;
+    let brokers = match file.kafka.brokers.take() {
         Some(b) => b,
         None if !need_kafka => String::new(),
         None => return Err(ConfigError::Missing { key: "kafka.brokers", flag: "kafka-brokers", env: "KAFKA_BROKERS" }),
     };
-    let table = TableName::parse(&pick(&o.table, file.table).unwrap_or_else(|| "events.outbox".into()))?;
-    let slot = pick(&o.slot, file.slot).unwrap_or_else(|| "walpost".into());
+    let table = TableName::parse(&file.table.take().unwrap_or_else(|| "events.outbox".into()))?;
+    let slot = file.slot.take().unwrap_or_else(|| "walpost".into());
     validate_slot_name(&slot)?;
-    let publication = pick(&o.publication, file.publication).unwrap_or_else(|| "walpost_outbox".into());
+    let publication = file.publication.take().unwrap_or_else(|| "walpost_outbox".into());
     validate_identifier(&publication).map_err(|expected| ConfigError::Invalid {
         key: "publication",
         value: publication.clone(),
         expected,
     })?;
 
-    // Flags and WALPOST_* variables override the file's [router] for the first outbox;
-    // [[outbox]] tables and [messages] inherit the result.
-    let from_flags = RouterFile {
-        route_by_field: o.route_by_field.clone(),
-        topic_replacement: o.topic.clone(),
-        key_field: o.key_field.clone(),
-        payload_field: o.payload_field.clone(),
-        id_field: o.id_field.clone(),
-        event_type_header_field: o.event_type_field.clone(),
-        ..RouterFile::default()
-    };
-    let base = from_flags.or(&file.router);
+    let base = file.router.clone();
     let log_values = file.log_values.unwrap_or(false);
-    let envelope = resolve_envelope(o.envelope.clone().or(file.envelope), &file.cloudevents)?;
+    let envelope = resolve_envelope(file.envelope.take(), &file.cloudevents)?;
     // The default CloudEvents source names the database and the table.
     let dbname = replication::Config::parse_with_env(&postgres, &|k| std::env::var(k).ok())
         .map(|c| c.dbname)
@@ -138,7 +169,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             op_invalid: op,
         })
     };
-    let heartbeat_interval = match o.heartbeat_interval.or(file.heartbeat_interval_secs.map(|s| s.0)) {
+    let heartbeat_interval = match file.heartbeat_interval_secs.map(|s| s.0) {
         Some(d) if d.is_zero() => {
             return Err(ConfigError::Invalid {
                 key: "heartbeat_interval",
@@ -148,7 +179,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         }
         other => other,
     };
-    let signal_table = match o.signal_table.clone().or(file.signal_table) {
+    let signal_table = match file.signal_table.take() {
         None => None,
         Some(text) => {
             let t = TableName::parse(&text)?;
@@ -165,7 +196,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
     let mut source = SourceSettings {
         slot,
         publication,
-        slot_failover: o.slot_failover || file.slot_failover.unwrap_or(false),
+        slot_failover: file.slot_failover.unwrap_or(false),
         outboxes,
         messages,
         heartbeat_interval,
@@ -174,7 +205,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         signal_trust_all_roles: file.signal.trust_all_roles,
     };
 
-    let on_permanent_error = match o.on_permanent_error.clone().or(file.on_permanent_error).as_deref() {
+    let on_permanent_error = match file.on_permanent_error.take().as_deref() {
         None | Some("halt") => OnPermanentError::Halt,
         Some("dead_letter") => OnPermanentError::DeadLetter,
         Some(other) => {
@@ -185,8 +216,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
             })
         }
     };
-    let dead_letter_topic =
-        o.dead_letter_topic.clone().or(file.dead_letter_topic).unwrap_or_else(|| "walpost.dead_letter".into());
+    let dead_letter_topic = file.dead_letter_topic.take().unwrap_or_else(|| "walpost.dead_letter".into());
     let internal = dead_letter_topic.starts_with(router::INTERNAL_TOPIC_PREFIX);
     if router::validate_topic(&dead_letter_topic).is_err() || internal {
         return Err(ConfigError::Invalid {
@@ -217,7 +247,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         }
         properties.insert(key, v.trim().to_owned());
     }
-    let delivery = resolve_delivery(o.delivery.clone().or(file.delivery), &file.exactly_once)?;
+    let delivery = resolve_delivery(file.delivery.take(), &file.exactly_once)?;
     if let (Some(t), Delivery::ExactlyOnce(_)) = (&source.signal_table, &delivery) {
         return Err(ConfigError::Invalid {
             key: "signal_table",
@@ -237,8 +267,8 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         router.reserved_topics.clone_from(&reserved);
     }
 
-    let snapshot_mode = o.snapshot.or(file.snapshot).unwrap_or(SnapshotMode::Never);
-    let filter = pick(&o.snapshot_filter, file.snapshot_filter).filter(|f| !f.trim().is_empty());
+    let snapshot_mode = file.snapshot.unwrap_or(SnapshotMode::Never);
+    let filter = file.snapshot_filter.take().filter(|f| !f.trim().is_empty());
     if filter.is_some() && snapshot_mode == SnapshotMode::Never {
         return Err(ConfigError::Invalid {
             key: "snapshot_filter",
@@ -254,7 +284,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
     // it is the service's, so a backfill serves metrics only when its own command line
     // names a port.
     let backfill_without_flag = snapshot_mode == SnapshotMode::InitialOnly && !o.metrics_addr_on_argv;
-    let metrics_addr = match pick(&o.metrics_addr, file.metrics_addr) {
+    let metrics_addr = match file.metrics_addr.take() {
         Some(a) if backfill_without_flag && !a.is_empty() => {
             tracing::info!("a backfill (--snapshot initial_only) serves no metrics unless --metrics-addr is on its own command line: {a} is the service's");
             None
@@ -273,7 +303,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
     {
         tracing::warn!("{}", secrets::POSTGRES_PASSWORD_ON_ARGV);
     }
-    let password_file = o.postgres_password_file.clone().or(file.postgres_password_file);
+    let password_file = file.postgres_password_file.take();
     let postgres = match &password_file {
         None => replication::Config::from_url(&postgres)?,
         Some(path) => {
@@ -293,7 +323,7 @@ fn resolve(o: &Overrides, file: FileConfig, need_kafka: bool) -> Result<Settings
         stream,
         snapshot: SnapshotSettings { mode: snapshot_mode, filter, replay: None },
         monitor,
-        retention: resolve_retention(&file.retention, o.retention_keep_days, o.retention_days_ahead)?,
+        retention: resolve_retention(&file.retention)?,
         metrics_addr,
         otel: super::otel::OtelSettings::from_env(&|k| std::env::var(k).ok())?,
     })

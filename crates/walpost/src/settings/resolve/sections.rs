@@ -164,21 +164,17 @@ pub(super) fn positive_duration(
 /// default: room for the columns of a row that do not go into its record.
 pub(super) const MAX_MESSAGE_SLACK: u64 = 1 << 20;
 
-/// The file's `[retention]` table over the defaults; `keep_days`/`days_ahead` overrides win.
-pub(super) fn resolve_retention(
-    file: &RetentionFile,
-    keep_days: Option<u32>,
-    days_ahead: Option<u32>,
-) -> Result<RetentionSettings, ConfigError> {
+/// The `[retention]` table (with `--keep-days`/`--days-ahead` layered on) over the defaults.
+pub(super) fn resolve_retention(file: &RetentionFile) -> Result<RetentionSettings, ConfigError> {
     let d = RetentionSettings::default();
     let invalid =
         |key: &'static str, value: String, expected: &'static str| ConfigError::Invalid { key, value, expected };
     let interval = positive_duration("retention.interval_secs", file.interval_secs.map(|s| s.0), d.interval)?;
-    let keep_days = keep_days.or(file.keep_days).unwrap_or(d.keep_days);
+    let keep_days = file.keep_days.unwrap_or(d.keep_days);
     if keep_days > 36_500 {
         return Err(invalid("retention.keep_days", keep_days.to_string(), "a number of days up to 36500"));
     }
-    let days_ahead = days_ahead.or(file.days_ahead).unwrap_or(d.days_ahead);
+    let days_ahead = file.days_ahead.unwrap_or(d.days_ahead);
     if days_ahead == 0 || days_ahead > 366 {
         return Err(invalid("retention.days_ahead", days_ahead.to_string(), "1 to 366 days"));
     }

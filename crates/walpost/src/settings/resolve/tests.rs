@@ -158,14 +158,18 @@ fn testkit_free_name() -> String {
 
 #[test]
 fn retention_defaults_and_validation() {
-    let c = resolve_retention(&RetentionFile::default(), None, None).unwrap();
+    let c = resolve_retention(&RetentionFile::default()).unwrap();
     assert_eq!(c, RetentionSettings::default());
     assert_eq!((c.keep_days, c.days_ahead, c.interval.as_secs(), c.enabled), (7, 3, 3600, None));
     let f: RetentionFile = toml::from_str("enabled = true\nkeep_days = 30\ndays_ahead = 5").unwrap();
-    let c = resolve_retention(&f, Some(2), None).unwrap();
-    assert_eq!((c.enabled, c.keep_days, c.days_ahead), (Some(true), 2, 5));
+    let c = resolve_retention(&f).unwrap();
+    assert_eq!((c.enabled, c.keep_days, c.days_ahead), (Some(true), 30, 5));
+    // --keep-days over the file's keep_days, through the one merge.
+    let o = Overrides { retention_keep_days: Some(2), ..base() };
+    let s = Settings::resolve(&o, file("[retention]\nenabled = true\nkeep_days = 30\ndays_ahead = 5")).unwrap();
+    assert_eq!((s.retention.keep_days, s.retention.days_ahead), (2, 5));
     let bad: RetentionFile = toml::from_str("days_ahead = 0").unwrap();
-    assert!(resolve_retention(&bad, None, None).unwrap_err().to_string().contains("retention.days_ahead"));
+    assert!(resolve_retention(&bad).unwrap_err().to_string().contains("retention.days_ahead"));
     let err = toml::from_str::<RetentionFile>("keep_dayz = 3").unwrap_err().to_string();
     assert!(err.contains("keep_dayz"), "{err}");
 }
@@ -260,4 +264,31 @@ fn durations_take_units_and_keep_their_old_numbers() {
     let err = FileConfig::parse("[pipeline]\nstatus_interval_secs = \"ten seconds\"").unwrap_err();
     assert!(err.contains("(status_interval_secs)") && err.contains("not a duration"), "{err}");
     assert!(!err.contains("ten seconds"), "a file's error shows no value: {err}");
+}
+
+/// Issue 29: the command line is layered onto the file once; every flag-backed key then
+/// comes from that one layer (flag over file over default).
+#[test]
+fn the_command_line_is_layered_onto_the_file_once() {
+    let text = "slot = \"from_file\"\nmetrics_addr = \"127.0.0.1:9000\"\ndelivery = \"exactly-once\"\n\
+                heartbeat_interval_secs = 30\n[router]\n\"route.by.field\" = \"file_col\"\n\
+                \"route.topic.replacement\" = \"file.${routedByValue}\"\n\
+                [[outbox]]\ntable = \"events.other\"";
+    let o = Overrides {
+        slot: Some("from_flag".into()),
+        topic: Some("flag.${routedByValue}".into()),
+        heartbeat_interval: Some(Duration::from_secs(5)),
+        ..base()
+    };
+    let s = Settings::resolve(&o, file(text)).unwrap();
+    assert_eq!(s.source.slot, "from_flag", "flag over file");
+    assert_eq!(s.metrics_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9000"), "file where no flag");
+    assert_eq!(s.source.heartbeat_interval, Some(Duration::from_secs(5)));
+    assert!(matches!(s.kafka.delivery, Delivery::ExactlyOnce(_)));
+    for outbox in &s.source.outboxes {
+        assert_eq!(outbox.router.route_by_field, "file_col", "{}: the file's router key", outbox.table);
+        assert!(outbox.router.topic_pattern.starts_with("flag."), "{}: the flag, inherited", outbox.table);
+    }
+    let s = Settings::resolve(&base(), file(text)).unwrap();
+    assert_eq!((s.source.slot.as_str(), s.source.heartbeat_interval), ("from_file", Some(Duration::from_secs(30))));
 }
