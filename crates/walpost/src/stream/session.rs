@@ -31,6 +31,10 @@ use crate::telemetry::metrics::StreamMetrics;
 use crate::telemetry::now_ms;
 use crate::telemetry::Metrics;
 
+/// The log target of the session's lines wherever their code lives (the files of
+/// `session/` included): operators filter on it (`WALPOST_LOG`) and runbooks quote it.
+const LOG_TARGET: &str = "walpost::stream::session";
+
 /// A loop turn that comes this long after the previous one, when the server's
 /// `wal_sender_timeout` is unknown or off, means the process was stopped.
 pub(crate) const FROZEN_AFTER_DEFAULT: Duration = Duration::from_secs(60);

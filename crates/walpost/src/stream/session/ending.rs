@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{refused_as_a_batch, Culprit, Session, Tag, RESTART_FLUSH};
+use super::{refused_as_a_batch, Culprit, Session, Tag, LOG_TARGET, RESTART_FLUSH};
 use crate::error::PipelineError;
 use crate::kafka::sink::Sink;
 use crate::kafka::Event;
@@ -24,14 +24,16 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
             })
             .await;
         if !left.is_empty() && fatal.is_none() {
-            tracing::warn!(
+            tracing::warn!(target: LOG_TARGET,
                 unacknowledged = left.len(),
                 "Kafka did not acknowledge everything within the shutdown timeout; those events will be sent again on restart"
             );
         }
         match self.confirmer.send(&mut self.stream, false).await {
-            Ok(()) => tracing::info!(confirmed = %self.confirmer.flush_lsn(), "{why}: confirmed position sent"),
-            Err(e) => tracing::warn!("{why}: could not send the final position: {e}"),
+            Ok(()) => {
+                tracing::info!(target: LOG_TARGET, confirmed = %self.confirmer.flush_lsn(), "{why}: confirmed position sent")
+            }
+            Err(e) => tracing::warn!(target: LOG_TARGET, "{why}: could not send the final position: {e}"),
         }
         self.stream.close().await;
         self.window.close(Duration::ZERO, |_| {}).await;

@@ -3,7 +3,7 @@
 
 use super::super::decode::OpenTxn;
 use super::super::signal::{self, Action, Finished, SignalRow};
-use super::Session;
+use super::{Session, LOG_TARGET};
 use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::sink::Sink;
 use crate::kafka::{Known, RecordId};
@@ -26,7 +26,7 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
                 let checkpoint = &mut self.confirmer.checkpoint;
                 let seq = *txn.seq.get_or_insert_with(|| checkpoint.begin(txn.final_lsn, txn.commit_time_ms));
                 if self.memo.lookup(id) == Known::Acknowledged {
-                    tracing::info!(signal = ?row.id, "signal: its replay ended in an earlier session; not run again");
+                    tracing::info!(target: LOG_TARGET, signal = ?row.id, "signal: its replay ended in an earlier session; not run again");
                     return checkpoint.record_skipped(seq).map_err(|e| PipelineError::definite(ErrorKind::Internal, e));
                 }
                 checkpoint.record_sent(seq).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
@@ -40,15 +40,15 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
                     dry_run: false,
                     statement_timeout: replay::STATEMENT_TIMEOUT,
                 };
-                tracing::info!(signal = ?row.id, "signal: replay started (the signal's transaction is confirmed once it ends)");
+                tracing::info!(target: LOG_TARGET, signal = ?row.id, "signal: replay started (the signal's transaction is confirmed once it ends)");
                 self.replays.start(seq, row.id, spec, self.s, &self.all_metrics);
             }
             Ok(Action::Ignore(why)) => {
-                tracing::info!(signal = ?row.id, "signal ignored: {}", signal::printable(&why));
+                tracing::info!(target: LOG_TARGET, signal = ?row.id, "signal ignored: {}", signal::printable(&why));
                 snapshot_metrics.replay("ignored");
             }
             Err(why) => {
-                tracing::warn!(signal = ?row.id, "signal cannot be acted on: {}; insert a corrected signal row", signal::printable(&why));
+                tracing::warn!(target: LOG_TARGET, signal = ?row.id, "signal cannot be acted on: {}; insert a corrected signal row", signal::printable(&why));
                 snapshot_metrics.replay("failed");
             }
         }
@@ -60,11 +60,11 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
         self.running_replays.retain(|(seq, _)| *seq != f.txn);
         match &f.result {
             Ok(outcome) => {
-                tracing::info!(signal = ?f.signal, rows = outcome.rows, "signal: replay done");
+                tracing::info!(target: LOG_TARGET, signal = ?f.signal, rows = outcome.rows, "signal: replay done");
                 self.all_metrics.snapshot.replay("done");
             }
             Err(e) => {
-                tracing::error!(signal = ?f.signal, "signal: replay failed: {}; the signal is dropped (insert a new signal row once fixed)", signal::printable(&e.to_string()));
+                tracing::error!(target: LOG_TARGET, signal = ?f.signal, "signal: replay failed: {}; the signal is dropped (insert a new signal row once fixed)", signal::printable(&e.to_string()));
                 self.all_metrics.snapshot.replay("failed");
             }
         }
