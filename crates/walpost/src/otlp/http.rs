@@ -1,6 +1,10 @@
 //! One OTLP/HTTP export: `POST <path>` with a protobuf body, on hyper's HTTP/1.1 client
 //! connection over a tokio TCP stream (hyper is already walpost's HTTP server; no pool,
 //! no TLS: the connection is kept while it works and opened again after an error).
+//!
+//! Retries as the OTLP specification asks: a refused connection, a broken exchange and the
+//! answers 429, 502, 503 and 504 are tried again after 100 ms, doubling up to 2 s, until
+//! the export's timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`) is spent; any other answer is final.
 
 use std::time::Duration;
 
@@ -24,6 +28,23 @@ pub(crate) enum ExportError {
     Request(#[from] hyper::http::Error),
 }
 
+/// The first wait before an export is tried again, and the longest.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+impl ExportError {
+    /// Whether the OTLP specification has the exporter try again: the endpoint could
+    /// not be reached or the exchange broke, or it answered "too many requests" or one of
+    /// the gateway/unavailable statuses.
+    fn is_retryable(&self) -> bool {
+        match self {
+            ExportError::Connect(..) | ExportError::Http(..) => true,
+            ExportError::Status(_, code) => matches!(code, 429 | 502 | 503 | 504),
+            ExportError::Timeout(..) | ExportError::Request(_) => false,
+        }
+    }
+}
+
 /// A connection to one endpoint, opened on demand.
 pub(crate) struct Client {
     authority: String,
@@ -45,15 +66,26 @@ impl Client {
         Client { authority, path, headers, timeout, sender: None }
     }
 
-    /// Posts one `ExportTraceServiceRequest`; the whole exchange within the timeout.
+    /// Posts one `ExportTraceServiceRequest`, retried (see the module docs) while the
+    /// timeout lasts; the last error when it never succeeded.
     pub(crate) async fn export(&mut self, body: Vec<u8>) -> Result<(), ExportError> {
-        let timeout = self.timeout;
-        match tokio::time::timeout(timeout, self.post(Bytes::from(body))).await {
-            Ok(result) => result.inspect_err(|_| self.sender = None),
-            Err(_) => {
-                self.sender = None;
-                Err(ExportError::Timeout(self.authority.clone(), timeout))
+        let body = Bytes::from(body);
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let error = match tokio::time::timeout(left, self.post(body.clone())).await {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => e,
+                Err(_) => ExportError::Timeout(self.authority.clone(), self.timeout),
+            };
+            self.sender = None;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !error.is_retryable() || left <= backoff {
+                return Err(error);
             }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 
@@ -97,5 +129,78 @@ impl Client {
             let _ = connection.await;
         });
         Ok(sender)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use http_body_util::Empty;
+    use hyper::service::service_fn;
+
+    use super::*;
+
+    /// An endpoint that answers each request with the next status of `statuses` (the
+    /// last one from then on); returns its address and the count of requests it saw.
+    async fn endpoint(statuses: Vec<u16>) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let (counter, statuses) = (counter.clone(), statuses.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |_request| {
+                        let n = counter.fetch_add(1, Ordering::SeqCst);
+                        let status = statuses.get(n).or(statuses.last()).copied().unwrap_or(200);
+                        async move { hyper::Response::builder().status(status).body(Empty::<Bytes>::new()) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    #[tokio::test]
+    async fn unavailable_and_too_many_requests_are_tried_again_until_taken() {
+        let (addr, seen) = endpoint(vec![503, 429, 200]).await;
+        let mut client = Client::new(addr, "/v1/traces".into(), Vec::new(), Duration::from_secs(5));
+        client.export(vec![1, 2, 3]).await.unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 3, "two retries, then taken");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_final_and_retries_stop_at_the_timeout() {
+        let (addr, seen) = endpoint(vec![400]).await;
+        let mut client = Client::new(addr, "/v1/traces".into(), Vec::new(), Duration::from_secs(5));
+        let e = client.export(vec![1]).await.unwrap_err();
+        assert!(matches!(e, ExportError::Status(_, 400)), "{e}");
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "400 is not retried");
+
+        let (addr, seen) = endpoint(vec![503]).await;
+        let mut client = Client::new(addr, "/v1/traces".into(), Vec::new(), Duration::from_millis(700));
+        let started = std::time::Instant::now();
+        let e = client.export(vec![1]).await.unwrap_err();
+        assert!(matches!(e, ExportError::Status(_, 503)), "{e}");
+        let tries = seen.load(Ordering::SeqCst);
+        assert!((2..=4).contains(&tries), "100, 200, 400 ms waits within 700 ms: {tries} tries");
+        assert!(started.elapsed() < Duration::from_millis(1_500), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_is_down_is_retried_then_reported() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let mut client = Client::new(addr, "/v1/traces".into(), Vec::new(), Duration::from_millis(400));
+        let e = client.export(vec![1]).await.unwrap_err();
+        assert!(matches!(e, ExportError::Connect(..)), "{e}");
     }
 }

@@ -12,7 +12,8 @@
 //!   into a bounded queue (`OTEL_BSP_MAX_QUEUE_SIZE`); a full queue drops the span
 //!   (`walpost_spans_dropped_total`). Encoding and HTTP run on the exporter's own thread
 //!   and runtime, one request at a time, each bounded by the export timeout; a failed
-//!   export drops its batch (counted), it is not retried.
+//!   export is retried within that timeout when OTLP says to (a connection error, 429,
+//!   502, 503, 504: see `http`), then its batch is dropped (counted).
 //! - Without the variable no exporter exists: the stream holds `None` and pays nothing per
 //!   event.
 //! - Spans carry no payload or key: the topic, partition, offset, event id and commit

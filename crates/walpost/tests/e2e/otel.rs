@@ -307,6 +307,9 @@ fn drill_otel_collector_down_drops_spans_never_events_and_recovers() {
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
         ("OTEL_BSP_SCHEDULE_DELAY", "50"),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "16"),
+        // A failed export is retried for this long (1 s here, 10 s by default) before its
+        // spans are dropped.
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "1000"),
     ];
     let p = Walpost::start(&args, &env);
     assert!(w.wait_for_slot(WAIT));
