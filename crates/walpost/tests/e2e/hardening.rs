@@ -247,11 +247,17 @@ fn rows_beyond_topics_max_halt_or_are_dead_lettered() {
     assert!(w.wait_for_slot(Duration::from_secs(120)), "{}", p.log_text());
     insert_batches(&w, 0, 1, 4, 4, &["a", "b"]);
     wait_for_every_committed(&w, Duration::from_secs(120));
-    let before = w.sql("SELECT pg_current_wal_lsn()");
-    insert_batches(&w, 1, 1, 3, 3, &["c"]);
+    // Regression (CI on PostgreSQL 18, 2026-12-02): the check was against a position read
+    // before the transaction, which an idle walpost may rightly pass (WAL of the other
+    // tests' databases); the bound is a position inside the refused transaction.
+    let inside = insert_refused_batch(&w, 1, 3, 3, "c");
     assert_eq!(p.wait_exit(Duration::from_secs(60)).and_then(|s| s.code()), Some(1), "{}", p.log_text());
     assert!(p.log_text().contains("but topics.max is 2"), "{}", p.log_text());
-    assert!(w.confirmed_flush_lsn() <= parse_lsn(&before), "confirmed past the refused row");
+    let confirmed = w.confirmed_flush_lsn();
+    assert!(
+        confirmed <= Some(inside),
+        "confirmed {confirmed:?} at or past the refused transaction (inside it: {inside:X})"
+    );
     let dead = crate::drills::service_config(&w, "on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"DLQ\"");
     let dead_letter_topic = format!("{}dlq", w.topic_prefix);
     let text = std::fs::read_to_string(&dead).unwrap().replace("\"DLQ\"", &format!("\"{dead_letter_topic}\""));
@@ -293,8 +299,13 @@ fn regression_a_row_over_max_message_bytes_is_never_buffered_whole() {
     assert!(w.wait_for_slot(Duration::from_secs(120)), "{}", p.log_text());
     insert_batches(&w, 0, 1, 5, 5, &["order"]);
     wait_for_every_committed(&w, Duration::from_secs(120));
-    let before = w.sql("SELECT pg_current_wal_lsn()");
-    w.sql("INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload, blob) VALUES ('order', gen_random_uuid(), 'Huge', '{}', repeat('x', 8000000))");
+    // The bound: a WAL position inside the refused transaction (see insert_refused_batch).
+    let inside = w.sql(
+        "BEGIN;
+         INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload, blob) VALUES ('order', gen_random_uuid(), 'Huge', '{}', repeat('x', 8000000));
+         SELECT pg_current_wal_insert_lsn();
+         COMMIT;",
+    );
     let huge: i64 = w.sql("SELECT id FROM events.outbox WHERE event_type = 'Huge'").parse().unwrap();
     assert_eq!(p.wait_exit(Duration::from_secs(120)).and_then(|s| s.code()), Some(1), "{}", p.log_text());
     let log = p.log_text();
@@ -302,7 +313,7 @@ fn regression_a_row_over_max_message_bytes_is_never_buffered_whole() {
         log.contains(&format!("event id {huge} is ")) && log.contains("over the per-message limit of 4000000 bytes"),
         "{log}"
     );
-    assert!(w.confirmed_flush_lsn() <= parse_lsn(&before), "confirmed past the refused row");
+    assert!(w.confirmed_flush_lsn() <= parse_lsn(&inside), "confirmed at or past the refused row");
 
     // Dead-letter mode, and a row of 1 GB.
     let dlq = format!("{}dlq", w.topic_prefix);

@@ -232,6 +232,29 @@ pub(crate) fn insert_batches_in(
     pg.psql_db(db, &sql).unwrap_or_else(|e| panic!("SQL failed: {e}\n{sql}"));
 }
 
+/// [`insert_batches`] for one transaction that walpost is expected to refuse, returning a
+/// WAL position taken inside it, before its commit: walpost must never confirm that far
+/// (a confirmed position at or past its commit would skip it on restart; one before it,
+/// even past a position read before the transaction began, is fine: an idle walpost may
+/// confirm WAL other databases of the shared cluster wrote meanwhile).
+pub(crate) fn insert_refused_batch(w: &World, batch: u32, size: u32, aggregates: u32, aggregate_type: &str) -> u64 {
+    let sql = format!(
+        "CREATE TABLE IF NOT EXISTS public.txlog (batch int PRIMARY KEY, lsn_after pg_lsn);
+         BEGIN;
+         INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT '{aggregate_type}',
+                ('00000000-0000-4000-8000-' || lpad((({batch} * {size} + g) % {aggregates})::text, 12, '0'))::uuid,
+                'b{batch}',
+                jsonb_build_object('batch', {batch}, 'n', g, 'note', repeat('x', 40))
+         FROM generate_series(1, {size}) AS g;
+         SELECT pg_current_wal_insert_lsn();
+         COMMIT;
+         INSERT INTO public.txlog VALUES ({batch}, pg_current_wal_insert_lsn());"
+    );
+    let inside = w.sql(&sql);
+    parse_lsn(inside.trim()).unwrap_or_else(|| panic!("no LSN in {inside:?}"))
+}
+
 /// The walpost binary under test, with its stderr in a file.
 pub(crate) struct Walpost {
     child: Option<Child>,
