@@ -12,7 +12,7 @@ use super::{
     secrets, CloudEventsFile, ConfigError, Delivery, FileConfig, KafkaSettings, Messages, OnPermanentError, OpInvalid,
     Outbox, RouterFile, Settings, SnapshotMode, SnapshotSettings, SourceSettings, TableName,
 };
-use sections::{resolve_delivery, resolve_monitor, resolve_retention, resolve_stream};
+use sections::{positive_duration, resolve_delivery, resolve_monitor, resolve_retention, resolve_stream};
 
 /// What the command line (flags and `WALPOST_*` variables, already merged by it) sets.
 /// `None` everywhere means "not given": the file or the default decides.
@@ -169,16 +169,9 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
             op_invalid: op,
         })
     };
-    let heartbeat_interval = match file.heartbeat_interval_secs.map(|s| s.0) {
-        Some(d) if d.is_zero() => {
-            return Err(ConfigError::Invalid {
-                key: "heartbeat_interval",
-                value: "0".into(),
-                expected: "a positive duration (a number of seconds, or 500ms, 30s, 5min)",
-            })
-        }
-        other => other,
-    };
+    // Optional (unset: no heartbeat), but never zero.
+    let heartbeat_interval =
+        file.heartbeat_interval_secs.map(|s| positive_duration("heartbeat_interval", Some(s.0), s.0)).transpose()?;
     let signal_table = match file.signal_table.take() {
         None => None,
         Some(text) => {

@@ -197,6 +197,20 @@ pub(crate) fn insert_batches(w: &World, first_batch: u32, txns: u32, size: u32, 
     insert_batches_in(w.pg, &w.db, first_batch, txns, size, aggregates, types);
 }
 
+/// The INSERT of one batch's rows, shared by [`insert_batches_in`] and
+/// [`insert_refused_batch`]: `batch` and `aggregate_type` are SQL expressions (the batch
+/// number, the row's type; `g` is the row's number in the batch).
+fn batch_rows_sql(batch: &str, aggregate_type: &str, size: u32, aggregates: u32) -> String {
+    format!(
+        "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT {aggregate_type},
+                ('00000000-0000-4000-8000-' || lpad((({batch} * {size} + g) % {aggregates})::text, 12, '0'))::uuid,
+                'b' || {batch},
+                jsonb_build_object('batch', {batch}, 'n', g, 'note', repeat('x', 40))
+         FROM generate_series(1, {size}) AS g"
+    )
+}
+
 /// [`insert_batches`] for a writer thread, which has the server and database only.
 pub(crate) fn insert_batches_in(
     pg: &Postgres,
@@ -208,6 +222,7 @@ pub(crate) fn insert_batches_in(
     types: &[&str],
 ) {
     let types_sql = types.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(",");
+    let rows = batch_rows_sql("b", "types[1 + (g % array_length(types, 1))]", size, aggregates);
     // One DO block, a COMMIT per transaction (procedural COMMIT, PostgreSQL 11+), and
     // after each commit the WAL insert position, an upper bound of the commit's end LSN.
     let sql = format!(
@@ -216,12 +231,7 @@ pub(crate) fn insert_batches_in(
          DECLARE b int; types text[] := ARRAY[{types_sql}];
          BEGIN
            FOR b IN {first_batch}..{last} LOOP
-             INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
-             SELECT types[1 + (g % array_length(types, 1))],
-                    ('00000000-0000-4000-8000-' || lpad(((b * {size} + g) % {aggregates})::text, 12, '0'))::uuid,
-                    'b' || b,
-                    jsonb_build_object('batch', b, 'n', g, 'note', repeat('x', 40))
-             FROM generate_series(1, {size}) AS g;
+             {rows};
              COMMIT;
              INSERT INTO public.txlog VALUES (b, pg_current_wal_insert_lsn());
              COMMIT;
@@ -238,15 +248,11 @@ pub(crate) fn insert_batches_in(
 /// even past a position read before the transaction began, is fine: an idle walpost may
 /// confirm WAL other databases of the shared cluster wrote meanwhile).
 pub(crate) fn insert_refused_batch(w: &World, batch: u32, size: u32, aggregates: u32, aggregate_type: &str) -> u64 {
+    let rows = batch_rows_sql(&batch.to_string(), &format!("'{aggregate_type}'"), size, aggregates);
     let sql = format!(
         "CREATE TABLE IF NOT EXISTS public.txlog (batch int PRIMARY KEY, lsn_after pg_lsn);
          BEGIN;
-         INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
-         SELECT '{aggregate_type}',
-                ('00000000-0000-4000-8000-' || lpad((({batch} * {size} + g) % {aggregates})::text, 12, '0'))::uuid,
-                'b{batch}',
-                jsonb_build_object('batch', {batch}, 'n', g, 'note', repeat('x', 40))
-         FROM generate_series(1, {size}) AS g;
+         {rows};
          SELECT pg_current_wal_insert_lsn();
          COMMIT;
          INSERT INTO public.txlog VALUES ({batch}, pg_current_wal_insert_lsn());"
