@@ -103,6 +103,9 @@ impl std::fmt::Debug for ReplicationClient {
 
 const READ_CHUNK: usize = 128 * 1024;
 
+/// The largest CopyData message [`ReplicationClient::copy_in`] sends.
+pub const COPY_CHUNK: usize = 1 << 20;
+
 /// How much of a message over the limit is kept (its header and first columns: enough to
 /// name the event in most outboxes).
 pub(crate) const OVERSIZED_PREFIX: usize = 64 * 1024;
@@ -296,6 +299,75 @@ impl ReplicationClient {
                         "unexpected message '{}' in a query result",
                         char::from(other)
                     )))
+                }
+            }
+        }
+    }
+
+    /// Runs `COPY ... FROM STDIN` (`sql`) with `data` as its whole input (text, CSV or
+    /// binary, as `sql` says), sent as CopyData messages of at most [`COPY_CHUNK`] bytes.
+    /// Returns the number of rows the server reports. A server error (a bad value, a
+    /// missing table) comes back as [`Error::Server`] after the server is ready again:
+    /// PostgreSQL reads and ignores the rest of the data once a COPY failed, so sending
+    /// it all before reading cannot deadlock.
+    pub async fn copy_in(&mut self, sql: &str, data: &[u8]) -> Result<u64, Error> {
+        frontend::query(sql, &mut self.out).map_err(Error::Io)?;
+        self.flush_out().await?;
+        // The server answers CopyInResponse ('G'), or an error and ReadyForQuery.
+        let mut error = None;
+        loop {
+            let frame = self.read_frame().await?;
+            match frame.tag {
+                b'G' => break,
+                b'N' | b'S' => {}
+                b'E' => error = Some(frame::parse_server_message(b'E', &frame.body)?),
+                b'Z' => {
+                    return Err(match error {
+                        Some(e) => Error::Server(e),
+                        None => Error::Protocol("COPY FROM STDIN ended before it started".into()),
+                    })
+                }
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "unexpected message '{}' before CopyInResponse",
+                        char::from(other)
+                    )))
+                }
+            }
+        }
+        for chunk in data.chunks(COPY_CHUNK) {
+            self.out.put_u8(b'd');
+            // A chunk is at most COPY_CHUNK (1 MiB) bytes: its length fits an i32.
+            self.out.put_i32(i32::try_from(chunk.len() + 4).unwrap_or(i32::MAX));
+            self.out.put_slice(chunk);
+            if self.out.len() >= COPY_CHUNK {
+                self.flush_out().await?;
+            }
+        }
+        frontend::copy_done(&mut self.out);
+        self.flush_out().await?;
+        let mut rows = 0;
+        loop {
+            let frame = self.read_frame().await?;
+            match frame.tag {
+                b'C' => {
+                    let tag = frame.body.split(|&b| b == 0).next().unwrap_or_default();
+                    rows = std::str::from_utf8(tag)
+                        .ok()
+                        .and_then(|t| t.strip_prefix("COPY "))
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
+                }
+                b'N' | b'S' => {}
+                b'E' => error = Some(frame::parse_server_message(b'E', &frame.body)?),
+                b'Z' => {
+                    return match error {
+                        Some(e) => Err(Error::Server(e)),
+                        None => Ok(rows),
+                    }
+                }
+                other => {
+                    return Err(Error::Protocol(format!("unexpected message '{}' after CopyDone", char::from(other))))
                 }
             }
         }

@@ -6,7 +6,7 @@
 //! file). Negotiates TLS per libpq's `sslmode`, authenticates (trust, cleartext, md5,
 //! SCRAM-SHA-256[-PLUS]) under an explicit policy, runs the replication commands walpost
 //! needs (IDENTIFY_SYSTEM, CREATE_REPLICATION_SLOT, DROP_REPLICATION_SLOT, plain SQL such
-//! as SHOW) and then turns into a [`ReplicationStream`] of XLogData and keepalive messages.
+//! as SHOW, COPY FROM STDIN for bulk writes) and then turns into a [`ReplicationStream`] of XLogData and keepalive messages.
 //!
 //! Authentication policy (details in `auth.rs`): with `require_auth` given, libpq's rules
 //! apply as written. Without it, walpost never sends a cleartext password or an MD5
@@ -45,7 +45,9 @@ pub mod sqlstate;
 mod tls;
 mod transport;
 
-pub use client::{CreatedSlot, QueryResult, ReplicationClient, ReplicationStream, SlotSnapshot, SystemInfo};
+pub use client::{
+    CreatedSlot, QueryResult, ReplicationClient, ReplicationStream, SlotSnapshot, SystemInfo, COPY_CHUNK,
+};
 pub use config::{
     AuthMethod, ChannelBinding, Config, ConfigError, Host, HostSpec, Keepalives, RequireAuth, RootCert, SslMode,
     TargetSessionAttrs, DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_DIRS,

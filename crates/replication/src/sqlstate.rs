@@ -25,6 +25,12 @@ pub const SERIALIZATION_FAILURE: &str = "40001";
 pub const DEADLOCK_DETECTED: &str = "40P01";
 /// 42501 insufficient_privilege.
 pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+/// 42P01 undefined_table.
+pub const UNDEFINED_TABLE: &str = "42P01";
+/// 42703 undefined_column.
+pub const UNDEFINED_COLUMN: &str = "42703";
+/// 42883 undefined_function.
+pub const UNDEFINED_FUNCTION: &str = "42883";
 /// 42P07 duplicate_table.
 pub const DUPLICATE_TABLE: &str = "42P07";
 /// 42P17 invalid_object_definition.
@@ -54,6 +60,9 @@ mod tests {
             DEADLOCK_DETECTED,
             INSUFFICIENT_PRIVILEGE,
             DUPLICATE_TABLE,
+            UNDEFINED_TABLE,
+            UNDEFINED_COLUMN,
+            UNDEFINED_FUNCTION,
             INVALID_OBJECT_DEFINITION,
             OBJECT_IN_USE,
             LOCK_NOT_AVAILABLE,

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::cli::{Cli, Command, SlotAction};
 use crate::error::{ErrorKind, PipelineError};
+use crate::settings::inbox::InboxSettings;
 use crate::settings::{FileConfig, Settings};
 use crate::telemetry::{http, Health, Metrics};
 use crate::{kafka, monitor, ops, otlp, retention, stream};
@@ -96,6 +97,43 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
             )?;
             ops::replay::command(&settings, &spec).await.map(|()| 0)
         }
+        Command::Inbox(args) => inbox(InboxSettings::resolve(&args.overrides(), file)?).await.map(|()| 0),
+    }
+}
+
+/// `walpost inbox`: the ingest and its metrics server, until a signal or a definite error.
+async fn inbox(settings: InboxSettings) -> Result<(), PipelineError> {
+    let health = Arc::new(Health::new(Duration::from_secs(30), LIVENESS_TIMEOUT));
+    let metrics = Metrics::new(health.clone()).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
+    if let Some(addr) = settings.metrics_addr {
+        http::serve(addr, metrics.clone()).map_err(|e| {
+            PipelineError::definite(ErrorKind::Host, format!("cannot serve metrics on {addr}: {e}")).caused_by(e)
+        })?;
+    }
+    tracing::info!(
+        version = crate::VERSION,
+        postgres = %settings.postgres.redacted(),
+        kafka = %settings.brokers,
+        group = %settings.group,
+        "walpost inbox starting"
+    );
+    let shutdown = shutdown_signal()?;
+    let beat = health.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            beat.beat();
+        }
+    });
+    let stopped = shutdown.clone();
+    match crate::inbox::run(&settings, &metrics, shutdown).await {
+        // A stop during a PostgreSQL outage: the unwritten batch is read again next time.
+        Err(e) if e.is_transient() && *stopped.borrow() => {
+            tracing::warn!("{e}");
+            Ok(())
+        }
+        other => other,
     }
 }
 

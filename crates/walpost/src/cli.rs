@@ -119,6 +119,85 @@ pub enum Command {
     /// header and carries `walpost.replay: <id>`. Progress goes to stderr, a summary per
     /// topic to stdout. No slot is used.
     Replay(ReplayArgs),
+
+    /// Consume Kafka records into a consuming service's PostgreSQL inbox, exactly once,
+    /// until SIGINT/SIGTERM (see docs/inbox.md).
+    ///
+    /// Each record goes into <schema>.messages (once per event id) together with its
+    /// partition's next offset in <schema>.offsets, in one transaction; a partition is
+    /// read from the offset stored there. Handlers then claim and complete messages
+    /// with the SQL functions of migrations/0004_inbox.sql.
+    Inbox(InboxArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InboxArgs {
+    /// PostgreSQL URL of the consuming service's database (where the inbox tables are).
+    #[arg(long, env = "WALPOST_POSTGRES", hide_env_values = true, value_name = "URL")]
+    pub postgres: Option<String>,
+
+    /// File holding the PostgreSQL password (owner-only), when the URL has none.
+    #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
+    pub postgres_password_file: Option<PathBuf>,
+
+    /// Kafka bootstrap servers, host:port[,host:port...].
+    #[arg(long, env = "WALPOST_KAFKA_BROKERS", hide_env_values = true, value_name = "HOSTS")]
+    pub kafka_brokers: Option<String>,
+
+    /// Topics to consume, comma-separated ([inbox] topics).
+    #[arg(long, env = "WALPOST_INBOX_TOPICS", hide_env_values = true, value_name = "T1,T2", value_delimiter = ',')]
+    pub topics: Option<Vec<String>>,
+
+    /// A regular expression over topic names, instead of --topics ([inbox] topic_regex).
+    #[arg(long, env = "WALPOST_INBOX_TOPIC_REGEX", hide_env_values = true, value_name = "REGEX")]
+    pub topic_regex: Option<String>,
+
+    /// The consumer group; also the group_id of the stored offsets ([inbox] group).
+    #[arg(long, env = "WALPOST_INBOX_GROUP", hide_env_values = true, value_name = "GROUP")]
+    pub group: Option<String>,
+
+    /// Schema of the inbox tables ([inbox] schema) [default: inbox].
+    #[arg(long, env = "WALPOST_INBOX_SCHEMA", hide_env_values = true, value_name = "SCHEMA")]
+    pub schema: Option<String>,
+
+    /// Apply the inbox migration (idempotent) before consuming ([inbox] create_schema).
+    #[arg(long, env = "WALPOST_INBOX_CREATE_SCHEMA", hide_env_values = true)]
+    pub create_schema: bool,
+
+    /// A record that cannot be stored (no event id, too large): halt, or reject (a row
+    /// in <schema>.rejected with the reason) ([inbox] on_invalid) [default: halt].
+    #[arg(long, env = "WALPOST_INBOX_ON_INVALID", hide_env_values = true, value_name = "halt|reject")]
+    pub on_invalid: Option<String>,
+
+    /// Serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9188.
+    #[arg(long, env = "WALPOST_METRICS_ADDR", hide_env_values = true, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
+
+    /// A librdkafka consumer property, KEY=VALUE; repeatable; overrides [kafka.properties].
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
+    pub kafka_property: Vec<String>,
+}
+
+impl InboxArgs {
+    /// What these flags (and `WALPOST_*` variables) set, for the settings layer.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            postgres: self.postgres.clone(),
+            postgres_on_argv: argv_names_flag("--postgres"),
+            postgres_password_file: self.postgres_password_file.clone(),
+            kafka_brokers: self.kafka_brokers.clone(),
+            kafka_properties: self.kafka_property.clone(),
+            kafka_secret_env: kafka_secret_env(&|k| std::env::var(k).ok()),
+            metrics_addr: self.metrics_addr.clone(),
+            inbox_topics: self.topics.clone(),
+            inbox_topic_regex: self.topic_regex.clone(),
+            inbox_group: self.group.clone(),
+            inbox_schema: self.schema.clone(),
+            inbox_create_schema: self.create_schema,
+            inbox_on_invalid: self.on_invalid.clone(),
+            ..Overrides::default()
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -427,7 +506,7 @@ mod tests {
     #[test]
     fn regression_help_never_shows_environment_values() {
         let mut cmd = Cli::command();
-        for sub in ["run", "check"] {
+        for sub in ["run", "check", "inbox"] {
             let sub = cmd.find_subcommand_mut(sub).unwrap();
             for arg in sub.get_arguments() {
                 if arg.get_env().is_some() {

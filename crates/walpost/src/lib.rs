@@ -10,9 +10,10 @@
 //! | 2 | [`postgres`], [`kafka`], [`otlp`] | catalog queries and checks; producer, produce window, permanent-error policy; span export |
 //! | 3 | [`snapshot`] | the initial snapshot |
 //! | 4 | [`stream`], [`monitor`], [`retention`] | THE DATA PATH; slot alarms; partition retention |
-//! | 5 | [`ops`] | `check`, `slot`, `import-debezium` |
-//! | 6 | [`cli`] | clap types only |
-//! | 7 | [`app`] | the composition root (`main.rs` calls it) |
+//! | 5 | [`inbox`] | `walpost inbox`: Kafka into a consuming service's inbox tables |
+//! | 6 | [`ops`] | `check`, `slot`, `import-debezium` |
+//! | 7 | [`cli`] | clap types only |
+//! | 8 | [`app`] | the composition root (`main.rs` calls it) |
 //!
 //! The rule, held by `tests/layers.rs`: a module imports (`use crate::...`) only
 //! modules of lower layers, never a sibling of its own layer nor anything above it;
@@ -40,6 +41,8 @@ pub mod snapshot;
 pub(crate) mod monitor;
 pub(crate) mod retention;
 pub(crate) mod stream;
+
+pub(crate) mod inbox;
 
 pub mod ops;
 

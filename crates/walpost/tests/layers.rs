@@ -22,6 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["postgres", "kafka", "otlp"],
     &["snapshot"],
     &["stream", "monitor", "retention"],
+    &["inbox"],
     &["ops"],
     &["cli"],
     &["app"],

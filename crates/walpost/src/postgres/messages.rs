@@ -108,3 +108,20 @@ pub fn slot_in_use(slot: &str, pid: i32) -> String {
         "replication slot \"{slot}\" is in use by server process {pid} (another walpost instance?); waiting for it to be released"
     )
 }
+/// The runbook the inbox's operator texts point to.
+pub const INBOX_RUNBOOK: &str = "runbooks/inbox-backlog.md";
+
+/// `walpost inbox`'s fatal error for inbox tables that are missing or lack a column
+/// (`what`: the missing tables and columns, or the server's error).
+pub fn inbox_schema_incomplete(schema: &str, what: &str) -> String {
+    format!(
+        "the inbox schema is incomplete ({what}): apply migrations/0004_inbox.sql (or start walpost inbox once with --create-schema) to create the inbox tables in schema {schema}; nothing was stored and no offset moved (see {INBOX_RUNBOOK})"
+    )
+}
+
+/// `walpost inbox`'s fatal error for a record it cannot store, with `on_invalid = halt`.
+pub fn inbox_record_refused(topic: &str, partition: i32, offset: i64, why: &str) -> String {
+    format!(
+        "record {topic}/{partition}@{offset} cannot be stored in the inbox: {why}; the records before it are stored and its partition stops there: fix the producer, or set [inbox] on_invalid = \"reject\" to keep such records in the rejected table and go on (see {INBOX_RUNBOOK})"
+    )
+}

@@ -13,6 +13,7 @@
 
 pub mod duration;
 mod file;
+pub mod inbox;
 pub mod keys;
 pub mod otel;
 mod resolve;
@@ -27,8 +28,8 @@ use router::RouterConfig;
 use serde::{Deserialize, Serialize};
 
 pub use file::{
-    CloudEventsFile, ExactlyOnceFile, FileConfig, KafkaFile, MessagesFile, MonitorFile, OutboxFile, PipelineFile,
-    RetentionFile, RouterFile,
+    CloudEventsFile, ExactlyOnceFile, FileConfig, InboxFile, KafkaFile, MessagesFile, MonitorFile, OutboxFile,
+    PipelineFile, RetentionFile, RouterFile,
 };
 pub use resolve::{validate_identifier, Overrides};
 

@@ -12,7 +12,8 @@ use super::{
     secrets, CloudEventsFile, ConfigError, Delivery, FileConfig, KafkaSettings, Messages, OnPermanentError, OpInvalid,
     Outbox, RouterFile, Settings, SnapshotMode, SnapshotSettings, SourceSettings, TableName,
 };
-use sections::{positive_duration, resolve_delivery, resolve_monitor, resolve_retention, resolve_stream};
+pub(in crate::settings) use sections::positive_duration;
+use sections::{resolve_delivery, resolve_monitor, resolve_retention, resolve_stream};
 
 /// What the command line (flags and `WALPOST_*` variables, already merged by it) sets.
 /// `None` everywhere means "not given": the file or the default decides.
@@ -57,6 +58,14 @@ pub struct Overrides {
     pub delivery: Option<String>,
     /// `--envelope`: `none` or `cloudevents`.
     pub envelope: Option<String>,
+    /// `walpost inbox --topics` (comma-separated on the command line).
+    pub inbox_topics: Option<Vec<String>>,
+    pub inbox_topic_regex: Option<String>,
+    pub inbox_group: Option<String>,
+    pub inbox_schema: Option<String>,
+    /// `--create-schema`.
+    pub inbox_create_schema: bool,
+    pub inbox_on_invalid: Option<String>,
 }
 
 impl Settings {
@@ -77,7 +86,7 @@ impl Overrides {
     /// [`resolve`] reads that layer alone. What has no place in the file stays here: where
     /// a value came from (`*_on_argv`), `--kafka-property` and the secret variables
     /// (judged as they are read: see [`resolve`]).
-    fn layer_onto(&self, file: &mut FileConfig) {
+    pub(super) fn layer_onto(&self, file: &mut FileConfig) {
         fn over<T: Clone>(flag: &Option<T>, file: &mut Option<T>) {
             if flag.is_some() {
                 file.clone_from(flag);
@@ -103,6 +112,17 @@ impl Overrides {
         over(&self.envelope, &mut file.envelope);
         over(&self.retention_keep_days, &mut file.retention.keep_days);
         over(&self.retention_days_ahead, &mut file.retention.days_ahead);
+        let inbox = &mut file.inbox;
+        if let Some(topics) = &self.inbox_topics {
+            inbox.topics.clone_from(topics);
+        }
+        over(&self.inbox_topic_regex, &mut inbox.topic_regex);
+        over(&self.inbox_group, &mut inbox.group);
+        over(&self.inbox_schema, &mut inbox.schema);
+        if self.inbox_create_schema {
+            inbox.create_schema = Some(true);
+        }
+        over(&self.inbox_on_invalid, &mut inbox.on_invalid);
         // The router flags set the first outbox's [router]; [[outbox]] tables and
         // [messages] inherit the result.
         let r = &mut file.router;
@@ -218,28 +238,7 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
             expected: "a valid Kafka topic name not starting with __",
         });
     }
-    let mut properties = match &file.kafka.properties_file {
-        Some(path) => secrets::read_properties_file(path)?,
-        None => BTreeMap::new(),
-    };
-    properties.extend(file.kafka.properties);
-    properties.extend(o.kafka_secret_env.iter().cloned());
-    for kv in &o.kafka_properties {
-        let (k, v) = kv.split_once('=').ok_or_else(|| ConfigError::Invalid {
-            key: "kafka-property",
-            // Only the key part: the value may be a secret.
-            value: kv.split('=').next().unwrap_or_default().to_owned(),
-            expected: "KEY=VALUE, e.g. compression.type=zstd",
-        })?;
-        let key = k.trim().to_owned();
-        if secrets::KAFKA_SECRET_PROPERTIES.contains(&key.as_str()) {
-            tracing::warn!(
-                "{key} was given with --kafka-property, on the command line, where other users of this machine can read it: use {} or [kafka] properties_file instead",
-                secrets::kafka_secret_env_var(&key)
-            );
-        }
-        properties.insert(key, v.trim().to_owned());
-    }
+    let properties = resolve_kafka_properties(o, &file.kafka)?;
     let delivery = resolve_delivery(file.delivery.take(), &file.exactly_once)?;
     if let (Some(t), Delivery::ExactlyOnce(_)) = (&source.signal_table, &delivery) {
         return Err(ConfigError::Invalid {
@@ -282,32 +281,10 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
             tracing::info!("a backfill (--snapshot initial_only) serves no metrics unless --metrics-addr is on its own command line: {a} is the service's");
             None
         }
-        None => None,
-        Some(a) if a.is_empty() => None,
-        Some(a) => Some(a.parse().map_err(|_| ConfigError::Invalid {
-            key: "metrics_addr",
-            value: a,
-            expected: "host:port with an IP address, e.g. 127.0.0.1:9187",
-        })?),
+        other => resolve_metrics_addr(other)?,
     };
     let raw_postgres = postgres.clone();
-    if o.postgres_on_argv
-        && replication::Config::parse_with_env(&postgres, &|_| None).is_ok_and(|c| c.password().is_some())
-    {
-        tracing::warn!("{}", secrets::POSTGRES_PASSWORD_ON_ARGV);
-    }
-    let password_file = file.postgres_password_file.take();
-    let postgres = match &password_file {
-        None => replication::Config::from_url(&postgres)?,
-        Some(path) => {
-            // The file wins over PGPASSWORD, not over a password in the connection string.
-            let mut config = replication::Config::parse_with_env(&postgres, &|k| {
-                (k != "PGPASSWORD").then(|| std::env::var(k).ok()).flatten()
-            })?;
-            config.set_password_if_missing(secrets::read_secret_file(path, "the PostgreSQL password")?);
-            config
-        }
-    };
+    let postgres = postgres_config(o, file.postgres_password_file.take(), &postgres)?;
     let postgres = stream_from_primary(postgres, &raw_postgres)?;
     Ok(Settings {
         postgres,
@@ -320,6 +297,83 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
         metrics_addr,
         otel: super::otel::OtelSettings::from_env(&|k| std::env::var(k).ok())?,
     })
+}
+
+/// `[kafka] properties_file`, then `[kafka.properties]`, then the secret `WALPOST_KAFKA_*`
+/// variables, then `--kafka-property` (a secret there is warned about, never shown).
+pub(super) fn resolve_kafka_properties(
+    o: &Overrides,
+    kafka: &super::KafkaFile,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut properties = match &kafka.properties_file {
+        Some(path) => secrets::read_properties_file(path)?,
+        None => BTreeMap::new(),
+    };
+    properties.extend(kafka.properties.clone());
+    properties.extend(o.kafka_secret_env.iter().cloned());
+    for kv in &o.kafka_properties {
+        let (k, v) = kv.split_once('=').ok_or_else(|| ConfigError::Invalid {
+            key: "kafka-property",
+            // Only the key part: the value may be a secret.
+            value: kv.split('=').next().unwrap_or_default().to_owned(),
+            expected: "KEY=VALUE, e.g. compression.type=zstd",
+        })?;
+        let key = k.trim().to_owned();
+        if secrets::KAFKA_SECRET_PROPERTIES.contains(&key.as_str()) {
+            tracing::warn!(
+                "{key} was given with --kafka-property, on the command line, where other users of this machine can read it: use {} or [kafka] properties_file instead",
+                secrets::kafka_secret_env_var(&key)
+            );
+        }
+        properties.insert(key, v.trim().to_owned());
+    }
+    Ok(properties)
+}
+
+/// `metrics_addr`: unset or empty for none.
+pub(super) fn resolve_metrics_addr(text: Option<String>) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    match text {
+        None => Ok(None),
+        Some(a) if a.is_empty() => Ok(None),
+        Some(a) => Ok(Some(a.parse().map_err(|_| ConfigError::Invalid {
+            key: "metrics_addr",
+            value: a,
+            expected: "host:port with an IP address, e.g. 127.0.0.1:9187",
+        })?)),
+    }
+}
+
+/// The connection string with its password file, warning about a password on argv.
+fn postgres_config(
+    o: &Overrides,
+    password_file: Option<std::path::PathBuf>,
+    postgres: &str,
+) -> Result<replication::Config, ConfigError> {
+    if o.postgres_on_argv
+        && replication::Config::parse_with_env(postgres, &|_| None).is_ok_and(|c| c.password().is_some())
+    {
+        tracing::warn!("{}", secrets::POSTGRES_PASSWORD_ON_ARGV);
+    }
+    let postgres = match &password_file {
+        None => replication::Config::from_url(postgres)?,
+        Some(path) => {
+            // The file wins over PGPASSWORD, not over a password in the connection string.
+            let mut config = replication::Config::parse_with_env(postgres, &|k| {
+                (k != "PGPASSWORD").then(|| std::env::var(k).ok()).flatten()
+            })?;
+            config.set_password_if_missing(secrets::read_secret_file(path, "the PostgreSQL password")?);
+            config
+        }
+    };
+    Ok(postgres)
+}
+
+/// `postgres` for a mode that writes (`walpost inbox`): required, on a primary.
+pub(super) fn resolve_postgres(o: &Overrides, file: &mut FileConfig) -> Result<replication::Config, ConfigError> {
+    let text =
+        file.postgres.take().ok_or(ConfigError::Missing { key: "postgres", flag: "postgres", env: "POSTGRES" })?;
+    let config = postgres_config(o, file.postgres_password_file.take(), &text)?;
+    stream_from_primary(config, &text)
 }
 
 /// walpost streams from a primary only: without `target_session_attrs` (in the string or

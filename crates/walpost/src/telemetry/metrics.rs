@@ -67,6 +67,16 @@ pub mod names {
     pub const TRACE_CONTEXT_INVALID: &str = "walpost_trace_context_invalid_total";
     pub const SPANS_EXPORTED: &str = "walpost_spans_exported_total";
     pub const SPANS_DROPPED: &str = "walpost_spans_dropped_total";
+    pub const INBOX_RECORDS: &str = "walpost_inbox_records_total";
+    pub const INBOX_BATCHES: &str = "walpost_inbox_batches_total";
+    pub const INBOX_WRITE: &str = "walpost_inbox_write_seconds";
+    pub const INBOX_LATENCY: &str = "walpost_inbox_latency_seconds";
+    pub const INBOX_WRITE_ERRORS: &str = "walpost_inbox_write_errors_total";
+    pub const INBOX_CONSUMER_LAG: &str = "walpost_inbox_consumer_lag_records";
+    pub const INBOX_BACKLOG: &str = "walpost_inbox_handler_backlog";
+    pub const INBOX_OLDEST_PENDING: &str = "walpost_inbox_handler_oldest_pending_seconds";
+    pub const INBOX_OPEN_ATTEMPTS: &str = "walpost_inbox_handler_open_attempts";
+    pub const INBOX_REVIEW_REQUIRED: &str = "walpost_inbox_handler_review_required";
 }
 
 use names::*;
@@ -134,6 +144,28 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "counter",
         "Spans not exported: the export queue was full, or the OTLP endpoint failed or refused them.",
     ),
+    (
+        INBOX_RECORDS,
+        "counter",
+        "walpost inbox: records read, by topic (capped as above) and result: stored, duplicate (event id already stored), rejected (to the rejected table).",
+    ),
+    (INBOX_BATCHES, "counter", "walpost inbox: transactions written to PostgreSQL."),
+    (INBOX_WRITE, "histogram", "walpost inbox: time to write one batch (COPY, INSERT, offsets, COMMIT)."),
+    (INBOX_LATENCY, "histogram", "walpost inbox: record timestamp to its commit in the inbox."),
+    (
+        INBOX_WRITE_ERRORS,
+        "counter",
+        "walpost inbox: batch writes that failed and were retried (PostgreSQL unreachable or restarting).",
+    ),
+    (
+        INBOX_CONSUMER_LAG,
+        "gauge",
+        "walpost inbox: records in Kafka past the consumer's position, by topic and partition (from librdkafka's statistics).",
+    ),
+    (INBOX_BACKLOG, "gauge", "walpost inbox: messages a handler has no receipt for and that are pending, by handler."),
+    (INBOX_OLDEST_PENDING, "gauge", "walpost inbox: age of a handler's oldest pending message, by handler."),
+    (INBOX_OPEN_ATTEMPTS, "gauge", "walpost inbox: failed attempts on a handler's open messages, by handler."),
+    (INBOX_REVIEW_REQUIRED, "gauge", "walpost inbox: a handler's messages in review_required, by handler."),
 ];
 
 /// Distinct `topic` label values of `walpost_events_published_total`; more are `(other)`.
@@ -174,6 +206,7 @@ pub struct Metrics {
     pub snapshot: SnapshotMetrics,
     pub retention: RetentionMetrics,
     pub spans: SpanMetrics,
+    pub inbox: InboxMetrics,
     streaming: IntGauge,
     halted: IntGauge,
     unacknowledged: Gauge,
@@ -338,6 +371,93 @@ pub struct SpanMetrics {
     pub dropped: IntCounter,
 }
 
+/// `walpost inbox`'s metrics.
+#[derive(Debug, Clone)]
+pub struct InboxMetrics {
+    records: IntCounterVec,
+    /// Topics with their own series (at most [`MAX_TOPIC_SERIES`]).
+    topics: Arc<Mutex<std::collections::HashSet<String>>>,
+    pub batches: IntCounter,
+    pub write_seconds: Histogram,
+    pub latency: Histogram,
+    pub write_errors: IntCounter,
+    consumer_lag: IntGaugeVec,
+    backlog: IntGaugeVec,
+    oldest_pending: prometheus::GaugeVec,
+    open_attempts: IntGaugeVec,
+    review_required: IntGaugeVec,
+    handlers: Arc<Mutex<std::collections::BTreeSet<String>>>,
+}
+
+/// What `inbox.handler_stats` says of one handler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandlerStats {
+    pub handler: String,
+    pub backlog: i64,
+    pub oldest_pending_seconds: f64,
+    pub open_attempts: i64,
+    pub review_required: i64,
+}
+
+impl InboxMetrics {
+    /// `n` records of `topic` ended as `result` (`stored`, `duplicate`, `rejected`).
+    pub fn records(&self, topic: &str, result: &'static str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let label = match self.topics.lock() {
+            Ok(mut topics) if topics.contains(topic) || topics.len() < MAX_TOPIC_SERIES => {
+                topics.insert(topic.to_owned());
+                topic
+            }
+            _ => OTHER_TOPICS,
+        };
+        self.records.with_label_values(&[label, result]).inc_by(n);
+    }
+
+    /// The consumer lag of each partition, from librdkafka's statistics JSON.
+    pub fn set_consumer_lag_from_stats(&self, statistics: &[u8]) {
+        let Ok(stats) = serde_json::from_slice::<serde_json::Value>(statistics) else { return };
+        let Some(topics) = stats.get("topics").and_then(serde_json::Value::as_object) else { return };
+        for (topic, t) in topics {
+            let Some(partitions) = t.get("partitions").and_then(serde_json::Value::as_object) else { continue };
+            for (partition, p) in partitions {
+                // -1 is librdkafka's internal UA partition; a lag of -1 is unknown.
+                let lag = p.get("consumer_lag").and_then(serde_json::Value::as_i64).unwrap_or(-1);
+                let assigned = p.get("fetch_state").and_then(serde_json::Value::as_str).is_some_and(|s| s != "none");
+                if partition != "-1" && lag >= 0 && assigned {
+                    self.consumer_lag.with_label_values(&[topic.as_str(), partition.as_str()]).set(lag);
+                }
+            }
+        }
+    }
+
+    /// A partition is no longer this instance's: its lag series goes.
+    pub fn forget_partition(&self, topic: &str, partition: i32) {
+        let _ = self.consumer_lag.remove_label_values(&[topic, &partition.to_string()]);
+    }
+
+    /// The handlers' statistics; handlers no longer registered lose their series.
+    pub fn set_handler_stats(&self, stats: &[HandlerStats]) {
+        let Ok(mut known) = self.handlers.lock() else { return };
+        let now: std::collections::BTreeSet<String> = stats.iter().map(|s| s.handler.clone()).collect();
+        for gone in known.difference(&now) {
+            let _ = self.backlog.remove_label_values(&[gone]);
+            let _ = self.oldest_pending.remove_label_values(&[gone]);
+            let _ = self.open_attempts.remove_label_values(&[gone]);
+            let _ = self.review_required.remove_label_values(&[gone]);
+        }
+        for s in stats {
+            let h = [s.handler.as_str()];
+            self.backlog.with_label_values(&h).set(s.backlog);
+            self.oldest_pending.with_label_values(&h).set(s.oldest_pending_seconds);
+            self.open_attempts.with_label_values(&h).set(s.open_attempts);
+            self.review_required.with_label_values(&h).set(s.review_required);
+        }
+        *known = now;
+    }
+}
+
 /// Retention's metrics.
 #[derive(Debug, Clone)]
 pub struct RetentionMetrics {
@@ -442,6 +562,24 @@ impl Metrics {
             let _ = retention.passes.with_label_values(&[result]);
         }
         let spans = SpanMetrics { exported: counter(SPANS_EXPORTED)?, dropped: counter(SPANS_DROPPED)? };
+        let gauges = |name, label: &str| register(&r, IntGaugeVec::new(opts(name), &[label]));
+        let histogram = |name| {
+            register(&r, Histogram::with_opts(HistogramOpts::new(name, help(name)).buckets(LATENCY_BUCKETS.to_vec())))
+        };
+        let inbox = InboxMetrics {
+            records: register(&r, IntCounterVec::new(opts(INBOX_RECORDS), &["topic", "result"]))?,
+            topics: Arc::new(Mutex::new(std::collections::HashSet::new())),
+            batches: counter(INBOX_BATCHES)?,
+            write_seconds: histogram(INBOX_WRITE)?,
+            latency: histogram(INBOX_LATENCY)?,
+            write_errors: counter(INBOX_WRITE_ERRORS)?,
+            consumer_lag: register(&r, IntGaugeVec::new(opts(INBOX_CONSUMER_LAG), &["topic", "partition"]))?,
+            backlog: gauges(INBOX_BACKLOG, "handler")?,
+            oldest_pending: register(&r, prometheus::GaugeVec::new(opts(INBOX_OLDEST_PENDING), &["handler"]))?,
+            open_attempts: gauges(INBOX_OPEN_ATTEMPTS, "handler")?,
+            review_required: gauges(INBOX_REVIEW_REQUIRED, "handler")?,
+            handlers: Arc::new(Mutex::new(std::collections::BTreeSet::new())),
+        };
         let streaming = gauge(STREAMING)?;
         let halted = gauge(HALTED)?;
         let unacknowledged = fgauge(UNACKNOWLEDGED)?;
@@ -455,6 +593,7 @@ impl Metrics {
             snapshot,
             retention,
             spans,
+            inbox,
             streaming,
             halted,
             unacknowledged,
@@ -512,6 +651,17 @@ mod tests {
         m.kafka.produce_error("rejected");
         m.kafka.declare_dead_letter_classes(["invalid_topic"]);
         m.retention.skipped("slot_behind");
+        m.inbox.records("orders", "stored", 3);
+        m.inbox.set_consumer_lag_from_stats(
+            br#"{"topics": {"orders": {"partitions": {"0": {"consumer_lag": 4, "fetch_state": "active"}, "-1": {"consumer_lag": -1}}}}}"#,
+        );
+        m.inbox.set_handler_stats(&[HandlerStats {
+            handler: "billing".into(),
+            backlog: 2,
+            oldest_pending_seconds: 1.5,
+            open_attempts: 1,
+            review_required: 0,
+        }]);
         let text = m.encode();
         for (name, kind, _) in METRICS {
             assert!(text.contains(&format!("# TYPE {name} {kind}")), "{name} missing:\n{text}");
@@ -524,6 +674,11 @@ mod tests {
         assert!(text.contains("walpost_produce_errors_total{class=\"rejected\"} 1"));
         assert!(text.contains("walpost_produce_errors_total{class=\"retryable\"} 0"));
         assert!(text.contains("walpost_reconnects_total{cause=\"kafka\"} 0"));
+        assert!(text.contains("walpost_inbox_records_total{result=\"stored\",topic=\"orders\"} 3"), "{text}");
+        assert!(text.contains("walpost_inbox_consumer_lag_records{partition=\"0\",topic=\"orders\"} 4"), "{text}");
+        assert!(text.contains("walpost_inbox_handler_backlog{handler=\"billing\"} 2"));
+        m.inbox.set_handler_stats(&[]);
+        assert!(!m.encode().contains("handler=\"billing\""), "an unregistered handler's series go");
     }
 
     /// Routed topics come from row values: their series are capped.

@@ -293,7 +293,7 @@ pub(crate) fn service(config: &str, extra: &[&str]) -> Walpost {
     Walpost::start(&args, &[])
 }
 
-fn http_get(port: u16, path: &str) -> (u16, String) {
+pub(crate) fn http_get(port: u16, path: &str) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return (0, String::new());
     };
@@ -305,7 +305,7 @@ fn http_get(port: u16, path: &str) -> (u16, String) {
     (code, out)
 }
 
-fn metric(port: u16, series: &str) -> Option<f64> {
+pub(crate) fn metric(port: u16, series: &str) -> Option<f64> {
     let body = http_get(port, "/metrics").1;
     body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }

@@ -33,7 +33,6 @@ pub(crate) struct World {
     pub url: String,
     /// The superuser `walpost`, for tests about something other than privileges that
     /// need rights the role lacks.
-    #[allow(dead_code)] // no test needs it today; kept for the next one that does
     pub superuser_url: String,
     /// `wp_<slot>`: LOGIN REPLICATION, password [`APP_PASSWORD`].
     pub role: String,

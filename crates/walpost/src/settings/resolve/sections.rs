@@ -144,7 +144,7 @@ fn secs(key: &'static str, v: Option<Seconds>, default: u64) -> Result<Duration,
     positive_duration(key, v.map(|s| s.0), Duration::from_secs(default))
 }
 
-pub(super) fn positive_duration(
+pub(in crate::settings) fn positive_duration(
     key: &'static str,
     v: Option<Duration>,
     default: Duration,

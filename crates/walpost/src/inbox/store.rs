@@ -1,0 +1,305 @@
+//! The inbox's PostgreSQL side: the schema check, the stored offsets, and one batch per
+//! transaction (COPY into a session-local staging table, then one INSERT ... ON CONFLICT
+//! into `messages`, the rejected rows and the offsets, and COMMIT).
+//!
+//! Invariants:
+//! - a batch's messages, rejected rows and offsets commit together or not at all;
+//! - writing the same batch twice (a retry after a connection lost during COMMIT) stores
+//!   nothing twice: messages are unique by event id, rejected rows by their position,
+//!   and offsets keep the larger value (`GREATEST`), so they never move backwards, even
+//!   when a former owner of a partition commits late; only a partition whose log was
+//!   rewound (see `ingest.rs`) has its offset written as it is.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use replication::{sqlstate, ReplicationClient};
+
+use super::copy::COLUMNS;
+use super::ingest::{Batch, Partition};
+use crate::error::{ErrorKind, PipelineError};
+use crate::postgres::messages::inbox_schema_incomplete;
+use crate::postgres::sql::{ident, literal, query};
+use crate::settings::inbox::InboxSettings;
+
+/// The inbox migration, applied by `--create-schema` (schema `inbox` renamed to the
+/// configured one).
+pub(crate) const MIGRATION: &str = include_str!("../../../../migrations/0004_inbox.sql");
+
+const STAGING: &str = "pg_temp.walpost_inbox_batch";
+
+/// The columns of `messages` the ingest writes.
+const MESSAGE_COLUMNS: &[&str] = &[
+    "event_id",
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "headers",
+    "payload",
+    "payload_json",
+    "event_type",
+    "aggregate_id",
+    "occurred_at",
+];
+
+/// What one written batch stored, per topic.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub(crate) stored: BTreeMap<Arc<str>, u64>,
+    /// Records whose event id was already stored.
+    pub(crate) duplicates: BTreeMap<Arc<str>, u64>,
+    pub(crate) rejected: u64,
+}
+
+/// A connection to the inbox's database.
+#[derive(Debug)]
+pub(crate) struct Store {
+    sql: ReplicationClient,
+    schema: String,
+    group: String,
+}
+
+impl Store {
+    /// Connects, checks the schema (creating it first with `create_schema`) and makes
+    /// the session's staging table.
+    pub(crate) async fn connect(s: &InboxSettings) -> Result<Store, PipelineError> {
+        let sql = ReplicationClient::connect_sql(&s.postgres).await?;
+        let mut store = Store { sql, schema: s.schema.clone(), group: s.group.clone() };
+        if s.create_schema {
+            store.create_schema().await?;
+        }
+        store.check_schema().await?;
+        let columns: Vec<String> = COLUMNS.iter().map(|(name, ty)| format!("{name} {ty}")).collect();
+        query(
+            &mut store.sql,
+            &format!(
+                "SET application_name = 'walpost inbox'; \
+                 CREATE TEMP TABLE IF NOT EXISTS walpost_inbox_batch ({}) ON COMMIT DELETE ROWS",
+                columns.join(", ")
+            ),
+        )
+        .await?;
+        Ok(store)
+    }
+
+    /// Applies the migration (idempotent) into the configured schema.
+    async fn create_schema(&mut self) -> Result<(), PipelineError> {
+        let text = migration_for(&self.schema);
+        query(&mut self.sql, &text).await.map_err(|e| {
+            PipelineError::definite(
+                ErrorKind::Privilege,
+                format!("--create-schema: cannot apply the inbox migration in schema {}: {e}", self.schema),
+            )
+        })?;
+        tracing::info!(schema = %self.schema, "inbox schema created or already present");
+        Ok(())
+    }
+
+    /// The tables the ingest writes exist with the columns it writes.
+    pub(crate) async fn check_schema(&mut self) -> Result<(), PipelineError> {
+        let r = query(
+            &mut self.sql,
+            &format!(
+                "SELECT c.relname, a.attname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                 WHERE n.nspname = {} AND c.relname IN ('messages', 'offsets', 'rejected')",
+                literal(&self.schema)
+            ),
+        )
+        .await?;
+        let mut have: HashMap<&str, Vec<&str>> = HashMap::new();
+        for i in 0..r.rows.len() {
+            if let (Some(t), Some(c)) = (r.text(i, 0), r.text(i, 1)) {
+                have.entry(t).or_default().push(c);
+            }
+        }
+        let need: [(&str, &[&str]); 3] = [
+            ("messages", MESSAGE_COLUMNS),
+            ("offsets", &["group_id", "topic", "partition", "next_offset"]),
+            ("rejected", &["topic", "partition", "offset", "reason"]),
+        ];
+        let mut missing = Vec::new();
+        for (table, columns) in need {
+            match have.get(table) {
+                None => missing.push(format!("table {}.{table}", self.schema)),
+                Some(present) => {
+                    for c in columns.iter().filter(|c| !present.contains(c)) {
+                        missing.push(format!("column {}.{table}.{c}", self.schema));
+                    }
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(PipelineError::definite(
+            ErrorKind::Config,
+            inbox_schema_incomplete(&self.schema, &format!("missing: {}", missing.join(", "))),
+        ))
+    }
+
+    /// The stored next offset of each of `partitions` that has one.
+    pub(crate) async fn stored_offsets(
+        &mut self,
+        partitions: &[Partition],
+    ) -> Result<HashMap<Partition, i64>, PipelineError> {
+        if partitions.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let wanted: Vec<String> = partitions.iter().map(|(t, p)| format!("({}, {p})", literal(t))).collect();
+        let text = format!(
+            "SELECT topic, \"partition\", next_offset FROM {}.offsets \
+             WHERE group_id = {} AND (topic, \"partition\") IN ({})",
+            ident(&self.schema),
+            literal(&self.group),
+            wanted.join(", ")
+        );
+        let r = self.sql.simple_query(&text).await.map_err(|e| self.explain(e))?;
+        let mut out = HashMap::new();
+        for i in 0..r.rows.len() {
+            let (Some(topic), Some(p), Some(next)) = (r.text(i, 0), r.text(i, 1), r.text(i, 2)) else { continue };
+            let (Ok(p), Ok(next)) = (p.parse::<i32>(), next.parse::<i64>()) else {
+                return Err(PipelineError::definite(
+                    ErrorKind::Internal,
+                    format!("{}.offsets holds a row walpost cannot read ({topic})", self.schema),
+                ));
+            };
+            if let Some(key) = partitions.iter().find(|(t, q)| &**t == topic && *q == p) {
+                out.insert(key.clone(), next);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `batch` in one transaction (`copy` is its COPY stream, kept by the caller
+    /// for a retry). On an error the transaction is rolled back.
+    pub(crate) async fn write(&mut self, batch: &Batch, copy: &[u8]) -> Result<Written, PipelineError> {
+        let result = self.write_in_transaction(batch, copy).await;
+        if result.is_err() {
+            // Ends the failed transaction (a no-op when none is open or the connection is gone).
+            let _ = self.sql.simple_query("ROLLBACK").await;
+        }
+        result.map_err(|e| self.explain(e))
+    }
+
+    async fn write_in_transaction(&mut self, batch: &Batch, copy: &[u8]) -> Result<Written, replication::Error> {
+        let schema = ident(&self.schema);
+        self.sql.simple_query("BEGIN").await?;
+        if !copy.is_empty() {
+            let names: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
+            self.sql
+                .copy_in(&format!("COPY {STAGING} ({}) FROM STDIN (FORMAT binary)", names.join(", ")), copy)
+                .await?;
+        }
+        crate::crash_seam!("inbox-after-copy");
+        let columns: Vec<String> = MESSAGE_COLUMNS.iter().map(|c| ident(c)).collect();
+        let columns = columns.join(", ");
+        let mut text = format!(
+            "WITH stored AS (INSERT INTO {schema}.messages ({columns}) \
+             SELECT {columns} FROM {STAGING} ORDER BY ord \
+             ON CONFLICT (event_id) DO NOTHING RETURNING topic) \
+             SELECT topic, count(*) FROM stored GROUP BY topic;"
+        );
+        if !batch.rejected.is_empty() {
+            let rows: Vec<String> = batch
+                .rejected
+                .iter()
+                .map(|r| {
+                    format!("({}, {}, {}, {})", literal(&r.topic), r.partition, r.offset, literal(&r.why.to_string()))
+                })
+                .collect();
+            text.push_str(&format!(
+                "INSERT INTO {schema}.rejected (topic, \"partition\", \"offset\", reason) VALUES {} ON CONFLICT DO NOTHING;",
+                rows.join(", ")
+            ));
+        }
+        // A late write of a former owner never moves an offset back (GREATEST); a rewound
+        // log does (its records were read again from a lower offset, and stored).
+        for (rewound, update) in [
+            (false, format!("GREATEST({schema}.offsets.next_offset, EXCLUDED.next_offset)")),
+            (true, "EXCLUDED.next_offset".into()),
+        ] {
+            let rows: Vec<String> = batch
+                .offsets
+                .iter()
+                .filter(|(p, _)| batch.rewound.contains(*p) == rewound)
+                .map(|((t, p), next)| format!("({}, {}, {p}, {next})", literal(&self.group), literal(t)))
+                .collect();
+            if !rows.is_empty() {
+                text.push_str(&format!(
+                    "INSERT INTO {schema}.offsets (group_id, topic, \"partition\", next_offset) VALUES {} \
+                     ON CONFLICT (group_id, topic, \"partition\") DO UPDATE SET next_offset = {update};",
+                    rows.join(", ")
+                ));
+            }
+        }
+        text.push_str("COMMIT");
+        let r = self.sql.simple_query(&text).await?;
+        let mut written = Written { rejected: batch.rejected.len() as u64, ..Written::default() };
+        for i in 0..r.rows.len() {
+            if let (Some(t), Some(n)) = (r.text(i, 0), r.text(i, 1).and_then(|n| n.parse::<u64>().ok())) {
+                if let Some((topic, _)) = batch.taken.get_key_value(t) {
+                    written.stored.insert(topic.clone(), n);
+                }
+            }
+        }
+        for (topic, taken) in &batch.taken {
+            let stored = written.stored.get(topic).copied().unwrap_or(0);
+            let rejected = batch.rejected.iter().filter(|r| &r.topic == topic).count() as u64;
+            let duplicates = taken.saturating_sub(stored + rejected);
+            if duplicates > 0 {
+                written.duplicates.insert(topic.clone(), duplicates);
+            }
+        }
+        Ok(written)
+    }
+
+    /// A server error about the schema is definite, with the fix; the rest keeps its class.
+    fn explain(&self, e: replication::Error) -> PipelineError {
+        let schema_gone = matches!(
+            e.sqlstate(),
+            Some(sqlstate::UNDEFINED_TABLE | sqlstate::UNDEFINED_COLUMN | sqlstate::UNDEFINED_FUNCTION)
+        );
+        if schema_gone {
+            let what = e.to_string();
+            return PipelineError::definite(ErrorKind::Config, inbox_schema_incomplete(&self.schema, &what))
+                .caused_by(e);
+        }
+        PipelineError::from(e)
+    }
+
+    pub(crate) async fn close(self) {
+        self.sql.close().await;
+    }
+}
+
+/// The migration text with schema `inbox` renamed to `schema`: every `inbox.` qualifier
+/// and the `CREATE SCHEMA` line (the migration names nothing else `inbox`).
+pub(crate) fn migration_for(schema: &str) -> String {
+    if schema == "inbox" {
+        return MIGRATION.to_owned();
+    }
+    let quoted = ident(schema);
+    MIGRATION
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(|l| l.replace("CREATE SCHEMA IF NOT EXISTS inbox;", &format!("CREATE SCHEMA IF NOT EXISTS {quoted};")))
+        .map(|l| l.replace("inbox.", &format!("{quoted}.")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_migration_moves_to_another_schema_whole() {
+        let text = migration_for("billing_inbox");
+        assert!(text.contains("CREATE SCHEMA IF NOT EXISTS \"billing_inbox\";"));
+        assert!(text.contains("CREATE TABLE IF NOT EXISTS \"billing_inbox\".messages"));
+        assert!(!text.contains(" inbox."), "no qualifier left in the default schema");
+        assert_eq!(migration_for("inbox"), MIGRATION);
+    }
+}

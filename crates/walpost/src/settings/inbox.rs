@@ -1,0 +1,279 @@
+//! `walpost inbox`'s settings: `[inbox]` (with the flags and `WALPOST_INBOX_*` variables
+//! layered over it by [`super::Overrides`]), the connections and the metrics address,
+//! validated once.
+//!
+//! Invariants of an [`InboxSettings`] value: the schema and the group are names that can
+//! reach SQL quoted, there is at least one topic or a regex (never both), every limit is
+//! positive, and the headers named are not empty.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::resolve::{resolve_kafka_properties, resolve_metrics_addr, resolve_postgres};
+use super::{ConfigError, FileConfig, InboxFile, Overrides};
+
+/// Resolved settings of `walpost inbox`.
+#[derive(Debug, Clone)]
+pub struct InboxSettings {
+    pub postgres: replication::Config,
+    pub brokers: String,
+    /// librdkafka properties given by the user (checked by `crate::inbox`).
+    pub properties: BTreeMap<String, String>,
+    pub subscription: Subscription,
+    pub group: String,
+    /// The schema of the inbox tables.
+    pub schema: String,
+    /// Apply the inbox migration at start-up.
+    pub create_schema: bool,
+    pub headers: HeaderNames,
+    pub on_invalid: OnInvalid,
+    pub start_from: StartFrom,
+    /// A record whose value is larger is invalid ([`OnInvalid`] decides).
+    pub max_record_bytes: usize,
+    pub batch: BatchLimits,
+    pub stats_interval: Duration,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// What the consumer subscribes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subscription {
+    Topics(Vec<String>),
+    /// A regular expression over topic names (librdkafka's `^` subscription).
+    Regex(String),
+}
+
+/// Which headers name a record's event id, type and aggregate: the first present wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    pub event_id: Vec<String>,
+    pub event_type: Vec<String>,
+    /// `None`: the aggregate id is the record key (as walpost run writes it).
+    pub aggregate_id: Option<String>,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        HeaderNames {
+            event_id: vec!["id".into(), "ce_id".into()],
+            event_type: vec!["eventType".into(), "ce_type".into()],
+            aggregate_id: None,
+        }
+    }
+}
+
+/// A record that cannot be stored as a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnInvalid {
+    /// Stop with its topic, partition and offset; nothing after it is stored.
+    Halt,
+    /// Store it in the inbox's `rejected` table with the reason, and go on.
+    Reject,
+}
+
+/// Where a partition without a stored offset starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    Earliest,
+    Latest,
+}
+
+/// When a batch of records is written (one PostgreSQL transaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    pub max_records: usize,
+    pub max_bytes: usize,
+    /// How long a batch waits for more records after its first.
+    pub max_wait: Duration,
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        // 2,000 records or 4 MiB or 20 ms: bench/inbox.sh measured 2,000-record
+        // transactions at the COPY floor's rate; larger ones gained nothing and cost memory.
+        BatchLimits { max_records: 2_000, max_bytes: 4 << 20, max_wait: Duration::from_millis(20) }
+    }
+}
+
+impl InboxSettings {
+    /// Merges `overrides` over `file` over defaults.
+    pub fn resolve(overrides: &Overrides, mut file: FileConfig) -> Result<InboxSettings, ConfigError> {
+        overrides.layer_onto(&mut file);
+        let postgres = resolve_postgres(overrides, &mut file)?;
+        let brokers = file.kafka.brokers.take().ok_or(ConfigError::Missing {
+            key: "kafka.brokers",
+            flag: "kafka-brokers",
+            env: "KAFKA_BROKERS",
+        })?;
+        let properties = resolve_kafka_properties(overrides, &file.kafka)?;
+        let metrics_addr = resolve_metrics_addr(file.metrics_addr.take())?;
+        resolve_section(file.inbox, postgres, brokers, properties, metrics_addr)
+    }
+}
+
+fn resolve_section(
+    f: InboxFile,
+    postgres: replication::Config,
+    brokers: String,
+    properties: BTreeMap<String, String>,
+    metrics_addr: Option<SocketAddr>,
+) -> Result<InboxSettings, ConfigError> {
+    let topics: Vec<String> = f.topics.iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect();
+    let subscription = match (topics.is_empty(), f.topic_regex.filter(|r| !r.is_empty())) {
+        (false, None) => {
+            for t in &topics {
+                router::validate_topic(t).map_err(|_| ConfigError::Invalid {
+                    key: "inbox.topics",
+                    value: t.clone(),
+                    expected: "Kafka topic names (letters, digits, . _ -; at most 249 characters)",
+                })?;
+            }
+            Subscription::Topics(topics)
+        }
+        // librdkafka compiles it (its own regex dialect) and refuses a bad one at subscribe.
+        (true, Some(r)) => Subscription::Regex(r),
+        (true, None) => {
+            return Err(ConfigError::Missing { key: "inbox.topics", flag: "topics", env: "INBOX_TOPICS" });
+        }
+        (false, Some(r)) => {
+            return Err(ConfigError::Invalid {
+                key: "inbox.topic_regex",
+                value: r,
+                expected: "either inbox.topics or inbox.topic_regex, not both",
+            })
+        }
+    };
+    let group = f.group.ok_or(ConfigError::Missing { key: "inbox.group", flag: "group", env: "INBOX_GROUP" })?;
+    if group.is_empty() || group.len() > 255 || group.chars().any(char::is_control) {
+        return Err(ConfigError::Invalid {
+            key: "inbox.group",
+            value: group,
+            expected: "a consumer group id of 1 to 255 printable characters",
+        });
+    }
+    let schema = f.schema.unwrap_or_else(|| "inbox".into());
+    super::validate_identifier(&schema).map_err(|expected| ConfigError::Invalid {
+        key: "inbox.schema",
+        value: schema.clone(),
+        expected,
+    })?;
+    let mut headers = HeaderNames::default();
+    let header = |key: &'static str, v: String| {
+        if v.is_empty() {
+            Err(ConfigError::Invalid { key, value: v, expected: "a header name" })
+        } else {
+            Ok(v)
+        }
+    };
+    if let Some(h) = f.event_id_header {
+        headers.event_id = vec![header("inbox.event_id_header", h)?];
+    }
+    if let Some(h) = f.event_type_header {
+        headers.event_type = vec![header("inbox.event_type_header", h)?];
+    }
+    headers.aggregate_id = f.aggregate_id_header.map(|h| header("inbox.aggregate_id_header", h)).transpose()?;
+    let on_invalid = match f.on_invalid.as_deref() {
+        None | Some("halt") => OnInvalid::Halt,
+        Some("reject") => OnInvalid::Reject,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "inbox.on_invalid",
+                value: other.into(),
+                expected: "halt or reject",
+            })
+        }
+    };
+    let start_from = match f.start_from.as_deref() {
+        None | Some("earliest") => StartFrom::Earliest,
+        Some("latest") => StartFrom::Latest,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "inbox.start_from",
+                value: other.into(),
+                expected: "earliest or latest",
+            })
+        }
+    };
+    let count = |key: &'static str, v: Option<u64>, default: usize| -> Result<usize, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(n) => usize::try_from(n).ok().filter(|n| *n > 0).ok_or(ConfigError::Invalid {
+                key,
+                value: n.to_string(),
+                expected: "a positive number",
+            }),
+        }
+    };
+    let defaults = BatchLimits::default();
+    let batch = BatchLimits {
+        max_records: count("inbox.batch_max_records", f.batch_max_records, defaults.max_records)?,
+        max_bytes: count("inbox.batch_max_bytes", f.batch_max_bytes, defaults.max_bytes)?,
+        max_wait: f.batch_max_wait_ms.map_or(defaults.max_wait, |m| m.0),
+    };
+    let stats_interval = super::resolve::positive_duration(
+        "inbox.stats_interval_secs",
+        f.stats_interval_secs.map(|s| s.0),
+        Duration::from_secs(10),
+    )?;
+    Ok(InboxSettings {
+        postgres,
+        brokers,
+        properties,
+        subscription,
+        group,
+        schema,
+        create_schema: f.create_schema.unwrap_or(false),
+        headers,
+        on_invalid,
+        start_from,
+        max_record_bytes: count("inbox.max_record_bytes", f.max_record_bytes, 1 << 20)?,
+        batch,
+        stats_interval,
+        metrics_addr,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(toml: &str, o: Overrides) -> Result<InboxSettings, ConfigError> {
+        let file = FileConfig::parse(toml).unwrap();
+        InboxSettings::resolve(&o, file)
+    }
+
+    const BASE: &str = "postgres = \"postgres://u@h/db\"\n[kafka]\nbrokers = \"k:9092\"\n";
+
+    #[test]
+    fn the_file_section_with_flags_over_it() {
+        let s = resolve(
+            &format!("{BASE}[inbox]\ntopics = [\"a\", \"b\"]\ngroup = \"g\"\nbatch_max_wait_ms = \"5ms\"\non_invalid = \"reject\"\n"),
+            Overrides { inbox_group: Some("g2".into()), inbox_schema: Some("inbox_b".into()), ..Overrides::default() },
+        )
+        .unwrap();
+        assert_eq!(s.subscription, Subscription::Topics(vec!["a".into(), "b".into()]));
+        assert_eq!((s.group.as_str(), s.schema.as_str()), ("g2", "inbox_b"));
+        assert_eq!(s.batch.max_wait, Duration::from_millis(5));
+        assert_eq!(s.on_invalid, OnInvalid::Reject);
+        assert_eq!(s.headers, HeaderNames::default());
+        assert_eq!(s.start_from, StartFrom::Earliest);
+    }
+
+    #[test]
+    fn what_is_missing_or_wrong_is_named() {
+        let e = resolve(&format!("{BASE}[inbox]\ngroup = \"g\"\n"), Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("inbox.topics is required") && e.contains("--topics"), "{e}");
+        let e = resolve(&format!("{BASE}[inbox]\ntopics = [\"a\"]\n"), Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("inbox.group is required"), "{e}");
+        let both = format!("{BASE}[inbox]\ntopics = [\"a\"]\ntopic_regex = \"^a\"\ngroup = \"g\"\n");
+        assert!(resolve(&both, Overrides::default()).unwrap_err().to_string().contains("not both"));
+        let schema = format!("{BASE}[inbox]\ntopics = [\"a\"]\ngroup = \"g\"\nschema = \"in box;\"\n");
+        assert!(resolve(&schema, Overrides::default()).unwrap_err().to_string().contains("inbox.schema"));
+        let zero = format!("{BASE}[inbox]\ntopics = [\"a\"]\ngroup = \"g\"\nbatch_max_records = 0\n");
+        assert!(resolve(&zero, Overrides::default()).unwrap_err().to_string().contains("inbox.batch_max_records"));
+        let bad = format!("{BASE}[inbox]\ntopics = [\"a\"]\ngroup = \"g\"\non_invalid = \"skip\"\n");
+        assert!(resolve(&bad, Overrides::default()).unwrap_err().to_string().contains("halt or reject"));
+        assert!(FileConfig::parse("[inbox]\ntopic = [\"a\"]\n").is_err(), "unknown keys are refused");
+    }
+}

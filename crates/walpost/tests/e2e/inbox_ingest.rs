@@ -1,0 +1,353 @@
+//! `walpost inbox` against a real Kafka and PostgreSQL (issue 30, items 1 and 2): records
+//! into `inbox.messages` once per event id, with their offsets in the same transaction;
+//! kill -9, rebalances and replays neither lose nor duplicate a row; records that cannot
+//! be stored halt or are rejected with the reason; a missing schema is a clear error.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::ClientConfig;
+
+use crate::drills::metric;
+use crate::support::{high_watermarks, insert_batches, strip_ansi, Walpost, World};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The consuming service's database: a world of its own (its outbox tables unused).
+fn inbox_db(name: &str) -> World {
+    World::new(name)
+}
+
+fn inbox_args(inbox: &World, topics: &str, group: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "inbox",
+        "--postgres",
+        &inbox.superuser_url,
+        "--kafka-brokers",
+        &inbox.kafka_bootstrap,
+        "--topics",
+        topics,
+        "--group",
+        group,
+        "--kafka-property",
+        "topic.metadata.refresh.interval.ms=1000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn start_inbox(args: &[String], env: &[(&str, &str)]) -> Walpost {
+    Walpost::start(args, env)
+}
+
+fn count(w: &World, sql: &str) -> i64 {
+    w.sql(sql).trim().parse().unwrap_or_else(|_| panic!("not a number from {sql}"))
+}
+
+/// Messages stored so far (0 before `--create-schema` made the table).
+fn messages(w: &World) -> i64 {
+    w.try_sql("SELECT count(*) FROM inbox.messages").ok().and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
+fn wait_for_messages(w: &World, n: i64, p: &Walpost) {
+    let ok = testkit::wait_until(WAIT, || messages(w) >= n);
+    assert!(ok, "inbox holds {} of {n} messages:\n{}", messages(w), p.log_text());
+}
+
+/// Stored next offset per (topic, partition) of `group`.
+fn stored_offsets(w: &World, group: &str) -> BTreeMap<(String, i32), i64> {
+    w.sql(&format!("SELECT topic, \"partition\", next_offset FROM inbox.offsets WHERE group_id = '{group}'"))
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            ((f[0].to_owned(), f[1].parse().unwrap()), f[2].parse().unwrap())
+        })
+        .collect()
+}
+
+/// Produces `(key, id header, value)` records to `topic` and waits for the acknowledgements.
+fn produce(bootstrap: &str, topic: &str, records: &[(String, Option<String>, Vec<u8>)]) {
+    let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .create()
+        .expect("create producer");
+    for (key, id, value) in records {
+        let mut record = BaseRecord::to(topic).key(key.as_bytes()).payload(value.as_slice());
+        if let Some(id) = id {
+            record = record.headers(
+                OwnedHeaders::new()
+                    .insert(Header { key: "id", value: Some(id.as_bytes()) })
+                    .insert(Header { key: "eventType", value: Some(b"T".as_slice()) }),
+            );
+        }
+        let mut pending = record;
+        loop {
+            match p.send(pending) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    pending = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(60)).expect("flush");
+}
+
+fn json_records(prefix: &str, from: usize, n: usize, aggregates: usize) -> Vec<(String, Option<String>, Vec<u8>)> {
+    (from..from + n)
+        .map(|i| {
+            let value = format!(r#"{{"n": {i}, "note": "{}"}}"#, "x".repeat(900));
+            (format!("agg-{}", i % aggregates), Some(format!("{prefix}-{i}")), value.into_bytes())
+        })
+        .collect()
+}
+
+fn create_topic(name: &str, partitions: u32) {
+    testkit::shared_kafka().create_topic(name, partitions).expect("create topic");
+}
+
+/// The whole producer half into the inbox: every outbox event stored once, with its
+/// payload bytes, type and aggregate, and the offsets at the topics' ends; a replay of
+/// every event (walpost replay) stores nothing again and counts the duplicates.
+#[test]
+fn inbox_ingest_stores_every_outbox_event_once_with_its_offsets() {
+    let outbox = World::new("inbox-e2e-out");
+    let inbox = inbox_db("inbox-e2e-in");
+    let run = outbox.start_walpost();
+    assert!(outbox.wait_for_slot(WAIT), "{}", run.log_text());
+    insert_batches(&outbox, 0, 4, 500, 50, &["order"]);
+    let topic = outbox.topic("order");
+    let port = testkit::free_port();
+    let args = inbox_args(&inbox, &topic, "svc", &["--create-schema", "--metrics-addr", &format!("127.0.0.1:{port}")]);
+    let p = start_inbox(&args, &[]);
+    wait_for_messages(&inbox, 2000, &p);
+
+    // Each outbox row once, unchanged.
+    let committed = outbox.committed_rows();
+    let stored: BTreeMap<i64, (String, String, String, String)> = inbox
+        .sql("SELECT event_id, aggregate_id, event_type, convert_from(payload, 'UTF8'), payload_json IS NOT NULL FROM inbox.messages")
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(5, '|').collect();
+            (f[0].parse().unwrap(), (f[1].to_owned(), f[2].to_owned(), f[3].to_owned(), f[4].to_owned()))
+        })
+        .collect();
+    assert_eq!(stored.keys().collect::<Vec<_>>(), committed.keys().collect::<Vec<_>>(), "every event once");
+    for (id, row) in &committed {
+        let (aggregate, event_type, payload, is_json) = &stored[id];
+        assert_eq!((aggregate, event_type, is_json.as_str()), (&row.aggregate_id, &row.event_type, "t"), "event {id}");
+        let sent: serde_json::Value = serde_json::from_str(payload).unwrap();
+        let original: serde_json::Value = serde_json::from_str(&row.payload).unwrap();
+        assert_eq!(sent, original, "event {id}: the payload's bytes as walpost run sent them");
+    }
+    // Offsets at the end of each partition, in the rows' transaction.
+    let highs = high_watermarks(&outbox.kafka_bootstrap, &topic);
+    let offsets = stored_offsets(&inbox, "svc");
+    for ((t, partition), high) in &highs {
+        if *high > 0 {
+            assert_eq!(offsets.get(&(t.clone(), *partition)), Some(high), "partition {partition}");
+        }
+    }
+    assert!(testkit::wait_until(Duration::from_secs(10), || {
+        metric(port, &format!("walpost_inbox_records_total{{result=\"stored\",topic=\"{topic}\"}}")) == Some(2000.0)
+    }));
+
+    // A replay of every event: the same ids again, nothing stored twice.
+    let mut replay = outbox.args();
+    replay[0] = "replay".into();
+    replay.extend(["--since".into(), "2000-01-01T00:00:00Z".into()]);
+    let out = Command::new(env!("CARGO_BIN_EXE_walpost")).args(&replay).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let duplicates = format!("walpost_inbox_records_total{{result=\"duplicate\",topic=\"{topic}\"}}");
+    let counted = testkit::wait_until(WAIT, || metric(port, &duplicates) == Some(2000.0));
+    assert!(counted, "duplicates counted: {:?}\n{}", metric(port, &duplicates), p.log_text());
+    assert_eq!(count(&inbox, "SELECT count(*) FROM inbox.messages"), 2000, "a replay stores nothing twice");
+    let highs = high_watermarks(&outbox.kafka_bootstrap, &topic);
+    assert_eq!(stored_offsets(&inbox, "svc").values().sum::<i64>(), highs.values().sum::<i64>());
+    assert!(!p.log_text().contains("xxxxxxxx"), "no payload in the log");
+}
+
+/// kill -9 at random points of an ingest, and at the crash seams between the COPY and
+/// the COMMIT and after the COMMIT: every record is stored once, and the stored offsets
+/// end at the topics' ends.
+#[test]
+fn inbox_kill9_at_any_point_loses_and_duplicates_nothing() {
+    let inbox = inbox_db("inbox-kill");
+    let topic = format!("{}events", inbox.topic_prefix);
+    create_topic(&topic, 3);
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("k", 0, 20_000, 97));
+    let base = inbox_args(&inbox, &topic, "kill", &["--create-schema"]);
+    // Small batches: many transactions, so a kill lands between and inside them.
+    let config = inbox.pg.dir().join(format!("{}-inbox.toml", inbox.db));
+    std::fs::write(&config, "[inbox]\nbatch_max_records = 200\n").unwrap();
+    let mut args = base.clone();
+    args.extend(["--config".into(), config.display().to_string()]);
+
+    for seam in ["inbox-after-copy", "inbox-after-commit"] {
+        let mut p = start_inbox(&args, &[("FAILPOINTS", &format!("{seam}=return"))]);
+        let status = p.wait_exit(WAIT).expect("the crash seam is reached");
+        assert!(!status.success(), "{seam}: {}", p.log_text());
+        assert!(p.log_text().contains(&format!("failpoint {seam} reached")), "{}", p.log_text());
+    }
+    let mut rng = 0x2545_f491_u64;
+    for kill in 0..6 {
+        let mut p = start_inbox(&args, &[]);
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let before = messages(&inbox);
+        let moved = testkit::wait_until(WAIT, || messages(&inbox) > before);
+        assert!(moved || before == 20_000, "kill {kill}: no progress\n{}", p.log_text());
+        std::thread::sleep(Duration::from_millis(100 + rng % 700));
+        p.kill9();
+    }
+    let p = start_inbox(&args, &[]);
+    wait_for_messages(&inbox, 20_000, &p);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(count(&inbox, "SELECT count(*) FROM inbox.messages"), 20_000);
+    let ids: BTreeSet<String> =
+        inbox.sql("SELECT event_id FROM inbox.messages").lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
+    let expected: BTreeSet<String> = (0..20_000).map(|i| format!("k-{i}")).collect();
+    assert_eq!(ids, expected, "each record once");
+    let highs = high_watermarks(&inbox.kafka_bootstrap, &topic);
+    let offsets = stored_offsets(&inbox, "kill");
+    assert_eq!(offsets.len(), 3);
+    for ((t, partition), high) in highs {
+        assert_eq!(offsets.get(&(t, partition)), Some(&high), "partition {partition} ends at its high watermark");
+    }
+    // Every message reached the deliveries of a handler registered before it arrived.
+    assert_eq!(count(&inbox, "SELECT count(*) FROM inbox.rejected"), 0);
+}
+
+/// Two instances of one group share the partitions; one joins mid-ingest, the other
+/// leaves: cooperative rebalances move partitions only after their records are stored,
+/// and the next owner starts at the offsets stored with them.
+#[test]
+fn inbox_rebalances_hand_partitions_over_at_their_stored_offsets() {
+    let inbox = inbox_db("inbox-rebalance");
+    let topic = format!("{}events", inbox.topic_prefix);
+    create_topic(&topic, 4);
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("r", 0, 8_000, 31));
+    let args = inbox_args(&inbox, &topic, "pair", &["--create-schema"]);
+    let mut a = start_inbox(&args, &[]);
+    assert!(testkit::wait_until(WAIT, || messages(&inbox) > 500), "{}", a.log_text());
+    let b = start_inbox(&args, &[]);
+    // More records while the group rebalances.
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("r", 8_000, 8_000, 31));
+    let both = testkit::wait_until(WAIT, || b.log_text().contains("partitions assigned"));
+    assert!(both, "the second instance got partitions:\n{}", b.log_text());
+    assert!(a.terminate(WAIT).is_some_and(|s| s.success()), "{}", a.log_text());
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("r", 16_000, 4_000, 31));
+    wait_for_messages(&inbox, 20_000, &b);
+    let ids: BTreeSet<String> =
+        inbox.sql("SELECT event_id FROM inbox.messages").lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
+    assert_eq!(ids, (0..20_000).map(|i| format!("r-{i}")).collect::<BTreeSet<_>>());
+    let offsets = stored_offsets(&inbox, "pair");
+    for ((t, partition), high) in high_watermarks(&inbox.kafka_bootstrap, &topic) {
+        assert_eq!(offsets.get(&(t, partition)), Some(&high), "partition {partition}");
+    }
+    // Per aggregate, arrival order (seq) is offset order: one partition per key.
+    let out_of_order = count(
+        &inbox,
+        "SELECT count(*) FROM (SELECT \"partition\", \"offset\", lag(\"offset\") OVER (PARTITION BY \"partition\" ORDER BY seq) AS before FROM inbox.messages) m WHERE before > \"offset\"",
+    );
+    assert_eq!(out_of_order, 0, "a partition's records arrive in offset order");
+}
+
+/// No id header, a value over the limit, a value that is not JSON: halt at the first
+/// with its position (and again at the same place after a restart), or rejected rows
+/// with the reason; a non-JSON value is stored as bytes with payload_json NULL.
+#[test]
+fn inbox_records_it_cannot_store_halt_or_are_rejected_with_the_reason() {
+    let inbox = inbox_db("inbox-invalid");
+    let topic = format!("{}mixed", inbox.topic_prefix);
+    create_topic(&topic, 1);
+    let mut records = json_records("v", 0, 3, 1);
+    records.push(("agg".into(), None, b"{\"no\": \"id\"}".to_vec()));
+    records.push(("agg".into(), Some("big".into()), vec![b'x'; 5000]));
+    records.push(("agg".into(), Some("plain".into()), b"not json at all".to_vec()));
+    records.extend(json_records("v", 3, 2, 1));
+    produce(&inbox.kafka_bootstrap, &topic, &records);
+
+    // Halt (the default): the three before it are stored, and the position is named.
+    for attempt in 0..2 {
+        let mut p = start_inbox(&inbox_args(&inbox, &topic, "halt", &["--create-schema"]), &[]);
+        let status = p.wait_exit(WAIT).expect("halts");
+        let log = strip_ansi(&p.log_text());
+        assert_eq!(status.code(), Some(1), "{log}");
+        assert!(
+            log.contains(&format!("record {topic}/0@3 cannot be stored in the inbox: no_event_id")),
+            "attempt {attempt}: {log}"
+        );
+        assert_eq!(count(&inbox, "SELECT count(*) FROM inbox.messages"), 3, "attempt {attempt}");
+        assert_eq!(stored_offsets(&inbox, "halt").get(&(topic.clone(), 0)), Some(&3), "the offset stops at it");
+        assert!(!log.contains("\"no\""), "no payload in the log");
+    }
+
+    // Reject: rows with the reason, and the records after them stored.
+    let config = inbox.pg.dir().join(format!("{}-reject.toml", inbox.db));
+    std::fs::write(&config, "[inbox]\nmax_record_bytes = 4096\n").unwrap();
+    let mut args = inbox_args(&inbox, &topic, "reject", &["--on-invalid", "reject"]);
+    args.extend(["--config".into(), config.display().to_string()]);
+    let p = start_inbox(&args, &[]);
+    wait_for_messages(&inbox, 6, &p);
+    assert!(testkit::wait_until(WAIT, || count(&inbox, "SELECT count(*) FROM inbox.rejected") == 2));
+    let rejected = inbox.sql("SELECT \"offset\", reason FROM inbox.rejected ORDER BY \"offset\"");
+    assert_eq!(
+        rejected.trim(),
+        format!(
+            "3|no_event_id: the record has none of the headers id, ce_id\n4|value_too_large: the value has 5000 bytes, over inbox.max_record_bytes = 4096"
+        )
+    );
+    assert_eq!(
+        inbox.sql("SELECT convert_from(payload, 'UTF8'), payload_json IS NULL FROM inbox.messages WHERE event_id = 'plain'").trim(),
+        "not json at all|t"
+    );
+    assert_eq!(stored_offsets(&inbox, "reject").get(&(topic, 0)), Some(&8));
+}
+
+/// Without the schema, or with a column dropped: a definite error naming what is
+/// missing and the fix; nothing is consumed.
+#[test]
+fn inbox_without_its_schema_stops_with_the_fix() {
+    let inbox = inbox_db("inbox-noschema");
+    let topic = format!("{}t", inbox.topic_prefix);
+    create_topic(&topic, 1);
+    let mut p = start_inbox(&inbox_args(&inbox, &topic, "g", &[]), &[]);
+    assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1));
+    let log = strip_ansi(&p.log_text());
+    assert!(log.contains("the inbox schema is incomplete (missing: table inbox.messages"), "{log}");
+    assert!(log.contains("--create-schema"), "{log}");
+
+    inbox.sql(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap(),
+    );
+    inbox.sql("ALTER TABLE inbox.messages DROP COLUMN aggregate_id CASCADE");
+    let mut p = start_inbox(&inbox_args(&inbox, &topic, "g", &[]), &[]);
+    assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1));
+    let log = strip_ansi(&p.log_text());
+    assert!(log.contains("missing: column inbox.messages.aggregate_id"), "{log}");
+    let started = Instant::now();
+    // And a schema of another name, created by --create-schema.
+    let mut args = inbox_args(&inbox, &topic, "g", &["--create-schema", "--schema", "billing_inbox"]);
+    args.extend(["--kafka-property".into(), "session.timeout.ms=6000".into()]);
+    let mut p = start_inbox(&args, &[]);
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("s", 0, 5, 1));
+    let ok = testkit::wait_until(WAIT, || {
+        inbox.try_sql("SELECT count(*) FROM billing_inbox.messages").is_ok_and(|n| n.trim() == "5")
+    });
+    assert!(ok, "{}", p.log_text());
+    assert!(p.terminate(WAIT).is_some_and(|s| s.success()));
+    println!("schema test took {:?}", started.elapsed());
+}
