@@ -44,6 +44,19 @@ fn every_runbook_named_in_the_code_exists() {
     }
 }
 
+/// Issue 30: `walpost inbox`'s fatal errors, with placeholders for what differs.
+#[test]
+fn inbox_errors_are_quoted_verbatim_in_the_inbox_backlog_runbook() {
+    let runbook = read("runbooks/inbox-backlog.md");
+    let refused = walpost::postgres::messages::inbox_record_refused("<topic>", 7, 9, "<reason>")
+        .replace("/7@9", "/<partition>@<offset>");
+    let schema = walpost::postgres::messages::inbox_schema_incomplete("<schema>", "<what>");
+    for message in [refused, schema] {
+        assert!(message.contains("runbooks/inbox-backlog.md"), "{message}");
+        assert!(runbook.contains(&message), "runbooks/inbox-backlog.md must quote:\n{message}");
+    }
+}
+
 #[test]
 fn slot_lost_error_is_quoted_verbatim_in_its_runbook() {
     let message = walpost::postgres::messages::slot_lost_message("walpost");

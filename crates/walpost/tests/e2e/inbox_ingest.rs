@@ -14,14 +14,14 @@ use rdkafka::ClientConfig;
 use crate::drills::metric;
 use crate::support::{high_watermarks, insert_batches, strip_ansi, Walpost, World};
 
-const WAIT: Duration = Duration::from_secs(120);
+pub(crate) const WAIT: Duration = Duration::from_secs(120);
 
 /// The consuming service's database: a world of its own (its outbox tables unused).
-fn inbox_db(name: &str) -> World {
+pub(crate) fn inbox_db(name: &str) -> World {
     World::new(name)
 }
 
-fn inbox_args(inbox: &World, topics: &str, group: &str, extra: &[&str]) -> Vec<String> {
+pub(crate) fn inbox_args(inbox: &World, topics: &str, group: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "inbox",
         "--postgres",
@@ -42,26 +42,26 @@ fn inbox_args(inbox: &World, topics: &str, group: &str, extra: &[&str]) -> Vec<S
     args
 }
 
-fn start_inbox(args: &[String], env: &[(&str, &str)]) -> Walpost {
+pub(crate) fn start_inbox(args: &[String], env: &[(&str, &str)]) -> Walpost {
     Walpost::start(args, env)
 }
 
-fn count(w: &World, sql: &str) -> i64 {
+pub(crate) fn count(w: &World, sql: &str) -> i64 {
     w.sql(sql).trim().parse().unwrap_or_else(|_| panic!("not a number from {sql}"))
 }
 
 /// Messages stored so far (0 before `--create-schema` made the table).
-fn messages(w: &World) -> i64 {
+pub(crate) fn messages(w: &World) -> i64 {
     w.try_sql("SELECT count(*) FROM inbox.messages").ok().and_then(|n| n.trim().parse().ok()).unwrap_or(0)
 }
 
-fn wait_for_messages(w: &World, n: i64, p: &Walpost) {
+pub(crate) fn wait_for_messages(w: &World, n: i64, p: &Walpost) {
     let ok = testkit::wait_until(WAIT, || messages(w) >= n);
     assert!(ok, "inbox holds {} of {n} messages:\n{}", messages(w), p.log_text());
 }
 
 /// Stored next offset per (topic, partition) of `group`.
-fn stored_offsets(w: &World, group: &str) -> BTreeMap<(String, i32), i64> {
+pub(crate) fn stored_offsets(w: &World, group: &str) -> BTreeMap<(String, i32), i64> {
     w.sql(&format!("SELECT topic, \"partition\", next_offset FROM inbox.offsets WHERE group_id = '{group}'"))
         .lines()
         .filter(|l| !l.is_empty())
@@ -73,7 +73,7 @@ fn stored_offsets(w: &World, group: &str) -> BTreeMap<(String, i32), i64> {
 }
 
 /// Produces `(key, id header, value)` records to `topic` and waits for the acknowledgements.
-fn produce(bootstrap: &str, topic: &str, records: &[(String, Option<String>, Vec<u8>)]) {
+pub(crate) fn produce(bootstrap: &str, topic: &str, records: &[(String, Option<String>, Vec<u8>)]) {
     let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
@@ -103,7 +103,12 @@ fn produce(bootstrap: &str, topic: &str, records: &[(String, Option<String>, Vec
     p.flush(Duration::from_secs(60)).expect("flush");
 }
 
-fn json_records(prefix: &str, from: usize, n: usize, aggregates: usize) -> Vec<(String, Option<String>, Vec<u8>)> {
+pub(crate) fn json_records(
+    prefix: &str,
+    from: usize,
+    n: usize,
+    aggregates: usize,
+) -> Vec<(String, Option<String>, Vec<u8>)> {
     (from..from + n)
         .map(|i| {
             let value = format!(r#"{{"n": {i}, "note": "{}"}}"#, "x".repeat(900));
@@ -112,7 +117,7 @@ fn json_records(prefix: &str, from: usize, n: usize, aggregates: usize) -> Vec<(
         .collect()
 }
 
-fn create_topic(name: &str, partitions: u32) {
+pub(crate) fn create_topic(name: &str, partitions: u32) {
     testkit::shared_kafka().create_topic(name, partitions).expect("create topic");
 }
 

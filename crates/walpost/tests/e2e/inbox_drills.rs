@@ -1,0 +1,196 @@
+//! Drills of the inbox runbooks (runbooks/inbox-*.md): each creates the incident with a
+//! running `walpost inbox` and handler workers that call only the SQL API, runs the
+//! runbook's own blocks (read from the file) and checks the outcome.
+
+use std::time::Duration;
+
+use crate::drills::{metric, sh_ok, Runbook};
+use crate::inbox_ingest::{
+    count, create_topic, inbox_args, inbox_db, json_records, messages, produce, start_inbox, wait_for_messages, WAIT,
+};
+use crate::support::World;
+
+/// `walpost inbox` with its metrics on `port` and the handler statistics read every second.
+fn inbox_with_metrics(w: &World, topic: &str, group: &str, port: u16) -> crate::support::Walpost {
+    let config = w.pg.dir().join(format!("{}-{group}.toml", w.db));
+    std::fs::write(&config, format!("metrics_addr = \"127.0.0.1:{port}\"\n[inbox]\nstats_interval_secs = 1\n"))
+        .unwrap();
+    let mut args = inbox_args(w, topic, group, &["--create-schema"]);
+    args.extend(["--config".into(), config.display().to_string()]);
+    start_inbox(&args, &[])
+}
+
+fn register(w: &World, handler: &str, max_attempts: u32, backoff: &str) {
+    w.sql(&format!(
+        "SELECT inbox.register_handler('{handler}', '{{}}', '{{}}', {max_attempts}, '{backoff}', '1 hour', false)"
+    ));
+}
+
+/// Claims up to `n` with `lease`: (event id, token).
+fn claim(w: &World, handler: &str, n: u32, lease: &str) -> Vec<(String, String)> {
+    w.sql(&format!("SELECT event_id, lease_token FROM inbox.claim('{handler}', {n}, '{lease}')"))
+        .lines()
+        .filter_map(|l| l.split_once('|').map(|(a, b)| (a.to_owned(), b.to_owned())))
+        .collect()
+}
+
+/// A worker that completes everything it claims, its effect in the same transaction.
+fn drain(w: &World, handler: &str) {
+    loop {
+        let claimed = claim(w, handler, 20, "30 seconds");
+        if claimed.is_empty() {
+            return;
+        }
+        for (id, token) in claimed {
+            w.sql(&format!(
+                "WITH c AS (SELECT inbox.complete('{handler}', '{id}', '{token}') AS ok)
+                 INSERT INTO effects SELECT '{handler}', '{id}' FROM c WHERE ok"
+            ));
+        }
+    }
+}
+
+fn gauge(port: u16, name: &str, handler: &str) -> Option<f64> {
+    metric(port, &format!("{name}{{handler=\"{handler}\"}}"))
+}
+
+#[test]
+fn drill_inbox_backlog_a_stuck_worker_and_a_lease_storm_then_a_drain() {
+    let rb = Runbook::open("inbox-backlog");
+    let w = inbox_db("drill-inbox-backlog");
+    let topic = format!("{}orders", w.topic_prefix);
+    create_topic(&topic, 2);
+    let port = testkit::free_port();
+    let p = inbox_with_metrics(&w, &topic, "svc", port);
+    assert!(testkit::wait_until(WAIT, || w.try_sql("SELECT 1 FROM inbox.handlers").is_ok()), "{}", p.log_text());
+    register(&w, "billing", 5, "1 second");
+    w.sql("CREATE TABLE effects (handler text, event_id text, UNIQUE (handler, event_id))");
+    produce(&w.kafka_bootstrap, &topic, &json_records("b", 0, 50, 7));
+    wait_for_messages(&w, 50, &p);
+    // A worker that claims with a lease shorter than its work, and never completes.
+    assert_eq!(claim(&w, "billing", 20, "1 second").len(), 20);
+    let seen = testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_handler_backlog", "billing") == Some(50.0));
+    assert!(seen, "backlog metric: {:?}", gauge(port, "walpost_inbox_handler_backlog", "billing"));
+
+    let stats = w.sql(&rb.block("stats").fill(&[]));
+    assert!(stats.lines().any(|l| l.starts_with("billing|50|")), "{stats}");
+    std::thread::sleep(Duration::from_millis(1_500));
+    let leases = w.sql(&rb.block("leases").fill(&[("handler", "billing")]));
+    assert_eq!(leases.trim(), "0|20|30|0", "leased now | run out | never claimed | attempts");
+
+    // Act: workers with a lease longer than the work drain it, each effect once.
+    drain(&w, "billing");
+    let drained = testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_handler_backlog", "billing") == Some(0.0));
+    assert!(drained, "{:?}", gauge(port, "walpost_inbox_handler_backlog", "billing"));
+    assert_eq!(count(&w, "SELECT count(*) FROM effects"), 50);
+    assert_eq!(gauge(port, "walpost_inbox_handler_oldest_pending_seconds", "billing"), Some(0.0));
+    let blocked = w.sql(&rb.block("blocked-aggregates").fill(&[("handler", "billing")]));
+    assert!(blocked.trim().is_empty(), "{blocked}");
+}
+
+#[test]
+fn drill_inbox_review_required_inspect_fix_and_retry() {
+    let rb = Runbook::open("inbox-review-required");
+    let w = inbox_db("drill-inbox-review");
+    let topic = format!("{}mail", w.topic_prefix);
+    create_topic(&topic, 1);
+    let port = testkit::free_port();
+    let p = inbox_with_metrics(&w, &topic, "svc", port);
+    assert!(testkit::wait_until(WAIT, || w.try_sql("SELECT 1 FROM inbox.handlers").is_ok()), "{}", p.log_text());
+    register(&w, "mailer", 2, "10 milliseconds");
+    w.sql("CREATE TABLE effects (handler text, event_id text, UNIQUE (handler, event_id))");
+    produce(&w.kafka_bootstrap, &topic, &json_records("m", 0, 5, 5));
+    wait_for_messages(&w, 5, &p);
+    // The handler fails on m-2 every time (its mail server refuses it): two attempts.
+    for _ in 0..2 {
+        let ok = testkit::wait_until(WAIT, || {
+            let mut failed = false;
+            for (id, token) in claim(&w, "mailer", 10, "30 seconds") {
+                if id == "m-2" {
+                    w.sql(&format!("SELECT inbox.fail('mailer', '{id}', '{token}', 'smtp_550')"));
+                    failed = true;
+                    continue;
+                }
+                w.sql(&format!(
+                    "WITH c AS (SELECT inbox.complete('mailer', '{id}', '{token}') AS ok)
+                     INSERT INTO effects SELECT 'mailer', '{id}' FROM c WHERE ok"
+                ));
+            }
+            failed
+        });
+        assert!(ok, "m-2 was never offered again");
+    }
+    let seen =
+        testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_handler_review_required", "mailer") == Some(1.0));
+    assert!(seen, "{:?}", gauge(port, "walpost_inbox_handler_review_required", "mailer"));
+    let waiting = w.sql(&rb.block("inspect").fill(&[("handler", "mailer")]));
+    let row: Vec<&str> = waiting.trim().split('|').collect();
+    assert_eq!((row[0], row[4], row[5]), ("m-2", "2", "smtp_550"), "{waiting}");
+    assert!(claim(&w, "mailer", 10, "30 seconds").is_empty(), "not offered while it waits for review");
+
+    // Fixed (the address corrected): retry the ones of that cause; a worker completes them.
+    let retried = w.sql(&rb.block("retry").fill(&[("handler", "mailer"), ("error-code", "smtp_550")]));
+    assert_eq!(retried.trim(), "1");
+    drain(&w, "mailer");
+    assert_eq!(w.sql(&rb.block("check").fill(&[("handler", "mailer")])).trim(), "5");
+    let cleared =
+        testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_handler_review_required", "mailer") == Some(0.0));
+    assert!(cleared);
+    assert_eq!(count(&w, "SELECT count(*) FROM effects"), 5, "each effect once");
+}
+
+#[test]
+fn drill_inbox_replay_from_a_time_stores_and_handles_nothing_twice() {
+    let rb = Runbook::open("inbox-replay");
+    let w = inbox_db("drill-inbox-replay");
+    let topic = format!("{}orders", w.topic_prefix);
+    create_topic(&topic, 1);
+    produce(&w.kafka_bootstrap, &topic, &json_records("r", 0, 15, 3));
+    std::thread::sleep(Duration::from_millis(50));
+    let since_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    std::thread::sleep(Duration::from_millis(50));
+    produce(&w.kafka_bootstrap, &topic, &json_records("r", 15, 15, 3));
+    let mut p = start_inbox(&inbox_args(&w, &topic, "svc", &["--create-schema"]), &[]);
+    wait_for_messages(&w, 30, &p);
+    register(&w, "h", 5, "1 second");
+    w.sql("CREATE TABLE effects (handler text, event_id text, UNIQUE (handler, event_id))");
+    drain(&w, "h");
+    assert!(p.terminate(WAIT).is_some_and(|s| s.success()), "{}", p.log_text());
+    // Rows lost by mistake, after the time: five of the second half.
+    w.sql("DELETE FROM inbox.messages WHERE event_id IN ('r-20', 'r-21', 'r-22', 'r-23', 'r-24')");
+
+    let answer = sh_ok(&rb.block("offset-for-time").fill(&[
+        ("brokers", &w.kafka_bootstrap),
+        ("topic", &topic),
+        ("partition", "0"),
+        ("unix-ms", &since_ms.to_string()),
+    ]));
+    let offset: i64 = answer
+        .split("offset ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no offset in {answer:?}"));
+    assert_eq!(offset, 15, "the first record at or after the time");
+    w.sql(&rb.block("rewind").fill(&[
+        ("offset", &offset.to_string()),
+        ("group", "svc"),
+        ("topic", &topic),
+        ("partition", "0"),
+    ]));
+    let port = testkit::free_port();
+    let mut args = inbox_args(&w, &topic, "svc", &[]);
+    args.extend(["--metrics-addr".into(), format!("127.0.0.1:{port}")]);
+    let p = start_inbox(&args, &[]);
+    wait_for_messages(&w, 30, &p);
+    let out = sh_ok(&rb.block("check").fill(&[("metrics-addr", &format!("127.0.0.1:{port}"))]));
+    assert!(
+        out.contains(&format!("walpost_inbox_records_total{{result=\"duplicate\",topic=\"{topic}\"}} 10")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("walpost_inbox_records_total{{result=\"stored\",topic=\"{topic}\"}} 5")), "{out}");
+    assert_eq!(messages(&w), 30);
+    // The restored messages are deliveries again (their receipts stand): nothing is handled twice.
+    drain(&w, "h");
+    assert_eq!(count(&w, "SELECT count(*) FROM effects"), 30);
+}
