@@ -17,6 +17,7 @@ mod exactly_once;
 mod failover;
 mod hardening;
 mod inbox;
+mod inbox_chaos;
 mod inbox_drills;
 mod inbox_ingest;
 mod kafka_cluster;
