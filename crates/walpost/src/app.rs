@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::cli::{Cli, Command, SlotAction};
+use crate::cli::{CheckArgs, CheckTarget, Cli, Command, SlotAction};
 use crate::error::{ErrorKind, PipelineError};
 use crate::settings::inbox::InboxSettings;
 use crate::settings::{FileConfig, Settings};
@@ -36,7 +36,17 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
     };
     match cli.command {
         Command::Run(args) => run(Settings::resolve(&args.overrides(), file)?).await.map(|()| 0),
-        Command::Check(args) => {
+        Command::Check(CheckArgs { target: Some(CheckTarget::Inbox(args)), .. }) => {
+            let checks = ops::check_inbox::check(&InboxSettings::resolve(&args.overrides(), file)?).await;
+            if ops::check::any_failed(&checks) {
+                return Err(PipelineError::definite(
+                    ErrorKind::Config,
+                    "walpost check inbox: some checks failed (see FAIL lines above)",
+                ));
+            }
+            Ok(0)
+        }
+        Command::Check(CheckArgs { run: args, .. }) => {
             let settings = Settings::resolve(&args.overrides(), file)?;
             let checks = ops::check::check(&settings).await;
             if ops::check::any_failed(&checks) {

@@ -88,7 +88,7 @@ pub enum Command {
 
     /// Preflight against a live server and broker: one line per check, exit 1 on any
     /// failure, each failure with its fix.
-    Check(RunArgs),
+    Check(CheckArgs),
 
     /// Convert a Debezium PostgreSQL connector config (Kafka Connect JSON or Debezium
     /// Server application.properties) with an Outbox Event Router into walpost TOML.
@@ -127,6 +127,23 @@ pub enum Command {
     /// partition's next offset in <schema>.offsets, in one transaction; a partition is
     /// read from the offset stored there. Handlers then claim and complete messages
     /// with the SQL functions of migrations/0004_inbox.sql.
+    Inbox(InboxArgs),
+}
+
+/// `walpost check`: `run`'s flags, or `walpost check inbox` with `inbox`'s.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct CheckArgs {
+    #[command(subcommand)]
+    pub target: Option<CheckTarget>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckTarget {
+    /// Preflight of `walpost inbox`: the database, the inbox schema and the rights the
+    /// ingest needs, the brokers with the consumer's properties, the topics, the group.
     Inbox(InboxArgs),
 }
 

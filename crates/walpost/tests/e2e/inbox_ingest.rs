@@ -356,3 +356,35 @@ fn inbox_without_its_schema_stops_with_the_fix() {
     assert!(p.terminate(WAIT).is_some_and(|s| s.success()));
     println!("schema test took {:?}", started.elapsed());
 }
+
+/// `walpost check inbox`: one line per check, FAIL with the fix while the schema is
+/// missing (exit 1), ok once it is there; the topic and the group are looked at.
+#[test]
+fn inbox_check_names_what_is_missing_and_passes_once_it_is_there() {
+    let inbox = inbox_db("inbox-check");
+    let topic = format!("{}t", inbox.topic_prefix);
+    create_topic(&topic, 2);
+    let run = |extra: &[&str]| {
+        let mut args = inbox_args(&inbox, &topic, "g", extra);
+        args.insert(0, "check".into());
+        let out = Command::new(env!("CARGO_BIN_EXE_walpost")).args(&args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, out) = run(&[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAIL  the inbox schema is incomplete (missing: table inbox.messages"), "{out}");
+    assert!(out.contains(&format!("ok    topic {topic}: 2 partition(s)")), "{out}");
+    inbox.sql(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap());
+    let (code, out) = run(&[]);
+    assert_eq!(code, Some(0), "{out}");
+    for line in [
+        "ok    inbox schema inbox: its tables and functions are present",
+        "ok    the role may write the inbox",
+        "ok    group g: 0 partition offset(s) stored; 0 handler(s) registered",
+        "warn  no handler is registered",
+        "ok    Kafka at ",
+    ] {
+        assert!(out.contains(line.trim_end()), "no line {line:?} in:\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+}

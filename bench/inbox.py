@@ -1,0 +1,202 @@
+"""walpost inbox benchmark (issue 30): ingest rate against a plain COPY of the same rows,
+claim+complete throughput with 1, 4 and 16 workers, Kafka -> inbox latency at 1,000
+records/s, and walpost inbox's peak RSS. Driven by bench/inbox.sh (which starts the
+servers and builds walpost); not part of the test suite.
+
+Environment: POSTGRES_URL, KAFKA_BROKERS, PG_BINDIR, WALPOST (the binary), RECORDS
+(default 200000), RESULTS (output markdown file).
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import psycopg
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+PG = os.environ["POSTGRES_URL"]
+BROKERS = os.environ["KAFKA_BROKERS"]
+PG_BINDIR = os.environ["PG_BINDIR"]
+WALPOST = os.environ["WALPOST"]
+RECORDS = int(os.environ.get("RECORDS", "200000"))
+RESULTS = os.environ.get("RESULTS", "bench/results/inbox.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sql(text, fetch=True):
+    with psycopg.connect(PG, autocommit=True) as c:
+        cur = c.execute(text)
+        return cur.fetchall() if fetch and cur.description else None
+
+
+def create_topic(name, partitions=3):
+    admin = AdminClient({"bootstrap.servers": BROKERS})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result()
+
+
+def value(i):
+    # ~1 KB of mostly-hex JSON, as the outbox bench's payloads.
+    return ('{"n": %d, "order": "%032x", "note": "%s"}' % (i, i * 2654435761, ("%064x" % (i * 40503)) * 15)).encode()
+
+
+def produce(topic, first, n, rate=None):
+    p = Producer({"bootstrap.servers": BROKERS, "acks": "all", "linger.ms": 5, "enable.idempotence": True})
+    started = time.time()
+    for i in range(first, first + n):
+        while True:
+            try:
+                p.produce(topic, key=b"agg-%d" % (i % 1000), value=value(i),
+                          headers=[("id", b"e-%d" % i), ("eventType", b"OrderPlaced")])
+                break
+            except BufferError:
+                p.poll(0.01)
+        if rate:
+            due = started + (i - first + 1) / rate
+            delay = due - time.time()
+            if delay > 0:
+                p.poll(delay)
+        else:
+            p.poll(0)
+    p.flush(60)
+
+
+def stored():
+    return sql("SELECT count(*) FROM inbox.messages")[0][0]
+
+
+def vmhwm_kb(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def start_inbox(topic, group):
+    log = open("/tmp/walpost-inbox-bench-%s.log" % group, "w")
+    return subprocess.Popen(
+        [WALPOST, "inbox", "--postgres", PG, "--kafka-brokers", BROKERS, "--topics", topic,
+         "--group", group, "--create-schema"], stdout=log, stderr=subprocess.STDOUT)
+
+
+def ingest(topic, group, n):
+    """Drains n records already in Kafka: (seconds from process start, peak RSS MB)."""
+    base = stored()
+    started = time.time()
+    proc = start_inbox(topic, group)
+    peak = 0
+    while stored() - base < n:
+        peak = max(peak, vmhwm_kb(proc.pid))
+        if proc.poll() is not None:
+            sys.exit("walpost inbox exited: see /tmp/walpost-inbox-bench-%s.log" % group)
+        time.sleep(0.05)
+    secs = time.time() - started
+    peak = max(peak, vmhwm_kb(proc.pid))
+    return proc, secs, peak / 1024
+
+
+def copy_floor():
+    """The same rows (as stored) with a plain COPY into a table of the same columns and
+    primary key, without the trigger and the other indexes: PostgreSQL's bulk path alone."""
+    sql("DROP TABLE IF EXISTS floor; CREATE TABLE floor (LIKE inbox.messages)", False)
+    dump = "/tmp/walpost-inbox-floor.bin"
+    psql = os.path.join(PG_BINDIR, "psql")
+    subprocess.run([psql, "-X", "-q", PG, "-c", "\\copy (SELECT * FROM inbox.messages) TO '%s' (FORMAT binary)" % dump], check=True)
+    sql("ALTER TABLE floor ADD PRIMARY KEY (event_id)", False)
+    started = time.time()
+    subprocess.run([psql, "-X", "-q", PG, "-c", "\\copy floor FROM '%s' (FORMAT binary)" % dump], check=True)
+    return time.time() - started
+
+
+def pgbench(handler, clients, seconds):
+    script = "/tmp/walpost-inbox-bench-%s.sql" % handler
+    with open(script, "w") as f:
+        f.write(
+            "SELECT coalesce(min(event_id), '') AS id, coalesce(min(lease_token::text), '00000000-0000-0000-0000-000000000000') AS tok "
+            "FROM inbox.claim('%s', 1, '30 seconds') \\gset\n"
+            "BEGIN;\n"
+            "INSERT INTO effects VALUES ('%s', :'id');\n"
+            "SELECT inbox.complete('%s', :'id', :'tok'::uuid);\n"
+            "COMMIT;\n" % (handler, handler, handler))
+    out = subprocess.run(
+        [os.path.join(PG_BINDIR, "pgbench"), "-n", "-f", script, "-c", str(clients), "-j", str(min(clients, 2)),
+         "-T", str(seconds), PG], capture_output=True, text=True, check=True).stdout
+    done = sql("SELECT count(*) FROM inbox.receipts WHERE handler = '%s'" % handler)[0][0]
+    tps = float(re.search(r"tps = ([0-9.]+)", out).group(1))
+    return tps, done / seconds
+
+
+def main():
+    machine = "%d cores, %s" % (os.cpu_count(), open("/proc/loadavg").read().split()[:3])
+    lines = ["# walpost inbox benchmark", "", "machine: " + machine, ""]
+    topic = "bench.orders"
+    create_topic(topic)
+    print("producing %d records of ~1 KB..." % RECORDS, flush=True)
+    produce(topic, 0, RECORDS)
+
+    proc, secs, rss = ingest(topic, "bench", RECORDS)
+    proc.terminate()
+    proc.wait(30)
+    rate = RECORDS / secs
+    floor = copy_floor()
+    floor_rate = RECORDS / floor
+    lines += [
+        "## Ingest (Kafka -> inbox.messages + inbox.offsets, one transaction per batch)",
+        "",
+        "| what | records | seconds | records/s | peak RSS MB |",
+        "|---|---|---|---|---|",
+        "| `walpost inbox` (from process start) | %d | %.1f | %.0f | %.1f |" % (RECORDS, secs, rate, rss),
+        "| plain `COPY` of the same rows (floor) | %d | %.1f | %.0f | |" % (RECORDS, floor, floor_rate),
+        "",
+        "ratio walpost / COPY floor: %.2f" % (rate / floor_rate),
+        "",
+    ]
+    print("\n".join(lines[-9:]), flush=True)
+
+    sql("CREATE TABLE IF NOT EXISTS effects (handler text, event_id text)", False)
+    lines += ["## claim + complete (pgbench, one message per claim, effect and receipt in one transaction)", "",
+              "| workers | completes/s |", "|---|---|"]
+    for clients in (1, 4, 16):
+        handler = "h%d" % clients
+        sql("SELECT inbox.register_handler('%s', '{}', '{}', 5, '1 second', '1 minute', false)" % handler, False)
+        sql("VACUUM ANALYZE inbox.deliveries", False)
+        _tps, completes = pgbench(handler, clients, 15)
+        lines.append("| %d | %.0f |" % (clients, completes))
+        print(lines[-1], flush=True)
+    for clients in (1, 4, 16):
+        sql("DELETE FROM inbox.handlers WHERE name = 'h%d'" % clients, False)
+
+    # Latency at 1,000 records/s: Kafka timestamp (CreateTime) to the batch's transaction.
+    proc = start_inbox(topic, "bench")
+    time.sleep(3)
+    base = stored()
+    peak = 0
+    produce(topic, RECORDS, 20000, rate=1000)
+    while stored() - base < 20000:
+        peak = max(peak, vmhwm_kb(proc.pid))
+        time.sleep(0.1)
+    peak = max(peak, vmhwm_kb(proc.pid))
+    proc.terminate()
+    proc.wait(30)
+    p50, p99, pmax = sql(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP (ORDER BY d), max(d) "
+        "FROM (SELECT extract(epoch FROM received_at - occurred_at) * 1000 AS d FROM inbox.messages "
+        "WHERE event_id IN (SELECT 'e-' || g FROM generate_series(%d, %d) g)) x" % (RECORDS, RECORDS + 19999))[0]
+    lines += ["", "## Kafka -> inbox latency at 1,000 records/s (20,000 records)", "",
+              "| p50 ms | p99 ms | max ms | peak RSS MB |", "|---|---|---|---|",
+              "| %.1f | %.1f | %.1f | %.1f |" % (p50, p99, pmax, peak / 1024)]
+    print("\n".join(lines[-5:]), flush=True)
+    with open(os.path.join(ROOT, RESULTS), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("written to " + RESULTS)
+
+
+if __name__ == "__main__":
+    main()

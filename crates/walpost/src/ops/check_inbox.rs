@@ -1,0 +1,240 @@
+//! `walpost check inbox`: the preflight of `walpost inbox`, one line per check as
+//! `walpost check` prints them: the database, the inbox schema (tables, columns,
+//! functions) and the rights the ingest needs, the brokers with the consumer's own
+//! properties, the topics and the group.
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use replication::ReplicationClient;
+
+use super::check::Check;
+use crate::error::PipelineError;
+use crate::inbox::consumer::client_config;
+use crate::postgres::messages::inbox_schema_incomplete;
+use crate::postgres::sql::literal;
+use crate::settings::inbox::{InboxSettings, Subscription};
+
+/// The functions of the SQL API handlers call.
+const FUNCTIONS: &[&str] = &["register_handler", "claim", "complete", "fail", "retry", "deliver_new_messages"];
+/// The tables of the migration.
+const TABLES: &[&str] = &["messages", "offsets", "rejected", "handlers", "deliveries", "receipts"];
+
+/// Runs every check; prints as it goes; returns all results.
+pub async fn check(s: &InboxSettings) -> Vec<Check> {
+    let mut out = Vec::new();
+    let mut emit = |c: Check| {
+        println!("{}", c.line());
+        out.push(c);
+    };
+    match ReplicationClient::connect_sql(&s.postgres).await {
+        Err(e) => emit(Check::Fail(format!("connect to {}: {}", s.postgres.redacted(), PipelineError::from(e)))),
+        Ok(mut sql) => {
+            let version = sql.parameter("server_version").unwrap_or("?").to_owned();
+            emit(Check::Ok(format!("connect to {} (PostgreSQL {version})", s.postgres.redacted())));
+            for c in schema_checks(&mut sql, s).await {
+                emit(c);
+            }
+            sql.close().await;
+        }
+    }
+    for c in kafka_checks(s).await {
+        emit(c);
+    }
+    out
+}
+
+async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Check> {
+    let schema = literal(&s.schema);
+    let tables = TABLES.iter().map(|t| literal(t)).collect::<Vec<_>>().join(", ");
+    let functions = FUNCTIONS.iter().map(|f| literal(f)).collect::<Vec<_>>().join(", ");
+    let present = sql
+        .simple_query(&format!(
+            "SELECT 'table', c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = {schema} AND c.relname IN ({tables})
+             UNION ALL
+             SELECT DISTINCT 'function', p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = {schema} AND p.proname IN ({functions})"
+        ))
+        .await;
+    let r = match present {
+        Ok(r) => r,
+        Err(e) => return vec![Check::Fail(format!("cannot read the catalog: {}", PipelineError::from(e)))],
+    };
+    let have: Vec<(String, String)> = (0..r.rows.len())
+        .filter_map(|i| Some((r.text(i, 0)?.to_owned(), r.text(i, 1)?.to_owned())))
+        .collect();
+    let mut missing: Vec<String> = Vec::new();
+    for (kind, names) in [("table", TABLES), ("function", FUNCTIONS)] {
+        for n in names.iter().filter(|n| !have.iter().any(|(k, h)| k == kind && h == *n)) {
+            missing.push(format!("{kind} {}.{n}", s.schema));
+        }
+    }
+    if !missing.is_empty() {
+        let what = format!("missing: {}", missing.join(", "));
+        let fix = if s.create_schema { " (create_schema is on: walpost inbox creates them at start-up)" } else { "" };
+        let line = format!("{}{fix}", inbox_schema_incomplete(&s.schema, &what));
+        return vec![if s.create_schema { Check::Warn(line) } else { Check::Fail(line) }];
+    }
+    let mut out = vec![Check::Ok(format!("inbox schema {}: its tables and functions are present", s.schema))];
+    // What the ingest itself does: write messages, rejected rows and offsets, read offsets,
+    // and make its session's staging table.
+    let q = |t: &str| literal(&format!("{}.{t}", crate::postgres::sql::ident(&s.schema)));
+    let rights = sql
+        .simple_query(&format!(
+            "SELECT has_table_privilege({m}, 'INSERT'), has_table_privilege({r}, 'INSERT'),
+                    has_table_privilege({o}, 'INSERT, UPDATE, SELECT'),
+                    has_database_privilege(current_database(), 'TEMP'),
+                    has_table_privilege({d}, 'INSERT'),
+                    (SELECT count(*) FROM {schema_ident}.offsets WHERE group_id = {group}),
+                    (SELECT count(*) FROM {schema_ident}.handlers)",
+            m = q("messages"),
+            r = q("rejected"),
+            o = q("offsets"),
+            d = q("deliveries"),
+            schema_ident = crate::postgres::sql::ident(&s.schema),
+            group = literal(&s.group),
+        ))
+        .await;
+    match rights {
+        Err(e) => out.push(Check::Fail(format!("cannot check the rights on the inbox: {}", PipelineError::from(e)))),
+        Ok(r) => {
+            let yes = |c: usize| r.text(0, c) == Some("t");
+            let mut lacking = Vec::new();
+            for (c, what) in [
+                (0, "INSERT on messages"),
+                (1, "INSERT on rejected"),
+                (2, "INSERT, UPDATE, SELECT on offsets"),
+                (3, "TEMP on the database (the batch's staging table)"),
+                (4, "INSERT on deliveries (the trigger that makes them runs as the ingest's role)"),
+            ] {
+                if !yes(c) {
+                    lacking.push(what);
+                }
+            }
+            if lacking.is_empty() {
+                out.push(Check::Ok("the role may write the inbox (messages, rejected, offsets, deliveries, a temporary table)".into()));
+            } else {
+                out.push(Check::Fail(format!(
+                    "the role lacks {}: GRANT them to the role walpost inbox connects as (schema {})",
+                    lacking.join(", "),
+                    s.schema
+                )));
+            }
+            let offsets = r.text(0, 5).unwrap_or("0");
+            let handlers = r.text(0, 6).unwrap_or("0");
+            out.push(Check::Ok(format!(
+                "group {}: {offsets} partition offset(s) stored; {handlers} handler(s) registered",
+                s.group
+            )));
+            if handlers == "0" {
+                out.push(Check::Warn(
+                    "no handler is registered: messages are stored but no handler has deliveries until inbox.register_handler is called (it takes the stored ones too)".into(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+async fn kafka_checks(s: &InboxSettings) -> Vec<Check> {
+    let brokers = s.brokers.clone();
+    let consumer: BaseConsumer = match client_config(s).and_then(|mut c| {
+        c.set("socket.timeout.ms", "5000");
+        c.create().map_err(|e| e.to_string())
+    }) {
+        Ok(c) => c,
+        Err(e) => return vec![Check::Fail(format!("Kafka consumer for {brokers}: {e}"))],
+    };
+    let group = s.group.clone();
+    let fetched = tokio::task::spawn_blocking(move || {
+        let md = consumer.fetch_metadata(None, Duration::from_secs(10));
+        let groups = consumer.fetch_group_list(Some(&group), Duration::from_secs(10));
+        let groups = groups.map(|g| g.groups().iter().map(|g| (g.state().to_owned(), g.members().len())).collect::<Vec<_>>());
+        (md, groups)
+    })
+    .await;
+    let Ok((md, groups)) = fetched else {
+        return vec![Check::Fail(format!("Kafka metadata request for {brokers} failed"))];
+    };
+    let md = match md {
+        Ok(md) => md,
+        Err(e) => {
+            return vec![Check::Fail(format!(
+                "Kafka at {brokers} is not reachable: {e}; check --kafka-brokers, the network and [kafka.properties] (security.protocol, sasl.*, ssl.*)"
+            ))]
+        }
+    };
+    let mut out = vec![Check::Ok(format!("Kafka at {brokers}: {} broker(s)", md.brokers().len()))];
+    let names: Vec<&str> = md.topics().iter().map(|t| t.name()).collect();
+    match &s.subscription {
+        Subscription::Topics(topics) => {
+            for t in topics {
+                match md.topics().iter().find(|m| m.name() == t) {
+                    Some(m) => out.push(Check::Ok(format!("topic {t}: {} partition(s)", m.partitions().len()))),
+                    None => out.push(Check::Warn(format!(
+                        "topic {t} does not exist yet: walpost inbox consumes it once it is created"
+                    ))),
+                }
+            }
+        }
+        Subscription::Regex(r) => {
+            let matched = match regex_lite_match(r, &names) {
+                Some(n) => n,
+                None => {
+                    out.push(Check::Warn(format!("topic_regex {r}: not checked here (librdkafka compiles it)")));
+                    return out;
+                }
+            };
+            out.push(if matched == 0 {
+                Check::Warn(format!("topic_regex {r} matches no topic yet"))
+            } else {
+                Check::Ok(format!("topic_regex {r} matches {matched} topic(s)"))
+            });
+        }
+    }
+    match groups {
+        Ok(g) => match g.first() {
+            Some((state, members)) => out.push(Check::Ok(format!("group {}: {state}, {members} member(s)", s.group))),
+            None => out.push(Check::Ok(format!("group {}: not known to the brokers yet", s.group))),
+        },
+        Err(e) => out.push(Check::Fail(format!(
+            "group {}: cannot describe it ({e}): the principal needs DESCRIBE and READ on the group",
+            s.group
+        ))),
+    }
+    out
+}
+
+/// How many of `names` a subscription regex matches, for the common forms a check can read
+/// without librdkafka's engine: a literal prefix (`^orders\.`), optionally followed by `.*`.
+fn regex_lite_match(regex: &str, names: &[&str]) -> Option<usize> {
+    let body = regex.strip_prefix('^').unwrap_or(regex);
+    let body = body.strip_suffix(".*").unwrap_or(body);
+    let literal: String = {
+        let mut out = String::new();
+        let mut chars = body.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => out.push(chars.next()?),
+                c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => out.push(c),
+                _ => return None,
+            }
+        }
+        out
+    };
+    Some(names.iter().filter(|n| n.starts_with(&literal)).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_regex_is_counted_and_others_are_left_to_librdkafka() {
+        let names = ["orders.created", "orders.paid", "payments"];
+        assert_eq!(regex_lite_match("^orders\\..*", &names), Some(2));
+        assert_eq!(regex_lite_match("^pay", &names), Some(1));
+        assert_eq!(regex_lite_match("^(orders|payments)$", &names), None);
+    }
+}
