@@ -4,7 +4,8 @@ records/s, and walpost inbox's peak RSS. Driven by bench/inbox.sh (which starts 
 servers and builds walpost); not part of the test suite.
 
 Environment: POSTGRES_URL, KAFKA_BROKERS, PG_BINDIR, WALPOST (the binary), RECORDS
-(default 200000), RESULTS (output markdown file).
+(default 200000), RESULTS (output markdown file), INBOX_CONFIG (a TOML file for walpost
+inbox, e.g. other [inbox] batch limits), ONLY_INGEST (stop after the ingest rows).
 """
 
 import os
@@ -22,6 +23,7 @@ BROKERS = os.environ["KAFKA_BROKERS"]
 PG_BINDIR = os.environ["PG_BINDIR"]
 WALPOST = os.environ["WALPOST"]
 RECORDS = int(os.environ.get("RECORDS", "200000"))
+ONLY_INGEST = bool(os.environ.get("ONLY_INGEST"))
 RESULTS = os.environ.get("RESULTS", "bench/results/inbox.md")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,6 +66,13 @@ def produce(topic, first, n, rate=None):
     p.flush(60)
 
 
+def proc_cpu(pid):
+    """utime + stime of a process, seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stored():
     return sql("SELECT count(*) FROM inbox.messages")[0][0]
 
@@ -79,11 +88,25 @@ def vmhwm_kb(pid):
     return 0
 
 
+METRICS_PORT = int(os.environ.get("METRICS_PORT", "19188"))
+
+
 def start_inbox(topic, group):
     log = open("/tmp/walpost-inbox-bench-%s.log" % group, "w")
+    extra = ["--config", os.environ["INBOX_CONFIG"]] if os.environ.get("INBOX_CONFIG") else []
     return subprocess.Popen(
         [WALPOST, "inbox", "--postgres", PG, "--kafka-brokers", BROKERS, "--topics", topic,
-         "--group", group, "--create-schema"], stdout=log, stderr=subprocess.STDOUT)
+         "--group", group, "--create-schema", "--metrics-addr", "127.0.0.1:%d" % METRICS_PORT] + extra,
+        stdout=log, stderr=subprocess.STDOUT)
+
+
+def scrape(name):
+    import urllib.request
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % METRICS_PORT, timeout=5).read().decode()
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def ingest(topic, group, n):
@@ -92,14 +115,22 @@ def ingest(topic, group, n):
     started = time.time()
     proc = start_inbox(topic, group)
     peak = 0
-    while stored() - base < n:
+    first = None
+    while True:
+        now_stored = stored() - base
+        if first is None and now_stored > 0:
+            first = time.time()
+        if now_stored >= n:
+            break
         peak = max(peak, vmhwm_kb(proc.pid))
         if proc.poll() is not None:
             sys.exit("walpost inbox exited: see /tmp/walpost-inbox-bench-%s.log" % group)
         time.sleep(0.05)
-    secs = time.time() - started
+    done = time.time()
     peak = max(peak, vmhwm_kb(proc.pid))
-    return proc, secs, peak / 1024
+    write = scrape("walpost_inbox_write_seconds_sum")
+    print("batches: %d" % scrape("walpost_inbox_batches_total"), flush=True)
+    return proc, done - started, done - first, write, peak / 1024
 
 
 def copy_floor():
@@ -122,12 +153,15 @@ def pgbench(handler, clients, seconds):
             "SELECT coalesce(min(event_id), '') AS id, coalesce(min(lease_token::text), '00000000-0000-0000-0000-000000000000') AS tok "
             "FROM inbox.claim('%s', 1, '30 seconds') \\gset\n"
             "BEGIN;\n"
-            "INSERT INTO effects VALUES ('%s', :'id');\n"
-            "SELECT inbox.complete('%s', :'id', :'tok'::uuid);\n"
+            "INSERT INTO effects VALUES ('%s', :id);\n"
+            "SELECT inbox.complete('%s', :id, :tok::uuid);\n"
             "COMMIT;\n" % (handler, handler, handler))
-    out = subprocess.run(
-        [os.path.join(PG_BINDIR, "pgbench"), "-n", "-f", script, "-c", str(clients), "-j", str(min(clients, 2)),
-         "-T", str(seconds), PG], capture_output=True, text=True, check=True).stdout
+    run = subprocess.run(
+        [os.path.join(PG_BINDIR, "pgbench"), "-n", "-M", "extended", "-f", script, "-c", str(clients), "-j", str(min(clients, 2)),
+         "-T", str(seconds), PG], capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit("pgbench failed:\n" + run.stdout + run.stderr)
+    out = run.stdout
     done = sql("SELECT count(*) FROM inbox.receipts WHERE handler = '%s'" % handler)[0][0]
     tps = float(re.search(r"tps = ([0-9.]+)", out).group(1))
     return tps, done / seconds
@@ -137,14 +171,18 @@ def main():
     machine = "%d cores, %s" % (os.cpu_count(), open("/proc/loadavg").read().split()[:3])
     lines = ["# walpost inbox benchmark", "", "machine: " + machine, ""]
     topic = "bench.orders"
+    subprocess.run([os.path.join(PG_BINDIR, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", PG, "-f",
+                    os.path.join(ROOT, "migrations/0004_inbox.sql")], check=True, stdout=subprocess.DEVNULL)
     create_topic(topic)
     print("producing %d records of ~1 KB..." % RECORDS, flush=True)
     produce(topic, 0, RECORDS)
 
-    proc, secs, rss = ingest(topic, "bench", RECORDS)
+    proc, secs, steady, write, rss = ingest(topic, "bench", RECORDS)
+    cpu = proc_cpu(proc.pid)
     proc.terminate()
     proc.wait(30)
     rate = RECORDS / secs
+    steady_rate = RECORDS / steady
     floor = copy_floor()
     floor_rate = RECORDS / floor
     lines += [
@@ -152,13 +190,17 @@ def main():
         "",
         "| what | records | seconds | records/s | peak RSS MB |",
         "|---|---|---|---|---|",
-        "| `walpost inbox` (from process start) | %d | %.1f | %.0f | %.1f |" % (RECORDS, secs, rate, rss),
+        "| `walpost inbox`, from process start (includes the group join: the broker's group.initial.rebalance.delay.ms, 3 s) | %d | %.1f | %.0f | %.1f |" % (RECORDS, secs, rate, rss),
+        "| `walpost inbox`, first to last record stored | %d | %.1f | %.0f | |" % (RECORDS, steady, steady_rate),
         "| plain `COPY` of the same rows (floor) | %d | %.1f | %.0f | |" % (RECORDS, floor, floor_rate),
         "",
-        "ratio walpost / COPY floor: %.2f" % (rate / floor_rate),
+        "ratio walpost (first to last) / COPY floor: %.2f; time in PostgreSQL writes: %.1f s; walpost inbox CPU: %.1f s (%.1f us/record)"
+        % (steady_rate / floor_rate, write, cpu, cpu * 1e6 / RECORDS),
         "",
     ]
-    print("\n".join(lines[-9:]), flush=True)
+    print("\n".join(lines[-10:]), flush=True)
+    if ONLY_INGEST:
+        return
 
     sql("CREATE TABLE IF NOT EXISTS effects (handler text, event_id text)", False)
     lines += ["## claim + complete (pgbench, one message per claim, effect and receipt in one transaction)", "",

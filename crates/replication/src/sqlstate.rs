@@ -11,6 +11,8 @@ pub const CLASS_INSUFFICIENT_RESOURCES: &str = "53";
 /// Class 57P: operator intervention (admin shutdown, crash shutdown, cannot connect now).
 pub const CLASS_OPERATOR_INTERVENTION: &str = "57P";
 
+/// 23505 unique_violation.
+pub const UNIQUE_VIOLATION: &str = "23505";
 /// 23514 check_violation.
 pub const CHECK_VIOLATION: &str = "23514";
 /// 28000 invalid_authorization_specification (pg_hba.conf has no line, among others).
@@ -52,6 +54,7 @@ mod tests {
     #[test]
     fn codes_and_classes_have_their_documented_shape() {
         for code in [
+            UNIQUE_VIOLATION,
             CHECK_VIOLATION,
             INVALID_AUTHORIZATION_SPECIFICATION,
             INVALID_PASSWORD,

@@ -36,19 +36,13 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
     };
     match cli.command {
         Command::Run(args) => run(Settings::resolve(&args.overrides(), file)?).await.map(|()| 0),
-        Command::Check(CheckArgs { target: Some(CheckTarget::Inbox(args)), .. }) => {
-            let checks = ops::check_inbox::check(&InboxSettings::resolve(&args.overrides(), file)?).await;
-            if ops::check::any_failed(&checks) {
-                return Err(PipelineError::definite(
-                    ErrorKind::Config,
-                    "walpost check inbox: some checks failed (see FAIL lines above)",
-                ));
-            }
-            Ok(0)
-        }
-        Command::Check(CheckArgs { run: args, .. }) => {
-            let settings = Settings::resolve(&args.overrides(), file)?;
-            let checks = ops::check::check(&settings).await;
+        Command::Check(check) => {
+            let checks = match *check {
+                CheckArgs { target: Some(CheckTarget::Inbox(args)), .. } => {
+                    ops::check_inbox::check(&InboxSettings::resolve(&args.overrides(), file)?).await
+                }
+                CheckArgs { target: None, run } => ops::check::check(&Settings::resolve(&run.overrides(), file)?).await,
+            };
             if ops::check::any_failed(&checks) {
                 return Err(PipelineError::definite(
                     ErrorKind::Config,

@@ -88,7 +88,7 @@ pub enum Command {
 
     /// Preflight against a live server and broker: one line per check, exit 1 on any
     /// failure, each failure with its fix.
-    Check(CheckArgs),
+    Check(Box<CheckArgs>),
 
     /// Convert a Debezium PostgreSQL connector config (Kafka Connect JSON or Debezium
     /// Server application.properties) with an Outbox Event Router into walpost TOML.

@@ -61,9 +61,8 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
         Ok(r) => r,
         Err(e) => return vec![Check::Fail(format!("cannot read the catalog: {}", PipelineError::from(e)))],
     };
-    let have: Vec<(String, String)> = (0..r.rows.len())
-        .filter_map(|i| Some((r.text(i, 0)?.to_owned(), r.text(i, 1)?.to_owned())))
-        .collect();
+    let have: Vec<(String, String)> =
+        (0..r.rows.len()).filter_map(|i| Some((r.text(i, 0)?.to_owned(), r.text(i, 1)?.to_owned()))).collect();
     let mut missing: Vec<String> = Vec::new();
     for (kind, names) in [("table", TABLES), ("function", FUNCTIONS)] {
         for n in names.iter().filter(|n| !have.iter().any(|(k, h)| k == kind && h == *n)) {
@@ -113,7 +112,9 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
                 }
             }
             if lacking.is_empty() {
-                out.push(Check::Ok("the role may write the inbox (messages, rejected, offsets, deliveries, a temporary table)".into()));
+                out.push(Check::Ok(
+                    "the role may write the inbox (messages, rejected, offsets, deliveries, a temporary table)".into(),
+                ));
             } else {
                 out.push(Check::Fail(format!(
                     "the role lacks {}: GRANT them to the role walpost inbox connects as (schema {})",
@@ -150,7 +151,8 @@ async fn kafka_checks(s: &InboxSettings) -> Vec<Check> {
     let fetched = tokio::task::spawn_blocking(move || {
         let md = consumer.fetch_metadata(None, Duration::from_secs(10));
         let groups = consumer.fetch_group_list(Some(&group), Duration::from_secs(10));
-        let groups = groups.map(|g| g.groups().iter().map(|g| (g.state().to_owned(), g.members().len())).collect::<Vec<_>>());
+        let groups =
+            groups.map(|g| g.groups().iter().map(|g| (g.state().to_owned(), g.members().len())).collect::<Vec<_>>());
         (md, groups)
     })
     .await;

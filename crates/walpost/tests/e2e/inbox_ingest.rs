@@ -374,7 +374,9 @@ fn inbox_check_names_what_is_missing_and_passes_once_it_is_there() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("FAIL  the inbox schema is incomplete (missing: table inbox.messages"), "{out}");
     assert!(out.contains(&format!("ok    topic {topic}: 2 partition(s)")), "{out}");
-    inbox.sql(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap());
+    inbox.sql(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap(),
+    );
     let (code, out) = run(&[]);
     assert_eq!(code, Some(0), "{out}");
     for line in [
@@ -387,4 +389,37 @@ fn inbox_check_names_what_is_missing_and_passes_once_it_is_there() {
         assert!(out.contains(line.trim_end()), "no line {line:?} in:\n{out}");
     }
     assert!(!out.contains("FAIL"), "{out}");
+}
+
+/// A topic deleted while consumed and created again: walpost inbox keeps running (no
+/// crash loop), and the new topic's records are stored although their offsets are below
+/// the stored ones (regression: they were skipped as "stored before").
+#[test]
+fn regression_a_topic_deleted_and_created_again_is_stored_not_skipped() {
+    let inbox = inbox_db("inbox-recreated");
+    let topic = format!("{}t", inbox.topic_prefix);
+    create_topic(&topic, 1);
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("old", 0, 50, 5));
+    let mut args = inbox_args(&inbox, &topic, "g", &["--create-schema"]);
+    args.extend(["--kafka-property".into(), "topic.metadata.refresh.interval.ms=500".into()]);
+    let mut p = start_inbox(&args, &[]);
+    wait_for_messages(&inbox, 50, &p);
+    assert_eq!(stored_offsets(&inbox, "g").get(&(topic.clone(), 0)), Some(&50));
+    let tool = |a: &[&str]| {
+        let mut full = vec!["--bootstrap-server", inbox.kafka_bootstrap.as_str()];
+        full.extend_from_slice(a);
+        testkit::shared_kafka().run_tool("org.apache.kafka.tools.TopicCommand", &full).expect("TopicCommand")
+    };
+    tool(&["--delete", "--topic", &topic]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(p.is_running(), "a deleted topic stops nothing:\n{}", p.log_text());
+    let recreated = testkit::wait_until(WAIT, || testkit::shared_kafka().create_topic(&topic, 1).is_ok());
+    assert!(recreated, "topic could not be created again");
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("new", 0, 20, 5));
+    wait_for_messages(&inbox, 70, &p);
+    assert!(p.is_running());
+    assert_eq!(count(&inbox, "SELECT count(*) FROM inbox.messages WHERE event_id LIKE 'new-%'"), 20);
+    assert_eq!(stored_offsets(&inbox, "g").get(&(topic.clone(), 0)), Some(&20), "the offset follows the new log");
+    assert!(p.log_text().contains("restarts below its stored offset"), "{}", p.log_text());
+    assert!(p.terminate(WAIT).is_some_and(|s| s.success()));
 }
