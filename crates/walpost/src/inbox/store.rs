@@ -1,12 +1,9 @@
 //! The inbox's PostgreSQL side: the schema check, the stored offsets, and one batch per
-//! transaction: which of its event ids are stored already (one indexed lookup), a binary
-//! COPY of the others straight into `messages`, the rejected rows, the offsets, COMMIT.
+//! transaction (COPY into a session-local staging table, then one INSERT ... ON CONFLICT
+//! into `messages`, the rejected rows and the offsets, and COMMIT).
 //!
 //! Invariants:
 //! - a batch's messages, rejected rows and offsets commit together or not at all;
-//! - an event id is stored once: the batch leaves out the ids `messages` holds and the
-//!   repeats within it, and the primary key refuses the rest (a concurrent writer of the
-//!   same id makes the COPY fail: the batch is written again and leaves it out then);
 //! - writing the same batch twice (a retry after a connection lost during COMMIT) stores
 //!   nothing twice: messages are unique by event id, rejected rows by their position,
 //!   and offsets keep the larger value (`GREATEST`), so they never move backwards, even
@@ -18,7 +15,7 @@ use std::sync::Arc;
 
 use replication::{sqlstate, ReplicationClient};
 
-use super::copy::{Encoded, COLUMNS};
+use super::copy::COLUMNS;
 use super::ingest::{Batch, Partition};
 use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::messages::inbox_schema_incomplete;
@@ -28,6 +25,8 @@ use crate::settings::inbox::InboxSettings;
 /// The inbox migration, applied by `--create-schema` (schema `inbox` renamed to the
 /// configured one).
 pub(crate) const MIGRATION: &str = include_str!("../../../../migrations/0004_inbox.sql");
+
+const STAGING: &str = "pg_temp.walpost_inbox_batch";
 
 /// The columns of `messages` the ingest writes.
 const MESSAGE_COLUMNS: &[&str] = &[
@@ -62,7 +61,8 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// Connects and checks the schema (creating it first with `create_schema`).
+    /// Connects, checks the schema (creating it first with `create_schema`) and makes
+    /// the session's staging table.
     pub(crate) async fn connect(s: &InboxSettings) -> Result<Store, PipelineError> {
         let sql = ReplicationClient::connect_sql(&s.postgres).await?;
         let mut store = Store { sql, schema: s.schema.clone(), group: s.group.clone() };
@@ -70,7 +70,16 @@ impl Store {
             store.create_schema().await?;
         }
         store.check_schema().await?;
-        query(&mut store.sql, "SET application_name = 'walpost inbox'").await?;
+        let columns: Vec<String> = COLUMNS.iter().map(|(name, ty)| format!("{name} {ty}")).collect();
+        query(
+            &mut store.sql,
+            &format!(
+                "SET application_name = 'walpost inbox'; \
+                 CREATE TEMP TABLE IF NOT EXISTS walpost_inbox_batch ({}) ON COMMIT DELETE ROWS",
+                columns.join(", ")
+            ),
+        )
+        .await?;
         Ok(store)
     }
 
@@ -165,57 +174,33 @@ impl Store {
 
     /// Writes `batch` in one transaction (`copy` is its COPY stream, kept by the caller
     /// for a retry). On an error the transaction is rolled back.
-    pub(crate) async fn write(&mut self, batch: &Batch, copy: &Encoded) -> Result<Written, PipelineError> {
+    pub(crate) async fn write(&mut self, batch: &Batch, copy: &[u8]) -> Result<Written, PipelineError> {
         let result = self.write_in_transaction(batch, copy).await;
         if result.is_err() {
             // Ends the failed transaction (a no-op when none is open or the connection is gone).
             let _ = self.sql.simple_query("ROLLBACK").await;
         }
-        result.map_err(|e| match e.sqlstate() {
-            // Another writer stored one of these ids between the lookup and the COPY: the
-            // next attempt's lookup sees it.
-            Some(sqlstate::UNIQUE_VIOLATION) => PipelineError::transient(
-                ErrorKind::Postgres,
-                "an event id of the batch was stored meanwhile by another writer; writing the batch again",
-            ),
-            _ => self.explain(e),
-        })
+        result.map_err(|e| self.explain(e))
     }
 
-    async fn write_in_transaction(&mut self, batch: &Batch, copy: &Encoded) -> Result<Written, replication::Error> {
+    async fn write_in_transaction(&mut self, batch: &Batch, copy: &[u8]) -> Result<Written, replication::Error> {
         let schema = ident(&self.schema);
         self.sql.simple_query("BEGIN").await?;
-        let mut written = Written { rejected: batch.rejected.len() as u64, ..Written::default() };
-        if !copy.rows.is_empty() {
-            let ids: Vec<String> = copy.rows.iter().map(|r| literal(&r.event_id)).collect();
-            let r = self
-                .sql
-                .simple_query(&format!(
-                    "SELECT event_id FROM {schema}.messages WHERE event_id = ANY (ARRAY[{}]::text[])",
-                    ids.join(", ")
-                ))
+        if !copy.is_empty() {
+            let names: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
+            self.sql
+                .copy_in(&format!("COPY {STAGING} ({}) FROM STDIN (FORMAT binary)", names.join(", ")), copy)
                 .await?;
-            let mut seen: std::collections::HashSet<&str> = (0..r.rows.len()).filter_map(|i| r.text(i, 0)).collect();
-            // Left out: ids stored before, and repeats within the batch (the first stays).
-            let skip: Vec<bool> = copy.rows.iter().map(|row| !seen.insert(&row.event_id)).collect();
-            for (row, _) in copy.rows.iter().zip(&skip).filter(|(_, s)| **s) {
-                *written.duplicates.entry(row.topic.clone()).or_default() += 1;
-            }
-            for (row, _) in copy.rows.iter().zip(&skip).filter(|(_, s)| !**s) {
-                *written.stored.entry(row.topic.clone()).or_default() += 1;
-            }
-            if skip.iter().any(|s| !*s) {
-                let names: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
-                let text = format!("COPY {schema}.messages ({}) FROM STDIN (FORMAT binary)", names.join(", "));
-                if skip.iter().any(|s| *s) {
-                    self.sql.copy_in(&text, &copy.without(&skip)).await?;
-                } else {
-                    self.sql.copy_in(&text, &copy.data).await?;
-                }
-            }
         }
         crate::crash_seam!("inbox-after-copy");
-        let mut text = String::new();
+        let columns: Vec<String> = MESSAGE_COLUMNS.iter().map(|c| ident(c)).collect();
+        let columns = columns.join(", ");
+        let mut text = format!(
+            "WITH stored AS (INSERT INTO {schema}.messages ({columns}) \
+             SELECT {columns} FROM {STAGING} ORDER BY ord \
+             ON CONFLICT (event_id) DO NOTHING RETURNING topic) \
+             SELECT topic, count(*) FROM stored GROUP BY topic;"
+        );
         if !batch.rejected.is_empty() {
             let rows: Vec<String> = batch
                 .rejected
@@ -250,7 +235,23 @@ impl Store {
             }
         }
         text.push_str("COMMIT");
-        self.sql.simple_query(&text).await?;
+        let r = self.sql.simple_query(&text).await?;
+        let mut written = Written { rejected: batch.rejected.len() as u64, ..Written::default() };
+        for i in 0..r.rows.len() {
+            if let (Some(t), Some(n)) = (r.text(i, 0), r.text(i, 1).and_then(|n| n.parse::<u64>().ok())) {
+                if let Some((topic, _)) = batch.taken.get_key_value(t) {
+                    written.stored.insert(topic.clone(), n);
+                }
+            }
+        }
+        for (topic, taken) in &batch.taken {
+            let stored = written.stored.get(topic).copied().unwrap_or(0);
+            let rejected = batch.rejected.iter().filter(|r| &r.topic == topic).count() as u64;
+            let duplicates = taken.saturating_sub(stored + rejected);
+            if duplicates > 0 {
+                written.duplicates.insert(topic.clone(), duplicates);
+            }
+        }
         Ok(written)
     }
 
