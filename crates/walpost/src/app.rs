@@ -109,11 +109,7 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
 async fn inbox(settings: InboxSettings) -> Result<(), PipelineError> {
     let health = Arc::new(Health::new(Duration::from_secs(30), LIVENESS_TIMEOUT));
     let metrics = Metrics::new(health.clone()).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
-    if let Some(addr) = settings.metrics_addr {
-        http::serve(addr, metrics.clone()).map_err(|e| {
-            PipelineError::definite(ErrorKind::Host, format!("cannot serve metrics on {addr}: {e}")).caused_by(e)
-        })?;
-    }
+    serve_metrics(settings.metrics_addr, &metrics)?;
     tracing::info!(
         version = crate::VERSION,
         postgres = %settings.postgres.redacted(),
@@ -122,14 +118,7 @@ async fn inbox(settings: InboxSettings) -> Result<(), PipelineError> {
         "walpost inbox starting"
     );
     let shutdown = shutdown_signal()?;
-    let beat = health.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            beat.beat();
-        }
-    });
+    spawn_beat(health.clone());
     let stopped = shutdown.clone();
     match crate::inbox::run(&settings, &metrics, shutdown).await {
         // A stop during a PostgreSQL outage: the unwritten batch is read again next time.
@@ -146,11 +135,7 @@ async fn run(settings: Settings) -> Result<(), PipelineError> {
     let health = Arc::new(Health::new(settings.stream.unready_after, LIVENESS_TIMEOUT));
     let metrics = Metrics::new(health.clone()).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
     metrics.kafka.declare_dead_letter_classes(router::ERROR_CLASSES.iter().chain(kafka::rejection::CLASSES).copied());
-    if let Some(addr) = settings.metrics_addr {
-        http::serve(addr, metrics.clone()).map_err(|e| {
-            PipelineError::definite(ErrorKind::Host, format!("cannot serve metrics on {addr}: {e}")).caused_by(e)
-        })?;
-    }
+    serve_metrics(settings.metrics_addr, &metrics)?;
     tracing::info!(
         version = crate::VERSION,
         postgres = %settings.postgres.redacted(),
@@ -167,15 +152,7 @@ async fn run(settings: Settings) -> Result<(), PipelineError> {
     };
     let shutdown = shutdown_signal()?;
     let stop = shutdown.clone();
-    // The beat proves the stream's runtime thread runs (`/healthz`).
-    let beat = health.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            beat.beat();
-        }
-    });
+    spawn_beat(health.clone());
     let (fatal_tx, mut fatal) = watch::channel(None);
     let side = (settings.clone(), metrics.clone(), shutdown.clone());
     // A backfill (--snapshot initial_only) reads no slot and runs beside the service:
@@ -234,6 +211,27 @@ async fn linger_halted(s: &Settings, health: &Health, e: &PipelineError, mut sto
         _ = tokio::time::sleep(s.stream.halt_linger) => {}
         _ = stop.changed() => {}
     }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `addr`, when one is configured.
+fn serve_metrics(addr: Option<std::net::SocketAddr>, metrics: &Metrics) -> Result<(), PipelineError> {
+    if let Some(addr) = addr {
+        http::serve(addr, metrics.clone()).map_err(|e| {
+            PipelineError::definite(ErrorKind::Host, format!("cannot serve metrics on {addr}: {e}")).caused_by(e)
+        })?;
+    }
+    Ok(())
+}
+
+/// The beat proves the runtime's thread runs (`/healthz`).
+fn spawn_beat(health: Arc<Health>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            health.beat();
+        }
+    });
 }
 
 /// A watch channel that flips on the first SIGINT or SIGTERM.
