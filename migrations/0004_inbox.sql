@@ -97,9 +97,20 @@ CREATE TABLE IF NOT EXISTS inbox.deliveries (
     last_error_code text,
     PRIMARY KEY (handler, event_id)
 );
-CREATE INDEX IF NOT EXISTS deliveries_due ON inbox.deliveries (handler, seq) WHERE state = 'pending';
-CREATE INDEX IF NOT EXISTS deliveries_open_by_aggregate
-    ON inbox.deliveries (handler, aggregate_id, seq) WHERE state <> 'done';
+-- The indexes and the trigger below are made only when absent: CREATE INDEX IF NOT EXISTS
+-- and DROP/CREATE TRIGGER lock their table even when there is nothing to do, and a second
+-- `walpost inbox --create-schema` beside one that is writing then deadlocked with it.
+-- Run again on a complete schema, this file takes no lock a writer holds.
+DO $$
+BEGIN
+    IF to_regclass('inbox.deliveries_due') IS NULL THEN
+        CREATE INDEX deliveries_due ON inbox.deliveries (handler, seq) WHERE state = 'pending';
+    END IF;
+    IF to_regclass('inbox.deliveries_open_by_aggregate') IS NULL THEN
+        CREATE INDEX deliveries_open_by_aggregate
+            ON inbox.deliveries (handler, aggregate_id, seq) WHERE state <> 'done';
+    END IF;
+END $$;
 
 CREATE TABLE IF NOT EXISTS inbox.receipts (
     handler      text NOT NULL,
@@ -122,10 +133,15 @@ BEGIN
     RETURN NULL;
 END $$;
 
-DROP TRIGGER IF EXISTS deliver_new_messages ON inbox.messages;
-CREATE TRIGGER deliver_new_messages AFTER INSERT ON inbox.messages
-    REFERENCING NEW TABLE AS new_messages
-    FOR EACH STATEMENT EXECUTE FUNCTION inbox.deliver_new_messages();
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_trigger
+                   WHERE tgname = 'deliver_new_messages' AND tgrelid = to_regclass('inbox.messages')) THEN
+        CREATE TRIGGER deliver_new_messages AFTER INSERT ON inbox.messages
+            REFERENCING NEW TABLE AS new_messages
+            FOR EACH STATEMENT EXECUTE FUNCTION inbox.deliver_new_messages();
+    END IF;
+END $$;
 
 -- Registers a handler or changes its settings; the messages already stored that it
 -- matches and has no receipt for become its deliveries. Idempotent.

@@ -145,6 +145,14 @@ impl PipelineError {
         self.expected
     }
 
+    /// Puts `what` (what was being done) before the message; the class, kind and cause
+    /// stay, so a deadlock while doing it is still retried and a refused privilege still
+    /// stops.
+    pub fn context(mut self, what: impl fmt::Display) -> Self {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+
     /// Keeps `source` as the cause (its text is not added to the message).
     pub fn caused_by(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));

@@ -51,7 +51,8 @@ fn inbox_errors_are_quoted_verbatim_in_the_inbox_backlog_runbook() {
     let refused = walpost::postgres::messages::inbox_record_refused("<topic>", 7, 9, "<reason>")
         .replace("/7@9", "/<partition>@<offset>");
     let schema = walpost::postgres::messages::inbox_schema_incomplete("<schema>", "<what>");
-    for message in [refused, schema] {
+    let migration = walpost::postgres::messages::inbox_migration_failed("<schema>");
+    for message in [refused, schema, migration] {
         assert!(message.contains("runbooks/inbox-backlog.md"), "{message}");
         assert!(runbook.contains(&message), "runbooks/inbox-backlog.md must quote:\n{message}");
     }

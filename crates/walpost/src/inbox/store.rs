@@ -18,7 +18,7 @@ use replication::{sqlstate, ReplicationClient};
 use super::copy::COLUMNS;
 use super::ingest::{Batch, Partition};
 use crate::error::{ErrorKind, PipelineError};
-use crate::postgres::messages::inbox_schema_incomplete;
+use crate::postgres::messages::{inbox_migration_failed, inbox_schema_incomplete};
 use crate::postgres::sql::{ident, literal, query};
 use crate::settings::inbox::InboxSettings;
 
@@ -83,15 +83,17 @@ impl Store {
         Ok(store)
     }
 
-    /// Applies the migration (idempotent) into the configured schema.
+    /// Applies the migration (idempotent) into the configured schema, in one transaction
+    /// that instances starting together take in turn (an advisory lock: two concurrent
+    /// `CREATE TABLE IF NOT EXISTS` of one table can fail). On a complete schema it takes
+    /// no lock a writing instance holds; a deadlock or a timeout is retried, as transient.
     async fn create_schema(&mut self) -> Result<(), PipelineError> {
-        let text = migration_for(&self.schema);
-        query(&mut self.sql, &text).await.map_err(|e| {
-            PipelineError::definite(
-                ErrorKind::Privilege,
-                format!("--create-schema: cannot apply the inbox migration in schema {}: {e}", self.schema),
-            )
-        })?;
+        let text = format!(
+            "SELECT pg_advisory_xact_lock(hashtext({}));\n{}",
+            literal(&format!("walpost inbox schema {}", self.schema)),
+            migration_for(&self.schema)
+        );
+        query(&mut self.sql, &text).await.map_err(|e| e.context(inbox_migration_failed(&self.schema)))?;
         tracing::info!(schema = %self.schema, "inbox schema created or already present");
         Ok(())
     }

@@ -119,6 +119,15 @@ pub fn inbox_schema_incomplete(schema: &str, what: &str) -> String {
     )
 }
 
+/// What `walpost inbox --create-schema` was doing when the server refused it; the
+/// server's error follows (a refused privilege stops; a deadlock or lock timeout is
+/// retried).
+pub fn inbox_migration_failed(schema: &str) -> String {
+    format!(
+        "--create-schema: cannot apply the inbox migration in schema {schema} (run walpost inbox as a role that may create it, the schema's owner or one with CREATE on the database, or apply migrations/0004_inbox.sql as such a role and start without --create-schema; see {INBOX_RUNBOOK})"
+    )
+}
+
 /// `walpost inbox`'s fatal error for a record it cannot store, with `on_invalid = halt`.
 pub fn inbox_record_refused(topic: &str, partition: i32, offset: i64, why: &str) -> String {
     format!(

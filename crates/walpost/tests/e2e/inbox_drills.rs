@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use crate::drills::{metric, sh_ok, Runbook};
+use crate::drills::{http_get, metric, sh_ok, Runbook};
 use crate::inbox_ingest::{
     count, create_topic, inbox_args, inbox_db, json_records, messages, produce, start_inbox, wait_for_messages, WAIT,
 };
+use crate::ops::missing_metrics;
 use crate::support::World;
 
 /// `walpost inbox` with its metrics on `port` and the handler statistics read every second.
@@ -86,6 +87,13 @@ fn drill_inbox_backlog_a_stuck_worker_and_a_lease_storm_then_a_drain() {
     assert_eq!(gauge(port, "walpost_inbox_handler_oldest_pending_seconds", "billing"), Some(0.0));
     let blocked = w.sql(&rb.block("blocked-aggregates").fill(&[("handler", "billing")]));
     assert!(blocked.trim().is_empty(), "{blocked}");
+    // Every walpost_inbox_* metric the runbook and docs/metrics.md name is on the endpoint.
+    let mut missing = Vec::new();
+    let all = testkit::wait_until(Duration::from_secs(20), || {
+        missing = missing_metrics(&http_get(port, "/metrics").1, |name| name.starts_with("walpost_inbox_"));
+        missing.is_empty()
+    });
+    assert!(all, "walpost inbox does not export {missing:?}");
 }
 
 #[test]

@@ -335,6 +335,17 @@ fn inbox_without_its_schema_stops_with_the_fix() {
     assert!(log.contains("the inbox schema is incomplete (missing: table inbox.messages"), "{log}");
     assert!(log.contains("--create-schema"), "{log}");
 
+    // --create-schema as a role that may not create the schema: exit 1 with the fix.
+    inbox.sql(&format!("REVOKE CREATE ON DATABASE \"{}\" FROM {}, PUBLIC", inbox.db, inbox.role));
+    let mut args = inbox_args(&inbox, &topic, "g", &["--create-schema"]);
+    assert_eq!(args[1], "--postgres");
+    args[2] = inbox.url.clone();
+    let mut p = start_inbox(&args, &[]);
+    assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
+    let log = strip_ansi(&p.log_text());
+    let expected = walpost::postgres::messages::inbox_migration_failed("inbox");
+    assert!(log.contains(&format!("{expected}: ")) && log.contains("SQLSTATE 42501"), "{log}");
+
     inbox.sql(
         &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap(),
     );
@@ -422,4 +433,60 @@ fn regression_a_topic_deleted_and_created_again_is_stored_not_skipped() {
     assert_eq!(stored_offsets(&inbox, "g").get(&(topic.clone(), 0)), Some(&20), "the offset follows the new log");
     assert!(p.log_text().contains("restarts below its stored offset"), "{}", p.log_text());
     assert!(p.terminate(WAIT).is_some_and(|s| s.success()));
+}
+
+/// A second `walpost inbox --create-schema` beside one that is writing (CI, 2026-12-02:
+/// it deadlocked with the writer, DROP TRIGGER and CREATE INDEX IF NOT EXISTS lock their
+/// tables even when there is nothing to do, and the deadlock was reported as a refused
+/// privilege). Here a writer's transaction stays open with an uncommitted message (its
+/// locks on messages and deliveries held): the second instance gets past its schema and
+/// consumes all the same, and the held row commits afterwards.
+#[test]
+fn regression_create_schema_beside_a_writing_inbox_takes_no_lock_the_writer_holds() {
+    let inbox = inbox_db("inbox-schema-again");
+    let topic = format!("{}t", inbox.topic_prefix);
+    create_topic(&topic, 1);
+    let args = inbox_args(&inbox, &topic, "g", &["--create-schema"]);
+    let mut first = start_inbox(&args, &[]);
+    assert!(testkit::wait_until(WAIT, || first.log_text().contains("walpost inbox consuming")), "{}", first.log_text());
+    assert!(first.terminate(WAIT).is_some_and(|s| s.success()), "{}", first.log_text());
+    inbox.sql("SELECT inbox.register_handler('h', '{}', '{}', 3, '1 second', '1 minute', false)");
+
+    let mut writer = Command::new(inbox.pg.psql_path())
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", &inbox.superuser_url])
+        .env("PGAPPNAME", "held-writer")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("psql");
+    let mut stdin = writer.stdin.take().expect("stdin");
+    use std::io::Write as _;
+    stdin
+        .write_all(
+            b"BEGIN; INSERT INTO inbox.messages (event_id, topic, \"partition\", \"offset\") VALUES ('held', 't', 0, 0);\n",
+        )
+        .unwrap();
+    stdin.flush().unwrap();
+    let holding = testkit::wait_until(Duration::from_secs(20), || {
+        inbox
+            .sql(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = 'held-writer' AND l.relation = 'inbox.deliveries'::regclass",
+            )
+            .trim()
+            == "1"
+    });
+    assert!(holding, "the writer's transaction does not hold its locks");
+
+    let mut second = start_inbox(&args, &[]);
+    let consuming =
+        testkit::wait_until(Duration::from_secs(30), || second.log_text().contains("walpost inbox consuming"));
+    assert!(consuming, "the second instance is stuck on its schema:\n{}", second.log_text());
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("after", 0, 10, 2));
+    wait_for_messages(&inbox, 10, &second);
+    stdin.write_all(b"COMMIT;\n").unwrap();
+    drop(stdin);
+    assert!(writer.wait().unwrap().success(), "the held transaction commits");
+    assert_eq!(count(&inbox, "SELECT count(*) FROM inbox.deliveries WHERE handler = 'h'"), 11);
+    assert!(second.terminate(WAIT).is_some_and(|s| s.success()), "{}", second.log_text());
 }
