@@ -15,28 +15,46 @@
 --   inbox.fail(handler, event_id, lease_token, error_code) -> 'pending' (retried later, with
 --                                                        backoff) or 'review_required'
 --   inbox.retry(handler, event_id)                   -> a reviewed message goes back to pending
+--   inbox.dismiss(handler, event_id)                 -> or is closed without a receipt (the
+--                                                        review decision not to handle it)
 -- and reads inbox.handler_stats for backlog, oldest pending age and review_required.
 --
 -- Invariants:
---   * one row per event id in inbox.messages (its primary key);
---   * at most one receipt per (handler, event id) (the primary key of inbox.receipts), and
+--   * one row per event id in inbox.messages while its day is kept (the ingest looks the
+--     ids up in every partition, its writers taking turns; see "Dedup window" below);
+--   * at most one receipt per (handler, event id): complete() writes one only for a
+--     pending delivery (one per handler and message), and
 --     complete() writes one only for the holder of the current lease token: a worker whose
 --     lease expired and was taken over gets false and must roll back its writes;
 --   * a handler sees a message only when it has no receipt, is due and is not leased; with
 --     ordered = true only the oldest open message of each aggregate is offered, so that
 --     handler acts on one aggregate's events in arrival order (a message in review_required
---     holds its aggregate's later ones back until it is retried);
+--     holds its aggregate's later ones back until it is retried or dismissed);
 --   * error codes are short codes, never payload text (personal data stays out of the
 --     inbox's own columns).
+--
+-- Retention: messages, deliveries and receipts are partitioned by the UTC day a message
+-- arrived (received_at); a day's three partitions are dropped together, never emptied with
+-- DELETE. `walpost inbox` creates the days ahead and drops a day once it is older than
+-- [inbox.retention] keep_days and no delivery in it is open (pending or review_required),
+-- or once it is older than max_days (reported with what was still open). This file creates
+-- today's and the next two days' partitions, so an inbox applied by hand works at once.
+--
+-- Dedup window: an event id is stored once while the day it arrived is kept (keep_days at
+-- least). A copy arriving after that day was dropped is stored again. The ingest checks
+-- every partition for the ids of a batch, with writers of one inbox taking turns (an
+-- advisory lock): a primary key on a partitioned table must hold the partition key, so
+-- it cannot make event_id unique by itself.
 --
 -- Idempotent: every statement may run again. Needs PostgreSQL 14 or later.
 
 CREATE SCHEMA IF NOT EXISTS inbox;
 
 -- One row per event id, in arrival order (seq).
+CREATE SEQUENCE IF NOT EXISTS inbox.messages_seq;
 CREATE TABLE IF NOT EXISTS inbox.messages (
-    event_id     text PRIMARY KEY,
-    seq          bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+    event_id     text NOT NULL,
+    seq          bigint NOT NULL DEFAULT nextval('inbox.messages_seq'),
     topic        text NOT NULL,
     "partition"  integer NOT NULL,
     "offset"     bigint NOT NULL,
@@ -47,8 +65,9 @@ CREATE TABLE IF NOT EXISTS inbox.messages (
     event_type   text,
     aggregate_id text,
     occurred_at  timestamptz,
-    received_at  timestamptz NOT NULL DEFAULT now()
-);
+    received_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (event_id, received_at)
+) PARTITION BY RANGE (received_at);
 
 -- The consumer's position per group and partition, written in the same transaction as the
 -- messages it covers (Kafka's own offset commits are for lag dashboards only).
@@ -87,16 +106,18 @@ CREATE TABLE IF NOT EXISTS inbox.handlers (
 CREATE TABLE IF NOT EXISTS inbox.deliveries (
     handler         text NOT NULL REFERENCES inbox.handlers (name) ON DELETE CASCADE,
     event_id        text NOT NULL,
+    received_at     timestamptz NOT NULL, -- the message's, so both live in the same day
     seq             bigint NOT NULL,    -- the message's arrival order
     aggregate_id    text,
-    state           text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'review_required')),
+    state           text NOT NULL DEFAULT 'pending'
+                    CHECK (state IN ('pending', 'done', 'review_required', 'dismissed')),
     attempts        integer NOT NULL DEFAULT 0,
     next_attempt_at timestamptz NOT NULL DEFAULT now(),
     lease_token     uuid,
     lease_until     timestamptz,
     last_error_code text,
-    PRIMARY KEY (handler, event_id)
-);
+    PRIMARY KEY (handler, event_id, received_at)
+) PARTITION BY RANGE (received_at);
 -- The indexes and the trigger below are made only when absent: CREATE INDEX IF NOT EXISTS
 -- and DROP/CREATE TRIGGER lock their table even when there is nothing to do, and a second
 -- `walpost inbox --create-schema` beside one that is writing then deadlocked with it.
@@ -108,27 +129,54 @@ BEGIN
     END IF;
     IF to_regclass('inbox.deliveries_open_by_aggregate') IS NULL THEN
         CREATE INDEX deliveries_open_by_aggregate
-            ON inbox.deliveries (handler, aggregate_id, seq) WHERE state <> 'done';
+            ON inbox.deliveries (handler, aggregate_id, seq) WHERE state NOT IN ('done', 'dismissed');
     END IF;
 END $$;
 
 CREATE TABLE IF NOT EXISTS inbox.receipts (
     handler      text NOT NULL,
     event_id     text NOT NULL,
+    received_at  timestamptz NOT NULL,  -- the message's
     completed_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (handler, event_id)
-);
+    PRIMARY KEY (handler, event_id, received_at)
+) PARTITION BY RANGE (received_at);
 
--- New messages become deliveries of every handler they match (one statement per batch).
+-- Today's and the next two days' partitions of the three tables (walpost inbox keeps
+-- [inbox.retention] days_ahead of them); ATTACH, unlike CREATE TABLE ... PARTITION OF,
+-- does not make writers of the table wait.
+DO $$
+DECLARE
+    -- The schema's name, from a qualified name (so a renamed schema works alike).
+    ns text := (SELECT c.relnamespace::regnamespace::text FROM pg_class c WHERE c.oid = 'inbox.messages'::regclass);
+    day date;
+    t text;
+    part text;
+BEGIN
+    FOR day IN SELECT generate_series((now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + 2, '1 day')::date LOOP
+        FOREACH t IN ARRAY ARRAY['messages', 'deliveries', 'receipts'] LOOP
+            part := t || '_p' || to_char(day, 'YYYYMMDD');
+            CONTINUE WHEN to_regclass(format('%s.%I', ns, part)) IS NOT NULL;
+            EXECUTE format('CREATE TABLE %s.%I (LIKE %s.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
+                           ns, part, ns, t);
+            EXECUTE format('ALTER TABLE %s.%I ATTACH PARTITION %s.%I FOR VALUES FROM (%L) TO (%L)',
+                           ns, t, ns, part, day::text || ' 00:00:00+00', (day + 1)::text || ' 00:00:00+00');
+        END LOOP;
+    END LOOP;
+END $$;
+
+-- New messages become deliveries of every handler they match (one statement per batch),
+-- except for a handler that has a delivery of that event id already (a message stored
+-- again after it was deleted by hand: its receipt or review decision stands).
 CREATE OR REPLACE FUNCTION inbox.deliver_new_messages() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO inbox.deliveries (handler, event_id, seq, aggregate_id)
-    SELECT h.name, m.event_id, m.seq, m.aggregate_id
+    INSERT INTO inbox.deliveries (handler, event_id, received_at, seq, aggregate_id)
+    SELECT h.name, m.event_id, m.received_at, m.seq, m.aggregate_id
     FROM new_messages m
     JOIN inbox.handlers h
       ON (cardinality(h.topics) = 0 OR m.topic = ANY (h.topics))
      AND (cardinality(h.event_types) = 0 OR m.event_type = ANY (h.event_types))
+    WHERE NOT EXISTS (SELECT 1 FROM inbox.deliveries d WHERE d.handler = h.name AND d.event_id = m.event_id)
     ON CONFLICT DO NOTHING;
     RETURN NULL;
 END $$;
@@ -144,7 +192,8 @@ BEGIN
 END $$;
 
 -- Registers a handler or changes its settings; the messages already stored that it
--- matches and has no receipt for become its deliveries. Idempotent.
+-- matches and has no delivery of (done, dismissed or open) become its deliveries.
+-- Idempotent.
 CREATE OR REPLACE FUNCTION inbox.register_handler(
     p_name text, p_topics text[], p_event_types text[], p_max_attempts integer,
     p_backoff_base interval, p_backoff_max interval, p_ordered boolean
@@ -157,14 +206,14 @@ BEGIN
     ON CONFLICT (name) DO UPDATE SET
         topics = EXCLUDED.topics, event_types = EXCLUDED.event_types, max_attempts = EXCLUDED.max_attempts,
         backoff_base = EXCLUDED.backoff_base, backoff_max = EXCLUDED.backoff_max, ordered = EXCLUDED.ordered;
-    INSERT INTO inbox.deliveries (handler, event_id, seq, aggregate_id)
-    SELECT h.name, m.event_id, m.seq, m.aggregate_id
+    INSERT INTO inbox.deliveries (handler, event_id, received_at, seq, aggregate_id)
+    SELECT h.name, m.event_id, m.received_at, m.seq, m.aggregate_id
     FROM inbox.handlers h
     JOIN inbox.messages m
       ON (cardinality(h.topics) = 0 OR m.topic = ANY (h.topics))
      AND (cardinality(h.event_types) = 0 OR m.event_type = ANY (h.event_types))
     WHERE h.name = p_name
-      AND NOT EXISTS (SELECT 1 FROM inbox.receipts r WHERE r.handler = p_name AND r.event_id = m.event_id)
+      AND NOT EXISTS (SELECT 1 FROM inbox.deliveries d WHERE d.handler = p_name AND d.event_id = m.event_id)
     ON CONFLICT DO NOTHING;
 END $$;
 
@@ -188,7 +237,7 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH picked AS (
-        SELECT d.handler, d.event_id
+        SELECT d.handler, d.event_id, d.received_at
         FROM inbox.deliveries d
         WHERE d.handler = p_handler
           AND d.state = 'pending'
@@ -197,7 +246,7 @@ BEGIN
           AND (NOT h.ordered OR d.aggregate_id IS NULL OR NOT EXISTS (
                 SELECT 1 FROM inbox.deliveries e
                 WHERE e.handler = d.handler AND e.aggregate_id = d.aggregate_id
-                  AND e.seq < d.seq AND e.state <> 'done'))
+                  AND e.seq < d.seq AND e.state NOT IN ('done', 'dismissed')))
         ORDER BY d.seq
         LIMIT p_max_rows
         FOR UPDATE OF d SKIP LOCKED
@@ -205,11 +254,11 @@ BEGIN
         UPDATE inbox.deliveries d
         SET lease_token = gen_random_uuid(), lease_until = now() + p_lease
         FROM picked
-        WHERE d.handler = picked.handler AND d.event_id = picked.event_id
-        RETURNING d.event_id, d.lease_token, d.attempts, d.seq
+        WHERE d.handler = picked.handler AND d.event_id = picked.event_id AND d.received_at = picked.received_at
+        RETURNING d.event_id, d.received_at, d.lease_token, d.attempts, d.seq
     )
     SELECT l.event_id, l.lease_token, m.topic, m.key, m.headers, m.payload, l.attempts
-    FROM leased l JOIN inbox.messages m ON m.event_id = l.event_id
+    FROM leased l JOIN inbox.messages m ON m.event_id = l.event_id AND m.received_at = l.received_at
     ORDER BY l.seq;
 END $$;
 
@@ -219,14 +268,17 @@ END $$;
 CREATE OR REPLACE FUNCTION inbox.complete(p_handler text, p_event_id text, p_lease_token uuid)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+    day timestamptz;
 BEGIN
     UPDATE inbox.deliveries
     SET state = 'done', lease_token = NULL, lease_until = NULL
-    WHERE handler = p_handler AND event_id = p_event_id AND lease_token = p_lease_token AND state = 'pending';
+    WHERE handler = p_handler AND event_id = p_event_id AND lease_token = p_lease_token AND state = 'pending'
+    RETURNING received_at INTO day;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    INSERT INTO inbox.receipts (handler, event_id) VALUES (p_handler, p_event_id);
+    INSERT INTO inbox.receipts (handler, event_id, received_at) VALUES (p_handler, p_event_id, day);
     RETURN true;
 END $$;
 
@@ -271,16 +323,28 @@ BEGIN
     RETURN FOUND;
 END $$;
 
+-- The review decision not to handle a message in review_required: it is closed without a
+-- receipt (it no longer holds back its aggregate, nor its day's partitions from being
+-- dropped). Returns false when it was not in review_required.
+CREATE OR REPLACE FUNCTION inbox.dismiss(p_handler text, p_event_id text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE inbox.deliveries
+    SET state = 'dismissed', lease_token = NULL, lease_until = NULL
+    WHERE handler = p_handler AND event_id = p_event_id AND state = 'review_required';
+    RETURN FOUND;
+END $$;
+
 -- Per handler: messages without a receipt, the age of the oldest pending one, the attempts
 -- so far and how many wait for review (what walpost's inbox metrics will export).
 CREATE OR REPLACE VIEW inbox.handler_stats AS
 SELECT h.name AS handler,
        count(d.event_id) FILTER (WHERE d.state = 'pending') AS backlog,
-       coalesce(extract(epoch FROM now() - min(m.received_at) FILTER (WHERE d.state = 'pending')), 0)
+       coalesce(extract(epoch FROM now() - min(d.received_at) FILTER (WHERE d.state = 'pending')), 0)
            AS oldest_pending_seconds,
-       coalesce(sum(d.attempts) FILTER (WHERE d.state <> 'done'), 0) AS open_attempts,
+       coalesce(sum(d.attempts) FILTER (WHERE d.state IN ('pending', 'review_required')), 0) AS open_attempts,
        count(d.event_id) FILTER (WHERE d.state = 'review_required') AS review_required
 FROM inbox.handlers h
 LEFT JOIN inbox.deliveries d ON d.handler = h.name
-LEFT JOIN inbox.messages m ON m.event_id = d.event_id
 GROUP BY h.name;

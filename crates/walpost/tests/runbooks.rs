@@ -52,7 +52,8 @@ fn inbox_errors_are_quoted_verbatim_in_the_inbox_backlog_runbook() {
         .replace("/7@9", "/<partition>@<offset>");
     let schema = walpost::postgres::messages::inbox_schema_incomplete("<schema>", "<what>");
     let migration = walpost::postgres::messages::inbox_migration_failed("<schema>");
-    for message in [refused, schema, migration] {
+    let partition = walpost::postgres::messages::inbox_partition_missing("<schema>");
+    for message in [refused, schema, migration, partition] {
         assert!(message.contains("runbooks/inbox-backlog.md"), "{message}");
         assert!(runbook.contains(&message), "runbooks/inbox-backlog.md must quote:\n{message}");
     }

@@ -1,17 +1,17 @@
-//! PostgreSQL's binary COPY format for the inbox's staging table: one tuple per record,
-//! the value's bytes copied once into the COPY stream and never re-encoded (no JSON
-//! re-serialisation: `payload_json` is the same bytes behind jsonb's version byte).
+//! PostgreSQL's binary COPY format for `inbox.messages`: one tuple per record, the value's
+//! bytes copied once into the COPY stream and never re-encoded (no JSON re-serialisation:
+//! `payload_json` is the same bytes behind jsonb's version byte).
 //!
-//! The columns, in order, are [`COLUMNS`]; `store.rs` creates the staging table with
-//! exactly these types.
+//! The columns, in order, are [`COLUMNS`]. Each tuple's place in the stream is kept
+//! ([`Encoded`]), so the store can leave out the records whose event id is stored
+//! already without encoding anything again.
 
 use bytes::{BufMut, BytesMut};
 
 use super::record::{text, Fields, Record};
 
-/// The staging table's columns and types, in COPY order.
+/// The columns of `messages` the COPY writes, with their types, in COPY order.
 pub(crate) const COLUMNS: &[(&str, &str)] = &[
-    ("ord", "integer"),
     ("event_id", "text"),
     ("topic", "text"),
     ("\"partition\"", "integer"),
@@ -34,25 +34,63 @@ const JSONB_VERSION: u8 = 1;
 #[derive(Debug, Default)]
 pub(crate) struct CopyRows {
     buf: BytesMut,
-    rows: usize,
+    index: Vec<Row>,
+}
+
+/// Where one record's tuple is in the stream, and what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub(crate) tuple: std::ops::Range<usize>,
+    pub(crate) event_id: Box<str>,
+    pub(crate) topic: std::sync::Arc<str>,
+}
+
+/// A finished COPY stream (header, tuples, trailer) and its rows.
+#[derive(Debug, Default)]
+pub(crate) struct Encoded {
+    pub(crate) data: BytesMut,
+    pub(crate) rows: Vec<Row>,
+}
+
+/// Length of the stream's header: the signature, the flags, the extension length.
+#[cfg(test)]
+const HEADER_LEN: usize = SIGNATURE.len() + 8;
+
+fn header(b: &mut BytesMut) {
+    b.put_slice(SIGNATURE);
+    b.put_i32(0); // flags
+    b.put_i32(0); // header extension length
+}
+
+impl Encoded {
+    /// The stream without the rows `skip` says (by index): header, the other tuples in
+    /// their order, trailer.
+    pub(crate) fn without(&self, skip: &[bool]) -> BytesMut {
+        let mut out = BytesMut::with_capacity(self.data.len());
+        header(&mut out);
+        for (row, _) in self.rows.iter().zip(skip).filter(|(_, s)| !**s) {
+            out.put_slice(self.data.get(row.tuple.clone()).unwrap_or_default());
+        }
+        out.put_i16(-1);
+        out
+    }
 }
 
 impl CopyRows {
+    #[cfg(test)]
     pub(crate) fn rows(&self) -> usize {
-        self.rows
+        self.index.len()
     }
 
-    /// Appends `r` as row number `ord` of the batch.
-    pub(crate) fn push(&mut self, ord: i32, r: &Record, f: &Fields<'_>) {
+    /// Appends `r`.
+    pub(crate) fn push(&mut self, r: &Record, f: &Fields<'_>) {
         if self.buf.is_empty() {
-            self.buf.put_slice(SIGNATURE);
-            self.buf.put_i32(0); // flags
-            self.buf.put_i32(0); // header extension length
+            header(&mut self.buf);
         }
+        let start = self.buf.len();
         let b = &mut self.buf;
         b.reserve(128 + r.value_len() * if f.json { 2 } else { 1 });
         b.put_i16(i16::try_from(COLUMNS.len()).unwrap_or(i16::MAX));
-        int4(b, ord);
         bytes(b, Some(f.event_id.as_bytes()));
         bytes(b, Some(r.topic.as_bytes()));
         int4(b, r.partition);
@@ -70,16 +108,15 @@ impl CopyRows {
             Some(micros) => field(b, &(micros - PG_EPOCH_OFFSET_MICROS).to_be_bytes()),
             None => null(b),
         }
-        self.rows += 1;
+        self.index.push(Row { tuple: start..self.buf.len(), event_id: f.event_id.into(), topic: r.topic.clone() });
     }
 
     /// The whole stream, with its trailer; the builder is empty again.
-    pub(crate) fn finish(&mut self) -> BytesMut {
+    pub(crate) fn finish(&mut self) -> Encoded {
         if !self.buf.is_empty() {
             self.buf.put_i16(-1);
         }
-        self.rows = 0;
-        self.buf.split()
+        Encoded { data: self.buf.split(), rows: std::mem::take(&mut self.index) }
     }
 }
 
@@ -159,15 +196,25 @@ mod tests {
         let r = record(&[("id", b"e-1"), ("bin", &[0xff])], Some(b"k"), br#"{"a":1}"#);
         let f = fields(&r, &HeaderNames::default(), 1 << 20).unwrap();
         let mut c = CopyRows::default();
-        c.push(0, &r, &f);
-        assert_eq!(c.rows(), 1);
+        c.push(&r, &f);
+        let r2 = record(&[("id", b"e-2")], None, b"x");
+        c.push(&r2, &fields(&r2, &HeaderNames::default(), 1 << 20).unwrap());
+        assert_eq!(c.rows(), 2);
         let out = c.finish();
-        assert!(out.starts_with(SIGNATURE));
-        assert!(out.ends_with(&[0xff, 0xff]), "trailer");
-        let tuple = &out[SIGNATURE.len() + 8..];
-        assert_eq!(i16::from_be_bytes([tuple[0], tuple[1]]), 12);
-        let text = String::from_utf8_lossy(&out);
+        assert!(out.data.starts_with(SIGNATURE));
+        assert!(out.data.ends_with(&[0xff, 0xff]), "trailer");
+        let tuple = &out.data[HEADER_LEN..];
+        assert_eq!(i16::from_be_bytes([tuple[0], tuple[1]]), 11);
+        let text = String::from_utf8_lossy(&out.data);
         assert!(text.contains(r#"{"id":"e-1","bin":{"base64":"/w=="}}"#), "{text}");
-        assert!(c.rows() == 0 && c.finish().is_empty(), "empty again");
+        assert_eq!((&*out.rows[0].event_id, &*out.rows[1].event_id), ("e-1", "e-2"));
+        assert_eq!(out.rows[0].tuple.start, HEADER_LEN);
+        assert_eq!(out.rows[1].tuple.end, out.data.len() - 2);
+        // Leaving the first out: the header, the second tuple, the trailer.
+        let second = out.without(&[true, false]);
+        assert_eq!(second.len(), HEADER_LEN + out.rows[1].tuple.len() + 2);
+        assert_eq!(&second[HEADER_LEN..second.len() - 2], &out.data[out.rows[1].tuple.clone()]);
+        assert_eq!(out.without(&[false, false]), out.data, "nothing left out: the same stream");
+        assert!(c.rows() == 0 && c.finish().data.is_empty(), "empty again");
     }
 }

@@ -131,8 +131,7 @@ impl Ingest {
         let rewound = r.offset < next;
         match fields(r, &self.names, self.max_value_bytes) {
             Ok(f) => {
-                let ord = i32::try_from(self.batch.rows.rows()).unwrap_or(i32::MAX);
-                self.batch.rows.push(ord, r, &f);
+                self.batch.rows.push(r, &f);
                 self.batch.value_bytes += r.value_len();
             }
             Err(why) => {

@@ -3,8 +3,9 @@
 //!
 //! Wiring: the consumer thread ([`consumer`]) reads records and serves rebalances; the
 //! ingest ([`ingest`], pure) decides what a batch takes and where each partition stands;
-//! the store ([`store`]) writes a batch's messages, rejected rows and offsets in one
-//! transaction. This module only connects them and retries.
+//! the writer task ([`writer`]) writes one batch while the next fills, through the store
+//! ([`store`]: a batch's messages, rejected rows and offsets in one transaction). This
+//! module only connects them.
 //!
 //! Invariants (the ones that make "a crash at any point neither loses nor duplicates a
 //! row"):
@@ -20,7 +21,9 @@ pub(crate) mod consumer;
 pub(crate) mod copy;
 pub(crate) mod ingest;
 pub(crate) mod record;
+pub(crate) mod retention;
 pub(crate) mod store;
+mod writer;
 
 use std::time::{Duration, Instant};
 
@@ -37,12 +40,12 @@ use crate::telemetry::metrics::{now_ms, HandlerStats, InboxMetrics};
 use crate::telemetry::Metrics;
 
 /// Records in flight between the consumer thread and the ingest.
-const CHANNEL_RECORDS: usize = 4096;
+const CHANNEL_RECORDS: usize = 2048;
 /// How long the loop sleeps with nothing to write.
 const IDLE: Duration = Duration::from_millis(500);
 /// Reconnect backoff bounds for PostgreSQL.
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// Runs until `shutdown` flips (Ok) or an error an operator must fix (Err).
 pub(crate) async fn run(
@@ -50,24 +53,38 @@ pub(crate) async fn run(
     metrics: &Metrics,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
-    let Some(mut store) = connect(s, &mut shutdown, &metrics.inbox).await? else { return Ok(()) };
+    let Some(store) = connect(s, &mut shutdown, &metrics.inbox).await? else { return Ok(()) };
+    if let Some(cfg) = s.retention {
+        // Before consuming: today's partitions exist when the first batch is written.
+        retention::pass_and_report(s, &cfg, &metrics.retention).await;
+        tokio::spawn(retention::task(s.clone(), cfg, metrics.retention.clone(), shutdown.clone()));
+    }
     let (tx, mut rx) = mpsc::channel(CHANNEL_RECORDS);
     let consumer =
         consumer::start(s, tx, metrics.inbox.clone()).map_err(|e| PipelineError::definite(ErrorKind::Kafka, e))?;
     tokio::spawn(handler_stats(s.clone(), metrics.inbox.clone(), shutdown.clone()));
+    let (jobs, done) = writer::start(store, s.clone(), metrics.inbox.clone(), shutdown.clone());
+    let mut p = Pipeline { jobs, done, in_flight: 0, metrics: &metrics.inbox, consumer: &consumer };
     metrics.health().set_streaming(true);
     tracing::info!(group = %s.group, schema = %s.schema, "walpost inbox consuming");
     let mut ingest = Ingest::new(s.batch, s.headers.clone(), s.max_record_bytes, s.on_invalid);
-    let mut w = Writer { store: &mut store, metrics: &metrics.inbox, shutdown: shutdown.clone(), settings: s };
     let mut halt: Option<PipelineError> = None;
     let mut stopping = false;
     loop {
         let wait = ingest.wait(Instant::now(), IDLE);
+        let writing = p.in_flight > 0 && halt.is_none();
         let event = tokio::select! {
             e = rx.recv() => e,
+            d = p.done.recv(), if writing => {
+                if let Err(e) = p.completed(d, &mut ingest) {
+                    halt = Some(e);
+                    consumer.stop();
+                }
+                continue;
+            }
             () = tokio::time::sleep(wait) => {
                 if halt.is_none() {
-                    if let Err(e) = w.flush(&mut ingest, &consumer).await {
+                    if let Err(e) = p.submit(&mut ingest).await {
                         halt = Some(e);
                         consumer.stop();
                     }
@@ -89,46 +106,43 @@ pub(crate) async fn run(
         }
         let result = match event {
             Event::Record(r) => match ingest.offer(&r, Instant::now()) {
-                Offer::Taken if ingest.full() => w.flush(&mut ingest, &consumer).await,
+                Offer::Taken if ingest.full() => p.submit(&mut ingest).await,
                 Offer::Taken | Offer::NotOwned => Ok(()),
                 Offer::Rewound { stored } => {
                     tracing::warn!(topic = %r.topic, partition = r.partition, offset = r.offset, stored, "the partition's log restarts below its stored offset (the topic was deleted and created again, or its offsets were reset): storing from here; event ids already in the inbox are not stored again");
                     if ingest.full() {
-                        w.flush(&mut ingest, &consumer).await
+                        p.submit(&mut ingest).await
                     } else {
                         Ok(())
                     }
                 }
-                Offer::Halt(refused) => w.flush(&mut ingest, &consumer).await.and(Err(PipelineError::definite(
+                Offer::Halt(refused) => p.drain(&mut ingest).await.and(Err(PipelineError::definite(
                     ErrorKind::Routing,
                     inbox_record_refused(&refused.topic, refused.partition, refused.offset, &refused.why.to_string()),
                 ))),
             },
-            Event::Assigned { partitions, reply } => match w.flush(&mut ingest, &consumer).await {
+            Event::Assigned { partitions, reply } => match p.stored_offsets(&mut ingest, partitions.clone()).await {
                 Err(e) => Err(e),
-                Ok(()) => match w.stored_offsets(&partitions).await {
-                    Err(e) => Err(e),
-                    Ok(stored) => {
-                        let mut starts = Vec::with_capacity(partitions.len());
-                        for p in partitions {
-                            let start = match (stored.get(&p), s.start_from) {
-                                (Some(&n), _) => Start::Stored(n),
-                                (None, StartFrom::Earliest) => Start::Beginning,
-                                (None, StartFrom::Latest) => Start::End,
-                            };
-                            ingest.assign(p.clone(), if let Start::Stored(n) = start { n } else { 0 });
-                            starts.push((p, start));
-                        }
-                        let _ = reply.send(starts);
-                        Ok(())
+                Ok(stored) => {
+                    let mut starts = Vec::with_capacity(partitions.len());
+                    for part in partitions {
+                        let start = match (stored.get(&part), s.start_from) {
+                            (Some(&n), _) => Start::Stored(n),
+                            (None, StartFrom::Earliest) => Start::Beginning,
+                            (None, StartFrom::Latest) => Start::End,
+                        };
+                        ingest.assign(part.clone(), if let Start::Stored(n) = start { n } else { 0 });
+                        starts.push((part, start));
                     }
-                },
+                    let _ = reply.send(starts);
+                    Ok(())
+                }
             },
             Event::Revoked { partitions, reply } => {
-                let written = w.flush(&mut ingest, &consumer).await;
+                let written = p.drain(&mut ingest).await;
                 if written.is_ok() {
-                    for p in &partitions {
-                        let _ = ingest.revoke(p);
+                    for part in &partitions {
+                        let _ = ingest.revoke(part);
                     }
                 }
                 let _ = reply.send(());
@@ -142,14 +156,14 @@ pub(crate) async fn run(
         }
     }
     if halt.is_none() {
-        // The last batch (the consumer's close revoked and flushed already, normally).
-        if let Err(e) = w.flush(&mut ingest, &consumer).await {
+        // The last batch (the consumer's close revoked and wrote them already, normally).
+        if let Err(e) = p.drain(&mut ingest).await {
             halt = Some(e);
         }
     }
+    drop(p);
     consumer.join();
     metrics.health().set_streaming(false);
-    store.close().await;
     match halt {
         Some(e) => Err(e),
         None => {
@@ -171,52 +185,51 @@ fn answer_while_stopping(event: Event) {
     }
 }
 
-/// The store with its retry policy.
-struct Writer<'a> {
-    store: &'a mut Store,
+/// Batches on their way to the writer task: one is written while the next fills (so
+/// PostgreSQL's time and Kafka's overlap), never more.
+struct Pipeline<'a> {
+    jobs: mpsc::Sender<writer::Job>,
+    done: mpsc::Receiver<writer::Done>,
+    in_flight: usize,
     metrics: &'a InboxMetrics,
-    shutdown: watch::Receiver<bool>,
-    settings: &'a InboxSettings,
+    consumer: &'a consumer::ConsumerThread,
 }
 
-impl Writer<'_> {
-    /// Writes the open batch (if any), retrying transient failures with the same batch
-    /// until it commits; then the partitions stand at its offsets.
-    async fn flush(&mut self, ingest: &mut Ingest, consumer: &consumer::ConsumerThread) -> Result<(), PipelineError> {
-        let mut batch = ingest.take();
+/// Batches being written at most (the one the writer holds).
+const MAX_IN_FLIGHT: usize = 1;
+
+impl Pipeline<'_> {
+    /// Hands the open batch (if any) to the writer, first waiting for the one it is
+    /// writing when that is the limit.
+    async fn submit(&mut self, ingest: &mut Ingest) -> Result<(), PipelineError> {
+        let batch = ingest.take();
         if batch.is_empty() {
             return Ok(());
         }
-        let copy = batch.rows.finish();
-        let mut backoff = MIN_BACKOFF;
-        let written = loop {
-            let started = Instant::now();
-            match self.store.write(&batch, &copy).await {
-                Ok(w) => {
-                    self.metrics.write_seconds.observe(started.elapsed().as_secs_f64());
-                    break w;
-                }
-                Err(e) if e.is_transient() => {
-                    self.metrics.write_errors.inc();
-                    tracing::warn!(
-                        retry_in_ms = backoff.as_millis() as u64,
-                        "cannot write a batch to the inbox (retrying the same batch): {e}"
-                    );
-                    if self.sleep_or_stop(backoff).await {
-                        // Never committed: its records are read again after the restart.
-                        return Err(PipelineError::transient(ErrorKind::Postgres, "stopped while PostgreSQL was unreachable; the unwritten batch is read again at the next start"));
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    if let Ok(Some(store)) = reconnect(self.settings).await {
-                        *self.store = store;
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        crate::crash_seam!("inbox-after-commit");
+        while self.in_flight >= MAX_IN_FLIGHT {
+            let d = self.done.recv().await;
+            self.completed(d, ingest)?;
+        }
+        self.jobs.send(writer::Job::Write(batch)).await.map_err(|_| writer_gone())?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Hands over the open batch and waits until every batch is written.
+    async fn drain(&mut self, ingest: &mut Ingest) -> Result<(), PipelineError> {
+        self.submit(ingest).await?;
+        while self.in_flight > 0 {
+            let d = self.done.recv().await;
+            self.completed(d, ingest)?;
+        }
+        Ok(())
+    }
+
+    /// A batch is written: its partitions stand at its offsets.
+    fn completed(&mut self, done: Option<writer::Done>, ingest: &mut Ingest) -> Result<(), PipelineError> {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let (batch, written) = done.ok_or_else(writer_gone)??;
         self.metrics.batches.inc();
-        let now = now_ms();
         for (topic, n) in &written.stored {
             self.metrics.records(topic, "stored", *n);
         }
@@ -228,46 +241,28 @@ impl Writer<'_> {
             tracing::warn!(topic = %r.topic, partition = r.partition, offset = r.offset, reason = r.why.code(), "record stored in the rejected table: {}", r.why);
         }
         if let Some(oldest) = batch.oldest_timestamp_ms {
-            self.metrics.latency.observe((now - oldest).max(0) as f64 / 1000.0);
+            self.metrics.latency.observe((now_ms() - oldest).max(0) as f64 / 1000.0);
         }
         ingest.committed(&batch);
-        consumer.commit(batch.offsets.iter().map(|(p, n)| (p.clone(), *n)).collect());
+        self.consumer.commit(batch.offsets.iter().map(|(p, n)| (p.clone(), *n)).collect());
         Ok(())
     }
 
+    /// The stored offsets of `partitions`, once every batch before is written.
     async fn stored_offsets(
         &mut self,
-        partitions: &[ingest::Partition],
+        ingest: &mut Ingest,
+        partitions: Vec<ingest::Partition>,
     ) -> Result<std::collections::HashMap<ingest::Partition, i64>, PipelineError> {
-        let mut backoff = MIN_BACKOFF;
-        loop {
-            match self.store.stored_offsets(partitions).await {
-                Ok(o) => return Ok(o),
-                Err(e) if e.is_transient() => {
-                    tracing::warn!("cannot read the stored offsets (retrying): {e}");
-                    if self.sleep_or_stop(backoff).await {
-                        return Err(e);
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    if let Ok(Some(store)) = reconnect(self.settings).await {
-                        *self.store = store;
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.drain(ingest).await?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.jobs.send(writer::Job::Offsets { partitions, reply }).await.map_err(|_| writer_gone())?;
+        answer.await.map_err(|_| writer_gone())?
     }
+}
 
-    /// Sleeps `d`; true when a stop was asked for meanwhile (or before).
-    async fn sleep_or_stop(&mut self, d: Duration) -> bool {
-        if *self.shutdown.borrow() {
-            return true;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(d) => *self.shutdown.borrow(),
-            _ = self.shutdown.changed() => true,
-        }
-    }
+fn writer_gone() -> PipelineError {
+    PipelineError::definite(ErrorKind::Internal, "the inbox writer task ended unexpectedly")
 }
 
 /// The first connection: transient failures are retried until a stop.
@@ -297,7 +292,7 @@ async fn connect(
     }
 }
 
-async fn reconnect(s: &InboxSettings) -> Result<Option<Store>, PipelineError> {
+pub(crate) async fn reconnect(s: &InboxSettings) -> Result<Option<Store>, PipelineError> {
     match Store::connect(s).await {
         Ok(store) => Ok(Some(store)),
         Err(e) if e.is_transient() => Ok(None),

@@ -1,9 +1,15 @@
 //! The inbox's PostgreSQL side: the schema check, the stored offsets, and one batch per
-//! transaction (COPY into a session-local staging table, then one INSERT ... ON CONFLICT
-//! into `messages`, the rejected rows and the offsets, and COMMIT).
+//! transaction: the inbox's write lock, which of its event ids are stored already (one
+//! indexed lookup in every day's partition), a binary COPY of the others straight into
+//! `messages`, the rejected rows, the offsets, COMMIT.
 //!
 //! Invariants:
 //! - a batch's messages, rejected rows and offsets commit together or not at all;
+//! - an event id is stored once while its day is kept: the batch leaves out the ids
+//!   `messages` holds and the repeats within it. `messages` is partitioned by day, so no
+//!   key makes `event_id` unique by itself: writers of one inbox (instances of a group,
+//!   or of several groups) take turns instead, by a transaction-level advisory lock held
+//!   from before the lookup until COMMIT, so no other writer stores an id in between;
 //! - writing the same batch twice (a retry after a connection lost during COMMIT) stores
 //!   nothing twice: messages are unique by event id, rejected rows by their position,
 //!   and offsets keep the larger value (`GREATEST`), so they never move backwards, even
@@ -15,18 +21,16 @@ use std::sync::Arc;
 
 use replication::{sqlstate, ReplicationClient};
 
-use super::copy::COLUMNS;
+use super::copy::{Encoded, COLUMNS};
 use super::ingest::{Batch, Partition};
 use crate::error::{ErrorKind, PipelineError};
-use crate::postgres::messages::{inbox_migration_failed, inbox_schema_incomplete};
+use crate::postgres::messages::{inbox_migration_failed, inbox_partition_missing, inbox_schema_incomplete};
 use crate::postgres::sql::{ident, literal, query};
 use crate::settings::inbox::InboxSettings;
 
 /// The inbox migration, applied by `--create-schema` (schema `inbox` renamed to the
 /// configured one).
 pub(crate) const MIGRATION: &str = include_str!("../../../../migrations/0004_inbox.sql");
-
-const STAGING: &str = "pg_temp.walpost_inbox_batch";
 
 /// The columns of `messages` the ingest writes.
 const MESSAGE_COLUMNS: &[&str] = &[
@@ -61,8 +65,7 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// Connects, checks the schema (creating it first with `create_schema`) and makes
-    /// the session's staging table.
+    /// Connects and checks the schema (creating it first with `create_schema`).
     pub(crate) async fn connect(s: &InboxSettings) -> Result<Store, PipelineError> {
         let sql = ReplicationClient::connect_sql(&s.postgres).await?;
         let mut store = Store { sql, schema: s.schema.clone(), group: s.group.clone() };
@@ -70,16 +73,7 @@ impl Store {
             store.create_schema().await?;
         }
         store.check_schema().await?;
-        let columns: Vec<String> = COLUMNS.iter().map(|(name, ty)| format!("{name} {ty}")).collect();
-        query(
-            &mut store.sql,
-            &format!(
-                "SET application_name = 'walpost inbox'; \
-                 CREATE TEMP TABLE IF NOT EXISTS walpost_inbox_batch ({}) ON COMMIT DELETE ROWS",
-                columns.join(", ")
-            ),
-        )
-        .await?;
+        query(&mut store.sql, "SET application_name = 'walpost inbox'").await?;
         Ok(store)
     }
 
@@ -176,7 +170,7 @@ impl Store {
 
     /// Writes `batch` in one transaction (`copy` is its COPY stream, kept by the caller
     /// for a retry). On an error the transaction is rolled back.
-    pub(crate) async fn write(&mut self, batch: &Batch, copy: &[u8]) -> Result<Written, PipelineError> {
+    pub(crate) async fn write(&mut self, batch: &Batch, copy: &Encoded) -> Result<Written, PipelineError> {
         let result = self.write_in_transaction(batch, copy).await;
         if result.is_err() {
             // Ends the failed transaction (a no-op when none is open or the connection is gone).
@@ -185,24 +179,41 @@ impl Store {
         result.map_err(|e| self.explain(e))
     }
 
-    async fn write_in_transaction(&mut self, batch: &Batch, copy: &[u8]) -> Result<Written, replication::Error> {
+    async fn write_in_transaction(&mut self, batch: &Batch, copy: &Encoded) -> Result<Written, replication::Error> {
         let schema = ident(&self.schema);
         self.sql.simple_query("BEGIN").await?;
-        if !copy.is_empty() {
-            let names: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
-            self.sql
-                .copy_in(&format!("COPY {STAGING} ({}) FROM STDIN (FORMAT binary)", names.join(", ")), copy)
+        let mut written = Written { rejected: batch.rejected.len() as u64, ..Written::default() };
+        if !copy.rows.is_empty() {
+            self.sql.simple_query(&write_lock(&self.schema)).await?;
+            let ids: Vec<String> = copy.rows.iter().map(|r| literal(&r.event_id)).collect();
+            let r = self
+                .sql
+                .simple_query(&format!(
+                    "SELECT event_id FROM {schema}.messages WHERE event_id = ANY (ARRAY[{}]::text[])",
+                    ids.join(", ")
+                ))
                 .await?;
+            let mut seen: std::collections::HashSet<&str> = (0..r.rows.len()).filter_map(|i| r.text(i, 0)).collect();
+            // Left out: ids stored before, and repeats within the batch (the first stays).
+            let skip: Vec<bool> = copy.rows.iter().map(|row| !seen.insert(&row.event_id)).collect();
+            for (row, _) in copy.rows.iter().zip(&skip).filter(|(_, s)| **s) {
+                *written.duplicates.entry(row.topic.clone()).or_default() += 1;
+            }
+            for (row, _) in copy.rows.iter().zip(&skip).filter(|(_, s)| !**s) {
+                *written.stored.entry(row.topic.clone()).or_default() += 1;
+            }
+            if skip.iter().any(|s| !*s) {
+                let names: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
+                let text = format!("COPY {schema}.messages ({}) FROM STDIN (FORMAT binary)", names.join(", "));
+                if skip.iter().any(|s| *s) {
+                    self.sql.copy_in(&text, &copy.without(&skip)).await?;
+                } else {
+                    self.sql.copy_in(&text, &copy.data).await?;
+                }
+            }
         }
         crate::crash_seam!("inbox-after-copy");
-        let columns: Vec<String> = MESSAGE_COLUMNS.iter().map(|c| ident(c)).collect();
-        let columns = columns.join(", ");
-        let mut text = format!(
-            "WITH stored AS (INSERT INTO {schema}.messages ({columns}) \
-             SELECT {columns} FROM {STAGING} ORDER BY ord \
-             ON CONFLICT (event_id) DO NOTHING RETURNING topic) \
-             SELECT topic, count(*) FROM stored GROUP BY topic;"
-        );
+        let mut text = String::new();
         if !batch.rejected.is_empty() {
             let rows: Vec<String> = batch
                 .rejected
@@ -237,23 +248,7 @@ impl Store {
             }
         }
         text.push_str("COMMIT");
-        let r = self.sql.simple_query(&text).await?;
-        let mut written = Written { rejected: batch.rejected.len() as u64, ..Written::default() };
-        for i in 0..r.rows.len() {
-            if let (Some(t), Some(n)) = (r.text(i, 0), r.text(i, 1).and_then(|n| n.parse::<u64>().ok())) {
-                if let Some((topic, _)) = batch.taken.get_key_value(t) {
-                    written.stored.insert(topic.clone(), n);
-                }
-            }
-        }
-        for (topic, taken) in &batch.taken {
-            let stored = written.stored.get(topic).copied().unwrap_or(0);
-            let rejected = batch.rejected.iter().filter(|r| &r.topic == topic).count() as u64;
-            let duplicates = taken.saturating_sub(stored + rejected);
-            if duplicates > 0 {
-                written.duplicates.insert(topic.clone(), duplicates);
-            }
-        }
+        self.sql.simple_query(&text).await?;
         Ok(written)
     }
 
@@ -263,6 +258,11 @@ impl Store {
             e.sqlstate(),
             Some(sqlstate::UNDEFINED_TABLE | sqlstate::UNDEFINED_COLUMN | sqlstate::UNDEFINED_FUNCTION)
         );
+        // 23514 is what PostgreSQL answers for a row no partition takes (and the inbox's
+        // tables hold no other CHECK a batch can break: next_offset >= 0 always holds).
+        if e.sqlstate() == Some(sqlstate::CHECK_VIOLATION) {
+            return PipelineError::definite(ErrorKind::Config, inbox_partition_missing(&self.schema)).caused_by(e);
+        }
         if schema_gone {
             let what = e.to_string();
             return PipelineError::definite(ErrorKind::Config, inbox_schema_incomplete(&self.schema, &what))
@@ -274,6 +274,12 @@ impl Store {
     pub(crate) async fn close(self) {
         self.sql.close().await;
     }
+}
+
+/// Takes the inbox's write lock until the end of the transaction: keyed on the schema,
+/// so every writer of one inbox takes the same one.
+pub(crate) fn write_lock(schema: &str) -> String {
+    format!("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))", literal(&format!("walpost inbox write {schema}")))
 }
 
 /// The migration text with schema `inbox` renamed to `schema`: every `inbox.` qualifier

@@ -128,6 +128,14 @@ pub fn inbox_migration_failed(schema: &str) -> String {
     )
 }
 
+/// `walpost inbox`'s fatal error for a batch no partition of `messages` takes (its days
+/// ahead were not made: retention off, or failing).
+pub fn inbox_partition_missing(schema: &str) -> String {
+    format!(
+        "no partition of {schema}.messages (or of its deliveries and receipts) covers the time the batch arrived: walpost inbox creates the days ahead unless [inbox] retention = false; run it with retention on, or apply migrations/0004_inbox.sql again (it creates today's and the next two days'); nothing was stored and no offset moved (see {INBOX_RUNBOOK})"
+    )
+}
+
 /// `walpost inbox`'s fatal error for a record it cannot store, with `on_invalid = halt`.
 pub fn inbox_record_refused(topic: &str, partition: i32, offset: i64, why: &str) -> String {
     format!(

@@ -88,7 +88,7 @@ fn bound_micros_sql(expr: &str) -> String {
     )
 }
 
-pub(super) async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> Result<Vec<Partition>, PipelineError> {
+pub(crate) async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> Result<Vec<Partition>, PipelineError> {
     let r = sql
         .simple_query(&format!(
             "SELECT n.nspname AS schema, c.relname AS name, \

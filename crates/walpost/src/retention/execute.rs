@@ -42,7 +42,7 @@ pub(crate) async fn execute(
                 };
                 if !dry_run {
                     let (lo, hi) = (range.lo.unwrap_or(i64::MIN), range.hi.unwrap_or(i64::MAX));
-                    match create_partition(sql, t, &quoted, lo, hi).await {
+                    match create_partition(sql, &t.table.quoted(), &quoted, (lo, hi), t.config.lock_timeout).await {
                         Ok(()) => line.done = true,
                         Err(e) => keep_after(&mut line, e, "not created")?,
                     }
@@ -114,7 +114,7 @@ fn partition_line(p: &Partition, action: Action, reason: Reason) -> Line {
 
 /// A failed DDL: a kept line when the server said no, the pass's error when the
 /// connection failed.
-fn keep_after(line: &mut Line, e: replication::Error, what: &str) -> Result<(), PipelineError> {
+pub(crate) fn keep_after(line: &mut Line, e: replication::Error, what: &str) -> Result<(), PipelineError> {
     if e.is_transient() {
         return Err(e.into());
     }
@@ -134,14 +134,14 @@ type Work<'a, T> = Pin<Box<dyn Future<Output = Result<T, replication::Error>> + 
 
 /// Runs `work` in one transaction with `lock_timeout`; rolls back when it fails (or
 /// returns `Ok(None)`: nothing to commit), commits otherwise.
-async fn in_transaction<T>(
+pub(crate) async fn in_transaction<T>(
     sql: &mut ReplicationClient,
-    t: &Target,
+    lock_timeout: std::time::Duration,
     work: impl for<'c> FnOnce(&'c mut ReplicationClient) -> Work<'c, Option<T>>,
 ) -> Result<Option<T>, replication::Error> {
     sql.simple_query("BEGIN").await?;
     let result = async {
-        sql.simple_query(&format!("SET LOCAL lock_timeout = '{}ms'", t.config.lock_timeout.as_millis())).await?;
+        sql.simple_query(&format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis())).await?;
         work(sql).await
     }
     .await;
@@ -171,14 +171,14 @@ async fn run_all(sql: &mut ReplicationClient, statements: &[String]) -> Result<V
     Ok(results)
 }
 
-async fn create_partition(
+/// Creates partition `quoted` of table `root` (both quoted and qualified) for `[lo, hi)`.
+pub(crate) async fn create_partition(
     sql: &mut ReplicationClient,
-    t: &Target,
+    root: &str,
     quoted: &str,
-    lo: i64,
-    hi: i64,
+    (lo, hi): (i64, i64),
+    lock_timeout: std::time::Duration,
 ) -> Result<(), replication::Error> {
-    let root = t.table.quoted();
     // CREATE TABLE ... PARTITION OF would take ACCESS EXCLUSIVE on the table; ATTACH
     // takes SHARE UPDATE EXCLUSIVE, which inserts do not wait for.
     let statements = vec![
@@ -192,7 +192,9 @@ async fn create_partition(
             literal(&literal_ts(hi))
         ),
     ];
-    in_transaction(sql, t, |sql| Box::pin(async move { run_all(sql, &statements).await.map(Some) })).await.map(|_| ())
+    in_transaction(sql, lock_timeout, |sql| Box::pin(async move { run_all(sql, &statements).await.map(Some) }))
+        .await
+        .map(|_| ())
 }
 
 /// Seals `p` and returns W (see the module docs of [`super`]).
@@ -202,7 +204,7 @@ async fn seal(sql: &mut ReplicationClient, t: &Target, p: &Partition) -> Result<
         .then(|| format!("ALTER TABLE {} ADD CONSTRAINT {} CHECK (false) NOT VALID", p.quoted, ident(SEAL_CONSTRAINT)));
     let slot = t.slot.clone();
     let quoted = p.quoted.clone();
-    let sealed = in_transaction(sql, t, |sql| {
+    let sealed = in_transaction(sql, t.config.lock_timeout, |sql| {
         Box::pin(async move {
             sql.simple_query(&lock).await?;
             if let Some(add) = &add {
@@ -236,7 +238,7 @@ async fn drop_partition(
 ) -> Result<bool, replication::Error> {
     let root = t.table.quoted();
     let quoted = p.quoted.clone();
-    let dropped = in_transaction(sql, t, |sql| {
+    let dropped = in_transaction(sql, t.config.lock_timeout, |sql| {
         Box::pin(async move {
             // The locks DROP TABLE takes, in its order, before re-reading the seal.
             sql.simple_query(&format!("LOCK TABLE ONLY {root} IN ACCESS EXCLUSIVE MODE")).await?;

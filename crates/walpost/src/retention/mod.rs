@@ -52,7 +52,7 @@
 //! partition bounds, MINVALUE lower bounds (the legacy partition of migration 0002)
 //! and partitions not named by walpost are handled alike: only the bounds count.
 
-mod catalog;
+pub(crate) mod catalog;
 pub(crate) mod execute;
 pub(crate) mod plan;
 pub(crate) mod report;
@@ -197,7 +197,7 @@ pub(crate) async fn task(settings: Settings, metrics: RetentionMetrics, mut shut
     }
 }
 
-fn log_line(l: &Line) {
+pub(crate) fn log_line(l: &Line) {
     let (p, r, d) = (&l.partition, &l.range, &l.detail);
     match (l.action, l.reason) {
         (Action::Keep, Reason::NotOldEnough | Reason::DefaultEmpty) => {

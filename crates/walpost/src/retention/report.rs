@@ -42,6 +42,10 @@ pub(crate) enum Reason {
     Conflict,
     /// Any other server error (see the detail).
     Error,
+    /// Inbox: a day whose deliveries are not all done or dismissed.
+    OpenDeliveries,
+    /// Inbox: a day older than `retention_max_days`, dropped whatever was open.
+    MaxAge,
 }
 
 impl Reason {
@@ -58,6 +62,8 @@ impl Reason {
             Reason::DetachPending => "detach_pending",
             Reason::Conflict => "conflict",
             Reason::Error => "error",
+            Reason::OpenDeliveries => "open_deliveries",
+            Reason::MaxAge => "max_age",
         }
     }
 
@@ -72,6 +78,7 @@ impl Reason {
         Reason::DetachPending,
         Reason::Conflict,
         Reason::Error,
+        Reason::OpenDeliveries,
     ];
 
     fn is_skip(self) -> bool {

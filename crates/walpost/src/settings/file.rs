@@ -533,6 +533,25 @@ pub struct InboxFile {
     /// How often the handler statistics (backlog, oldest pending) are read for /metrics.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats_interval_secs: Option<Seconds>,
+    /// Run the inbox's retention passes (create days ahead, drop finished days) [default: true].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention: Option<bool>,
+    /// A day is dropped only when it is older than this many days (the dedup window) and
+    /// no delivery in it is open [default: 7].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_keep_days: Option<u32>,
+    /// A day older than this many days is dropped even with open deliveries, reported [default: 30].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_max_days: Option<u32>,
+    /// Days ahead that have their partitions [default: 3].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_days_ahead: Option<u32>,
+    /// Seconds between retention passes [default: 3600].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_interval_secs: Option<Seconds>,
+    /// lock_timeout of each partition's create or drop, in milliseconds [default: 1000].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_lock_timeout_ms: Option<Millis>,
 }
 
 impl InboxFile {
@@ -552,6 +571,12 @@ impl InboxFile {
             && self.batch_max_bytes.is_none()
             && self.batch_max_wait_ms.is_none()
             && self.stats_interval_secs.is_none()
+            && self.retention.is_none()
+            && self.retention_keep_days.is_none()
+            && self.retention_max_days.is_none()
+            && self.retention_days_ahead.is_none()
+            && self.retention_interval_secs.is_none()
+            && self.retention_lock_timeout_ms.is_none()
     }
 }
 

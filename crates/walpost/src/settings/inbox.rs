@@ -34,6 +34,32 @@ pub struct InboxSettings {
     pub batch: BatchLimits,
     pub stats_interval: Duration,
     pub metrics_addr: Option<SocketAddr>,
+    /// `None`: no retention passes (`[inbox] retention = false`).
+    pub retention: Option<InboxRetention>,
+}
+
+/// The inbox's retention (see `crate::inbox::retention`). Invariant: `keep_days <= max_days`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboxRetention {
+    /// A day is dropped only when it is older than this (the dedup window) and finished.
+    pub keep_days: u32,
+    /// A day older than this is dropped even when deliveries in it are open.
+    pub max_days: u32,
+    pub days_ahead: u32,
+    pub interval: Duration,
+    pub lock_timeout: Duration,
+}
+
+impl Default for InboxRetention {
+    fn default() -> Self {
+        InboxRetention {
+            keep_days: 7,
+            max_days: 30,
+            days_ahead: 3,
+            interval: Duration::from_secs(3600),
+            lock_timeout: Duration::from_millis(1000),
+        }
+    }
 }
 
 /// What the consumer subscribes to.
@@ -216,7 +242,37 @@ fn resolve_section(
         f.stats_interval_secs.map(|s| s.0),
         Duration::from_secs(10),
     )?;
+    let retention = match f.retention {
+        Some(false) => None,
+        _ => {
+            let d = InboxRetention::default();
+            let r = InboxRetention {
+                keep_days: f.retention_keep_days.unwrap_or(d.keep_days),
+                max_days: f.retention_max_days.unwrap_or(d.max_days),
+                days_ahead: f.retention_days_ahead.unwrap_or(d.days_ahead),
+                interval: super::resolve::positive_duration(
+                    "inbox.retention_interval_secs",
+                    f.retention_interval_secs.map(|s| s.0),
+                    d.interval,
+                )?,
+                lock_timeout: super::resolve::positive_duration(
+                    "inbox.retention_lock_timeout_ms",
+                    f.retention_lock_timeout_ms.map(|m| m.0),
+                    d.lock_timeout,
+                )?,
+            };
+            if r.max_days < r.keep_days {
+                return Err(ConfigError::Invalid {
+                    key: "inbox.retention_max_days",
+                    value: r.max_days.to_string(),
+                    expected: "at least inbox.retention_keep_days (a day is kept keep_days, and dropped after max_days even with open deliveries)",
+                });
+            }
+            Some(r)
+        }
+    };
     Ok(InboxSettings {
+        retention,
         postgres,
         brokers,
         properties,

@@ -145,6 +145,22 @@ fn drill_inbox_review_required_inspect_fix_and_retry() {
         testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_handler_review_required", "mailer") == Some(0.0));
     assert!(cleared);
     assert_eq!(count(&w, "SELECT count(*) FROM effects"), 5, "each effect once");
+
+    // One that must never be handled: two failures, then the decision to dismiss it.
+    produce(&w.kafka_bootstrap, &topic, &json_records("m", 5, 1, 5));
+    wait_for_messages(&w, 6, &p);
+    let reviewed = testkit::wait_until(WAIT, || {
+        for (id, token) in claim(&w, "mailer", 10, "30 seconds") {
+            w.sql(&format!("SELECT inbox.fail('mailer', '{id}', '{token}', 'bad_address')"));
+        }
+        count(&w, "SELECT count(*) FROM inbox.deliveries WHERE state = 'review_required'") == 1
+    });
+    assert!(reviewed, "m-5 did not reach review_required");
+    let dismissed = w.sql(&rb.block("dismiss").fill(&[("handler", "mailer"), ("event-id", "m-5")]));
+    assert_eq!(dismissed.trim(), "t");
+    assert_eq!(count(&w, "SELECT count(*) FROM inbox.deliveries WHERE state IN ('pending', 'review_required')"), 0);
+    assert!(claim(&w, "mailer", 10, "30 seconds").is_empty(), "a dismissed message is not offered");
+    assert_eq!(w.sql(&rb.block("check").fill(&[("handler", "mailer")])).trim(), "5", "and has no receipt");
 }
 
 #[test]

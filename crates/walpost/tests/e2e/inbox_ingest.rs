@@ -470,11 +470,12 @@ fn regression_create_schema_beside_a_writing_inbox_takes_no_lock_the_writer_hold
     let holding = testkit::wait_until(Duration::from_secs(20), || {
         inbox
             .sql(
-                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
-             WHERE a.application_name = 'held-writer' AND l.relation = 'inbox.deliveries'::regclass",
+                "SELECT EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+                 WHERE a.application_name = 'held-writer' AND l.relation = 'inbox.deliveries'::regclass \
+                 AND l.mode = 'RowExclusiveLock' AND l.granted)",
             )
             .trim()
-            == "1"
+            == "t"
     });
     assert!(holding, "the writer's transaction does not hold its locks");
 

@@ -1,0 +1,420 @@
+//! Inbox retention: `messages`, `deliveries` and `receipts` are partitioned by the UTC
+//! day a message arrived (`received_at`; a delivery and a receipt carry their message's),
+//! one partition of each per day (`<table>_pYYYYMMDD`), and a day's three partitions are
+//! dropped together, never emptied with DELETE.
+//!
+//! A *pass* runs when `walpost inbox` starts (before it consumes) and then every
+//! `[inbox] retention_interval_secs`:
+//!
+//! 1. **Ahead.** Each of the three tables has a partition for every instant from the start
+//!    of today to `retention_days_ahead` days after it (the outbox retention's gaps and
+//!    its `create_partition`, which ATTACHes, so writers never wait for it).
+//! 2. **Drop.** A day of `messages` whose whole range ends at or before `now -
+//!    retention_keep_days` is dropped with the partitions of the same range of
+//!    `deliveries` and `receipts`, in one transaction with `lock_timeout`, when none of
+//!    the day's deliveries is open (`pending` or `review_required`): every handler has a
+//!    receipt, or the review decision `dismissed`, for every message it matches. The open
+//!    deliveries are counted after the locks are granted, so a handler registered
+//!    meanwhile (whose deliveries are made for the stored messages) is seen.
+//!    A day whose range ends at or before `now - retention_max_days` is dropped even with
+//!    open deliveries, and reported: a WARN line with how many were open.
+//!
+//! Invariants:
+//! - only whole days go, by DROP TABLE; before `max_days`, never a day with an open
+//!   delivery;
+//! - the dedup window is the kept days: an event id arriving again after its day was
+//!   dropped is stored again (docs/inbox.md says so; `keep_days` is its length);
+//! - passes of several instances take turns (a session advisory lock on the schema's
+//!   `messages`), and a default partition, if someone made one, is never dropped.
+
+use replication::ReplicationClient;
+use tokio::sync::watch;
+
+use crate::error::{ErrorKind, PipelineError};
+use crate::postgres::sql::{ident, literal};
+use crate::retention::catalog::{self, Partition};
+use crate::retention::execute::{create_partition, in_transaction, keep_after};
+use crate::retention::plan::{gaps, split_days};
+use crate::retention::report::{Action, Line, Range, Reason};
+use crate::retention::time::{day_floor, partition_name, DAY_MICROS};
+use crate::settings::inbox::{InboxRetention, InboxSettings};
+use crate::telemetry::metrics::RetentionMetrics;
+
+/// The partitioned tables, in the order a day's partitions are locked and dropped.
+pub(crate) const TABLES: [&str; 3] = ["messages", "deliveries", "receipts"];
+
+/// One thing a pass does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Create the partition `name` of `table` for `[lo, hi)`.
+    Create { table: &'static str, name: String, lo: i64, hi: i64 },
+    /// Drop the day `range`: `partitions` of the three tables (those that exist);
+    /// `forced`: older than `max_days`, dropped even with open deliveries.
+    Drop { range: Range, partitions: Vec<Partition>, forced: bool },
+    /// Nothing to do; the line says why.
+    Keep(Line),
+}
+
+/// The pure half of a pass: `tables` holds each of [`TABLES`] with its partitions;
+/// `now` is the server's, in microseconds since the Unix epoch.
+pub(crate) fn plan(now: i64, cfg: &InboxRetention, tables: &[(&'static str, Vec<Partition>)]) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let today = day_floor(now);
+    let window = (today, today + (i64::from(cfg.days_ahead) + 1) * DAY_MICROS);
+    for (table, partitions) in tables {
+        let ranges: Vec<Range> = partitions.iter().filter(|p| !p.is_default).map(|p| p.range).collect();
+        for (lo, hi) in gaps(window, &ranges).into_iter().flat_map(split_days) {
+            steps.push(Step::Create { table, name: partition_name(table, lo), lo, hi });
+        }
+    }
+    let keep_cutoff = now - i64::from(cfg.keep_days) * DAY_MICROS;
+    let max_cutoff = now - i64::from(cfg.max_days) * DAY_MICROS;
+    let Some((_, messages)) = tables.iter().find(|(t, _)| *t == "messages") else { return steps };
+    for p in messages.iter().filter(|p| !p.is_default) {
+        let expired = matches!(p.range.hi, Some(hi) if hi <= keep_cutoff);
+        if !expired {
+            steps.push(Step::Keep(line(p, Action::Keep, Reason::NotOldEnough, String::new())));
+            continue;
+        }
+        // The same range in every table (a day's deliveries and receipts live beside it).
+        let partitions: Vec<Partition> = tables
+            .iter()
+            .filter_map(|(_, parts)| parts.iter().find(|q| !q.is_default && q.range == p.range))
+            .cloned()
+            .collect();
+        let forced = matches!(p.range.hi, Some(hi) if hi <= max_cutoff);
+        steps.push(Step::Drop { range: p.range, partitions, forced });
+    }
+    steps
+}
+
+fn line(p: &Partition, action: Action, reason: Reason, detail: String) -> Line {
+    Line { partition: p.display.clone(), range: p.range.to_string(), action, done: false, reason, detail }
+}
+
+/// The retention task of `walpost inbox`: a pass every `interval` (sooner after an
+/// error) until shutdown; the first one ran before consuming ([`pass`]).
+pub(crate) async fn task(
+    s: InboxSettings,
+    cfg: InboxRetention,
+    metrics: RetentionMetrics,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    metrics.declare_skip_reasons(&Reason::SKIPPED.iter().map(|r| r.as_str()).collect::<Vec<_>>());
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(cfg.interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        pass_and_report(&s, &cfg, &metrics).await;
+    }
+}
+
+/// One pass, its lines logged and counted; false when it failed.
+pub(crate) async fn pass_and_report(s: &InboxSettings, cfg: &InboxRetention, metrics: &RetentionMetrics) -> bool {
+    match pass(s, cfg).await {
+        Ok(Some(lines)) => {
+            let failed = lines.iter().any(|l| l.reason == Reason::Error);
+            metrics.pass_finished(!failed);
+            for l in &lines {
+                l.count(metrics);
+                if l.reason == Reason::MaxAge && !l.detail.is_empty() {
+                    tracing::warn!(partition = %l.partition, range = %l.range, detail = %l.detail, "inbox retention: dropped a day with open deliveries");
+                } else {
+                    crate::retention::log_line(l);
+                }
+            }
+            !failed
+        }
+        Ok(None) => {
+            tracing::debug!(schema = %s.schema, "another session holds the inbox retention lock; skipping this pass");
+            true
+        }
+        Err(e) => {
+            metrics.pass_finished(false);
+            tracing::warn!(retry_in_s = cfg.interval.as_secs(), "inbox retention pass failed: {e}");
+            false
+        }
+    }
+}
+
+/// Runs one pass on its own connection; `Ok(None)`: another session is running one.
+pub(crate) async fn pass(s: &InboxSettings, cfg: &InboxRetention) -> Result<Option<Vec<Line>>, PipelineError> {
+    let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+    let result = pass_on(&mut sql, &s.schema, cfg).await;
+    sql.close().await;
+    result
+}
+
+async fn pass_on(
+    sql: &mut ReplicationClient,
+    schema: &str,
+    cfg: &InboxRetention,
+) -> Result<Option<Vec<Line>>, PipelineError> {
+    sql.simple_query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET search_path = pg_catalog, pg_temp").await?;
+    let mut tables = Vec::with_capacity(TABLES.len());
+    for table in TABLES {
+        let quoted = format!("{}.{}", ident(schema), ident(table));
+        let r = sql
+            .simple_query(&format!(
+                "SELECT c.oid::text AS oid, c.relkind::text AS kind FROM pg_class c WHERE c.oid = to_regclass({})",
+                literal(&quoted)
+            ))
+            .await?;
+        if r.first("kind") != Some("p") {
+            return Err(PipelineError::definite(ErrorKind::Config, inbox_not_partitioned(schema, table)));
+        }
+        let oid = r.first("oid").unwrap_or_default().to_owned();
+        tables.push((table, oid));
+    }
+    let lock_key = format!("hashtextextended('walpost inbox retention ' || {}, 0)", literal(&tables[0].1));
+    let got = sql.simple_query(&format!("SELECT pg_try_advisory_lock({lock_key})::text AS got")).await?;
+    if got.first("got") != Some("true") {
+        return Ok(None);
+    }
+    let result = async {
+        let now_r = sql.simple_query("SELECT floor(extract(epoch FROM now()) * 1000000)::bigint::text AS now").await?;
+        let now: i64 = now_r
+            .first("now")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| PipelineError::definite(ErrorKind::Postgres, "cannot read now() from PostgreSQL"))?;
+        let mut with_partitions = Vec::with_capacity(tables.len());
+        for (table, oid) in &tables {
+            with_partitions.push((*table, catalog::partitions(sql, oid).await?));
+        }
+        let mut lines = Vec::new();
+        for step in plan(now, cfg, &with_partitions) {
+            lines.push(execute(sql, schema, cfg, step).await?);
+        }
+        Ok(lines)
+    }
+    .await;
+    let _ = sql.simple_query(&format!("SELECT pg_advisory_unlock({lock_key})")).await;
+    result.map(Some)
+}
+
+async fn execute(
+    sql: &mut ReplicationClient,
+    schema: &str,
+    cfg: &InboxRetention,
+    step: Step,
+) -> Result<Line, PipelineError> {
+    match step {
+        Step::Keep(line) => Ok(line),
+        Step::Create { table, name, lo, hi } => {
+            let range = Range { lo: Some(lo), hi: Some(hi) };
+            let mut line = Line {
+                partition: format!("{schema}.{name}"),
+                range: range.to_string(),
+                action: Action::Create,
+                done: false,
+                reason: Reason::Ahead,
+                detail: String::new(),
+            };
+            let root = format!("{}.{}", ident(schema), ident(table));
+            let quoted = format!("{}.{}", ident(schema), ident(&name));
+            match create_partition(sql, &root, &quoted, (lo, hi), cfg.lock_timeout).await {
+                Ok(()) => line.done = true,
+                Err(e) => keep_after(&mut line, e, "not created")?,
+            }
+            Ok(line)
+        }
+        Step::Drop { range, partitions, forced } => {
+            let shown: Vec<&str> = partitions.iter().map(|p| p.display.as_str()).collect();
+            let mut line = Line {
+                partition: shown.join(", "),
+                range: range.to_string(),
+                action: Action::Drop,
+                done: false,
+                reason: if forced { Reason::MaxAge } else { Reason::Expired },
+                detail: String::new(),
+            };
+            match drop_day(sql, schema, cfg, &partitions, forced).await {
+                Ok(Dropped::Yes { open }) => {
+                    line.done = true;
+                    if open > 0 {
+                        line.detail = format!(
+                            "older than retention_max_days ({} days): dropped with {open} open deliveries (pending or review_required)",
+                            cfg.max_days
+                        );
+                    }
+                }
+                Ok(Dropped::Open(open)) => {
+                    line.action = Action::Keep;
+                    line.reason = Reason::OpenDeliveries;
+                    line.detail = format!(
+                        "{open} deliveries are pending or review_required: dropped once each has a receipt or is dismissed, or after retention_max_days ({} days)",
+                        cfg.max_days
+                    );
+                }
+                Err(e) => {
+                    line.action = Action::Keep;
+                    keep_after(&mut line, e, "not dropped")?;
+                }
+            }
+            Ok(line)
+        }
+    }
+}
+
+enum Dropped {
+    Yes { open: i64 },
+    Open(i64),
+}
+
+/// Drops a day's `partitions` when none of its deliveries is open (or `forced`).
+async fn drop_day(
+    sql: &mut ReplicationClient,
+    schema: &str,
+    cfg: &InboxRetention,
+    partitions: &[Partition],
+    forced: bool,
+) -> Result<Dropped, replication::Error> {
+    // The locks DROP TABLE takes (each table, then its partition), taken first and in one
+    // order, so the count below sees every delivery the day will ever have.
+    let mut locks = Vec::new();
+    for table in TABLES {
+        locks.push(format!("LOCK TABLE ONLY {}.{} IN ACCESS EXCLUSIVE MODE", ident(schema), ident(table)));
+    }
+    for p in partitions {
+        locks.push(format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", p.quoted));
+    }
+    let deliveries = partitions.iter().find(|p| p.display.starts_with(&format!("{schema}.deliveries_"))).cloned();
+    let drop = (!partitions.is_empty())
+        .then(|| format!("DROP TABLE {}", partitions.iter().map(|p| p.quoted.as_str()).collect::<Vec<_>>().join(", ")));
+    let outcome = in_transaction(sql, cfg.lock_timeout, |sql| {
+        Box::pin(async move {
+            for l in &locks {
+                sql.simple_query(l).await?;
+            }
+            let open = match &deliveries {
+                None => 0,
+                Some(d) => sql
+                    .simple_query(&format!(
+                        "SELECT count(*)::text AS open FROM {} WHERE state IN ('pending', 'review_required')",
+                        d.quoted
+                    ))
+                    .await?
+                    .first("open")
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .unwrap_or(0),
+            };
+            if open > 0 && !forced {
+                return Ok(Some(Err(open)));
+            }
+            if let Some(drop) = &drop {
+                sql.simple_query(drop).await?;
+            }
+            Ok(Some(Ok(open)))
+        })
+    })
+    .await?;
+    // A kept day rolls back (nothing to commit); the closure's Some(Err) says why.
+    Ok(match outcome {
+        Some(Ok(open)) => Dropped::Yes { open },
+        Some(Err(open)) => Dropped::Open(open),
+        None => Dropped::Open(0),
+    })
+}
+
+/// The error for an inbox whose tables are not partitioned by day.
+pub(crate) fn inbox_not_partitioned(schema: &str, table: &str) -> String {
+    format!(
+        "{schema}.{table} is not partitioned by day, so the inbox's retention cannot drop old days: create the inbox with migrations/0004_inbox.sql (or --create-schema), or set [inbox] retention = false"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retention::time::SECOND_MICROS;
+
+    const D: i64 = DAY_MICROS;
+    /// 2026-11-29 00:00:00 UTC.
+    const NOV29: i64 = 1_795_910_400 * SECOND_MICROS;
+
+    fn part(table: &str, lo: i64) -> Partition {
+        let name = partition_name(table, lo);
+        Partition {
+            quoted: format!("inbox.{name}"),
+            display: format!("inbox.{name}"),
+            is_default: false,
+            has_rows: false,
+            range: Range { lo: Some(lo), hi: Some(lo + D) },
+            detach_pending: false,
+            seal: None,
+        }
+    }
+
+    fn days(table: &'static str, from: i64, n: i64) -> (&'static str, Vec<Partition>) {
+        (table, (0..n).map(|i| part(table, from + i * D)).collect())
+    }
+
+    fn cfg() -> InboxRetention {
+        InboxRetention { keep_days: 7, max_days: 9, days_ahead: 2, ..InboxRetention::default() }
+    }
+
+    #[test]
+    fn days_ahead_are_made_in_each_table_that_lacks_them() {
+        let now = NOV29 + 5 * 3600 * SECOND_MICROS;
+        // messages has today and tomorrow; deliveries only today; receipts nothing.
+        let tables = [days("messages", NOV29, 2), days("deliveries", NOV29, 1), ("receipts", Vec::new())];
+        let created: Vec<String> = plan(now, &cfg(), &tables)
+            .into_iter()
+            .filter_map(|s| match s {
+                Step::Create { name, lo, hi, .. } => {
+                    assert_eq!(hi - lo, D, "{name}");
+                    Some(name)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            created,
+            [
+                "messages_p20261201",
+                "deliveries_p20261130",
+                "deliveries_p20261201",
+                "receipts_p20261129",
+                "receipts_p20261130",
+                "receipts_p20261201"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_day_goes_after_keep_days_with_its_siblings_and_is_forced_after_max_days() {
+        let now = NOV29 + 3600 * SECOND_MICROS;
+        // Eleven days, from ten days ago to today, in all three tables.
+        let from = NOV29 - 10 * D;
+        let tables = [days("messages", from, 11), days("deliveries", from, 11), days("receipts", from, 11)];
+        let mut drops = Vec::new();
+        let mut kept = 0;
+        for step in plan(now, &InboxRetention { days_ahead: 0, ..cfg() }, &tables) {
+            match step {
+                Step::Drop { range, partitions, forced } => drops.push((range.lo.unwrap(), partitions.len(), forced)),
+                Step::Keep(l) => {
+                    assert_eq!(l.reason, Reason::NotOldEnough);
+                    kept += 1;
+                }
+                Step::Create { name, .. } => panic!("nothing to create: {name}"),
+            }
+        }
+        // Ends at or before now - 7 days: the days from ten to eight days ago (the day
+        // seven days ago ends 1 h after the cutoff). Before now - 9 days: ten ago only.
+        assert_eq!(drops, [(NOV29 - 10 * D, 3, true), (NOV29 - 9 * D, 3, false), (NOV29 - 8 * D, 3, false)]);
+        assert_eq!(kept, 8);
+    }
+
+    #[test]
+    fn the_default_partition_is_neither_dropped_nor_counted_as_a_day() {
+        let now = NOV29;
+        let mut default = part("messages", NOV29 - 20 * D);
+        default.is_default = true;
+        default.range = Range { lo: None, hi: None };
+        let tables = [("messages", vec![default]), days("deliveries", NOV29, 3), days("receipts", NOV29, 3)];
+        let steps = plan(now, &cfg(), &tables);
+        assert!(steps.iter().all(|s| !matches!(s, Step::Drop { .. } | Step::Keep(_))), "{steps:?}");
+        assert_eq!(steps.iter().filter(|s| matches!(s, Step::Create { table: "messages", .. })).count(), 3);
+    }
+}

@@ -1,0 +1,116 @@
+//! The inbox's retention against a real PostgreSQL and Kafka (issue 30, item 5): days
+//! ahead are made; a day is dropped, with its deliveries and receipts, only once it is
+//! older than retention_keep_days and every handler is done with it, or once it is older
+//! than retention_max_days (reported); a copy of an event stored on an earlier day is
+//! not stored again.
+
+use crate::drills::Runbook;
+use crate::inbox_ingest::{count, create_topic, inbox_args, inbox_db, json_records, produce, start_inbox, WAIT};
+use crate::support::World;
+
+/// `YYYYMMDD` of the UTC day `days` before today, as the server sees it.
+fn day(w: &World, days: i32) -> String {
+    w.sql(&format!("SELECT to_char((now() AT TIME ZONE 'UTC')::date - {days}, 'YYYYMMDD')")).trim().to_owned()
+}
+
+fn exists(w: &World, relation: &str) -> bool {
+    w.sql(&format!("SELECT to_regclass('inbox.{relation}') IS NOT NULL")).trim() == "t"
+}
+
+/// Makes the partitions of the day `days` ago and stores `ids` in it, as the ingest would have.
+fn old_day(w: &World, days: i32, ids: &[&str]) {
+    let d = day(w, days);
+    for table in ["messages", "deliveries", "receipts"] {
+        w.sql(&format!(
+            "CREATE TABLE inbox.{table}_p{d} PARTITION OF inbox.{table} FOR VALUES FROM \
+             ((now() AT TIME ZONE 'UTC')::date - {days}) TO ((now() AT TIME ZONE 'UTC')::date - {days} + 1)"
+        ));
+    }
+    for (i, id) in ids.iter().enumerate() {
+        w.sql(&format!(
+            "INSERT INTO inbox.messages (event_id, topic, \"partition\", \"offset\", aggregate_id, received_at) \
+             VALUES ('{id}', 'old', 0, {i}, 'a', ((now() AT TIME ZONE 'UTC')::date - {days}) + interval '12 hours')"
+        ));
+    }
+}
+
+/// Claims what is due (leases of 1 ms: what it leaves is due again at once) and
+/// completes `only` (or everything).
+fn complete_all(w: &World, handler: &str, only: Option<&str>) {
+    let claimed = w.sql(&format!("SELECT event_id, lease_token FROM inbox.claim('{handler}', 100, '1 millisecond')"));
+    for line in claimed.lines().filter(|l| !l.is_empty()) {
+        let (id, token) = line.split_once('|').unwrap();
+        if only.is_none_or(|o| o == id) {
+            assert_eq!(w.sql(&format!("SELECT inbox.complete('{handler}', '{id}', '{token}')")).trim(), "t");
+        }
+    }
+}
+
+#[test]
+fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maximum() {
+    let w = inbox_db("inbox-retention");
+    let topic = format!("{}t", w.topic_prefix);
+    create_topic(&topic, 1);
+    w.sql(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap());
+    w.sql("SELECT inbox.register_handler('h', '{}', '{}', 3, '1 second', '1 minute', false)");
+    // Ten days ago: open (past the maximum of 9). Eight days ago: one done, one open.
+    // Three days ago: done, but inside the dedup window of 7 days.
+    old_day(&w, 10, &["d10-a"]);
+    old_day(&w, 8, &["d8-a", "d8-b"]);
+    old_day(&w, 3, &["d3-a"]);
+    complete_all(&w, "h", Some("d8-a"));
+    complete_all(&w, "h", Some("d3-a"));
+    assert_eq!(count(&w, "SELECT count(*) FROM inbox.receipts"), 2);
+
+    let config = w.pg.dir().join(format!("{}-retention.toml", w.db));
+    std::fs::write(
+        &config,
+        "[inbox]\nretention_keep_days = 7\nretention_max_days = 9\nretention_interval_secs = 1\nretention_days_ahead = 4\n",
+    )
+    .unwrap();
+    let mut args = inbox_args(&w, &topic, "g", &[]);
+    args.extend(["--config".into(), config.display().to_string()]);
+    let mut p = start_inbox(&args, &[]);
+
+    // Past the maximum: dropped with its open delivery, and reported.
+    let (d10, d8, d3) = (day(&w, 10), day(&w, 8), day(&w, 3));
+    let gone = testkit::wait_until(WAIT, || !exists(&w, &format!("messages_p{d10}")));
+    assert!(gone, "{}", p.log_text());
+    assert!(!exists(&w, &format!("deliveries_p{d10}")) && !exists(&w, &format!("receipts_p{d10}")));
+    let log = p.log_text();
+    assert!(log.contains("inbox retention: dropped a day with open deliveries"), "{log}");
+    assert!(log.contains("dropped with 1 open deliveries"), "{log}");
+    // Eight days ago: kept while d8-b is open; three days ago: kept (dedup window).
+    assert!(log.contains("open_deliveries"), "{log}");
+    assert!(exists(&w, &format!("messages_p{d8}")) && exists(&w, &format!("messages_p{d3}")));
+    // The days ahead: today and four after it, in each table.
+    for table in ["messages", "deliveries", "receipts"] {
+        for ahead in 0..=4 {
+            let name = format!("{table}_p{}", day(&w, -ahead));
+            assert!(exists(&w, &name), "{name} missing:\n{}", p.log_text());
+        }
+    }
+    let listed = w.sql(&Runbook::open("inbox-backlog").block("partitions").fill(&[]));
+    assert!(listed.contains(&format!("messages_p{}", day(&w, 0))), "{listed}");
+
+    // A copy of d3-a (stored three days ago) is not stored again; a new event is.
+    let mut records = json_records("fresh", 0, 1, 1);
+    records.push(("a".into(), Some("d3-a".into()), b"{\"again\": true}".to_vec()));
+    produce(&w.kafka_bootstrap, &topic, &records);
+    let stored = testkit::wait_until(WAIT, || {
+        w.sql(&format!("SELECT next_offset FROM inbox.offsets WHERE group_id = 'g' AND topic = '{topic}'")).trim()
+            == "2"
+    });
+    assert!(stored, "{}", p.log_text());
+    assert_eq!(count(&w, "SELECT count(*) FROM inbox.messages WHERE event_id = 'd3-a'"), 1, "stored once");
+    assert_eq!(count(&w, "SELECT count(*) FROM inbox.messages WHERE event_id = 'fresh-0'"), 1);
+
+    // The handler finishes d8-b: the next pass drops that day with its deliveries and receipts.
+    complete_all(&w, "h", Some("d8-b"));
+    let gone = testkit::wait_until(WAIT, || !exists(&w, &format!("messages_p{d8}")));
+    assert!(gone, "{}", p.log_text());
+    assert!(!exists(&w, &format!("deliveries_p{d8}")) && !exists(&w, &format!("receipts_p{d8}")));
+    assert!(exists(&w, &format!("messages_p{d3}")), "inside the dedup window");
+    assert_eq!(count(&w, "SELECT count(*) FROM inbox.receipts WHERE event_id LIKE 'd8-%'"), 0);
+    assert!(p.terminate(WAIT).is_some_and(|s| s.success()), "{}", p.log_text());
+}
