@@ -7,7 +7,7 @@
 #   RECORDS=50000 bash bench/inbox.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-cargo build --release --locked -q -p walpost -p testkit --bin walpost --bin walpost-devservers
+[[ -n "${BENCH_NO_BUILD:-}" ]] || cargo build --release --locked -q -p walpost -p testkit --bin walpost --bin walpost-devservers
 if [[ ! -x bench/.venv/bin/python ]]; then
     python3 -m venv bench/.venv
 fi

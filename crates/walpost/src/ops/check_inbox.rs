@@ -11,12 +11,13 @@ use replication::ReplicationClient;
 use super::check::Check;
 use crate::error::PipelineError;
 use crate::inbox::consumer::client_config;
-use crate::postgres::messages::inbox_schema_incomplete;
+use crate::postgres::messages::{inbox_partition_missing, inbox_schema_incomplete};
 use crate::postgres::sql::literal;
 use crate::settings::inbox::{InboxSettings, Subscription};
 
 /// The functions of the SQL API handlers call.
-const FUNCTIONS: &[&str] = &["register_handler", "claim", "complete", "fail", "retry", "deliver_new_messages"];
+const FUNCTIONS: &[&str] =
+    &["register_handler", "claim", "complete", "fail", "retry", "dismiss", "deliver_new_messages"];
 /// The tables of the migration.
 const TABLES: &[&str] = &["messages", "offsets", "rejected", "handlers", "deliveries", "receipts"];
 
@@ -76,19 +77,29 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
         return vec![if s.create_schema { Check::Warn(line) } else { Check::Fail(line) }];
     }
     let mut out = vec![Check::Ok(format!("inbox schema {}: its tables and functions are present", s.schema))];
-    // What the ingest itself does: write messages, rejected rows and offsets, read offsets,
-    // and make its session's staging table.
+    // What the ingest itself does: look event ids up in messages and write them, write
+    // rejected rows and offsets, read offsets; and what retention does: make and drop the
+    // partitions of the tables it owns. Then whether a partition covers now.
     let q = |t: &str| literal(&format!("{}.{t}", crate::postgres::sql::ident(&s.schema)));
     let rights = sql
         .simple_query(&format!(
-            "SELECT has_table_privilege({m}, 'INSERT'), has_table_privilege({r}, 'INSERT'),
+            "SELECT has_table_privilege({m}, 'INSERT, SELECT'), has_table_privilege({r}, 'INSERT'),
                     has_table_privilege({o}, 'INSERT, UPDATE, SELECT'),
-                    has_database_privilege(current_database(), 'TEMP'),
+                    (SELECT bool_and(pg_has_role(c.relowner, 'USAGE')) FROM pg_class c
+                     WHERE c.oid IN ({m}::regclass, {d}::regclass, {rc}::regclass)),
                     has_table_privilege({d}, 'INSERT'),
                     (SELECT count(*) FROM {schema_ident}.offsets WHERE group_id = {group}),
-                    (SELECT count(*) FROM {schema_ident}.handlers)",
+                    (SELECT count(*) FROM {schema_ident}.handlers),
+                    (SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                     WHERE i.inhparent = {m}::regclass),
+                    EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                            WHERE i.inhparent = {m}::regclass
+                              AND (pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+                                   OR now() BETWEEN (regexp_match(pg_get_expr(c.relpartbound, c.oid), '^FOR VALUES FROM \\(''(.+)''\\) TO')) [1]::timestamptz
+                                            AND (regexp_match(pg_get_expr(c.relpartbound, c.oid), ' TO \\(''(.+)''\\)$')) [1]::timestamptz))",
             m = q("messages"),
             r = q("rejected"),
+            rc = q("receipts"),
             o = q("offsets"),
             d = q("deliveries"),
             schema_ident = crate::postgres::sql::ident(&s.schema),
@@ -101,19 +112,23 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
             let yes = |c: usize| r.text(0, c) == Some("t");
             let mut lacking = Vec::new();
             for (c, what) in [
-                (0, "INSERT on messages"),
+                (0, "INSERT, SELECT on messages"),
                 (1, "INSERT on rejected"),
                 (2, "INSERT, UPDATE, SELECT on offsets"),
-                (3, "TEMP on the database (the batch's staging table)"),
+                (3, "ownership of messages, deliveries and receipts (retention makes and drops their partitions; or set [inbox] retention = false)"),
                 (4, "INSERT on deliveries (the trigger that makes them runs as the ingest's role)"),
             ] {
+                if c == 3 && s.retention.is_none() {
+                    continue;
+                }
                 if !yes(c) {
                     lacking.push(what);
                 }
             }
             if lacking.is_empty() {
                 out.push(Check::Ok(
-                    "the role may write the inbox (messages, rejected, offsets, deliveries, a temporary table)".into(),
+                    "the role may write the inbox (messages, rejected, offsets, deliveries) and manage its partitions"
+                        .into(),
                 ));
             } else {
                 out.push(Check::Fail(format!(
@@ -128,6 +143,15 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
                 "group {}: {offsets} partition offset(s) stored; {handlers} handler(s) registered",
                 s.group
             )));
+            let partitions = r.text(0, 7).unwrap_or("0");
+            if yes(8) {
+                out.push(Check::Ok(format!(
+                    "{} daily partition(s) of {}.messages; one covers now",
+                    partitions, s.schema
+                )));
+            } else {
+                out.push(Check::Fail(inbox_partition_missing(&s.schema)));
+            }
             if handlers == "0" {
                 out.push(Check::Warn(
                     "no handler is registered: messages are stored but no handler has deliveries until inbox.register_handler is called (it takes the stored ones too)".into(),

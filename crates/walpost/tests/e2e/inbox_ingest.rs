@@ -394,12 +394,22 @@ fn inbox_check_names_what_is_missing_and_passes_once_it_is_there() {
         "ok    inbox schema inbox: its tables and functions are present",
         "ok    the role may write the inbox",
         "ok    group g: 0 partition offset(s) stored; 0 handler(s) registered",
+        "ok    3 daily partition(s) of inbox.messages; one covers now",
         "warn  no handler is registered",
         "ok    Kafka at ",
     ] {
         assert!(out.contains(line.trim_end()), "no line {line:?} in:\n{out}");
     }
     assert!(!out.contains("FAIL"), "{out}");
+    // The days run out (retention off, days passed): the check names it with the fix.
+    inbox.sql(&format!(
+        "DROP TABLE inbox.messages_p{}",
+        inbox.sql("SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')").trim()
+    ));
+    let (code, out) = run(&[]);
+    assert_eq!(code, Some(1), "{out}");
+    let expected = walpost::postgres::messages::inbox_partition_missing("inbox");
+    assert!(out.contains(&format!("FAIL  {expected}")), "{out}");
 }
 
 /// A topic deleted while consumed and created again: walpost inbox keeps running (no
