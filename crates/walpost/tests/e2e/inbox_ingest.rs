@@ -368,6 +368,32 @@ fn inbox_without_its_schema_stops_with_the_fix() {
     println!("schema test took {:?}", started.elapsed());
 }
 
+/// The messages table dropped while walpost inbox writes: it stops (exit 1) with the
+/// schema error and the fix, the stored offset stays where the last committed batch put
+/// it, and a start without the table stops the same way before reading (no crash loop
+/// that moves anything).
+#[test]
+fn inbox_tables_dropped_while_running_stop_it_with_the_fix() {
+    let inbox = inbox_db("inbox-dropped");
+    let topic = format!("{}t", inbox.topic_prefix);
+    create_topic(&topic, 1);
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("k", 0, 10, 2));
+    let mut p = start_inbox(&inbox_args(&inbox, &topic, "g", &["--create-schema"]), &[]);
+    wait_for_messages(&inbox, 10, &p);
+    assert!(testkit::wait_until(WAIT, || stored_offsets(&inbox, "g").get(&(topic.clone(), 0)) == Some(&10)));
+    inbox.sql("DROP TABLE inbox.messages CASCADE");
+    produce(&inbox.kafka_bootstrap, &topic, &json_records("k", 10, 5, 2));
+    assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
+    let log = strip_ansi(&p.log_text());
+    assert!(log.contains("the inbox schema is incomplete ("), "{log}");
+    assert!(log.contains("apply migrations/0004_inbox.sql"), "{log}");
+    assert_eq!(stored_offsets(&inbox, "g").get(&(topic.clone(), 0)), Some(&10), "nothing moved past the last commit");
+    let mut again = start_inbox(&inbox_args(&inbox, &topic, "g", &[]), &[]);
+    assert_eq!(again.wait_exit(WAIT).and_then(|s| s.code()), Some(1));
+    assert!(strip_ansi(&again.log_text()).contains("missing: table inbox.messages"), "{}", again.log_text());
+    assert_eq!(stored_offsets(&inbox, "g").get(&(topic, 0)), Some(&10));
+}
+
 /// `walpost check inbox`: one line per check, FAIL with the fix while the schema is
 /// missing (exit 1), ok once it is there; the topic and the group are looked at.
 #[test]
