@@ -173,11 +173,7 @@ async fn pass_on(
         return Ok(None);
     }
     let result = async {
-        let now_r = sql.simple_query("SELECT floor(extract(epoch FROM now()) * 1000000)::bigint::text AS now").await?;
-        let now: i64 = now_r
-            .first("now")
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| PipelineError::definite(ErrorKind::Postgres, "cannot read now() from PostgreSQL"))?;
+        let now = catalog::server_now_micros(sql).await?;
         let mut with_partitions = Vec::with_capacity(tables.len());
         for (table, oid) in &tables {
             with_partitions.push((*table, catalog::partitions(sql, oid).await?));

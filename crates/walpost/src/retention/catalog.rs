@@ -163,6 +163,14 @@ pub(super) fn seal_comment(w: Lsn, slot: &str) -> String {
     )
 }
 
+/// The server's `now()`, in microseconds since the Unix epoch (what every pass plans by).
+pub(crate) async fn server_now_micros(sql: &mut ReplicationClient) -> Result<i64, PipelineError> {
+    let r = sql.simple_query("SELECT floor(extract(epoch FROM now()) * 1000000)::bigint::text AS now").await?;
+    r.first("now")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| PipelineError::definite(crate::error::ErrorKind::Postgres, "cannot read now() from PostgreSQL"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -252,11 +252,7 @@ async fn pass_on(sql: &mut ReplicationClient, t: &Target, dry_run: bool) -> Resu
         }
     }
     let result = async {
-        let now_r = sql.simple_query("SELECT floor(extract(epoch FROM now()) * 1000000)::bigint::text AS now").await?;
-        let now: i64 = now_r
-            .first("now")
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| PipelineError::definite(ErrorKind::Postgres, "cannot read now() from PostgreSQL"))?;
+        let now = catalog::server_now_micros(sql).await?;
         let partitions = catalog::partitions(sql, &root_oid).await?;
         let slot = catalog::slot_position(sql, t).await?;
         let steps = plan::plan(&plan::PlanInput {
