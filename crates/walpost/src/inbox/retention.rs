@@ -40,8 +40,11 @@ use crate::retention::time::{day_floor, partition_name, DAY_MICROS};
 use crate::settings::inbox::{InboxRetention, InboxSettings};
 use crate::telemetry::metrics::RetentionMetrics;
 
-/// The partitioned tables, in the order a day's partitions are locked and dropped.
+/// The partitioned tables.
 pub(crate) const TABLES: [&str; 3] = ["messages", "deliveries", "receipts"];
+
+/// The order a drop locks them in (see `drop_day`).
+const LOCK_ORDER: [&str; 3] = ["deliveries", "messages", "receipts"];
 
 /// One thing a pass does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,14 +269,20 @@ async fn drop_day(
     partitions: &[Partition],
     forced: bool,
 ) -> Result<Dropped, replication::Error> {
-    // The locks DROP TABLE takes (each table, then its partition), taken first and in one
-    // order, so the count below sees every delivery the day will ever have.
-    let mut locks = Vec::new();
-    for table in TABLES {
+    // The locks DROP TABLE takes (each table, then its partition), taken first, so the
+    // count below sees every delivery the day will ever have. The order avoids a cycle
+    // with the two writers that take two of these tables: the ingest (messages, then
+    // deliveries by the trigger) is kept out by the inbox's write lock, taken first; a
+    // claim (deliveries, then messages) meets deliveries first here as well.
+    let mut locks = vec![super::store::write_lock(schema)];
+    for table in LOCK_ORDER {
         locks.push(format!("LOCK TABLE ONLY {}.{} IN ACCESS EXCLUSIVE MODE", ident(schema), ident(table)));
     }
-    for p in partitions {
-        locks.push(format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", p.quoted));
+    for table in LOCK_ORDER {
+        let prefix = format!("{schema}.{table}_");
+        for p in partitions.iter().filter(|p| p.display.starts_with(&prefix)) {
+            locks.push(format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", p.quoted));
+        }
     }
     let deliveries = partitions.iter().find(|p| p.display.starts_with(&format!("{schema}.deliveries_"))).cloned();
     let drop = (!partitions.is_empty())
