@@ -243,35 +243,44 @@ struct WorldRef {
 
 impl WorldRef {
     /// Inserts like [`insert_batches`], retrying a failed call (the server may be
-    /// restarting); a batch that committed before the failure stays committed.
+    /// restarting); a batch that committed before the failure stays committed. As there,
+    /// `txlog.lsn_after` is the WAL insert position read *after* the batch's commit, an
+    /// upper bound of the commit's end. A position read inside the transaction would be a
+    /// lower bound: an idle walpost may rightly confirm past it (WAL of other databases of
+    /// the shared cluster) before the commit, and then the commit is rightly sent again.
     fn insert(&self, first_batch: u32, txns: u32, size: u32) {
         for b in first_batch..first_batch + txns {
+            // The txlog row commits with the batch and comes first: it says whether the
+            // batch committed, and a retry of a batch that did commit fails on its key
+            // instead of inserting the rows twice. Its position is filled in after COMMIT.
             let sql = format!(
                 "CREATE TABLE IF NOT EXISTS public.txlog (batch int PRIMARY KEY, lsn_after pg_lsn);
+                 INSERT INTO public.txlog VALUES ({b}, NULL);
                  INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
                  SELECT (ARRAY['order','payment'])[1 + g % 2],
                         ('00000000-0000-4000-8000-' || lpad(((({b} * {size}) + g) % 50)::text, 12, '0'))::uuid,
                         'b{b}', jsonb_build_object('batch', {b}, 'n', g)
-                 FROM generate_series(1, {size}) g;
-                 INSERT INTO public.txlog VALUES ({b}, pg_current_wal_insert_lsn()) ON CONFLICT DO NOTHING;"
+                 FROM generate_series(1, {size}) g;"
+            );
+            let fill = format!(
+                "UPDATE public.txlog SET lsn_after = pg_current_wal_insert_lsn() WHERE batch = {b} AND lsn_after IS NULL"
             );
             let deadline = Instant::now() + Duration::from_secs(60);
+            let mut committed = false;
             loop {
-                // psql -c with several statements runs them in one transaction.
-                match self.pg.psql_db(&self.db, &format!("BEGIN; {sql} COMMIT;")) {
-                    Ok(_) => break,
-                    Err(e) => {
-                        let committed = self
-                            .pg
-                            .psql_db(&self.db, &format!("SELECT count(*) FROM public.txlog WHERE batch = {b}"))
-                            .map(|n| n.trim() == "1")
-                            .unwrap_or(false);
-                        if committed {
-                            break;
-                        }
-                        assert!(Instant::now() < deadline, "writer gave up on batch {b}: {e}");
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
+                // psql -c with several statements: the BEGIN..COMMIT block is one
+                // transaction, the UPDATE after it a second one.
+                let result = if committed {
+                    self.pg.psql_db(&self.db, &fill)
+                } else {
+                    self.pg.psql_db(&self.db, &format!("BEGIN; {sql} COMMIT; {fill};"))
+                };
+                let Err(e) = result else { break };
+                assert!(Instant::now() < deadline, "writer gave up on batch {b}: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+                if !committed {
+                    let count = format!("SELECT count(*) FROM public.txlog WHERE batch = {b}");
+                    committed = self.pg.psql_db(&self.db, &count).is_ok_and(|n| n.trim() == "1");
                 }
             }
         }
