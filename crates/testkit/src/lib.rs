@@ -174,8 +174,8 @@ pub use cluster::{KafkaCluster, KafkaClusterOptions, CLUSTER_SETTLE_TIMEOUT};
 pub use kafka::{Kafka, KafkaOptions};
 pub use kafka_meta::{fetch_metadata, BrokerMetadata, Metadata, PartitionMetadata, TopicMetadata};
 pub use pg::{
-    pg_bin_dir_for_major, pg_bin_major, pg_default_bin_dir, PgOptions, Postgres, StandbyOptions, StopMode,
-    STANDBY_TIMEOUT,
+    make_tls_files, pg_bin_dir_for_major, pg_bin_major, pg_default_bin_dir, PgOptions, Postgres, StandbyOptions,
+    StopMode, STANDBY_TIMEOUT,
 };
 pub use proxy::Proxy;
 pub use util::{free_port, unique_name};

@@ -643,7 +643,7 @@ fn os_user_for_root() -> Result<String> {
 }
 
 /// Throwaway CA + server cert (127.0.0.1, localhost) + client cert (CN=walpost).
-fn make_tls_files(dir: &Path) -> Result<()> {
+pub fn make_tls_files(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir)?;
     let openssl = |args: &[&str], what: &str| -> Result<()> {
         let mut cmd = Command::new("openssl");

@@ -217,7 +217,17 @@ fn tracing_and_cloudevents_refusals_are_quoted_verbatim_in_their_runbook() {
     let config = |text: &str| Settings::resolve(&base, FileConfig::parse(text).unwrap()).unwrap_err().to_string();
     for message in [
         otel(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]),
-        otel(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318")]),
+        otel(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]),
+        otel(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"), ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=k")]),
+        otel(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/etc/walpost/ca.crt"),
+        ]),
+        otel(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/etc/walpost/client.crt"),
+        ]),
+        otel(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"), ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd")]),
         otel(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_TRACES_SAMPLER", "sometimes")]),
         config("envelope = \"cloudevents\"\n[router]\n\"table.fields.additional.placement\" = \"event_type:header:ce_type\""),
         config("envelope = \"cloudevents\"\n[router]\n\"table.field.event.type.header\" = \"\""),

@@ -1,23 +1,33 @@
 //! One OTLP/HTTP export: `POST <path>` with a protobuf body, on hyper's HTTP/1.1 client
-//! connection over a tokio TCP stream (hyper is already walpost's HTTP server; no pool,
-//! no TLS: the connection is kept while it works and opened again after an error).
+//! connection over a tokio TCP stream, or over TLS (OpenSSL, as walpost's PostgreSQL
+//! connections: the endpoint's certificate is verified against the system's roots or the
+//! configured CA, and its name against the URL's host). hyper is already walpost's HTTP
+//! server; there is no pool: the connection is kept while it works and opened again
+//! after an error. With gzip the body is compressed once per export, not per try.
 //!
 //! Retries as the OTLP specification asks: a refused connection, a broken exchange and the
 //! answers 429, 502, 503 and 504 are tried again after 100 ms, doubling up to 2 s, until
 //! the export's timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`) is spent; any other answer is final.
 
+use std::io::Write;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
+
+use crate::settings::otel::OtlpTls;
 
 /// An export the endpoint did not take.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ExportError {
     #[error("cannot connect to the OTLP endpoint {0}: {1}")]
     Connect(String, std::io::Error),
+    #[error("TLS with the OTLP endpoint {0} failed: {1}")]
+    Tls(String, String),
     #[error("OTLP export to {0} failed: {1}")]
     Http(String, hyper::Error),
     #[error("the OTLP endpoint {0} answered HTTP {1}")]
@@ -40,7 +50,8 @@ impl ExportError {
         match self {
             ExportError::Connect(..) | ExportError::Http(..) => true,
             ExportError::Status(_, code) => matches!(code, 429 | 502 | 503 | 504),
-            ExportError::Timeout(..) | ExportError::Request(_) => false,
+            // A certificate that does not verify stays so; the next batch tries again.
+            ExportError::Tls(..) | ExportError::Timeout(..) | ExportError::Request(_) => false,
         }
     }
 }
@@ -51,7 +62,25 @@ pub(crate) struct Client {
     path: String,
     headers: Vec<(String, String)>,
     timeout: Duration,
+    tls: Option<Tls>,
+    gzip: bool,
     sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+/// What a TLS connection to the endpoint is made with.
+struct Tls {
+    connector: SslConnector,
+    host: String,
+}
+
+/// The certificate files of `OTEL_EXPORTER_OTLP_*` could not be used (at start-up).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up TLS for the OTLP endpoint: {what} {path}: {reason}")]
+pub(crate) struct TlsSetupError {
+    what: &'static str,
+    path: String,
+    /// The I/O error, or OpenSSL's reasons (not its source-file locations).
+    reason: String,
 }
 
 impl std::fmt::Debug for Client {
@@ -63,13 +92,45 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     pub(crate) fn new(authority: String, path: String, headers: Vec<(String, String)>, timeout: Duration) -> Client {
-        Client { authority, path, headers, timeout, sender: None }
+        Client { authority, path, headers, timeout, tls: None, gzip: false, sender: None }
+    }
+
+    /// Connects over TLS: the files are read now, so a missing or malformed one stops
+    /// walpost at start-up rather than dropping every span later.
+    pub(crate) fn with_tls(mut self, tls: &OtlpTls) -> Result<Client, TlsSetupError> {
+        let none = std::path::Path::new("");
+        // Verifies the peer against the system's default roots (set by `builder`).
+        let mut b = SslConnector::builder(SslMethod::tls_client()).map_err(fail("OpenSSL", none))?;
+        b.set_verify(SslVerifyMode::PEER);
+        if let Some(ca) = &tls.ca_file {
+            let what = "the CA file (OTEL_EXPORTER_OTLP_CERTIFICATE)";
+            readable(what, ca)?;
+            b.set_ca_file(ca).map_err(fail(what, ca))?;
+        }
+        if let Some((cert, key)) = &tls.client {
+            let what = "the client certificate (OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE)";
+            readable(what, cert)?;
+            b.set_certificate_chain_file(cert).map_err(fail(what, cert))?;
+            let what = "the client key (OTEL_EXPORTER_OTLP_CLIENT_KEY)";
+            readable(what, key)?;
+            b.set_private_key_file(key, SslFiletype::PEM).map_err(fail(what, key))?;
+            b.check_private_key().map_err(fail("the client key, which does not match its certificate,", key))?;
+        }
+        b.set_alpn_protos(b"\x08http/1.1").map_err(fail("OpenSSL", none))?;
+        self.tls = Some(Tls { connector: b.build(), host: tls.host.clone() });
+        Ok(self)
+    }
+
+    /// Sends bodies gzip-compressed (`Content-Encoding: gzip`).
+    pub(crate) fn with_gzip(mut self) -> Client {
+        self.gzip = true;
+        self
     }
 
     /// Posts one `ExportTraceServiceRequest`, retried (see the module docs) while the
     /// timeout lasts; the last error when it never succeeded.
     pub(crate) async fn export(&mut self, body: Vec<u8>) -> Result<(), ExportError> {
-        let body = Bytes::from(body);
+        let body = Bytes::from(if self.gzip { gzip(&body) } else { body });
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut backoff = FIRST_BACKOFF;
         loop {
@@ -99,6 +160,9 @@ impl Client {
         let mut request = hyper::Request::post(self.path.as_str())
             .header(hyper::header::HOST, self.authority.as_str())
             .header(hyper::header::CONTENT_TYPE, "application/x-protobuf");
+        if self.gzip {
+            request = request.header(hyper::header::CONTENT_ENCODING, "gzip");
+        }
         for (k, v) in &self.headers {
             request = request.header(k.as_str(), v.as_str());
         }
@@ -122,13 +186,62 @@ impl Client {
             .await
             .map_err(|e| ExportError::Connect(self.authority.clone(), e))?;
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| ExportError::Http(self.authority.clone(), e))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let http = |e| ExportError::Http(self.authority.clone(), e);
+        let Some(tls) = &self.tls else {
+            let (sender, connection) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(http)?;
+            tokio::spawn(connection);
+            return Ok(sender);
+        };
+        let tls_error = |e: String| ExportError::Tls(self.authority.clone(), e);
+        // `into_ssl` sets the name to verify (a host name, or an IP address) and SNI.
+        let ssl =
+            tls.connector.configure().and_then(|c| c.into_ssl(&tls.host)).map_err(|e| tls_error(e.to_string()))?;
+        let mut stream = tokio_openssl::SslStream::new(ssl, stream).map_err(|e| tls_error(e.to_string()))?;
+        if let Err(e) = Pin::new(&mut stream).connect().await {
+            let verify = stream.ssl().verify_result();
+            let why = if verify == openssl::x509::X509VerifyResult::OK {
+                e.to_string()
+            } else {
+                format!("the endpoint's certificate did not verify: {}", verify.error_string())
+            };
+            return Err(tls_error(why));
+        }
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(http)?;
+        tokio::spawn(connection);
         Ok(sender)
+    }
+}
+
+/// `body` gzip-compressed (the default level, as OpenTelemetry's SDKs use).
+fn gzip(body: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::default());
+    // Writing into a Vec cannot fail.
+    let _ = encoder.write_all(body);
+    encoder.finish().unwrap_or_default()
+}
+
+/// Names the file and the OpenSSL step that failed, for `map_err`.
+fn fail(what: &'static str, path: &std::path::Path) -> impl FnOnce(openssl::error::ErrorStack) -> TlsSetupError {
+    let path = path.display().to_string();
+    move |stack| {
+        let mut reasons: Vec<&str> = Vec::new();
+        for reason in stack.errors().iter().filter_map(openssl::error::Error::reason) {
+            if !reasons.contains(&reason) {
+                reasons.push(reason);
+            }
+        }
+        let reason = if reasons.is_empty() { stack.to_string() } else { reasons.join("; ") };
+        TlsSetupError { what, path, reason }
+    }
+}
+
+/// A missing or unreadable file, named as the OS names it (OpenSSL's text for it is a
+/// stack of source locations).
+fn readable(what: &'static str, path: &std::path::Path) -> Result<(), TlsSetupError> {
+    match std::fs::File::open(path) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(TlsSetupError { what, path: path.display().to_string(), reason: e.to_string() }),
     }
 }
 
@@ -202,5 +315,60 @@ mod tests {
         let mut client = Client::new(addr, "/v1/traces".into(), Vec::new(), Duration::from_millis(400));
         let e = client.export(vec![1]).await.unwrap_err();
         assert!(matches!(e, ExportError::Connect(..)), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_gzip_body_is_marked_and_decompresses_to_the_request() {
+        use http_body_util::BodyExt as _;
+        use std::io::Read as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                let tx = tx.clone();
+                async move {
+                    let encoding = request.headers().get(hyper::header::CONTENT_ENCODING).cloned();
+                    let body = request.into_body().collect().await.unwrap().to_bytes();
+                    let _ = tx.send((encoding, body));
+                    hyper::Response::builder().status(200).body(Empty::<Bytes>::new())
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+        let request: Vec<u8> = (0..4096u32).map(|i| (i % 7) as u8).collect();
+        let mut client = Client::new(addr, "/v1/traces".into(), Vec::new(), Duration::from_secs(5)).with_gzip();
+        client.export(request.clone()).await.unwrap();
+        let (encoding, body) = rx.recv().await.unwrap();
+        assert_eq!(encoding.as_ref().map(|v| v.as_bytes()), Some(&b"gzip"[..]));
+        assert!(body.len() < request.len() / 4, "compressed: {} bytes", body.len());
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut plain).unwrap();
+        assert_eq!(plain, request);
+    }
+
+    /// The start-up refusals for unusable certificate files, as
+    /// runbooks/otel-and-cloudevents.md quotes them.
+    #[test]
+    fn unusable_certificate_files_are_named_as_the_runbook_quotes() {
+        let runbook = include_str!("../../../../runbooks/otel-and-cloudevents.md");
+        let dir = std::env::temp_dir().join(format!("walpost-otlp-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let garbage = dir.join("ca.crt");
+        std::fs::write(&garbage, "not a certificate\n").unwrap();
+        let tls =
+            |ca: &std::path::Path| OtlpTls { host: "collector".into(), ca_file: Some(ca.to_path_buf()), client: None };
+        let client = || Client::new("collector:4318".into(), "/v1/traces".into(), Vec::new(), Duration::from_secs(1));
+        let missing = client().with_tls(&tls(std::path::Path::new("/etc/walpost/ca.crt"))).unwrap_err().to_string();
+        let malformed = client().with_tls(&tls(&garbage)).unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            missing,
+            "cannot set up TLS for the OTLP endpoint: the CA file (OTEL_EXPORTER_OTLP_CERTIFICATE) /etc/walpost/ca.crt: No such file or directory (os error 2)"
+        );
+        assert!(runbook.contains(&missing), "{missing}");
+        let malformed = malformed.replace(&garbage.display().to_string(), "/etc/walpost/ca.crt");
+        assert!(runbook.contains(&malformed), "the runbook must quote: {malformed}");
     }
 }

@@ -32,7 +32,7 @@ use bytes::Bytes;
 use router::TraceParent;
 
 use crate::error::{ErrorKind, PipelineError};
-use crate::settings::otel::{OtelSettings, RootSampler, Sampler};
+use crate::settings::otel::{Compression, OtelSettings, RootSampler, Sampler};
 use crate::telemetry::metrics::SpanMetrics;
 use proto::Span;
 
@@ -63,7 +63,13 @@ impl Exporter {
             ("telemetry.sdk.language".to_owned(), "rust".to_owned()),
         ];
         resource.extend(s.resource.iter().cloned());
-        let client = http::Client::new(s.authority.clone(), s.path.clone(), s.headers.clone(), s.timeout);
+        let mut client = http::Client::new(s.authority.clone(), s.path.clone(), s.headers.clone(), s.timeout);
+        if let Some(tls) = &s.tls {
+            client = client.with_tls(tls).map_err(|e| PipelineError::definite(ErrorKind::Config, e.to_string()))?;
+        }
+        if s.compression == Compression::Gzip {
+            client = client.with_gzip();
+        }
         let worker = Worker {
             rx,
             client,
@@ -83,7 +89,8 @@ impl Exporter {
                 PipelineError::definite(ErrorKind::Host, format!("cannot start the OTLP exporter thread: {e}"))
             })?;
         tracing::info!(
-            endpoint = %format!("http://{}{}", s.authority, s.path),
+            endpoint = %format!("{}://{}{}", if s.tls.is_some() { "https" } else { "http" }, s.authority, s.path),
+            compression = ?s.compression,
             service = %s.service_name,
             sampler = ?s.sampler,
             "exporting spans over OTLP/HTTP"

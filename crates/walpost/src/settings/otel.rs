@@ -3,9 +3,14 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set.
 //!
 //! walpost's exporter speaks OTLP/HTTP with protobuf bodies (`http/protobuf`, the spec's
-//! default protocol) over plain HTTP; `grpc`, `http/json` and `https://` endpoints are
-//! refused at start-up by name (run a Collector beside walpost for those), never ignored.
+//! default protocol), over `http://` or `https://` (TLS: the system's roots or
+//! `OTEL_EXPORTER_OTLP_CERTIFICATE`, a client certificate for mutual TLS), gzip-compressed
+//! when `OTEL_EXPORTER_OTLP_COMPRESSION=gzip`; `grpc` and `http/json` are refused at
+//! start-up by name (run a Collector beside walpost for those), never ignored.
+//!
+//! Headers (they usually carry a token) go to a remote endpoint only over TLS.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ConfigError;
@@ -15,6 +20,10 @@ use super::ConfigError;
 pub struct OtelSettings {
     /// `host:port` of the OTLP/HTTP receiver.
     pub authority: String,
+    /// `Some` for an `https://` endpoint.
+    pub tls: Option<OtlpTls>,
+    /// `OTEL_EXPORTER_OTLP_(TRACES_)COMPRESSION`.
+    pub compression: Compression,
     /// The request path, `/v1/traces` unless a traces endpoint names another.
     pub path: String,
     /// `OTEL_EXPORTER_OTLP_(TRACES_)HEADERS`: sent with every export (e.g. a token).
@@ -32,6 +41,27 @@ pub struct OtelSettings {
     pub max_batch: usize,
     /// `OTEL_BSP_SCHEDULE_DELAY`: a partial batch waits at most this long.
     pub schedule_delay: Duration,
+}
+
+/// TLS to an `https://` endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpTls {
+    /// The endpoint's host, checked against its certificate (and sent as SNI).
+    pub host: String,
+    /// `OTEL_EXPORTER_OTLP_(TRACES_)CERTIFICATE`: the CA (PEM) that signed the endpoint's
+    /// certificate; `None`: the system's trusted roots.
+    pub ca_file: Option<PathBuf>,
+    /// `OTEL_EXPORTER_OTLP_(TRACES_)CLIENT_CERTIFICATE` and `..._CLIENT_KEY` (PEM), for an
+    /// endpoint that asks for a client certificate.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+/// How an export request's body is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    /// `Content-Encoding: gzip`.
+    Gzip,
 }
 
 /// `OTEL_TRACES_SAMPLER` (and `_ARG`).
@@ -91,12 +121,13 @@ impl OtelSettings {
                 });
             }
         }
-        let (authority, path) = parse_http_url(&url).ok_or_else(|| ConfigError::Invalid {
+        let endpoint = parse_url(&url).ok_or_else(|| ConfigError::Invalid {
             key,
             // Without user:password and query: the URL may carry credentials.
             value: redacted_url(&url),
-            expected: "an http:// URL such as http://localhost:4318 (walpost's exporter has no TLS: send https through a collector beside walpost)",
+            expected: "an http:// or https:// URL such as http://localhost:4318 or https://collector.example:4318",
         })?;
+        let Endpoint { authority, host, path, https } = endpoint;
         // The general variable is a base URL: the signal's path is appended (spec).
         let path = if append { format!("{}/v1/traces", path.trim_end_matches('/')) } else { path };
         let headers = match traces_or("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS") {
@@ -108,7 +139,7 @@ impl OtelSettings {
                 expected: "key=value pairs separated by commas, values URL-encoded",
             })?,
         };
-        if !headers.is_empty() && !is_loopback(&authority) {
+        if !headers.is_empty() && !https && !is_loopback(&authority) {
             let key = if var("OTEL_EXPORTER_OTLP_TRACES_HEADERS").is_some() {
                 "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
             } else {
@@ -117,9 +148,44 @@ impl OtelSettings {
             return Err(ConfigError::Invalid {
                 key,
                 value: "(not shown)".into(),
-                expected: "no headers for an endpoint on another host: they usually carry credentials, and walpost's exporter speaks plain http:// (no TLS), so they would cross the network in cleartext; point the endpoint at a collector on this host (http://127.0.0.1:4318) that forwards over TLS",
+                expected: "no headers for a plain http:// endpoint on another host: they usually carry credentials, which would cross the network in cleartext; use an https:// endpoint, or a collector on this host (http://127.0.0.1:4318)",
             });
         }
+        let file = |specific: &'static str, general: &'static str| {
+            traces_or(specific, general).map(|(key, path)| (key, PathBuf::from(path)))
+        };
+        let ca = file("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE");
+        let cert = file("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE");
+        let client_key = file("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+        let tls = if https {
+            let client = match (cert, client_key) {
+                (Some((_, cert)), Some((_, key))) => Some((cert, key)),
+                (None, None) => None,
+                (Some((key, path)), None) | (None, Some((key, path))) => {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        value: path.display().to_string(),
+                        expected: "both OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or their _TRACES_ forms), or neither",
+                    })
+                }
+            };
+            Some(OtlpTls { host, ca_file: ca.map(|(_, path)| path), client })
+        } else if let Some((key, path)) = ca.or(cert).or(client_key) {
+            // A certificate says TLS was meant: spans must not go in cleartext instead.
+            return Err(ConfigError::Invalid {
+                key,
+                value: path.display().to_string(),
+                expected: "an https:// endpoint (certificates are for TLS; this endpoint is http://)",
+            });
+        } else {
+            None
+        };
+        let compression = match traces_or("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION") {
+            None => Compression::None,
+            Some((_, v)) if v.eq_ignore_ascii_case("none") => Compression::None,
+            Some((_, v)) if v.eq_ignore_ascii_case("gzip") => Compression::Gzip,
+            Some((key, value)) => return Err(ConfigError::Invalid { key, value, expected: "gzip or none" }),
+        };
         let millis = |key: &'static str, default: u64| -> Result<u64, ConfigError> {
             match var(key) {
                 None => Ok(default),
@@ -159,6 +225,8 @@ impl OtelSettings {
         let service_name = var("OTEL_SERVICE_NAME").or(from_resource).unwrap_or_else(|| "walpost".into());
         Ok(Some(OtelSettings {
             authority,
+            tls,
+            compression,
             path,
             headers,
             timeout: Duration::from_millis(timeout),
@@ -203,7 +271,6 @@ fn sampler(name: Option<String>, arg: Option<String>) -> Result<Sampler, ConfigE
     Ok(Sampler { root, parent_based })
 }
 
-/// `http://host[:port][/path]` into (`host:port`, path).
 /// `url` without user information, query or fragment (for messages).
 fn redacted_url(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
@@ -228,8 +295,23 @@ fn is_loopback(authority: &str) -> bool {
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-fn parse_http_url(url: &str) -> Option<(String, String)> {
-    let rest = url.strip_prefix("http://")?;
+/// An endpoint URL, taken apart.
+struct Endpoint {
+    /// `host:port`, the port filled in (80 or 443) when the URL has none.
+    authority: String,
+    /// The host alone (an IPv6 literal without its brackets), for TLS.
+    host: String,
+    path: String,
+    https: bool,
+}
+
+/// `http(s)://host[:port][/path]`; `None` for anything else, user information, a query
+/// or a fragment included.
+fn parse_url(url: &str) -> Option<Endpoint> {
+    let (rest, https) = match url.strip_prefix("https://") {
+        Some(rest) => (rest, true),
+        None => (url.strip_prefix("http://")?, false),
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (rest.get(..i)?, rest.get(i..)?),
         None => (rest, ""),
@@ -242,14 +324,22 @@ fn parse_http_url(url: &str) -> Option<(String, String)> {
         Some(v6) => v6.split_once(']')?.1.strip_prefix(':'),
         None => authority.split_once(':').map(|(_, p)| p),
     };
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.0,
+        None => authority.split_once(':').map_or(authority, |(h, _)| h),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    let host = host.to_owned();
     let authority = match port {
         Some(p) => {
             p.parse::<u16>().ok()?;
             authority.to_owned()
         }
-        None => format!("{authority}:80"),
+        None => format!("{authority}:{}", if https { 443 } else { 80 }),
     };
-    Some((authority, if path.is_empty() { "/".into() } else { path.to_owned() }))
+    Some(Endpoint { authority, host, path: if path.is_empty() { "/".into() } else { path.to_owned() }, https })
 }
 
 /// `k=v,k2=v2` (W3C baggage style, values percent-decoded).
@@ -292,6 +382,11 @@ mod tests {
         ];
         let err = from(&remote).unwrap_err().to_string();
         assert!(!err.contains("CANARY") && err.contains("cleartext"), "{err}");
+        let tls = [
+            (ENDPOINT, "https://collector.example:4318"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20CANARY"),
+        ];
+        assert!(from(&tls).unwrap().is_some_and(|s| s.tls.is_some()), "headers go to a remote endpoint over TLS");
         for local in ["http://127.0.0.1:4318", "http://localhost:4318", "http://[::1]:4318"] {
             let vars = [(ENDPOINT, local), ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20x")];
             assert!(from(&vars).unwrap().is_some(), "{local}");
@@ -341,13 +436,48 @@ mod tests {
         assert_eq!((s.authority.as_str(), s.service_name.as_str()), ("c:80", "svc"));
     }
 
+    /// `https://`: port 443 unless given, the host for the certificate check, the
+    /// certificate files and compression from the general or the traces variables.
+    #[test]
+    fn https_endpoints_certificates_and_compression() {
+        let s = from(&[(ENDPOINT, "https://collector.example")]).unwrap().unwrap();
+        assert_eq!((s.authority.as_str(), s.path.as_str()), ("collector.example:443", "/v1/traces"));
+        let tls = s.tls.unwrap();
+        assert_eq!((tls.host.as_str(), tls.ca_file, tls.client), ("collector.example", None, None));
+        assert_eq!(s.compression, Compression::None);
+        let s = from(&[
+            (TRACES_ENDPOINT, "https://[::1]:4318/v1/traces"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/general-ca.pem"),
+            ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/ca.pem"),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/client.pem"),
+            ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/client.key"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "none"),
+            ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "GZIP"),
+        ])
+        .unwrap()
+        .unwrap();
+        let tls = s.tls.unwrap();
+        assert_eq!((s.authority.as_str(), tls.host.as_str()), ("[::1]:4318", "::1"));
+        assert_eq!(tls.ca_file, Some(PathBuf::from("/ca.pem")), "the traces variable wins");
+        assert_eq!(tls.client, Some((PathBuf::from("/client.pem"), PathBuf::from("/client.key"))));
+        assert_eq!(s.compression, Compression::Gzip);
+        let plain = from(&[(ENDPOINT, "http://c:4318")]).unwrap().unwrap();
+        assert_eq!((plain.tls, plain.compression), (None, Compression::None));
+    }
+
     /// What walpost cannot do is refused by name, never ignored; secrets are not echoed.
     #[test]
     fn unsupported_settings_are_refused_by_name() {
         let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[(ENDPOINT, "https://c:4318")], "no TLS"),
-            (&[(ENDPOINT, "c:4318")], "http:// URL"),
-            (&[(ENDPOINT, "http://c:notaport")], "http:// URL"),
+            (&[(ENDPOINT, "c:4318")], "http:// or https:// URL"),
+            (&[(ENDPOINT, "http://c:notaport")], "http:// or https:// URL"),
+            (&[(ENDPOINT, "https://:4318")], "http:// or https:// URL"),
+            (&[(ENDPOINT, "http://c:4318"), ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/ca.pem")], "an https:// endpoint"),
+            (
+                &[(ENDPOINT, "https://c:4318"), ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/c.pem")],
+                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            ),
+            (&[(ENDPOINT, "http://c:4318"), ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd")], "gzip or none"),
             (&[(ENDPOINT, "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")], "OTEL_EXPORTER_OTLP_PROTOCOL"),
             (&[(ENDPOINT, "http://c:4318"), ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")], "http/protobuf"),
             (&[(ENDPOINT, "http://c:4318"), ("OTEL_TRACES_SAMPLER", "sometimes")], "OTEL_TRACES_SAMPLER"),

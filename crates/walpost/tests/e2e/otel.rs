@@ -30,6 +30,21 @@ impl Collector {
     }
 
     fn start_on(port: u16) -> Collector {
+        Collector::start_with(port, "")
+    }
+
+    /// A collector whose OTLP/HTTP receiver takes only TLS with a client certificate
+    /// signed by `tls`'s CA (files from [`testkit::make_tls_files`]).
+    fn start_tls(tls: &std::path::Path) -> Collector {
+        let receiver_tls = format!(
+            "        tls:\n          cert_file: {0}/server.crt\n          key_file: {0}/server.key\n          client_ca_file: {0}/ca.crt\n",
+            tls.display()
+        );
+        Collector::start_with(testkit::free_port(), &receiver_tls)
+    }
+
+    /// `receiver_extra`: YAML lines added to the http receiver's settings.
+    fn start_with(port: u16, receiver_extra: &str) -> Collector {
         let binary = std::env::var_os("WALPOST_OTELCOL").map(PathBuf::from).unwrap_or_else(|| {
             let cache = match std::env::var_os("WALPOST_TOOLS_CACHE") {
                 Some(d) => PathBuf::from(d),
@@ -51,7 +66,7 @@ impl Collector {
         std::fs::write(
             &config,
             format!(
-                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n\
+                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n{receiver_extra}\
                  exporters:\n  file:\n    path: {}\n\
                  service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    traces:\n      receivers: [otlp]\n      exporters: [file]\n",
                 spans.display()
@@ -343,4 +358,81 @@ fn drill_otel_collector_down_drops_spans_never_events_and_recovers() {
     );
     assert_eq!(collector.spans().len(), 20, "exactly the 20 spans of the events after the Collector came back");
     assert_eq!(scrape(metrics_port, "walpost_spans_dropped_total"), Some(200.0));
+}
+
+/// OTLP over https with a client certificate (the Collector's receiver demands one),
+/// gzip bodies and a header: the spans arrive. Then the same Collector with a CA that did
+/// not sign its certificate: every event is still published, the spans are dropped and
+/// counted, and the log names the failed verification (runbooks/otel-and-cloudevents.md).
+#[test]
+fn otel_over_https_with_a_client_certificate_and_gzip() {
+    let tls = std::env::temp_dir().join(testkit::unique_name("otel-tls"));
+    testkit::make_tls_files(&tls).unwrap();
+    let other_ca = std::env::temp_dir().join(testkit::unique_name("otel-other-ca"));
+    testkit::make_tls_files(&other_ca).unwrap();
+    let collector = Collector::start_tls(&tls);
+    let endpoint = format!("https://127.0.0.1:{}", collector.port);
+    let file = |dir: &std::path::Path, name: &str| dir.join(name).display().to_string();
+    let w = World::new("otel-https");
+    let run = |ca: &str, batch: u32| {
+        let metrics_port = testkit::free_port();
+        let mut args = w.args();
+        args.extend(["--metrics-addr".to_string(), format!("127.0.0.1:{metrics_port}")]);
+        let (cert, key) = (file(&tls, "client.crt"), file(&tls, "client.key"));
+        let env = [
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", format!("{endpoint}/v1/traces")),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.to_string()),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", cert),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", key),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip".to_string()),
+            // Over https a header may go to another host; here it only has to be accepted.
+            ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20e2e-token".to_string()),
+            ("OTEL_SERVICE_NAME", "walpost-https".to_string()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50".to_string()),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2000".to_string()),
+        ];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let p = Walpost::start(&args, &env);
+        assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+        insert_batches(&w, batch, 1, 10, 5, &["order"]);
+        assert_eq!(consume_every_committed(&w, WAIT).len() as u32, (batch + 1) * 10, "every event published");
+        (p, metrics_port)
+    };
+
+    let (mut p, metrics_port) = run(&file(&tls, "ca.crt"), 0);
+    wait_for_series(metrics_port, "walpost_spans_exported_total", 10.0, Duration::from_secs(30), &p);
+    assert_eq!(scrape(metrics_port, "walpost_spans_dropped_total"), Some(0.0));
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || collector.spans().len() >= 10),
+        "the Collector wrote {} spans\n{}",
+        collector.spans().len(),
+        std::fs::read_to_string(&collector.log).unwrap_or_default()
+    );
+    let spans = collector.spans();
+    assert_eq!(spans.len(), 10, "{spans:?}");
+    assert!(spans.iter().all(|(svc, _)| svc == "walpost-https"), "{spans:?}");
+    let log = p.log_text();
+    assert!(log.contains(&format!("endpoint={endpoint}/v1/traces")), "the endpoint is logged with its scheme:\n{log}");
+    assert!(!log.contains("e2e-token"), "a header's value is never logged");
+    p.terminate(Duration::from_secs(30));
+
+    // A CA that did not sign the Collector's certificate.
+    let (p, metrics_port) = run(&file(&other_ca, "ca.crt"), 1);
+    wait_for_series(metrics_port, "walpost_spans_dropped_total", 10.0, Duration::from_secs(30), &p);
+    assert_eq!(scrape(metrics_port, "walpost_spans_exported_total"), Some(0.0));
+    let log = p.log_text();
+    assert!(
+        log.contains(&format!(
+            "TLS with the OTLP endpoint 127.0.0.1:{} failed: the endpoint's certificate did not verify:",
+            collector.port
+        )),
+        "{log}"
+    );
+    let line = "failed: the endpoint's certificate did not verify: unable to get local issuer certificate; those spans are dropped (walpost_spans_dropped_total)";
+    assert!(log.contains(line), "{log}");
+    let runbook =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../runbooks/otel-and-cloudevents.md"))
+            .unwrap();
+    assert!(runbook.contains(line), "runbooks/otel-and-cloudevents.md quotes the TLS warning");
+    assert_eq!(collector.spans().len(), 10, "nothing reached the Collector without a verified TLS session");
 }
