@@ -68,6 +68,9 @@ pub struct RouterConfig {
     /// `log_values` (walpost): errors may show the column value or topic they are about.
     /// Off by default: errors then name only the table, column, option and event id.
     pub log_values: bool,
+    /// `[contracts]` (walpost): the check every payload passes before it becomes a
+    /// record; `None`: none.
+    pub contract: Option<crate::ContractRef>,
 }
 
 impl Default for RouterConfig {
@@ -92,6 +95,7 @@ impl Default for RouterConfig {
             additional_missing_ignore: false,
             tombstone_on_empty_payload: false,
             log_values: false,
+            contract: None,
         }
     }
 }

@@ -51,6 +51,13 @@ pub enum RouteError {
         value: Option<Box<str>>,
         expected: &'static str,
     },
+    #[error("{} of {table}{} breaks its contract: {breach}", event(.event_id), of_type(.event_type))]
+    ContractBroken {
+        table: String,
+        event_id: Option<Box<str>>,
+        event_type: Option<Box<str>>,
+        breach: Box<crate::contract::Breach>,
+    },
     #[error("route.topic.regex '{0}' is not a valid regular expression")]
     BadRegex(String),
     #[error("{key}: {reason}")]
@@ -70,6 +77,7 @@ pub const ERROR_CLASSES: &[&str] = &[
     "message_too_large",
     "column_count",
     "bad_value",
+    "contract_broken",
     "bad_regex",
     "invalid_option",
 ];
@@ -90,6 +98,7 @@ impl RouteError {
             RouteError::TooLarge { .. } => "message_too_large",
             RouteError::ColumnCountMismatch { .. } => "column_count",
             RouteError::BadValue { .. } => "bad_value",
+            RouteError::ContractBroken { .. } => "contract_broken",
             RouteError::BadRegex(_) => "bad_regex",
             RouteError::InvalidOption { .. } => "invalid_option",
         }
@@ -106,7 +115,8 @@ impl RouteError {
             | RouteError::TooManyTopics { event_id, .. }
             | RouteError::TooLarge { event_id, .. }
             | RouteError::RouteNoMatch { event_id, .. }
-            | RouteError::BadValue { event_id, .. } => event_id.as_deref(),
+            | RouteError::BadValue { event_id, .. }
+            | RouteError::ContractBroken { event_id, .. } => event_id.as_deref(),
             RouteError::MissingColumn { .. }
             | RouteError::ColumnCountMismatch { .. }
             | RouteError::BadRegex(_)
@@ -119,6 +129,13 @@ fn event(event_id: &Option<Box<str>>) -> String {
     match event_id {
         Some(id) => format!("event id {id}"),
         None => "a row without a readable event id".into(),
+    }
+}
+
+fn of_type(event_type: &Option<Box<str>>) -> String {
+    match event_type {
+        Some(t) => format!(" (event type {t})"),
+        None => String::new(),
     }
 }
 

@@ -33,6 +33,9 @@
 //!   none), else the caller's commit time. Parsed with `jiff`.
 //! - partition: a `:partition` placement (an integer column; NULL: none), else the
 //!   partitioner.
+//! - contract: with [`RouterConfig::contract`] set, every payload (not tombstones) is
+//!   checked against its event type's contract before the envelope is built; a breach is
+//!   [`RouteError::ContractBroken`] (see [`contract`]).
 //!
 //! walpost's own options beside Debezium's: [`RouterConfig::topics_allow`]
 //! (`topics.allow`), [`RouterConfig::topic_regex_fallthrough`]
@@ -54,6 +57,7 @@
 
 pub mod cloudevents;
 mod config;
+pub mod contract;
 mod error;
 mod options;
 mod route;
@@ -66,6 +70,7 @@ pub use config::{
     RouterConfig, DEBEZIUM_TRACING_OPTION, DEFAULT_TOPIC_REGEX, EVENT_TYPE_HEADER_OPTION, ROUTED_BY_VALUE,
     TRACING_OPTION,
 };
+pub use contract::{Breach, BreachReason, ContractRef, PayloadContract};
 pub use error::{RouteError, ERROR_CLASSES};
 pub use options::{
     AdditionalField, Placement, ADDITIONAL_PLACEMENT, DEBEZIUM_OPTIONS_IMPLEMENTED, DEBEZIUM_OPTIONS_NOT_IMPLEMENTED,

@@ -364,6 +364,13 @@ impl Router {
             _ => None,
         };
         let trace = self.trace_context(tracing_column.map(|t| t.as_ref()), &mut headers);
+        if let (Some(contract), Some(cell)) = (&c.contract, payload.filter(|_| !tombstone)) {
+            // The bytes the record would carry without an envelope: a text column's are a
+            // slice of the row, bytea's are decoded once more only here.
+            let bytes =
+                rr.render_cell(cell, rel.payload, &c.payload_field, "table.field.event.payload", Form::Plain)?;
+            check_contract(contract, &rel.table, &event_id, event_type.as_deref(), &bytes, c.log_values)?;
+        }
         let mut value = match payload {
             Some(cell) if !tombstone => Some(if self.envelope {
                 rr.envelope(rel.payload, &c.payload_field, cell, &envelope_fields)?
@@ -538,6 +545,9 @@ impl Router {
         }
         let mut headers = vec![(self.header_id.clone(), event_id.clone())];
         let event_type = c.event_type_header_field.as_deref().and_then(text);
+        if let (Some(contract), Some(p)) = (&c.contract, &payload) {
+            check_contract(contract, source, &event_id, event_type.as_deref(), p, c.log_values)?;
+        }
         if let Some(t) = &event_type {
             headers.push((self.header_type.clone(), t.clone()));
         }
@@ -657,6 +667,25 @@ pub struct SalvageColumns {
     id: Option<Col>,
     key: Option<Col>,
     payload: Option<Col>,
+}
+
+/// Runs the contract on a payload; a breach names the event, never a payload value. Its
+/// event type is named when a schema exists for it (then it is a name the operator
+/// configured), otherwise only with `log_values` (then it is just a column value).
+fn check_contract(
+    contract: &crate::ContractRef,
+    table: &str,
+    event_id: &[u8],
+    event_type: Option<&[u8]>,
+    payload: &[u8],
+    log_values: bool,
+) -> Result<(), RouteError> {
+    contract.0.check(event_type, payload).map_err(|breach| RouteError::ContractBroken {
+        table: table.to_owned(),
+        event_id: Some(display_text(event_id)),
+        event_type: event_type.filter(|_| breach.schema.is_some() || log_values).map(display_text),
+        breach: Box::new(breach),
+    })
 }
 
 fn find_column(relation: &Relation, column: &str) -> Option<Col> {

@@ -360,6 +360,16 @@ pub struct ConnectionArgs {
     #[arg(long, env = "WALPOST_ENVELOPE", hide_env_values = true, value_name = "ENVELOPE")]
     pub envelope: Option<String>,
 
+    /// A directory of JSON Schemas, <event type>.json: every payload is checked against
+    /// its event type's before it reaches Kafka (see docs/contracts.md).
+    #[arg(long, env = "WALPOST_CONTRACTS_DIR", hide_env_values = true, value_name = "DIR")]
+    pub contracts_dir: Option<PathBuf>,
+
+    /// An event type without a schema: allow (published unchecked) or refuse (a
+    /// permanent error of that event) [default: allow].
+    #[arg(long, env = "WALPOST_CONTRACTS_UNKNOWN", hide_env_values = true, value_name = "allow|refuse")]
+    pub contracts_unknown: Option<String>,
+
     /// File holding the PostgreSQL password (owner-only), when the URL has none; it wins
     /// over PGPASSWORD. Keeps the password out of argv and the environment.
     #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
@@ -456,6 +466,8 @@ impl ConnectionArgs {
             kafka_properties: self.kafka_property.clone(),
             postgres_password_file: self.postgres_password_file.clone(),
             envelope: self.envelope.clone(),
+            contracts_dir: self.contracts_dir.clone(),
+            contracts_unknown: self.contracts_unknown.clone(),
             on_permanent_error: self.on_permanent_error.clone(),
             dead_letter_topic: self.dead_letter_topic.clone(),
             kafka_secret_env: kafka_secret_env(&|k| std::env::var(k).ok()),

@@ -271,3 +271,39 @@ fn kafka_maintenance_runbook_quotes_the_durability_warnings_and_the_watchdog() {
     ));
     assert!(read("docs/runbooks.md").contains("[runbooks/kafka-maintenance.md](../runbooks/kafka-maintenance.md)"));
 }
+
+/// Issue 31: a contract breach's texts, with placeholders, are quoted in the poison-record
+/// runbook (the halt line around them is the one every unroutable row has).
+#[test]
+fn contract_breaches_are_quoted_verbatim_in_the_poison_record_runbook() {
+    use router::{Breach, BreachReason, RouteError};
+    let runbook = read("runbooks/poison-record.md");
+    let schema = Some(std::sync::Arc::from("<schema>"));
+    let reasons = [
+        BreachReason::Invalid {
+            pointer: "<pointer>".into(),
+            keyword: "<keyword>".into(),
+            schema_path: "<schema-path>".into(),
+        },
+        BreachReason::NotJson { line: 1, column: 2 },
+        BreachReason::NoContract,
+        BreachReason::NoEventType,
+    ];
+    for reason in reasons {
+        let invalid = matches!(reason, BreachReason::Invalid { .. });
+        let breach = Breach { schema: schema.clone(), reason };
+        let text = breach.to_string().replace("line 1, column 2", "line <line>, column <column>");
+        assert!(runbook.contains(&format!("- `{text}`")), "runbooks/poison-record.md must quote:\n{text}");
+        let error = RouteError::ContractBroken {
+            table: "<table>".into(),
+            event_id: Some("<event-id>".into()),
+            event_type: Some("<event-type>".into()),
+            breach: Box::new(breach),
+        };
+        assert_eq!(error.class(), "contract_broken");
+        if invalid {
+            let text = error.to_string();
+            assert!(runbook.contains(&text), "runbooks/poison-record.md must quote:\n{text}");
+        }
+    }
+}

@@ -735,11 +735,12 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
             RouteError::RouteNoMatch { .. } => "RouteNoMatch",
             RouteError::ColumnCountMismatch { .. } => "ColumnCountMismatch",
             RouteError::BadValue { .. } => "BadValue",
+            RouteError::ContractBroken { .. } => "ContractBroken",
             RouteError::BadRegex(_) => "BadRegex",
             RouteError::InvalidOption { .. } => "InvalidOption",
         }
     }
-    const VARIANTS: usize = 13;
+    const VARIANTS: usize = 14;
     let cols = [
         ("id", TEXT),
         ("aggregate_type", TEXT),
@@ -815,6 +816,12 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
         let mut capped = router(RouterConfig { topics_max: 1, ..config.clone() });
         assert!(capped.route(&rel, &row(good())).is_ok());
         cases.push((capped.route(&rel, &with(1, text(CANARY_TOPIC))).unwrap_err(), CANARY_TOPIC, true));
+        // A payload its contract refuses: the breach names a pointer, never the value.
+        // Its event type (a column value) is shown only with a schema for it, or log_values.
+        let mut checked = router(RouterConfig { contract: Some(contract::refusing(None)), ..config.clone() });
+        cases.push((checked.route(&rel, &with(3, canary())).unwrap_err(), CANARY, true));
+        let mut schema = router(RouterConfig { contract: Some(contract::refusing(Some("x.json"))), ..config.clone() });
+        cases.push((schema.route(&rel, &with(3, text("OrderPlaced"))).unwrap_err(), CANARY, false));
         // Made by the binary for a row too large to read (no value to show).
         cases.push((
             RouteError::TooLarge { table: "events.outbox".into(), event_id: Some("42".into()), size: 9, limit: 8 },
@@ -838,4 +845,5 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
     }
 }
 
+mod contract;
 mod envelope;

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::duration::{Millis, Seconds};
-use super::{ConfigError, SnapshotMode};
+use super::{ConfigError, ContractsFile, SnapshotMode};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -62,6 +62,9 @@ pub struct FileConfig {
     pub envelope: Option<String>,
     #[serde(default, skip_serializing_if = "CloudEventsFile::is_empty")]
     pub cloudevents: CloudEventsFile,
+    /// JSON Schema contracts per event type (see docs/contracts.md).
+    #[serde(default, skip_serializing_if = "ContractsFile::is_empty")]
+    pub contracts: ContractsFile,
     #[serde(default)]
     pub kafka: KafkaFile,
     #[serde(default)]

@@ -11,6 +11,7 @@
 //! tables) is a valid identifier, every duration and limit is positive, thresholds are
 //! ordered (warning <= critical), and the router options resolve into routers.
 
+pub mod contracts;
 pub mod duration;
 mod file;
 pub mod inbox;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use router::RouterConfig;
 use serde::{Deserialize, Serialize};
 
+pub use contracts::ContractsFile;
 pub use file::{
     CloudEventsFile, ExactlyOnceFile, FileConfig, InboxFile, KafkaFile, MessagesFile, MonitorFile, OutboxFile,
     PipelineFile, RetentionFile, RouterFile,

@@ -58,6 +58,10 @@ pub struct Overrides {
     pub delivery: Option<String>,
     /// `--envelope`: `none` or `cloudevents`.
     pub envelope: Option<String>,
+    /// `--contracts-dir`: a directory of `<event type>.json` schemas.
+    pub contracts_dir: Option<std::path::PathBuf>,
+    /// `--contracts-unknown`: `allow` or `refuse`.
+    pub contracts_unknown: Option<String>,
     /// `walpost inbox --topics` (comma-separated on the command line).
     pub inbox_topics: Option<Vec<String>>,
     pub inbox_topic_regex: Option<String>,
@@ -110,6 +114,8 @@ impl Overrides {
         over(&self.dead_letter_topic, &mut file.dead_letter_topic);
         over(&self.delivery, &mut file.delivery);
         over(&self.envelope, &mut file.envelope);
+        over(&self.contracts_dir, &mut file.contracts.dir);
+        over(&self.contracts_unknown, &mut file.contracts.unknown);
         over(&self.retention_keep_days, &mut file.retention.keep_days);
         over(&self.retention_days_ahead, &mut file.retention.days_ahead);
         let inbox = &mut file.inbox;
@@ -258,6 +264,7 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
     {
         router.reserved_topics.clone_from(&reserved);
     }
+    super::contracts::attach(&file.contracts, &mut source)?;
 
     let snapshot_mode = file.snapshot.unwrap_or(SnapshotMode::Never);
     let filter = file.snapshot_filter.take().filter(|f| !f.trim().is_empty());
@@ -531,6 +538,8 @@ fn resolve_router(
         additional,
         additional_missing_ignore,
         tombstone_on_empty_payload: f.tombstone_on_empty_payload.unwrap_or(false),
+        // Set for every router at once, after they resolve: see [contracts].
+        contract: None,
     };
     if config.topic_pattern.is_empty() {
         return Err(ConfigError::Invalid {

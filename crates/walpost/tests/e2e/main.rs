@@ -10,6 +10,7 @@ mod bad_inputs;
 mod chaos;
 mod cloudevents;
 mod conformance;
+mod contracts;
 mod core;
 mod drills;
 mod errors;

@@ -1,0 +1,154 @@
+//! Event contracts from JSON Schema files: one schema per event type, checked on every
+//! outbox payload before walpost hands it to Kafka (issue 31).
+//!
+//! [`Contracts`] implements the router's [`PayloadContract`]: the router asks it about
+//! every payload of every path (stream, snapshot, replay, table-less messages), so a
+//! payload that breaks its contract becomes a permanent error of that event (halt or
+//! dead letter), never a record.
+//!
+//! Invariants:
+//! - The payload bytes are only read: the record carries them unchanged.
+//! - A [`Breach`] names the schema, the JSON pointer of the first failing value and the
+//!   keyword that failed; never a value of the payload (an `additionalProperties`
+//!   breach does not list the extra names either).
+//! - No I/O: the caller reads the files and hands over their text, and nothing is
+//!   fetched while validating (a `$ref` to another document is refused when the schema
+//!   is built, since no retriever is compiled in).
+//! - Formats (`"format": "date-time"`, `email`, `uuid`...) are asserted on every draft,
+//!   as registries' JSON Schema serializers do, not only annotated.
+//! - Hostile payloads: serde_json stops at 128 levels of nesting (then the payload is
+//!   "not JSON"), and validation walks the parsed value, so depth is bounded too.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use router::{Breach, BreachReason, PayloadContract};
+
+/// A schema as the caller read it.
+#[derive(Debug, Clone)]
+pub struct SchemaText {
+    /// The event type it is the contract of (the `eventType` header's value).
+    pub event_type: String,
+    /// Where it came from, as errors and breaches show it (a path, a file name).
+    pub name: String,
+    pub text: Vec<u8>,
+}
+
+/// What to do with an event whose type has no schema (or that has no type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unknown {
+    /// Published unchecked.
+    Allow,
+    /// A breach: the event halts walpost or is dead-lettered.
+    Refuse,
+}
+
+/// A schema that cannot be a contract.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LoadError {
+    #[error("contract {name}: not JSON (line {line}, column {column}: {reason}): fix the file")]
+    NotJson { name: String, line: usize, column: usize, reason: String },
+    #[error("contract {name}: not a valid JSON Schema ({reason}): fix the file; a $ref to another document is not fetched, so inline what it refers to under $defs")]
+    NotASchema { name: String, reason: String },
+    #[error("contract {name} and contract {other} are both for event type {event_type}: keep one")]
+    Duplicate { event_type: String, name: String, other: String },
+}
+
+struct Contract {
+    name: Arc<str>,
+    validator: jsonschema::Validator,
+}
+
+/// The contracts of every event type. See the crate docs.
+pub struct Contracts {
+    by_type: HashMap<Box<[u8]>, Contract>,
+    unknown: Unknown,
+    origin: String,
+}
+
+impl std::fmt::Debug for Contracts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Contracts")
+            .field("origin", &self.origin)
+            .field("event_types", &self.event_types())
+            .field("unknown", &self.unknown)
+            .finish()
+    }
+}
+
+impl Contracts {
+    /// Builds a validator per schema. `origin` says where they came from (a directory),
+    /// for logs.
+    pub fn new(schemas: Vec<SchemaText>, unknown: Unknown, origin: impl Into<String>) -> Result<Contracts, LoadError> {
+        let mut by_type: HashMap<Box<[u8]>, Contract> = HashMap::with_capacity(schemas.len());
+        for s in schemas {
+            let schema: serde_json::Value = serde_json::from_slice(&s.text).map_err(|e| LoadError::NotJson {
+                name: s.name.clone(),
+                line: e.line(),
+                column: e.column(),
+                reason: e.to_string(),
+            })?;
+            let validator = jsonschema::options()
+                .should_validate_formats(true)
+                .build(&schema)
+                .map_err(|e| LoadError::NotASchema { name: s.name.clone(), reason: e.to_string() })?;
+            let key: Box<[u8]> = s.event_type.as_bytes().into();
+            if let Some(other) = by_type.get(&key) {
+                return Err(LoadError::Duplicate {
+                    event_type: s.event_type,
+                    name: s.name,
+                    other: other.name.to_string(),
+                });
+            }
+            by_type.insert(key, Contract { name: Arc::from(s.name.as_str()), validator });
+        }
+        Ok(Contracts { by_type, unknown, origin: origin.into() })
+    }
+
+    /// The event types with a schema, sorted.
+    pub fn event_types(&self) -> Vec<String> {
+        let mut types: Vec<String> = self.by_type.keys().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+        types.sort();
+        types
+    }
+
+    pub fn unknown(&self) -> Unknown {
+        self.unknown
+    }
+
+    fn unknown_event(&self, reason: BreachReason) -> Result<(), Breach> {
+        match self.unknown {
+            Unknown::Allow => Ok(()),
+            Unknown::Refuse => Err(Breach { schema: None, reason }),
+        }
+    }
+}
+
+impl PayloadContract for Contracts {
+    fn check(&self, event_type: Option<&[u8]>, payload: &[u8]) -> Result<(), Breach> {
+        let Some(event_type) = event_type else {
+            return self.unknown_event(BreachReason::NoEventType);
+        };
+        let Some(contract) = self.by_type.get(event_type) else {
+            return self.unknown_event(BreachReason::NoContract);
+        };
+        let breach = |reason| Breach { schema: Some(contract.name.clone()), reason };
+        let value: serde_json::Value = serde_json::from_slice(payload)
+            .map_err(|e| breach(BreachReason::NotJson { line: e.line(), column: e.column() }))?;
+        match contract.validator.validate(&value) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(breach(BreachReason::Invalid {
+                pointer: e.instance_path().as_str().to_owned(),
+                keyword: e.kind().keyword().to_owned(),
+                schema_path: e.schema_path().as_str().to_owned(),
+            })),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("{} event types from {}", self.by_type.len(), self.origin)
+    }
+}
+
+#[cfg(test)]
+mod tests;

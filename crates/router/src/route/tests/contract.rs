@@ -1,0 +1,128 @@
+//! The contract hook: every path into a record asks the contract, with the payload bytes
+//! before any envelope, and a breach is a `ContractBroken` error naming the event.
+
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::cloudevents::{CloudEventsConfig, CloudEventsMode};
+use crate::{Breach, BreachReason, ContractRef, PayloadContract};
+
+/// One question: the event type and the payload.
+type Asked = (Option<Vec<u8>>, Vec<u8>);
+
+/// Records what it was asked, and refuses payloads containing `"bad"`.
+#[derive(Default)]
+struct Recorder {
+    asked: Mutex<Vec<Asked>>,
+}
+
+impl PayloadContract for Recorder {
+    fn check(&self, event_type: Option<&[u8]>, payload: &[u8]) -> Result<(), Breach> {
+        self.asked.lock().unwrap().push((event_type.map(<[u8]>::to_vec), payload.to_vec()));
+        if payload.windows(5).any(|w| w == b"\"bad\"") {
+            return Err(Breach {
+                schema: Some(Arc::from("OrderPlaced.json")),
+                reason: BreachReason::Invalid {
+                    pointer: "/state".into(),
+                    keyword: "enum".into(),
+                    schema_path: "/properties/state/enum".into(),
+                },
+            });
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "a recorder".into()
+    }
+}
+
+/// A contract that refuses every payload: with a schema (an `Invalid` breach) or
+/// without (no schema for the event type).
+pub(super) fn refusing(schema: Option<&'static str>) -> ContractRef {
+    struct No(Option<&'static str>);
+    impl PayloadContract for No {
+        fn check(&self, _: Option<&[u8]>, _: &[u8]) -> Result<(), Breach> {
+            Err(match self.0 {
+                Some(name) => Breach {
+                    schema: Some(Arc::from(name)),
+                    reason: BreachReason::Invalid {
+                        pointer: "/email".into(),
+                        keyword: "format".into(),
+                        schema_path: "/x".into(),
+                    },
+                },
+                None => Breach { schema: None, reason: BreachReason::NoContract },
+            })
+        }
+        fn describe(&self) -> String {
+            "no".into()
+        }
+    }
+    ContractRef(Arc::new(No(schema)))
+}
+
+fn with(recorder: &Arc<Recorder>, config: RouterConfig) -> Router {
+    router(RouterConfig { contract: Some(ContractRef(recorder.clone())), ..config })
+}
+
+#[test]
+fn every_payload_is_asked_with_its_event_type_and_a_breach_names_the_event() {
+    let recorder = Arc::new(Recorder::default());
+    let mut r = with(&recorder, RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let good = r.route(&rel, &seed_row(text("order"), text("k"), text(r#"{"state": "new"}"#))).unwrap();
+    assert_eq!(good.value.as_deref(), Some(&br#"{"state": "new"}"#[..]), "the payload is unchanged");
+    let err = r.route(&rel, &seed_row(text("order"), text("k"), text(r#"{"state": "bad"}"#))).unwrap_err();
+    assert_eq!(err.class(), "contract_broken");
+    assert_eq!(err.event_id(), Some("42"));
+    assert_eq!(
+        err.to_string(),
+        "event id 42 of events.outbox (event type OrderPlaced) breaks its contract: schema OrderPlaced.json refuses it: the value at /state fails \"enum\" (schema path /properties/state/enum): fix the producing service, or the schema if the event is right"
+    );
+    let asked = recorder.asked.lock().unwrap();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(asked[0], (Some(b"OrderPlaced".to_vec()), br#"{"state": "new"}"#.to_vec()));
+}
+
+#[test]
+fn tombstones_are_not_asked_and_envelopes_are_checked_by_their_payload() {
+    let recorder = Arc::new(Recorder::default());
+    let mut r = with(&recorder, RouterConfig { tombstone_on_empty_payload: true, ..RouterConfig::default() });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let tombstone = r.route(&rel, &seed_row(text("order"), text("k"), ColumnValue::Null)).unwrap();
+    assert!(tombstone.value.is_none());
+    assert!(recorder.asked.lock().unwrap().is_empty(), "a tombstone has no payload to check");
+
+    let ce = RouterConfig {
+        cloudevents: Some(CloudEventsConfig { mode: CloudEventsMode::Structured, source: "/s".into() }),
+        ..RouterConfig::default()
+    };
+    let mut r = with(&recorder, ce);
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let rec = r.route(&rel, &seed_row(text("order"), text("k"), text(r#"{"state": "new"}"#))).unwrap();
+    assert!(rec.value.as_deref().unwrap().starts_with(b"{\"specversion\""), "a structured event");
+    assert_eq!(recorder.asked.lock().unwrap()[0].1, br#"{"state": "new"}"#.to_vec(), "its data was checked");
+    let err = r.route(&rel, &seed_row(text("order"), text("k"), text(r#"{"state": "bad"}"#))).unwrap_err();
+    assert_eq!(err.class(), "contract_broken");
+}
+
+#[test]
+fn table_less_messages_are_checked_too() {
+    let recorder = Arc::new(Recorder::default());
+    let mut r =
+        with(&recorder, RouterConfig { event_type_header_field: Some("type".into()), ..RouterConfig::default() });
+    let ok = Bytes::from_static(
+        br#"{"id": 1, "aggregate_type": "order", "aggregate_id": "o", "type": "T", "payload": {"state": "new"}}"#,
+    );
+    assert!(r.route_json(&ok, "message prefix outbox", None).is_ok());
+    let bad = Bytes::from_static(
+        br#"{"id": 2, "aggregate_type": "order", "aggregate_id": "o", "type": "T", "payload": {"state": "bad"}}"#,
+    );
+    let err = r.route_json(&bad, "message prefix outbox", None).unwrap_err();
+    assert!(
+        err.to_string().starts_with("event id 2 of message prefix outbox (event type T) breaks its contract"),
+        "{err}"
+    );
+    assert_eq!(recorder.asked.lock().unwrap()[0], (Some(b"T".to_vec()), br#"{"state": "new"}"#.to_vec()));
+}

@@ -1,0 +1,194 @@
+//! Event contracts from files (issue 31, item 1 and 3): every payload is checked against
+//! its event type's JSON Schema before it reaches Kafka; a breach halts walpost with
+//! nothing confirmed past it, or is dead-lettered once, and valid events keep their
+//! per-aggregate order. The snapshot path checks the same way.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Three event types' schemas in a fresh directory.
+fn contracts_dir(w: &World) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{}-contracts", w.db));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = |required: &str, kind: &str| {
+        format!(
+            r#"{{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+                "required": ["{required}"], "properties": {{"{required}": {{"type": "{kind}"}}}}}}"#
+        )
+    };
+    std::fs::write(dir.join("OrderPlaced.json"), schema("amount", "integer")).unwrap();
+    std::fs::write(dir.join("OrderShipped.json"), schema("carrier", "string")).unwrap();
+    // draft-07, as many registries' schemas still are.
+    std::fs::write(
+        dir.join("OrderCancelled.json"),
+        r#"{"$schema": "http://json-schema.org/draft-07/schema#", "required": ["reason"],
+            "properties": {"reason": {"enum": ["customer", "fraud"]}}}"#,
+    )
+    .unwrap();
+    dir
+}
+
+/// One event's row values: (event type, payload); `valid` says whether its schema takes it.
+fn event(n: usize) -> (&'static str, String, bool) {
+    match n % 3 {
+        0 if n % 7 == 0 => ("OrderPlaced", format!(r#"{{"amount": "SECRET-{n}"}}"#), false),
+        0 => ("OrderPlaced", format!(r#"{{"amount": {n}}}"#), true),
+        1 if n % 5 == 1 => ("OrderShipped", format!(r#"{{"carrier_SECRET": "x{n}"}}"#), false),
+        1 => ("OrderShipped", format!(r#"{{"carrier": "dhl-{n}"}}"#), true),
+        _ if n % 11 == 2 => ("OrderCancelled", r#"{"reason": "SECRET"}"#.to_owned(), false),
+        _ => ("OrderCancelled", r#"{"reason": "fraud"}"#.to_owned(), true),
+    }
+}
+
+/// Inserts events `from..to` in transactions of `per_txn` over 6 aggregates; returns
+/// each row's id with its validity.
+fn insert_events(w: &World, from: usize, to: usize, per_txn: usize) -> Vec<(String, bool)> {
+    let mut rows = Vec::new();
+    let mut n = from;
+    while n < to {
+        let end = (n + per_txn).min(to);
+        let values: Vec<String> = (n..end)
+            .map(|i| {
+                let (event_type, payload, _) = event(i);
+                format!("('order', '00000000-0000-4000-8000-00000000000{}', '{event_type}', '{payload}')", i % 6)
+            })
+            .collect();
+        let ids = w.sql(&format!(
+            "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES {} RETURNING id",
+            values.join(", ")
+        ));
+        for (i, id) in (n..end).zip(ids.lines().filter(|l| !l.is_empty())) {
+            rows.push((id.to_owned(), event(i).2));
+        }
+        n = end;
+    }
+    rows
+}
+
+fn header<'a>(r: &'a Consumed, name: &str) -> Option<&'a str> {
+    r.header(name).map(|v| std::str::from_utf8(v).unwrap())
+}
+
+#[test]
+fn contracts_halt_at_a_breach_then_dead_letter_it_and_lose_nothing() {
+    let w = World::new("contracts-halt");
+    let dir = contracts_dir(&w);
+    let mut args = w.args();
+    args.extend(["--contracts-dir".into(), dir.display().to_string()]);
+    let mut p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    // n = 3, 4, 5: valid events of the three types.
+    let first = insert_events(&w, 3, 6, 3);
+    assert!(first.iter().all(|(_, valid)| *valid));
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 3, WAIT);
+    let lsn_before = parse_lsn(&w.sql("SELECT pg_current_wal_lsn()")).unwrap();
+    // One transaction: a valid OrderCancelled (n = 20), the breach (OrderPlaced, n = 21),
+    // a valid OrderShipped (n = 22).
+    let breach_txn = insert_events(&w, 20, 23, 3);
+    assert_eq!(breach_txn.iter().map(|(_, v)| *v).collect::<Vec<_>>(), vec![true, false, true]);
+    let status = p.wait_exit(WAIT).expect("walpost must halt on the breach");
+    assert!(!status.success());
+    let log = p.log_text();
+    let breach_id = &breach_txn[1].0;
+    let expected = format!(
+        "event id {breach_id} of events.outbox (event type OrderPlaced) breaks its contract: schema {} refuses it: the value at /amount fails \"type\" (schema path /properties/amount/type)",
+        dir.join("OrderPlaced.json").display()
+    );
+    assert!(log.contains(&expected), "{expected}\n{log}");
+    assert!(log.contains("set on_permanent_error = \"dead_letter\""), "{log}");
+    assert!(!log.contains("SECRET"), "no payload value in the log:\n{log}");
+    assert!(w.confirmed_flush_lsn().unwrap() <= lsn_before, "nothing past the breach's transaction is confirmed");
+
+    // The runbook's way on: dead-letter it; its transaction and the later ones follow.
+    let later = insert_events(&w, 36, 39, 3);
+    assert!(later.iter().all(|(_, valid)| *valid));
+    let dlq = format!("{}dead", w.topic_prefix);
+    let mut args = args.clone();
+    args.extend(["--on-permanent-error".into(), "dead_letter".into(), "--dead-letter-topic".into(), dlq.clone()]);
+    let _p = Walpost::start(&args, &[]);
+    let valid = first.len() + 2 + later.iter().filter(|(_, v)| *v).count();
+    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, valid + 1, WAIT);
+    let dead: Vec<&Consumed> = records.iter().filter(|r| r.topic == dlq).collect();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(header(dead[0], "walpost.event.id"), Some(breach_id.as_str()));
+    assert_eq!(header(dead[0], "walpost.error.class"), Some("contract_broken"));
+    assert!(header(dead[0], "walpost.error.message").unwrap().contains("the value at /amount fails \"type\""));
+    assert!(!header(dead[0], "walpost.error.message").unwrap().contains("SECRET"));
+    let stored = w.sql(&format!("SELECT payload FROM events.outbox WHERE id = {breach_id}"));
+    assert_eq!(dead[0].value.as_deref(), Some(stored.trim_end().as_bytes()), "the payload bytes, unchanged");
+    let published: Vec<String> =
+        records.iter().filter(|r| r.topic == w.topic("order")).map(|r| header(r, "id").unwrap().to_owned()).collect();
+    for (id, valid) in first.iter().chain(&breach_txn).chain(&later) {
+        assert_eq!(published.contains(id), *valid, "event {id} (valid: {valid}) in {published:?}");
+    }
+}
+
+#[test]
+fn contracts_dead_letter_each_breach_once_keep_order_and_check_the_snapshot() {
+    let w = World::new("contracts-dlq");
+    let dir = contracts_dir(&w);
+    // Rows from before the slot: the snapshot publishes them, checked the same way.
+    let pre_slot = insert_events(&w, 0, 40, 8);
+    let mut rows = pre_slot.clone();
+    // An event type without a schema, refused by contracts.unknown = refuse.
+    let unknown = w.sql(
+        "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', '00000000-0000-4000-8000-000000000001', 'InvoiceSent', '{}') RETURNING id",
+    );
+    let dlq = format!("{}dead", w.topic_prefix);
+    let config = std::env::temp_dir().join(format!("{}.toml", w.db));
+    std::fs::write(
+        &config,
+        format!(
+            "on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n[contracts]\ndir = \"{}\"\nunknown = \"refuse\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let mut args = vec!["--config".to_string(), config.display().to_string()];
+    args.extend(w.args());
+    args.extend(["--snapshot".into(), "initial".into()]);
+    let p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    rows.extend(insert_events(&w, 40, 200, 9));
+    let invalid = rows.iter().filter(|(_, v)| !*v).count() + 1;
+    let valid = rows.iter().filter(|(_, v)| *v).count();
+    assert!(invalid > 20 && valid > 120, "{invalid} invalid, {valid} valid");
+    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, valid + invalid, WAIT);
+    assert_eq!(records.len(), valid + invalid, "each event once: {} records", records.len());
+    let mut dead: BTreeMap<String, String> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.topic == dlq) {
+        let id = header(r, "walpost.event.id").unwrap().to_owned();
+        assert_eq!(header(r, "walpost.error.class"), Some("contract_broken"));
+        assert!(!header(r, "walpost.error.message").unwrap().contains("SECRET"));
+        assert!(dead.insert(id, header(r, "walpost.error.message").unwrap().to_owned()).is_none(), "twice");
+    }
+    let expected_dead: Vec<&String> = rows.iter().filter(|(_, v)| !*v).map(|(id, _)| id).collect();
+    assert_eq!(dead.len(), invalid);
+    for id in &expected_dead {
+        assert!(dead.contains_key(*id), "breach {id} was not dead-lettered");
+    }
+    assert!(dead[&unknown.trim().to_owned()].contains("contracts.dir holds no schema for its event type"));
+    assert!(!dead[&unknown.trim().to_owned()].contains("InvoiceSent"), "an unknown type is a column value");
+    // Valid events: all there, in id order per aggregate (one partition per key).
+    let mut last: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+    let mut seen = 0;
+    for r in records.iter().filter(|r| r.topic == w.topic("order")) {
+        let id: i64 = header(r, "id").unwrap().parse().unwrap();
+        if let Some(before) = last.insert(r.key.clone().unwrap(), id) {
+            assert!(before < id, "aggregate order: {id} after {before}");
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, valid);
+    let snapshot = records.iter().filter(|r| r.header("walpost.snapshot") == Some(&b"true"[..])).count();
+    assert!(snapshot > 0, "the rows from before the slot came through the snapshot");
+    let pre_slot_breaches: Vec<&String> = pre_slot.iter().filter(|(_, v)| !*v).map(|(id, _)| id).collect();
+    assert!(pre_slot_breaches.len() >= 3, "{pre_slot_breaches:?}");
+    assert!(pre_slot_breaches.iter().all(|id| dead.contains_key(*id)), "the snapshot checks the same way");
+}
