@@ -145,6 +145,12 @@ async fn run(settings: Settings) -> Result<(), PipelineError> {
         "walpost starting"
     );
     kafka::config::log_defaults(&settings.kafka.properties);
+    if let Some(contract) = &settings.router().contract {
+        tracing::info!(
+            "contracts: every payload is checked against its event type's schema ({})",
+            contract.0.describe()
+        );
+    }
     // Only with OTEL_EXPORTER_OTLP_ENDPOINT: otherwise no thread, no queue, no spans.
     let spans = match &settings.otel {
         Some(otel) => Some(otlp::Exporter::start(otel, metrics.spans.clone())?),

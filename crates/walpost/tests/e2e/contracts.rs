@@ -94,6 +94,13 @@ fn contracts_halt_at_a_breach_then_dead_letter_it_and_lose_nothing() {
     let status = p.wait_exit(WAIT).expect("walpost must halt on the breach");
     assert!(!status.success());
     let log = p.log_text();
+    assert!(
+        log.contains(&format!(
+            "contracts: every payload is checked against its event type's schema (3 event types from {})",
+            dir.display()
+        )),
+        "{log}"
+    );
     let breach_id = &breach_txn[1].0;
     let expected = format!(
         "event id {breach_id} of events.outbox (event type OrderPlaced) breaks its contract: schema {} refuses it: the value at /amount fails \"type\" (schema path /properties/amount/type)",
