@@ -148,6 +148,10 @@ impl PayloadContract for Contracts {
     fn describe(&self) -> String {
         format!("{} event types from {}", self.by_type.len(), self.origin)
     }
+
+    fn event_types(&self) -> Vec<String> {
+        Contracts::event_types(self)
+    }
 }
 
 #[cfg(test)]

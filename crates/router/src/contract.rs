@@ -21,6 +21,12 @@ pub trait PayloadContract: Send + Sync {
 
     /// What the contract is, for logs and `Debug` (a directory, a registry URL).
     fn describe(&self) -> String;
+
+    /// The event types it holds a schema for: names the operator configured, so fit
+    /// for metric labels (a row's event type is not).
+    fn event_types(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A shared [`PayloadContract`] in a [`crate::RouterConfig`]. Two configurations are

@@ -130,11 +130,26 @@ async fn inbox(settings: InboxSettings) -> Result<(), PipelineError> {
     }
 }
 
+/// Every router's contract counted in `walpost_contract_checks_total` (they share one).
+fn meter_contracts(settings: &mut Settings, metrics: &Metrics) {
+    let Some(contract) = settings.router().contract.clone() else {
+        return;
+    };
+    let metered = metrics.contracts.meter(&contract);
+    let source = &mut settings.source;
+    for router in
+        source.outboxes.iter_mut().map(|o| &mut o.router).chain(source.messages.iter_mut().map(|m| &mut m.router))
+    {
+        router.contract = Some(metered.clone());
+    }
+}
+
 /// `walpost run`: the stream plus its side tasks, until a signal or a definite error.
-async fn run(settings: Settings) -> Result<(), PipelineError> {
+async fn run(mut settings: Settings) -> Result<(), PipelineError> {
     let health = Arc::new(Health::new(settings.stream.unready_after, LIVENESS_TIMEOUT));
     let metrics = Metrics::new(health.clone()).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
     metrics.kafka.declare_dead_letter_classes(router::ERROR_CLASSES.iter().chain(kafka::rejection::CLASSES).copied());
+    meter_contracts(&mut settings, &metrics);
     serve_metrics(settings.metrics_addr, &metrics)?;
     tracing::info!(
         version = crate::VERSION,

@@ -33,7 +33,9 @@ use prometheus::{
 
 use super::health::{AlarmLevel, Health};
 
+mod contracts;
 mod inbox;
+pub use contracts::ContractMetrics;
 pub use inbox::{HandlerStats, InboxMetrics};
 
 /// Metric names.
@@ -48,6 +50,7 @@ pub mod names {
     pub const PRODUCE_ERRORS: &str = "walpost_produce_errors_total";
     pub const RECONNECTS: &str = "walpost_reconnects_total";
     pub const DEAD_LETTERS: &str = "walpost_dead_letters_total";
+    pub const CONTRACT_CHECKS: &str = "walpost_contract_checks_total";
     pub const SKIPPED: &str = "walpost_events_skipped_total";
     pub const STREAMING: &str = "walpost_streaming";
     pub const HALTED: &str = "walpost_halted";
@@ -105,6 +108,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ),
     (RECONNECTS, "counter", "Stream restarts after a transient error, by cause (postgres, kafka)."),
     (DEAD_LETTERS, "counter", "Events acknowledged on the dead-letter topic, by error class."),
+    (
+        CONTRACT_CHECKS,
+        "counter",
+        "With [contracts]: payloads checked, by event type (those with a schema; others are (other)) and result (valid, breach).",
+    ),
     (SKIPPED, "counter", "Changes that are not outbox events and were skipped, by reason."),
     (STREAMING, "gauge", "1 while streaming from the replication slot."),
     (
@@ -215,6 +223,7 @@ pub struct Metrics {
     pub retention: RetentionMetrics,
     pub spans: SpanMetrics,
     pub inbox: InboxMetrics,
+    pub contracts: ContractMetrics,
     streaming: IntGauge,
     halted: IntGauge,
     unacknowledged: Gauge,
@@ -501,6 +510,9 @@ impl Metrics {
             review_required: gauges(INBOX_REVIEW_REQUIRED, "handler")?,
             handlers: Arc::new(Mutex::new(std::collections::BTreeSet::new())),
         };
+        let contracts = ContractMetrics {
+            checks: register(&r, IntCounterVec::new(opts(CONTRACT_CHECKS), &["event_type", "result"]))?,
+        };
         let streaming = gauge(STREAMING)?;
         let halted = gauge(HALTED)?;
         let unacknowledged = fgauge(UNACKNOWLEDGED)?;
@@ -515,6 +527,7 @@ impl Metrics {
             retention,
             spans,
             inbox,
+            contracts,
             streaming,
             halted,
             unacknowledged,
@@ -572,6 +585,7 @@ mod tests {
         m.kafka.produce_error("rejected");
         m.kafka.declare_dead_letter_classes(["invalid_topic"]);
         m.retention.skipped("slot_behind");
+        m.contracts.checks.with_label_values(&["(other)", "valid"]).inc();
         m.inbox.records("orders", "stored", 3);
         m.inbox.set_consumer_lag_from_stats(
             br#"{"topics": {"orders": {"partitions": {"0": {"consumer_lag": 4, "fetch_state": "active"}, "-1": {"consumer_lag": -1}}}}}"#,

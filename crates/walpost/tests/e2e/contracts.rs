@@ -159,7 +159,8 @@ fn contracts_dead_letter_each_breach_once_keep_order_and_check_the_snapshot() {
     .unwrap();
     let mut args = vec!["--config".to_string(), config.display().to_string()];
     args.extend(w.args());
-    args.extend(["--snapshot".into(), "initial".into()]);
+    let port = testkit::free_port();
+    args.extend(["--snapshot".into(), "initial".into(), "--metrics-addr".into(), format!("127.0.0.1:{port}")]);
     let p = Walpost::start(&args, &[]);
     assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
     rows.extend(insert_events(&w, 40, 200, 9));
@@ -193,6 +194,30 @@ fn contracts_dead_letter_each_breach_once_keep_order_and_check_the_snapshot() {
         seen += 1;
     }
     assert_eq!(seen, valid);
+    // walpost_contract_checks_total: each event checked once, by its type (a schema's) or
+    // (other), and its result.
+    let mut want: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for (n, (_, valid)) in (0..200).zip(&rows) {
+        let entry = want.entry(event(n).0.to_owned()).or_default();
+        if *valid {
+            entry.0 += 1;
+        } else {
+            entry.1 += 1;
+        }
+    }
+    want.insert("(other)".into(), (0, 1));
+    let series = |t: &str, result: &str, n: usize| {
+        format!("walpost_contract_checks_total{{event_type=\"{t}\",result=\"{result}\"}} {n}")
+    };
+    let expected: Vec<String> =
+        want.iter().flat_map(|(t, (v, b))| [series(t, "valid", *v), series(t, "breach", *b)]).collect();
+    let mut scraped = String::new();
+    let all_there = testkit::wait_until(Duration::from_secs(20), || {
+        scraped = crate::drills::http_get(port, "/metrics").1;
+        expected.iter().all(|line| scraped.contains(line.as_str()))
+    });
+    assert!(all_there, "{expected:#?}\n{scraped}");
+    assert!(!scraped.contains("InvoiceSent"), "a type without a schema is not a label");
     let snapshot = records.iter().filter(|r| r.header("walpost.snapshot") == Some(&b"true"[..])).count();
     assert!(snapshot > 0, "the rows from before the slot came through the snapshot");
     let pre_slot_breaches: Vec<&String> = pre_slot.iter().filter(|(_, v)| !*v).map(|(id, _)| id).collect();
