@@ -364,20 +364,23 @@ impl Router {
             _ => None,
         };
         let trace = self.trace_context(tracing_column.map(|t| t.as_ref()), &mut headers);
-        if let (Some(contract), Some(cell)) = (&c.contract, payload.filter(|_| !tombstone)) {
-            // The bytes the record would carry without an envelope: a text column's are a
-            // slice of the row, bytea's are decoded once more only here.
-            let bytes =
-                rr.render_cell(cell, rel.payload, &c.payload_field, "table.field.event.payload", Form::Plain)?;
-            check_contract(contract, &rel.table, &event_id, event_type.as_deref(), &bytes, c.log_values)?;
+        // The payload's bytes as a record without an envelope carries them (a text column's
+        // are a slice of the row, bytea's decoded): rendered once, for the value and the
+        // contract both, and not at all for an envelope without a contract.
+        let plain = match payload {
+            Some(cell) if !tombstone && (c.contract.is_some() || !self.envelope) => {
+                Some(rr.render_cell(cell, rel.payload, &c.payload_field, "table.field.event.payload", Form::Plain)?)
+            }
+            _ => None,
+        };
+        if let (Some(contract), Some(bytes)) = (&c.contract, &plain) {
+            check_contract(contract, &rel.table, &event_id, event_type.as_deref(), bytes, c.log_values)?;
         }
         let mut value = match payload {
-            Some(cell) if !tombstone => Some(if self.envelope {
-                rr.envelope(rel.payload, &c.payload_field, cell, &envelope_fields)?
-            } else {
-                rr.render_cell(cell, rel.payload, &c.payload_field, "table.field.event.payload", Form::Plain)?
-            }),
-            _ => None,
+            Some(cell) if !tombstone && self.envelope => {
+                Some(rr.envelope(rel.payload, &c.payload_field, cell, &envelope_fields)?)
+            }
+            _ => plain,
         };
         if let Some(envelope) = &self.cloudevents {
             let event_type = event_type.ok_or_else(|| RouteError::NullField {

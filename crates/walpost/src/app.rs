@@ -136,10 +136,7 @@ fn meter_contracts(settings: &mut Settings, metrics: &Metrics) {
         return;
     };
     let metered = metrics.contracts.meter(&contract);
-    let source = &mut settings.source;
-    for router in
-        source.outboxes.iter_mut().map(|o| &mut o.router).chain(source.messages.iter_mut().map(|m| &mut m.router))
-    {
+    for router in settings.source.routers_mut() {
         router.contract = Some(metered.clone());
     }
 }

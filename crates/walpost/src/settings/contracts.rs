@@ -51,14 +51,18 @@ pub(crate) fn attach(f: &ContractsFile, source: &mut SourceSettings) -> Result<(
     let Some(contract) = resolve_contracts(f)? else {
         return Ok(());
     };
-    let tables = source.outboxes.iter_mut().map(|o| (o.table.to_string(), &mut o.router));
-    for (table, router) in tables.chain(source.messages.iter_mut().map(|m| ("[messages]".to_owned(), &mut m.router))) {
-        if router.event_type_header_field.is_none() {
-            return Err(ConfigError::Option(format!(
-                "[contracts] needs each event's type, but {table} has none: set {} to its event type column",
-                router::EVENT_TYPE_HEADER_OPTION
-            )));
-        }
+    let untyped =
+        source.outboxes.iter().find(|o| o.router.event_type_header_field.is_none()).map(|o| o.table.to_string());
+    let untyped = untyped.or_else(|| {
+        source.messages.as_ref().filter(|m| m.router.event_type_header_field.is_none()).map(|_| "[messages]".to_owned())
+    });
+    if let Some(table) = untyped {
+        return Err(ConfigError::Option(format!(
+            "[contracts] needs each event's type, but {table} has none: set {} to its event type column",
+            router::EVENT_TYPE_HEADER_OPTION
+        )));
+    }
+    for router in source.routers_mut() {
         router.contract = Some(contract.clone());
     }
     Ok(())

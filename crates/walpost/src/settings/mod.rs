@@ -86,6 +86,11 @@ pub struct SourceSettings {
 }
 
 impl SourceSettings {
+    /// The router of every outbox table, then the table-less outbox's.
+    pub fn routers_mut(&mut self) -> impl Iterator<Item = &mut RouterConfig> {
+        self.outboxes.iter_mut().map(|o| &mut o.router).chain(self.messages.iter_mut().map(|m| &mut m.router))
+    }
+
     /// The tables the publication must publish: every outbox, and the signal table.
     pub fn published_tables(&self) -> impl Iterator<Item = &TableName> {
         self.outboxes.iter().map(|o| &o.table).chain(self.signal_table.iter())

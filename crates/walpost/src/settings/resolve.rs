@@ -259,9 +259,7 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
     if let Delivery::ExactlyOnce(e) = &kafka.delivery {
         reserved.push(e.progress_topic.clone());
     }
-    for router in
-        source.outboxes.iter_mut().map(|o| &mut o.router).chain(source.messages.iter_mut().map(|m| &mut m.router))
-    {
+    for router in source.routers_mut() {
         router.reserved_topics.clone_from(&reserved);
     }
     super::contracts::attach(&file.contracts, &mut source)?;
