@@ -9,9 +9,11 @@
 #   * an ordinary OS user to run test clusters (initdb refuses to run as root):
 #     `postgres` when it exists, else `walpost-pg` (or $WALPOST_PG_OS_USER)
 #   * the Apache Kafka 4.1.1 jars (scripts/fetch-kafka.sh)
-#   * the CloudEvents SDK (PyPI, in a venv) and the OpenTelemetry Collector built from
-#     tools/otelcol (Go module proxy), for the CloudEvents and tracing end-to-end tests
-#     (scripts/fetch-test-tools.sh); `--no-test-tools` skips them (the demo runs neither)
+#   * the CloudEvents SDK and Confluent's schema-registry client (PyPI, in a venv), the
+#     OpenTelemetry Collector built from tools/otelcol (Go module proxy) and Apicurio
+#     Registry built from tools/apicurio (Maven Central), for the CloudEvents, tracing and
+#     schema-registry end-to-end tests (scripts/fetch-test-tools.sh); `--no-test-tools`
+#     skips them (the demo runs none of them)
 # Rust, Java 17 and Maven are expected to be installed already.
 #
 # Idempotent: packages are installed (and `apt-get update` run) only when missing.
@@ -81,7 +83,7 @@ else
 fi
 say "PostgreSQL binaries: ${bindir:-NOT FOUND}"
 command -v java >/dev/null 2>&1 || say "WARNING: java not on PATH (Java 17+ needed for Kafka)"
-command -v mvn >/dev/null 2>&1 || say "WARNING: mvn not on PATH (needed by fetch-kafka.sh)"
+command -v mvn >/dev/null 2>&1 || say "WARNING: mvn not on PATH (needed by fetch-kafka.sh and fetch-test-tools.sh)"
 
 if [[ -n "${WALPOST_SETUP_SKIP_KAFKA:-}" ]]; then
     exit 0

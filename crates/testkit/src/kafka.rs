@@ -620,7 +620,7 @@ fn classpath(libs: &Path) -> String {
     format!("{}/*", libs.display())
 }
 
-fn java() -> PathBuf {
+pub(crate) fn java() -> PathBuf {
     if let Some(home) = std::env::var_os("JAVA_HOME") {
         let p = Path::new(&home).join("bin/java");
         if p.is_file() {
@@ -649,15 +649,17 @@ pub(crate) fn java_version() -> Result<String> {
 /// archive is missing, the JVM is started with `-XX:ArchiveClassesAtExit=<tmp>` and the
 /// file is renamed into place after a clean exit (a graceful [`Kafka::stop`] for the
 /// broker, any successful run for the tools). A stale or foreign archive only makes the
-/// JVM print a warning and start without it. Delete the `cds` directory to reset.
+/// JVM print a warning and start without it. Delete the `cds` directory to reset. The
+/// schema registry ([`crate::SchemaRegistry`]) uses the same mechanism, its archive in
+/// `<apicurio dir>/cds/`.
 #[derive(Debug, Clone)]
-struct Cds {
+pub(crate) struct Cds {
     archive: PathBuf,
     tmp: Option<PathBuf>,
 }
 
 impl Cds {
-    fn new(libs: &Path, role: &str) -> Option<Cds> {
+    pub(crate) fn new(libs: &Path, role: &str) -> Option<Cds> {
         if std::env::var_os("WALPOST_KAFKA_NO_CDS").is_some() {
             return None;
         }
@@ -683,7 +685,13 @@ impl Cds {
         Some(Cds { archive, tmp: Some(tmp) })
     }
 
-    fn jvm_arg(&self) -> String {
+    /// Whether the JVM started with [`Cds::jvm_arg`] writes a new archive at a clean exit
+    /// (there was none yet).
+    pub(crate) fn dumps_at_exit(&self) -> bool {
+        self.tmp.is_some()
+    }
+
+    pub(crate) fn jvm_arg(&self) -> String {
         match &self.tmp {
             Some(tmp) => format!("-XX:ArchiveClassesAtExit={}", tmp.display()),
             None => format!("-XX:SharedArchiveFile={}", self.archive.display()),
@@ -691,7 +699,7 @@ impl Cds {
     }
 
     /// After a clean JVM exit: move the freshly dumped archive into place.
-    fn commit(&self) {
+    pub(crate) fn commit(&self) {
         if let Some(tmp) = &self.tmp {
             if tmp.is_file() && !self.archive.exists() {
                 let _ = fs::rename(tmp, &self.archive);
@@ -700,7 +708,7 @@ impl Cds {
         }
     }
 
-    fn discard(&self) {
+    pub(crate) fn discard(&self) {
         if let Some(tmp) = &self.tmp {
             let _ = fs::remove_file(tmp);
         }

@@ -21,6 +21,12 @@
 //! * [`Proxy`] — a TCP forwarder the test controls (cut every connection, stall for N
 //!   seconds, refuse new connections), to break the network between a client and a
 //!   server without root.
+//! * [`SchemaRegistry`] — Apicurio Registry 2.4.2.Final (in-memory storage, no auth), the
+//!   Confluent Schema Registry API at [`SchemaRegistry::url`]
+//!   (`http://127.0.0.1:PORT/apis/ccompat/v7`), built once by `scripts/fetch-test-tools.sh`;
+//!   [`SchemaRegistry::pause`] / [`SchemaRegistry::resume`] make it hang without losing
+//!   schemas, [`SchemaRegistry::restart`] brings it back empty on the same port. [`python`]
+//!   is the Python with Confluent's serializers (`confluent-kafka[avro,json,schemaregistry]`).
 //! * [`shared_postgres`] / [`shared_kafka`] — one server per test binary, started on first
 //!   use and shared by all tests of that binary. Give every test its own database
 //!   ([`Postgres::create_database`]), replication-slot names, publication names and topic
@@ -78,8 +84,11 @@
 //! | `WALPOST_PG_OS_USER` | when the tests run as **root**: the ordinary OS user that owns and runs the clusters (`initdb` refuses root). Default: `postgres` if it exists, else `walpost-pg` (created with `useradd` if missing). Ignored when not root: the cluster then runs as the current user. |
 //! | `WALPOST_PG_CACHE`, `WALPOST_PG_NPM_VERSION` | read by `scripts/fetch-postgres.sh`, which [`pg_bin_dir_for_major`] runs when the wanted major is neither the default nor Debian's (installs under `$HOME/.cache/walpost/pg-MAJOR`, or `/var/cache/walpost/pg-MAJOR` as root). |
 //! | `WALPOST_KAFKA_LIBS` | directory with the Kafka class path (the jars). Default `$HOME/.cache/walpost/kafka-4.1.1/libs`. Considered complete when it holds the marker file `.walpost-complete`. |
+//! | `WALPOST_TOOLS_CACHE` | where `scripts/fetch-test-tools.sh` builds and installs the test tools. Default `$HOME/.cache/walpost/tools`. |
+//! | `WALPOST_APICURIO_DIR` | the built Apicurio Registry (a Quarkus `quarkus-app` directory with `quarkus-run.jar`) [`SchemaRegistry`] runs. Default `<tools cache>/apicurio-2.4.2`, used when it holds the marker `.walpost-complete`. |
+//! | `WALPOST_CE_PYTHON` | the Python [`python`] returns. Default `<tools cache>/ce-venv/bin/python`. |
 //! | `WALPOST_KEEP_TEST_DIRS` | if set (to anything), temporary server directories (data, config, logs) are kept instead of deleted, and their paths are printed to stderr. |
-//! | `WALPOST_KAFKA_NO_CDS` | if set, do not use/create AppCDS archives (`<libs>/../cds/*.jsa`, which halve JVM start-up). |
+//! | `WALPOST_KAFKA_NO_CDS` | if set, do not use/create AppCDS archives (`<libs>/../cds/*.jsa`, which halve JVM start-up; the schema registry's are in `<apicurio dir>/cds/`). |
 //! | `JAVA_HOME` | if set, `$JAVA_HOME/bin/java` is used, else `java` from `PATH`. |
 //! | `TMPDIR` | where the temporary server directories are created (default `/tmp`). When running as root it must be traversable by the cluster's OS user. |
 //!
@@ -147,6 +156,12 @@
 //!   synced slot refuses decoding ("This replication slot is being synchronized from the
 //!   primary server"); after [`Postgres::promote`] it still shows `synced = t` (also on
 //!   18) but decodes exactly the changes after its confirmed position.
+//! * Schema registry: ready ~4-6 s after [`SchemaRegistry::start`] on an idle 2-core
+//!   machine (~185-200 MB RSS; JVM `-Xmx256m`, serial GC, C1 only). Its global
+//!   compatibility is set to `BACKWARD` (Confluent's default; Apicurio's is `NONE`). Schema
+//!   ids are Apicurio content ids and some error codes differ from Confluent's (see
+//!   [`SchemaRegistry`]). Storage is in memory: [`SchemaRegistry::stop`] and
+//!   [`SchemaRegistry::restart`] lose every schema.
 //! * Servers print one line to stderr when ready (port, timing, directory); on failure
 //!   the error includes the tail of the server log.
 //!
@@ -156,7 +171,7 @@
 //! is a pipe held by the test process. When the test process ends for **any** reason
 //! (normal exit — statics such as [`shared_kafka`] are never dropped —, panic, `SIGKILL`,
 //! Ctrl-C) the pipe closes and the watchdog kills the server (PostgreSQL: `SIGQUIT`, i.e.
-//! immediate shutdown, then `SIGKILL`; Kafka: `SIGKILL`) and deletes its directory
+//! immediate shutdown, then `SIGKILL`; Kafka and the schema registry: `SIGKILL`) and deletes its directory
 //! (unless `WALPOST_KEEP_TEST_DIRS` is set). Servers owned by a value are also cleaned up
 //! synchronously by its `Drop`.
 
@@ -165,6 +180,7 @@ mod kafka;
 mod kafka_meta;
 mod pg;
 mod proxy;
+mod registry;
 mod util;
 
 use std::sync::OnceLock;
@@ -178,6 +194,7 @@ pub use pg::{
     StopMode, STANDBY_TIMEOUT,
 };
 pub use proxy::Proxy;
+pub use registry::{apicurio_dir, python, tools_cache_dir, SchemaRegistry, APICURIO_VERSION, DEFAULT_COMPATIBILITY};
 pub use util::{free_port, unique_name};
 
 /// Error type of the harness: any error, with a readable message (tool output included).
