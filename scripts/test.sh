@@ -50,11 +50,11 @@ WALPOST_PG_BINDIR="$pg17" cargo test --locked --features walpost/failpoints -p w
 # (WALPOST_TEST_MAJORS, default "14 18"; "" skips), without what runs once above: the
 # chaos runs, the runbook drills, failover and the 3-broker cluster. Nor the modules that
 # test the Kafka or collector side over plain SQL that every major runs alike: OTLP,
-# CloudEvents, the Debezium conformance cases, the inbox's ingest and retention (the
-# inbox's SQL API, `inbox::`, does run on each major).
+# CloudEvents, the Debezium conformance cases, the schema registry, the inbox's ingest
+# and retention (the inbox's SQL API, `inbox::`, does run on each major).
 majors="${WALPOST_TEST_MAJORS-14 18}"
 if [[ -n "$majors" ]]; then
     # shellcheck disable=SC2086 # a list of majors
     WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos --skip drills:: --skip failover_ --skip kafka_cluster:: \
-        --skip otel:: --skip cloudevents:: --skip conformance:: --skip inbox_ingest:: --skip inbox_retention::
+        --skip otel:: --skip cloudevents:: --skip conformance:: --skip inbox_ingest:: --skip inbox_retention:: --skip registry::
 fi

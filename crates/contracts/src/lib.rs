@@ -1,13 +1,15 @@
-//! Event contracts from JSON Schema files: one schema per event type, checked on every
-//! outbox payload before walpost hands it to Kafka (issue 31).
+//! Event contracts: one schema per event type, checked on every outbox payload before
+//! walpost hands it to Kafka (issue 31). Two kinds implement the router's
+//! [`PayloadContract`]: [`Contracts`] (JSON Schema files) and
+//! [`registry::RegistryContracts`] (a schema registry's subjects, with the Confluent wire
+//! format; its I/O is the caller's [`registry::SchemaSource`]).
 //!
-//! [`Contracts`] implements the router's [`PayloadContract`]: the router asks it about
-//! every payload of every path (stream, snapshot, replay, table-less messages), so a
-//! payload that breaks its contract becomes a permanent error of that event (halt or
-//! dead letter), never a record.
+//! The router asks a contract about every payload of every path (stream, snapshot,
+//! replay, table-less messages), so a payload that breaks its contract becomes a
+//! permanent error of that event (halt or dead letter), never a record.
 //!
 //! Invariants:
-//! - The payload bytes are only read: the record carries them unchanged.
+//! - File contracts only read the payload bytes: the record carries them unchanged.
 //! - A [`Breach`] names the schema, the JSON pointer of the first failing value and the
 //!   keyword that failed; never a value of the payload (an `additionalProperties`
 //!   breach does not list the extra names either).
@@ -22,7 +24,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use router::{Breach, BreachReason, PayloadContract};
+use router::{Breach, BreachReason, Checked, ContractError, Event, PayloadContract};
+
+mod avro;
+pub mod registry;
 
 /// A schema as the caller read it.
 #[derive(Debug, Clone)]
@@ -88,10 +93,8 @@ impl Contracts {
                 column: e.column(),
                 reason: e.to_string(),
             })?;
-            let validator = jsonschema::options()
-                .should_validate_formats(true)
-                .build(&schema)
-                .map_err(|e| LoadError::NotASchema { name: s.name.clone(), reason: e.to_string() })?;
+            let validator =
+                build_json_schema(&schema).map_err(|reason| LoadError::NotASchema { name: s.name.clone(), reason })?;
             let key: Box<[u8]> = s.event_type.as_bytes().into();
             if let Some(other) = by_type.get(&key) {
                 return Err(LoadError::Duplicate {
@@ -122,27 +125,52 @@ impl Contracts {
             Unknown::Refuse => Err(Breach { schema: None, reason }),
         }
     }
-}
 
-impl PayloadContract for Contracts {
-    fn check(&self, event_type: Option<&[u8]>, payload: &[u8]) -> Result<(), Breach> {
+    /// Checks `payload` against the schema of `event_type`.
+    pub fn validate(&self, event_type: Option<&[u8]>, payload: &[u8]) -> Result<(), Breach> {
         let Some(event_type) = event_type else {
             return self.unknown_event(BreachReason::NoEventType);
         };
         let Some(contract) = self.by_type.get(event_type) else {
             return self.unknown_event(BreachReason::NoContract);
         };
-        let breach = |reason| Breach { schema: Some(contract.name.clone()), reason };
-        let value: serde_json::Value = serde_json::from_slice(payload)
-            .map_err(|e| breach(BreachReason::NotJson { line: e.line(), column: e.column() }))?;
-        match contract.validator.validate(&value) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(breach(BreachReason::Invalid {
-                pointer: e.instance_path().as_str().to_owned(),
-                keyword: e.kind().keyword().to_owned(),
-                schema_path: e.schema_path().as_str().to_owned(),
-            })),
-        }
+        let value = parse(&contract.name, payload)?;
+        validate_json(&contract.name, &contract.validator, &value)
+    }
+}
+
+/// The payload as JSON, or the breach saying where it stopped being JSON.
+fn parse(schema: &Arc<str>, payload: &[u8]) -> Result<serde_json::Value, Breach> {
+    serde_json::from_slice(payload).map_err(|e| Breach {
+        schema: Some(schema.clone()),
+        reason: BreachReason::NotJson { line: e.line(), column: e.column() },
+    })
+}
+
+/// The first violation of `validator` as a breach of `schema`.
+fn validate_json(
+    schema: &Arc<str>,
+    validator: &jsonschema::Validator,
+    value: &serde_json::Value,
+) -> Result<(), Breach> {
+    validator.validate(value).map_err(|e| Breach {
+        schema: Some(schema.clone()),
+        reason: BreachReason::Invalid {
+            pointer: e.instance_path().as_str().to_owned(),
+            keyword: e.kind().keyword().to_owned(),
+            schema_path: e.schema_path().as_str().to_owned(),
+        },
+    })
+}
+
+/// A JSON Schema built as every contract builds it: formats asserted, no retriever.
+fn build_json_schema(schema: &serde_json::Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::options().should_validate_formats(true).build(schema).map_err(|e| e.to_string())
+}
+
+impl PayloadContract for Contracts {
+    fn check(&self, event: Event<'_>, payload: &[u8]) -> Result<Checked, ContractError> {
+        self.validate(event.event_type, payload).map(|()| Checked::Unchanged).map_err(ContractError::Breach)
     }
 
     fn describe(&self) -> String {

@@ -35,7 +35,7 @@ fn contracts(unknown: Unknown) -> Contracts {
 }
 
 fn check(c: &Contracts, event_type: &str, payload: &str) -> Result<(), Breach> {
-    c.check(Some(event_type.as_bytes()), payload.as_bytes())
+    c.validate(Some(event_type.as_bytes()), payload.as_bytes())
 }
 
 fn invalid(breach: &Breach) -> (&str, &str, &str) {
@@ -111,12 +111,12 @@ fn a_payload_that_is_not_json_says_where_the_parser_stopped() {
 fn unknown_event_types_follow_contracts_unknown() {
     let allow = contracts(Unknown::Allow);
     assert_eq!(check(&allow, "InvoiceSent", "not even json"), Ok(()));
-    assert_eq!(allow.check(None, b"{}"), Ok(()));
+    assert_eq!(allow.validate(None, b"{}"), Ok(()));
     let refuse = contracts(Unknown::Refuse);
     let breach = check(&refuse, "InvoiceSent", "{}").unwrap_err();
     assert_eq!(breach, Breach { schema: None, reason: BreachReason::NoContract });
     assert!(breach.to_string().contains("contracts.dir holds no schema for its event type"), "{breach}");
-    assert_eq!(refuse.check(None, b"{}").unwrap_err().reason, BreachReason::NoEventType);
+    assert_eq!(refuse.validate(None, b"{}").unwrap_err().reason, BreachReason::NoEventType);
 }
 
 #[test]

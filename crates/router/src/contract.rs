@@ -13,11 +13,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// Validates a payload against the contract of its event type.
+/// Validates a payload against the contract of its event type, and may give the bytes
+/// the record carries instead (a schema registry's wire format).
 pub trait PayloadContract: Send + Sync {
-    /// `event_type`: the row's event type (the `eventType` header's value), if it has
-    /// one. `payload`: the bytes the record carries (never a tombstone).
-    fn check(&self, event_type: Option<&[u8]>, payload: &[u8]) -> Result<(), Breach>;
+    /// `event`: the row's event type and the topic its record goes to. `payload`: the
+    /// bytes the record would carry (never a tombstone).
+    fn check(&self, event: Event<'_>, payload: &[u8]) -> Result<Checked, ContractError>;
 
     /// What the contract is, for logs and `Debug` (a directory, a registry URL).
     fn describe(&self) -> String;
@@ -26,6 +27,40 @@ pub trait PayloadContract: Send + Sync {
     /// for metric labels (a row's event type is not).
     fn event_types(&self) -> Vec<String> {
         Vec::new()
+    }
+}
+
+/// What a contract is asked about besides the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event<'a> {
+    /// The row's event type (the `eventType` header's value), if it has one.
+    pub event_type: Option<&'a [u8]>,
+    /// The topic the record goes to (registry subjects may be named after it).
+    pub topic: &'a str,
+}
+
+/// A payload the contract accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked {
+    /// The record carries the payload's bytes unchanged.
+    Unchanged,
+    /// The record carries these bytes instead (for example magic byte, schema id, Avro).
+    Encoded(bytes::Bytes),
+}
+
+/// Why a contract did not accept a payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContractError {
+    /// The payload breaks its contract: a permanent error of that event.
+    Breach(Breach),
+    /// The contract could not be read now (a schema registry that is down or slow): a
+    /// transient error; the event is neither published nor refused, it is tried again.
+    Unavailable(String),
+}
+
+impl From<Breach> for ContractError {
+    fn from(b: Breach) -> Self {
+        ContractError::Breach(b)
     }
 }
 
@@ -66,6 +101,15 @@ pub enum BreachReason {
     NoContract,
     /// The payload is not JSON: where the parser stopped.
     NotJson { line: usize, column: usize },
+    /// A schema registry holds no schema under the subject (or not the pinned version).
+    NoSubject,
+    /// The subject's schema is of another kind than the configured format needs.
+    WrongSchemaType { found: String, wanted: &'static str },
+    /// The subject's schema cannot be used (it does not parse, it refers to others).
+    Unusable { reason: String },
+    /// The payload does not fit the subject's Avro schema: where, and why (never the
+    /// value itself).
+    NotAvro { pointer: String, reason: &'static str },
     /// The payload is JSON the schema does not accept: the first violation.
     Invalid {
         /// JSON pointer of the failing value in the payload ("" is the whole payload).
@@ -89,6 +133,25 @@ impl fmt::Display for Breach {
                 f,
                 "contracts.dir holds no schema for its event type, and contracts.unknown = refuse: add the schema, or set contracts.unknown = allow"
             ),
+            BreachReason::NoSubject => write!(
+                f,
+                "the schema registry has no {schema}: register the schema (walpost contracts push), or fix the subject strategy"
+            ),
+            BreachReason::WrongSchemaType { found, wanted } => write!(
+                f,
+                "{schema} holds a {found} schema, but contracts.value_format needs schemaType {wanted}: register such a schema under it, or change the format"
+            ),
+            BreachReason::Unusable { reason } => write!(
+                f,
+                "{schema} cannot be used ({reason}): register a self-contained schema under it"
+            ),
+            BreachReason::NotAvro { pointer, reason } => {
+                let at = if pointer.is_empty() { "the payload itself" } else { pointer.as_str() };
+                write!(
+                    f,
+                    "the Avro schema of {schema} cannot hold it: the value at {at} {reason}: fix the producing service, or the schema if the event is right"
+                )
+            }
             BreachReason::NotJson { line, column } => write!(
                 f,
                 "its payload is not JSON (the parser stopped at line {line}, column {column}), so schema {schema} cannot accept it: fix the producing service"

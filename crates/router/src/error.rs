@@ -58,6 +58,10 @@ pub enum RouteError {
         event_type: Option<Box<str>>,
         breach: Box<crate::contract::Breach>,
     },
+    /// Transient: the contract could not be read (a registry down); the event is tried
+    /// again, never published unchecked.
+    #[error("cannot check {} of {table} against its contract now: {reason}", event(.event_id))]
+    ContractUnavailable { table: String, event_id: Option<Box<str>>, reason: String },
     #[error("route.topic.regex '{0}' is not a valid regular expression")]
     BadRegex(String),
     #[error("{key}: {reason}")]
@@ -78,6 +82,7 @@ pub const ERROR_CLASSES: &[&str] = &[
     "column_count",
     "bad_value",
     "contract_broken",
+    "contract_unavailable",
     "bad_regex",
     "invalid_option",
 ];
@@ -99,6 +104,7 @@ impl RouteError {
             RouteError::ColumnCountMismatch { .. } => "column_count",
             RouteError::BadValue { .. } => "bad_value",
             RouteError::ContractBroken { .. } => "contract_broken",
+            RouteError::ContractUnavailable { .. } => "contract_unavailable",
             RouteError::BadRegex(_) => "bad_regex",
             RouteError::InvalidOption { .. } => "invalid_option",
         }
@@ -116,7 +122,8 @@ impl RouteError {
             | RouteError::TooLarge { event_id, .. }
             | RouteError::RouteNoMatch { event_id, .. }
             | RouteError::BadValue { event_id, .. }
-            | RouteError::ContractBroken { event_id, .. } => event_id.as_deref(),
+            | RouteError::ContractBroken { event_id, .. }
+            | RouteError::ContractUnavailable { event_id, .. } => event_id.as_deref(),
             RouteError::MissingColumn { .. }
             | RouteError::ColumnCountMismatch { .. }
             | RouteError::BadRegex(_)

@@ -70,7 +70,7 @@ pub use config::{
     RouterConfig, DEBEZIUM_TRACING_OPTION, DEFAULT_TOPIC_REGEX, EVENT_TYPE_HEADER_OPTION, ROUTED_BY_VALUE,
     TRACING_OPTION,
 };
-pub use contract::{Breach, BreachReason, ContractRef, PayloadContract};
+pub use contract::{Breach, BreachReason, Checked, ContractError, ContractRef, Event, PayloadContract};
 pub use error::{RouteError, ERROR_CLASSES};
 pub use options::{
     AdditionalField, Placement, ADDITIONAL_PLACEMENT, DEBEZIUM_OPTIONS_IMPLEMENTED, DEBEZIUM_OPTIONS_NOT_IMPLEMENTED,

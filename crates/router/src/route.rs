@@ -15,6 +15,7 @@ use regex::Regex;
 
 use crate::cloudevents::{self, Attributes, Data, Envelope};
 use crate::config::{RouterConfig, DEFAULT_TOPIC_REGEX, EVENT_TYPE_HEADER_OPTION, TRACING_OPTION};
+use crate::contract::{Checked, ContractError, Event};
 use crate::error::{display_text, RouteError};
 use crate::options::{Placement, ADDITIONAL_PLACEMENT};
 use crate::topic::{TopicGuard, TopicPattern, TopicRejection};
@@ -373,14 +374,23 @@ impl Router {
             }
             _ => None,
         };
-        if let (Some(contract), Some(bytes)) = (&c.contract, &plain) {
-            check_contract(contract, &rel.table, &event_id, event_type.as_deref(), bytes, c.log_values)?;
-        }
+        // The topic before the contract: a registry's subject may be named after it.
+        let topic = self.topic_for(route_value, &rel.table, Some(&event_id))?;
+        let c = &self.config;
+        let encoded = match (&c.contract, &plain) {
+            (Some(contract), Some(bytes)) => {
+                let event = Event { event_type: event_type.as_deref(), topic: &topic };
+                check_contract(contract, &rel.table, &event_id, event, bytes, c.log_values)?
+            }
+            _ => None,
+        };
         let mut value = match payload {
             Some(cell) if !tombstone && self.envelope => {
                 Some(rr.envelope(rel.payload, &c.payload_field, cell, &envelope_fields)?)
             }
-            _ => plain,
+            // An encoded value (a registry's framing) only where it replaces the plain
+            // payload: the settings refuse it beside an envelope or CloudEvents.
+            _ => encoded.or(plain),
         };
         if let Some(envelope) = &self.cloudevents {
             let event_type = event_type.ok_or_else(|| RouteError::NullField {
@@ -411,7 +421,6 @@ impl Router {
                 }
             }
         }
-        let topic = self.topic_for(route_value, &rel.table, Some(&event_id))?;
         Ok(Record { topic, key, value, headers, event_id, timestamp_ms, partition, trace })
     }
 
@@ -548,8 +557,13 @@ impl Router {
         }
         let mut headers = vec![(self.header_id.clone(), event_id.clone())];
         let event_type = c.event_type_header_field.as_deref().and_then(text);
+        let topic = self.topic_for(route_value, source, Some(&event_id))?;
+        let c = &self.config;
         if let (Some(contract), Some(p)) = (&c.contract, &payload) {
-            check_contract(contract, source, &event_id, event_type.as_deref(), p, c.log_values)?;
+            let event = Event { event_type: event_type.as_deref(), topic: &topic };
+            if let Some(encoded) = check_contract(contract, source, &event_id, event, p, c.log_values)? {
+                payload = Some(encoded);
+            }
         }
         if let Some(t) = &event_type {
             headers.push((self.header_type.clone(), t.clone()));
@@ -574,7 +588,6 @@ impl Router {
                 }
             }
         }
-        let topic = self.topic_for(route_value, source, Some(&event_id))?;
         Ok(Record {
             topic,
             key,
@@ -672,23 +685,33 @@ pub struct SalvageColumns {
     payload: Option<Col>,
 }
 
-/// Runs the contract on a payload; a breach names the event, never a payload value. Its
-/// event type is named when a schema exists for it (then it is a name the operator
-/// configured), otherwise only with `log_values` (then it is just a column value).
+/// Runs the contract on a payload: the bytes to carry instead, if it encodes them. A
+/// breach names the event, never a payload value. Its event type is named when a
+/// schema exists for it (then it is a name the operator configured), otherwise only
+/// with `log_values` (then it is just a column value).
 fn check_contract(
     contract: &crate::ContractRef,
     table: &str,
     event_id: &[u8],
-    event_type: Option<&[u8]>,
+    event: Event<'_>,
     payload: &[u8],
     log_values: bool,
-) -> Result<(), RouteError> {
-    contract.0.check(event_type, payload).map_err(|breach| RouteError::ContractBroken {
-        table: table.to_owned(),
-        event_id: Some(display_text(event_id)),
-        event_type: event_type.filter(|_| breach.schema.is_some() || log_values).map(display_text),
-        breach: Box::new(breach),
-    })
+) -> Result<Option<Bytes>, RouteError> {
+    match contract.0.check(event, payload) {
+        Ok(Checked::Unchanged) => Ok(None),
+        Ok(Checked::Encoded(bytes)) => Ok(Some(bytes)),
+        Err(ContractError::Breach(breach)) => Err(RouteError::ContractBroken {
+            table: table.to_owned(),
+            event_id: Some(display_text(event_id)),
+            event_type: event.event_type.filter(|_| breach.schema.is_some() || log_values).map(display_text),
+            breach: Box::new(breach),
+        }),
+        Err(ContractError::Unavailable(reason)) => Err(RouteError::ContractUnavailable {
+            table: table.to_owned(),
+            event_id: Some(display_text(event_id)),
+            reason,
+        }),
+    }
 }
 
 fn find_column(relation: &Relation, column: &str) -> Option<Col> {

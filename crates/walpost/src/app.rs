@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::cli::{CheckArgs, CheckTarget, Cli, Command, SlotAction};
+use crate::cli::{CheckArgs, CheckTarget, Cli, Command, ContractsAction, SlotAction};
 use crate::error::{ErrorKind, PipelineError};
 use crate::settings::inbox::InboxSettings;
 use crate::settings::{FileConfig, Settings};
 use crate::telemetry::{http, Health, Metrics};
-use crate::{kafka, monitor, ops, otlp, retention, stream};
+use crate::{kafka, monitor, ops, otlp, registry, retention, stream};
 
 /// How long after start-up the slot monitor, retention and heartbeat tasks begin, so
 /// their connections do not compete with the stream's on the way to the first record.
@@ -86,8 +86,21 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
             let settings = Settings::resolve_without_kafka(&args.overrides(), file)?;
             retention::command(&settings, args.dry_run).await.map(|()| 0)
         }
+        Command::Contracts { action } => {
+            let (action, args) = match action {
+                ContractsAction::Check(a) => (ops::contracts::Action::Check, a),
+                ContractsAction::Push(a) => (ops::contracts::Action::Push, a),
+            };
+            let mut registry = file.registry;
+            if args.registry.is_some() {
+                registry.url = args.registry;
+            }
+            let (strategy, topic) = (args.subject_strategy.as_deref(), args.topic.as_deref());
+            ops::contracts::command(action, &registry, &args.dir, strategy, topic).await.map(|()| 0)
+        }
         Command::Replay(args) => {
-            let settings = Settings::resolve(&args.run.overrides(), file)?;
+            let mut settings = Settings::resolve(&args.run.overrides(), file)?;
+            attach_registry(&mut settings, None).await?;
             let spec = ops::replay::spec(
                 &settings,
                 args.id,
@@ -130,6 +143,20 @@ async fn inbox(settings: InboxSettings) -> Result<(), PipelineError> {
     }
 }
 
+/// With `[registry]`: every router's contract is the registry's (they share one, and its
+/// schema cache). A registry that refuses walpost stops it here.
+async fn attach_registry(settings: &mut Settings, metrics: Option<&Metrics>) -> Result<(), PipelineError> {
+    let Some(r) = &settings.registry else {
+        return Ok(());
+    };
+    registry::probe(r).await?;
+    let contract = registry::contract(r, metrics.map(|m| &m.contracts))?;
+    for router in settings.source.routers_mut() {
+        router.contract = Some(contract.clone());
+    }
+    Ok(())
+}
+
 /// Every router's contract counted in `walpost_contract_checks_total` (they share one).
 fn meter_contracts(settings: &mut Settings, metrics: &Metrics) {
     let Some(contract) = settings.router().contract.clone() else {
@@ -146,6 +173,7 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
     let health = Arc::new(Health::new(settings.stream.unready_after, LIVENESS_TIMEOUT));
     let metrics = Metrics::new(health.clone()).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
     metrics.kafka.declare_dead_letter_classes(router::ERROR_CLASSES.iter().chain(kafka::rejection::CLASSES).copied());
+    attach_registry(&mut settings, Some(&metrics)).await?;
     meter_contracts(&mut settings, &metrics);
     serve_metrics(settings.metrics_addr, &metrics)?;
     tracing::info!(

@@ -2,6 +2,10 @@
 //! layer. Every `run` flag can also come from a `WALPOST_*` environment variable (flag
 //! wins) or from the TOML file given with `--config` (env wins). Help never prints the
 //! values of environment variables (a connection string may hold a password).
+//!
+//! Why one file over 600 lines: it is the whole command line as clap types and their
+//! `--help` text, read as one reference; splitting it by command would scatter the
+//! flags that `run`, `check`, `slot` and `replay` share.
 // The `///` comments below are `--help` text, printed verbatim by clap: `[retention]`
 // names a TOML table and `<table>` a placeholder, not a rustdoc link or an HTML tag.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
@@ -128,6 +132,48 @@ pub enum Command {
     /// read from the offset stored there. Handlers then claim and complete messages
     /// with the SQL functions of migrations/0004_inbox.sql.
     Inbox(InboxArgs),
+
+    /// Local schemas against a schema registry, for a producing service's CI: `check`
+    /// asks whether each may follow its subject's latest version (exit 1 naming the
+    /// incompatible ones); `push` registers them (walpost never registers implicitly).
+    ///
+    /// DIR holds <event type>.json (JSON Schema) and <event type>.avsc (Avro) files; the
+    /// subject of each is named by --subject-strategy, as `walpost run` names it.
+    Contracts {
+        #[command(subcommand)]
+        action: ContractsAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ContractsAction {
+    /// Exit 1 if a schema is not compatible with its subject's latest version.
+    Check(ContractsArgs),
+    /// Register each schema under its subject; prints the schema ids.
+    Push(ContractsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ContractsArgs {
+    /// The schema registry's API base URL ([registry] url).
+    #[arg(
+        long = "registry",
+        alias = "registry-url",
+        env = "WALPOST_REGISTRY_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub registry: Option<String>,
+    /// The directory of schemas.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// record_name (the event type), topic_name (<topic>-value) or topic_record_name
+    /// (<topic>-<event type>) ([registry] subject_strategy) [default: record_name].
+    #[arg(long, value_name = "STRATEGY")]
+    pub subject_strategy: Option<String>,
+    /// The topic, for the topic_name and topic_record_name strategies.
+    #[arg(long, value_name = "TOPIC")]
+    pub topic: Option<String>,
 }
 
 /// `walpost check`: `run`'s flags, or `walpost check inbox` with `inbox`'s.
@@ -370,6 +416,17 @@ pub struct ConnectionArgs {
     #[arg(long, env = "WALPOST_CONTRACTS_UNKNOWN", hide_env_values = true, value_name = "allow|refuse")]
     pub contracts_unknown: Option<String>,
 
+    /// How record values are written: json (the payload unchanged), json-schema or avro
+    /// (checked by the subject's schema in [registry], Confluent wire format)
+    /// ([contracts] value_format) [default: json].
+    #[arg(long, env = "WALPOST_CONTRACTS_VALUE_FORMAT", hide_env_values = true, value_name = "json|json-schema|avro")]
+    pub value_format: Option<String>,
+
+    /// The schema registry's API base URL, e.g. http://registry:8081 or Apicurio's
+    /// http://host:8080/apis/ccompat/v7 ([registry] url).
+    #[arg(long, alias = "registry", env = "WALPOST_REGISTRY_URL", hide_env_values = true, value_name = "URL")]
+    pub registry_url: Option<String>,
+
     /// File holding the PostgreSQL password (owner-only), when the URL has none; it wins
     /// over PGPASSWORD. Keeps the password out of argv and the environment.
     #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
@@ -468,6 +525,8 @@ impl ConnectionArgs {
             envelope: self.envelope.clone(),
             contracts_dir: self.contracts_dir.clone(),
             contracts_unknown: self.contracts_unknown.clone(),
+            value_format: self.value_format.clone(),
+            registry_url: self.registry_url.clone(),
             on_permanent_error: self.on_permanent_error.clone(),
             dead_letter_topic: self.dead_letter_topic.clone(),
             kafka_secret_env: kafka_secret_env(&|k| std::env::var(k).ok()),

@@ -59,6 +59,8 @@ pub enum ErrorKind {
     Session,
     /// A retention pass.
     Retention,
+    /// The schema registry: unreachable, refusing walpost, answering what it should not.
+    Registry,
     /// The machine walpost runs on: a port, a signal handler, a thread, a file.
     Host,
     /// A broken invariant of walpost itself: a bug to report.
@@ -81,6 +83,7 @@ impl ErrorKind {
             ErrorKind::Fenced => "fenced",
             ErrorKind::Session => "session",
             ErrorKind::Retention => "retention",
+            ErrorKind::Registry => "registry",
             ErrorKind::Host => "host",
             ErrorKind::Internal => "internal",
         }
@@ -212,6 +215,18 @@ fn explain_server_error(e: &replication::Error) -> String {
         _ => "",
     };
     format!("{e}{hint}")
+}
+
+/// A contract that could not be read (a schema registry down) is no permanent error of
+/// the event: the session starts again from the confirmed position, with backoff, and the
+/// event is checked then. Nothing of it is published meanwhile.
+pub(crate) fn contract_unavailable(error: &router::RouteError) -> Result<(), PipelineError> {
+    match error {
+        router::RouteError::ContractUnavailable { .. } => {
+            Err(PipelineError::transient(ErrorKind::Registry, format!("{error}; the stream waits for it")))
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

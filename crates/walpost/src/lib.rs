@@ -5,9 +5,9 @@
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | 0 | [`error`] | the transient/definite split |
+//! | 0 | [`error`], [`http_client`] | the transient/definite split; outbound HTTP connections |
 //! | 1 | [`settings`], [`telemetry`] | configuration; metrics, health, HTTP |
-//! | 2 | [`postgres`], [`kafka`], [`otlp`] | catalog queries and checks; producer, produce window, permanent-error policy; span export |
+//! | 2 | [`postgres`], [`kafka`], [`otlp`], [`registry`] | catalog queries and checks; producer, produce window, permanent-error policy; span export; the schema registry |
 //! | 3 | [`snapshot`] | the initial snapshot |
 //! | 4 | [`stream`], [`monitor`], [`retention`] | THE DATA PATH; slot alarms; partition retention |
 //! | 5 | [`inbox`] | `walpost inbox`: Kafka into a consuming service's inbox tables |
@@ -28,6 +28,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub(crate) mod error;
+pub(crate) mod http_client;
 
 pub mod settings;
 pub mod telemetry;
@@ -35,6 +36,7 @@ pub mod telemetry;
 pub mod kafka;
 pub(crate) mod otlp;
 pub mod postgres;
+pub(crate) mod registry;
 
 pub mod snapshot;
 

@@ -17,9 +17,9 @@ fn repo() -> PathBuf {
 
 /// Layers of crates/walpost, bottom first (the table in its lib.rs).
 const LAYERS: &[&[&str]] = &[
-    &["error"],
+    &["error", "http_client"],
     &["settings", "telemetry"],
-    &["postgres", "kafka", "otlp"],
+    &["postgres", "kafka", "otlp", "registry"],
     &["snapshot"],
     &["stream", "monitor", "retention"],
     &["inbox"],

@@ -288,6 +288,10 @@ fn contract_breaches_are_quoted_verbatim_in_the_poison_record_runbook() {
         BreachReason::NotJson { line: 1, column: 2 },
         BreachReason::NoContract,
         BreachReason::NoEventType,
+        BreachReason::NotAvro { pointer: "<pointer>".into(), reason: "<reason>" },
+        BreachReason::NoSubject,
+        BreachReason::WrongSchemaType { found: "<found>".into(), wanted: "<wanted>" },
+        BreachReason::Unusable { reason: "<reason>".into() },
     ];
     for reason in reasons {
         let invalid = matches!(reason, BreachReason::Invalid { .. });
@@ -306,4 +310,12 @@ fn contract_breaches_are_quoted_verbatim_in_the_poison_record_runbook() {
             assert!(runbook.contains(&text), "runbooks/poison-record.md must quote:\n{text}");
         }
     }
+    // A registry that cannot answer: the transient line the stream logs.
+    let waiting = RouteError::ContractUnavailable {
+        table: "<table>".into(),
+        event_id: Some("<event-id>".into()),
+        reason: "the schema registry at <url> did not answer within <timeout>".into(),
+    };
+    let text = format!("{waiting}; the stream waits for it");
+    assert!(runbook.contains(&text), "runbooks/poison-record.md must quote:\n{text}");
 }

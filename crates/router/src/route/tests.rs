@@ -736,11 +736,12 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
             RouteError::ColumnCountMismatch { .. } => "ColumnCountMismatch",
             RouteError::BadValue { .. } => "BadValue",
             RouteError::ContractBroken { .. } => "ContractBroken",
+            RouteError::ContractUnavailable { .. } => "ContractUnavailable",
             RouteError::BadRegex(_) => "BadRegex",
             RouteError::InvalidOption { .. } => "InvalidOption",
         }
     }
-    const VARIANTS: usize = 14;
+    const VARIANTS: usize = 15;
     let cols = [
         ("id", TEXT),
         ("aggregate_type", TEXT),
@@ -822,6 +823,8 @@ fn regression_errors_carry_no_column_value_unless_log_values() {
         cases.push((checked.route(&rel, &with(3, canary())).unwrap_err(), CANARY, true));
         let mut schema = router(RouterConfig { contract: Some(contract::refusing(Some("x.json"))), ..config.clone() });
         cases.push((schema.route(&rel, &with(3, text("OrderPlaced"))).unwrap_err(), CANARY, false));
+        let mut down = router(RouterConfig { contract: Some(contract::unavailable()), ..config.clone() });
+        cases.push((down.route(&rel, &row(good())).unwrap_err(), CANARY, false));
         // Made by the binary for a row too large to read (no value to show).
         cases.push((
             RouteError::TooLarge { table: "events.outbox".into(), event_id: Some("42".into()), size: 9, limit: 8 },

@@ -1,8 +1,10 @@
 //! Operator commands: `walpost check` ([`check`], its failover part [`failover`]; `walpost check inbox`: [`check_inbox`]), `walpost slot status|create|drop`
-//! ([`slot`]), `walpost replay` ([`replay`]) and `walpost import-debezium` ([`import_debezium`]).
+//! ([`slot`]), `walpost replay` ([`replay`]), `walpost contracts check|push` ([`contracts`]) and
+//! `walpost import-debezium` ([`import_debezium`]).
 
 pub mod check;
 pub mod check_inbox;
+pub mod contracts;
 pub(crate) mod failover;
 pub(crate) mod import_debezium;
 pub(crate) mod replay;

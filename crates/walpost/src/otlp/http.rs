@@ -1,8 +1,6 @@
-//! One OTLP/HTTP export: `POST <path>` with a protobuf body, on hyper's HTTP/1.1 client
-//! connection over a tokio TCP stream, or over TLS (OpenSSL, as walpost's PostgreSQL
-//! connections: the endpoint's certificate is verified against the system's roots or the
-//! configured CA, and its name against the URL's host). hyper is already walpost's HTTP
-//! server; there is no pool: the connection is kept while it works and opened again
+//! One OTLP/HTTP export: `POST <path>` with a protobuf body, on a connection of
+//! [`crate::http_client`] (plain, or TLS verified against the system's roots or the
+//! configured CA, and the URL's host); there is no pool: the connection is kept while it works and opened again
 //! after an error. With gzip the body is compressed once per export, not per try.
 //!
 //! Retries as the OTLP specification asks: a refused connection, a broken exchange and the
@@ -10,15 +8,14 @@
 //! the export's timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`) is spent; any other answer is final.
 
 use std::io::Write;
-use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
 
+pub(crate) use crate::http_client::TlsSetupError;
+use crate::http_client::{self, ConnectError, Tls};
 use crate::settings::otel::OtlpTls;
 
 /// An export the endpoint did not take.
@@ -67,22 +64,6 @@ pub(crate) struct Client {
     sender: Option<SendRequest<Full<Bytes>>>,
 }
 
-/// What a TLS connection to the endpoint is made with.
-struct Tls {
-    connector: SslConnector,
-    host: String,
-}
-
-/// The certificate files of `OTEL_EXPORTER_OTLP_*` could not be used (at start-up).
-#[derive(Debug, thiserror::Error)]
-#[error("cannot set up TLS for the OTLP endpoint: {what} {path}: {reason}")]
-pub(crate) struct TlsSetupError {
-    what: &'static str,
-    path: String,
-    /// The I/O error, or OpenSSL's reasons (not its source-file locations).
-    reason: String,
-}
-
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Headers may carry tokens: not shown.
@@ -98,26 +79,14 @@ impl Client {
     /// Connects over TLS: the files are read now, so a missing or malformed one stops
     /// walpost at start-up rather than dropping every span later.
     pub(crate) fn with_tls(mut self, tls: &OtlpTls) -> Result<Client, TlsSetupError> {
-        let none = std::path::Path::new("");
-        // Verifies the peer against the system's default roots (set by `builder`).
-        let mut b = SslConnector::builder(SslMethod::tls_client()).map_err(fail("OpenSSL", none))?;
-        b.set_verify(SslVerifyMode::PEER);
-        if let Some(ca) = &tls.ca_file {
-            let what = "the CA file (OTEL_EXPORTER_OTLP_CERTIFICATE)";
-            readable(what, ca)?;
-            b.set_ca_file(ca).map_err(fail(what, ca))?;
-        }
-        if let Some((cert, key)) = &tls.client {
-            let what = "the client certificate (OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE)";
-            readable(what, cert)?;
-            b.set_certificate_chain_file(cert).map_err(fail(what, cert))?;
-            let what = "the client key (OTEL_EXPORTER_OTLP_CLIENT_KEY)";
-            readable(what, key)?;
-            b.set_private_key_file(key, SslFiletype::PEM).map_err(fail(what, key))?;
-            b.check_private_key().map_err(fail("the client key, which does not match its certificate,", key))?;
-        }
-        b.set_alpn_protos(b"\x08http/1.1").map_err(fail("OpenSSL", none))?;
-        self.tls = Some(Tls { connector: b.build(), host: tls.host.clone() });
+        let ca = tls.ca_file.as_deref().map(|ca| ("the CA file (OTEL_EXPORTER_OTLP_CERTIFICATE)", ca));
+        let client = tls.client.as_ref().map(|(cert, key)| {
+            (
+                ("the client certificate (OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE)", cert.as_path()),
+                ("the client key (OTEL_EXPORTER_OTLP_CLIENT_KEY)", key.as_path()),
+            )
+        });
+        self.tls = Some(Tls::new("the OTLP endpoint", &tls.host, ca, client)?);
         Ok(self)
     }
 
@@ -182,34 +151,12 @@ impl Client {
     }
 
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, ExportError> {
-        let stream = tokio::net::TcpStream::connect(self.authority.as_str())
-            .await
-            .map_err(|e| ExportError::Connect(self.authority.clone(), e))?;
-        let _ = stream.set_nodelay(true);
-        let http = |e| ExportError::Http(self.authority.clone(), e);
-        let Some(tls) = &self.tls else {
-            let (sender, connection) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(http)?;
-            tokio::spawn(connection);
-            return Ok(sender);
-        };
-        let tls_error = |e: String| ExportError::Tls(self.authority.clone(), e);
-        // `into_ssl` sets the name to verify (a host name, or an IP address) and SNI.
-        let ssl =
-            tls.connector.configure().and_then(|c| c.into_ssl(&tls.host)).map_err(|e| tls_error(e.to_string()))?;
-        let mut stream = tokio_openssl::SslStream::new(ssl, stream).map_err(|e| tls_error(e.to_string()))?;
-        if let Err(e) = Pin::new(&mut stream).connect().await {
-            let verify = stream.ssl().verify_result();
-            let why = if verify == openssl::x509::X509VerifyResult::OK {
-                e.to_string()
-            } else {
-                format!("the endpoint's certificate did not verify: {}", verify.error_string())
-            };
-            return Err(tls_error(why));
-        }
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(http)?;
-        tokio::spawn(connection);
-        Ok(sender)
+        let authority = || self.authority.clone();
+        http_client::connect(&self.authority, self.tls.as_ref()).await.map_err(|e| match e {
+            ConnectError::Connect(e) => ExportError::Connect(authority(), e),
+            ConnectError::Tls(why) => ExportError::Tls(authority(), why),
+            ConnectError::Http(e) => ExportError::Http(authority(), e),
+        })
     }
 }
 
@@ -221,30 +168,6 @@ fn gzip(body: &[u8]) -> Vec<u8> {
     encoder.finish().unwrap_or_default()
 }
 
-/// Names the file and the OpenSSL step that failed, for `map_err`.
-fn fail(what: &'static str, path: &std::path::Path) -> impl FnOnce(openssl::error::ErrorStack) -> TlsSetupError {
-    let path = path.display().to_string();
-    move |stack| {
-        let mut reasons: Vec<&str> = Vec::new();
-        for reason in stack.errors().iter().filter_map(openssl::error::Error::reason) {
-            if !reasons.contains(&reason) {
-                reasons.push(reason);
-            }
-        }
-        let reason = if reasons.is_empty() { stack.to_string() } else { reasons.join("; ") };
-        TlsSetupError { what, path, reason }
-    }
-}
-
-/// A missing or unreadable file, named as the OS names it (OpenSSL's text for it is a
-/// stack of source locations).
-fn readable(what: &'static str, path: &std::path::Path) -> Result<(), TlsSetupError> {
-    match std::fs::File::open(path) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(TlsSetupError { what, path: path.display().to_string(), reason: e.to_string() }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -252,6 +175,7 @@ mod tests {
 
     use http_body_util::Empty;
     use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
 
     use super::*;
 

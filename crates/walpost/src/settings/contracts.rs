@@ -9,6 +9,25 @@
 //! "order.placed" = "orders/placed-v2.json"   # relative to dir, or absolute
 //! ```
 //!
+//! Or a schema registry's subjects, with the records in its wire format:
+//!
+//! ```toml
+//! [contracts]
+//! value_format = "avro"            # or "json-schema"; "json" (default): no registry
+//! [registry]
+//! url = "https://registry:8081"    # --registry-url, WALPOST_REGISTRY_URL
+//! subject_strategy = "record_name" # or "topic_name", "topic_record_name"
+//! ca = "/etc/walpost/registry-ca.pem"
+//! username = "walpost"             # password: WALPOST_REGISTRY_PASSWORD or password_file
+//! cache_ttl = "5min"
+//! timeout = "10s"
+//! [registry.versions]              # subject = pinned version (default: the latest)
+//! "OrderPlaced" = 3
+//! ```
+//!
+//! The registry contract itself is made by `app` (its HTTP client is an I/O edge, above
+//! the settings); here it is only resolved and checked.
+//!
 //! Invariants: the schemas are read and built once, when the settings are resolved, so
 //! a file that is not a schema stops walpost (and `walpost check`) before any event is
 //! read; every outbox table and the table-less outbox share one set of contracts, keyed
@@ -18,10 +37,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use contracts::registry::{Format, RegistryOptions, SubjectStrategy};
 use contracts::{Contracts, SchemaText, Unknown};
 use router::ContractRef;
 use serde::{Deserialize, Serialize};
 
+use super::duration::Seconds;
+use super::secrets::read_secret_file;
 use super::{ConfigError, SourceSettings};
 
 /// `[contracts]` as the file (and `--contracts-dir`, `--contracts-unknown`) give it.
@@ -37,12 +61,232 @@ pub struct ContractsFile {
     /// Event type -> schema file, beside (or instead of) the directory's files.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub schemas: BTreeMap<String, PathBuf>,
+    /// `json` (default), `json-schema` or `avro` (the last two need `[registry]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_format: Option<String>,
 }
 
 impl ContractsFile {
     pub(crate) fn is_empty(&self) -> bool {
-        self.dir.is_none() && self.unknown.is_none() && self.schemas.is_empty()
+        self.dir.is_none() && self.unknown.is_none() && self.schemas.is_empty() && self.value_format.is_none()
     }
+}
+
+/// `[registry]` as the file (and `--registry-url`) give it.
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `record_name` (default), `topic_name` or `topic_record_name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject_strategy: Option<String>,
+    /// The CA (PEM) that signed an https registry's certificate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+    /// Basic authentication's user; the password from `WALPOST_REGISTRY_PASSWORD` or
+    /// `password_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// A bearer token's file (or `WALPOST_REGISTRY_TOKEN`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_ttl: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Seconds>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, i32>,
+}
+
+impl RegistryFile {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.url.is_none()
+            && self.subject_strategy.is_none()
+            && self.ca.is_none()
+            && self.username.is_none()
+            && self.password_file.is_none()
+            && self.token_file.is_none()
+            && self.cache_ttl.is_none()
+            && self.timeout.is_none()
+            && self.versions.is_empty()
+    }
+}
+
+/// How walpost authenticates to the registry. `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RegistryAuth {
+    None,
+    Basic { username: String, password: String },
+    Bearer(String),
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegistryAuth::None => f.write_str("None"),
+            RegistryAuth::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
+            RegistryAuth::Bearer(_) => f.write_str("Bearer(***)"),
+        }
+    }
+}
+
+/// `[registry]`, resolved: where the schemas are and how records are written.
+#[derive(Debug, Clone)]
+pub struct RegistrySettings {
+    /// `http(s)://host:port/path`: the API's base (Apicurio's is `.../apis/ccompat/v7`).
+    pub url: String,
+    pub options: RegistryOptions,
+    pub ca: Option<PathBuf>,
+    pub auth: RegistryAuth,
+    pub timeout: Duration,
+}
+
+/// The default time a fetched schema is used before the registry is asked again.
+pub const REGISTRY_CACHE_TTL: Duration = Duration::from_secs(300);
+/// The default time a registry request may take.
+pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Subjects the schema cache holds at most.
+pub const REGISTRY_MAX_SUBJECTS: usize = 10_000;
+
+/// `WALPOST_REGISTRY_PASSWORD`, `WALPOST_REGISTRY_TOKEN`: the registry's secrets from the
+/// environment (never argv).
+pub const REGISTRY_PASSWORD_ENV: &str = "WALPOST_REGISTRY_PASSWORD";
+pub const REGISTRY_TOKEN_ENV: &str = "WALPOST_REGISTRY_TOKEN";
+
+/// The registry settings when `contracts.value_format` needs them; checks that the rest
+/// of the configuration fits a framed record.
+pub(crate) fn resolve_registry(
+    contracts: &ContractsFile,
+    registry: &RegistryFile,
+    source: &SourceSettings,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<RegistrySettings>, ConfigError> {
+    let format = match contracts.value_format.as_deref() {
+        None | Some("json") => None,
+        Some("json-schema") => Some(Format::JsonSchema),
+        Some("avro") => Some(Format::Avro),
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "contracts.value_format",
+                value: other.into(),
+                expected: "json, json-schema or avro",
+            })
+        }
+    };
+    let Some(format) = format else {
+        if let Some(url) = &registry.url {
+            return Err(ConfigError::Invalid {
+                key: "registry.url",
+                value: url.clone(),
+                expected: "a registry only with contracts.value_format = json-schema or avro, which use it",
+            });
+        }
+        return Ok(None);
+    };
+    let refuse = |key: &'static str, expected: &'static str| ConfigError::Invalid {
+        key,
+        value: contracts.value_format.clone().unwrap_or_default(),
+        expected,
+    };
+    if contracts.dir.is_some() || !contracts.schemas.is_empty() || contracts.unknown.is_some() {
+        return Err(refuse(
+            "contracts.value_format",
+            "json when contracts.dir, [contracts.schemas] or contracts.unknown are set: schemas come from files or from the registry, not both",
+        ));
+    }
+    if registry.url.as_deref().is_none_or(|u| u.trim().is_empty()) {
+        return Err(refuse("contracts.value_format", "json unless [registry] url (--registry-url) is set"));
+    }
+    for router in source.routers() {
+        let envelope = router.additional.iter().any(|a| matches!(a.placement, router::Placement::Envelope(_)));
+        if router.cloudevents.is_some() || envelope {
+            return Err(refuse(
+                "contracts.value_format",
+                "json with envelope = cloudevents or envelope fields: a registry's record is the payload alone",
+            ));
+        }
+    }
+    let settings = registry_settings(registry, None, format, env)?;
+    let strategy = settings.options.strategy;
+    if strategy != SubjectStrategy::TopicName {
+        let untyped = source.routers().any(|r| r.event_type_header_field.is_none());
+        if untyped {
+            return Err(ConfigError::Option(format!(
+                "registry.subject_strategy = {} names subjects by the event type, but an outbox has none: set {} to its event type column, or use topic_name",
+                registry.subject_strategy.as_deref().unwrap_or("record_name"),
+                router::EVENT_TYPE_HEADER_OPTION
+            )));
+        }
+    }
+    Ok(Some(settings))
+}
+
+/// `[registry]`'s connection, strategy and cache, for `run` (through [`resolve_registry`])
+/// and `walpost contracts`; `strategy` is a flag's, over the file's.
+pub fn registry_settings(
+    registry: &RegistryFile,
+    strategy: Option<&str>,
+    format: Format,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<RegistrySettings, ConfigError> {
+    let Some(url) = registry.url.clone().filter(|u| !u.trim().is_empty()) else {
+        return Err(ConfigError::Missing { key: "registry.url", flag: "registry-url", env: "REGISTRY_URL" });
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(ConfigError::Invalid { key: "registry.url", value: url, expected: "an http:// or https:// URL" });
+    }
+    if url.split("://").nth(1).is_some_and(|rest| rest.split('/').next().is_some_and(|host| host.contains('@'))) {
+        return Err(ConfigError::Option(
+            "registry.url holds credentials: put the user in registry.username and the password in WALPOST_REGISTRY_PASSWORD or registry.password_file".into(),
+        ));
+    }
+    let strategy = match strategy.or(registry.subject_strategy.as_deref()) {
+        None | Some("record_name") => SubjectStrategy::RecordName,
+        Some("topic_name") => SubjectStrategy::TopicName,
+        Some("topic_record_name") => SubjectStrategy::TopicRecordName,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "registry.subject_strategy",
+                value: other.into(),
+                expected: "record_name, topic_name or topic_record_name",
+            })
+        }
+    };
+    let password = match (&registry.password_file, env(REGISTRY_PASSWORD_ENV)) {
+        (Some(file), _) => Some(read_secret_file(file, "the registry password")?),
+        (None, p) => p,
+    };
+    let token = match (&registry.token_file, env(REGISTRY_TOKEN_ENV)) {
+        (Some(file), _) => Some(read_secret_file(file, "the registry token")?),
+        (None, t) => t,
+    };
+    let auth = match (&registry.username, password, token) {
+        (Some(_), _, Some(_)) => {
+            return Err(ConfigError::Option(
+                "[registry]: a username (basic authentication) and a token (bearer) are both set: keep one".into(),
+            ))
+        }
+        (Some(username), Some(password), None) => RegistryAuth::Basic { username: username.clone(), password },
+        (Some(_), None, None) => {
+            return Err(ConfigError::Option(format!(
+                "[registry] username is set without a password: set {REGISTRY_PASSWORD_ENV} or registry.password_file"
+            )))
+        }
+        (None, _, Some(token)) => RegistryAuth::Bearer(token),
+        (None, _, None) => RegistryAuth::None,
+    };
+    let options = RegistryOptions {
+        format,
+        strategy,
+        pinned: registry.versions.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        ttl: registry.cache_ttl.map_or(REGISTRY_CACHE_TTL, |s| s.0),
+        max_subjects: REGISTRY_MAX_SUBJECTS,
+    };
+    let timeout = registry.timeout.map_or(REGISTRY_TIMEOUT, |s| s.0);
+    Ok(RegistrySettings { url: url.trim_end_matches('/').to_owned(), options, ca: registry.ca.clone(), auth, timeout })
 }
 
 /// Gives every router of `source` the contracts of `f`, if any; each must have an event
@@ -163,13 +407,15 @@ mod tests {
             dir: Some(dir.clone()),
             unknown: Some("refuse".into()),
             schemas: BTreeMap::from([("order.shipped".to_owned(), PathBuf::from("v2.json"))]),
+            value_format: None,
         };
         let c = resolve_contracts(&f).unwrap().expect("contracts");
-        assert_eq!(c.0.check(Some(b"OrderPlaced"), b"{}"), Ok(()));
-        assert!(c.0.check(Some(b"order.shipped"), b"{}").is_err(), "the mapped file, relative to dir");
-        let v2 = c.0.check(Some(b"v2"), b"{}").unwrap_err();
+        let check = |t: &'static [u8]| c.0.check(router::Event { event_type: Some(t), topic: "t" }, b"{}");
+        assert_eq!(check(b"OrderPlaced"), Ok(router::Checked::Unchanged));
+        assert!(check(b"order.shipped").is_err(), "the mapped file, relative to dir");
+        let Err(router::ContractError::Breach(v2)) = check(b"v2") else { panic!("a breach") };
         assert!(v2.schema.is_some_and(|s| s.ends_with("v2.json")), "the file is also v2's by its name");
-        assert!(c.0.check(Some(b"Other"), b"{}").is_err(), "unknown = refuse");
+        assert!(check(b"Other").is_err(), "unknown = refuse");
         assert!(c.0.describe().contains("3 event types"), "{}", c.0.describe());
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -216,5 +462,45 @@ mod tests {
         let e = resolve_contracts(&bad).unwrap_err().to_string();
         assert!(e.contains("Bad.json: not a valid JSON Schema"), "{e}");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_registry_format_needs_a_url_and_refuses_what_cannot_be_framed() {
+        use crate::settings::{FileConfig, Overrides, Settings};
+        let o = Overrides {
+            postgres: Some("postgres://u@h/d".into()),
+            kafka_brokers: Some("k:1".into()),
+            ..Overrides::default()
+        };
+        let resolve = |text: &str| Settings::resolve(&o, FileConfig::parse(text).unwrap()).map_err(|e| e.to_string());
+        let ok = resolve(
+            "[contracts]\nvalue_format = \"avro\"\n[registry]\nurl = \"http://r:8081/apis/ccompat/v7/\"\ncache_ttl = \"2s\"\nsubject_strategy = \"topic_record_name\"\n[registry.versions]\n\"A\" = 3\n",
+        )
+        .unwrap();
+        let r = ok.registry.expect("registry settings");
+        assert_eq!(r.url, "http://r:8081/apis/ccompat/v7");
+        assert_eq!(r.options.ttl, Duration::from_secs(2));
+        assert_eq!(r.options.strategy, SubjectStrategy::TopicRecordName);
+        assert_eq!(r.options.pinned.get("A"), Some(&3));
+        assert_eq!(r.auth, RegistryAuth::None);
+        assert!(resolve("").unwrap().registry.is_none(), "json by default: no registry");
+        let refused = [
+            ("[contracts]\nvalue_format = \"avro\"\n", "json unless [registry] url"),
+            ("[contracts]\nvalue_format = \"protobuf\"\n", "expected json, json-schema or avro"),
+            ("[registry]\nurl = \"http://r\"\n", "a registry only with contracts.value_format"),
+            ("[contracts]\nvalue_format = \"avro\"\ndir = \"/x\"\n[registry]\nurl = \"http://r\"\n", "not both"),
+            ("envelope = \"cloudevents\"\n[contracts]\nvalue_format = \"avro\"\n[registry]\nurl = \"http://r\"\n", "a registry's record is the payload alone"),
+            ("[contracts]\nvalue_format = \"avro\"\n[registry]\nurl = \"http://u:pw@r\"\n", "registry.url holds credentials"),
+            ("[contracts]\nvalue_format = \"avro\"\n[registry]\nurl = \"http://r\"\nusername = \"u\"\n", "without a password"),
+            ("[contracts]\nvalue_format = \"avro\"\n[registry]\nurl = \"http://r\"\nsubject_strategy = \"x\"\n", "record_name, topic_name or topic_record_name"),
+            ("[router]\n\"table.field.event.type.header\" = \"\"\n[contracts]\nvalue_format = \"avro\"\n[registry]\nurl = \"http://r\"\n", "or use topic_name"),
+        ];
+        for (text, expected) in refused {
+            let e = resolve(text).unwrap_err();
+            assert!(e.contains(expected), "{text}: {e}");
+            assert!(!e.contains("pw@"), "{e}");
+        }
+        let basic = RegistryAuth::Basic { username: "u".into(), password: "s3cret".into() };
+        assert_eq!(format!("{basic:?}"), "Basic(u, ***)");
     }
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::duration::{Millis, Seconds};
-use super::{ConfigError, ContractsFile, SnapshotMode};
+use super::{ConfigError, ContractsFile, RegistryFile, SnapshotMode};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -65,6 +65,8 @@ pub struct FileConfig {
     /// JSON Schema contracts per event type (see docs/contracts.md).
     #[serde(default, skip_serializing_if = "ContractsFile::is_empty")]
     pub contracts: ContractsFile,
+    #[serde(default, skip_serializing_if = "RegistryFile::is_empty")]
+    pub registry: RegistryFile,
     #[serde(default)]
     pub kafka: KafkaFile,
     #[serde(default)]
@@ -587,8 +589,7 @@ impl InboxFile {
 mod tests {
     use super::*;
 
-    /// Issue 27 (low): a TOML type error echoed the value (a secret put under the wrong
-    /// key would be printed).
+    /// Issue 27 (low): a TOML type error echoed the value (a misplaced secret printed).
     #[test]
     fn regression_type_errors_do_not_show_the_value() {
         let e = FileConfig::parse("slot_failover = \"CANARY-secret\"").unwrap_err();

@@ -28,7 +28,7 @@ use std::time::Duration;
 use router::RouterConfig;
 use serde::{Deserialize, Serialize};
 
-pub use contracts::ContractsFile;
+pub use contracts::{ContractsFile, RegistryAuth, RegistryFile, RegistrySettings};
 pub use file::{
     CloudEventsFile, ExactlyOnceFile, FileConfig, InboxFile, KafkaFile, MessagesFile, MonitorFile, OutboxFile,
     PipelineFile, RetentionFile, RouterFile,
@@ -49,6 +49,9 @@ pub struct Settings {
     pub metrics_addr: Option<SocketAddr>,
     /// Span export (`OTEL_EXPORTER_OTLP_ENDPOINT`...); `None`: no exporter, no spans.
     pub otel: Option<otel::OtelSettings>,
+    /// `[registry]` with `contracts.value_format = json-schema | avro`: `app` gives every
+    /// router the registry's contract.
+    pub registry: Option<RegistrySettings>,
 }
 
 impl Settings {
@@ -89,6 +92,10 @@ impl SourceSettings {
     /// The router of every outbox table, then the table-less outbox's.
     pub fn routers_mut(&mut self) -> impl Iterator<Item = &mut RouterConfig> {
         self.outboxes.iter_mut().map(|o| &mut o.router).chain(self.messages.iter_mut().map(|m| &mut m.router))
+    }
+
+    pub fn routers(&self) -> impl Iterator<Item = &RouterConfig> {
+        self.outboxes.iter().map(|o| &o.router).chain(self.messages.iter().map(|m| &m.router))
     }
 
     /// The tables the publication must publish: every outbox, and the signal table.

@@ -62,6 +62,10 @@ pub struct Overrides {
     pub contracts_dir: Option<std::path::PathBuf>,
     /// `--contracts-unknown`: `allow` or `refuse`.
     pub contracts_unknown: Option<String>,
+    /// `--value-format`: `json`, `json-schema` or `avro`.
+    pub value_format: Option<String>,
+    /// `--registry-url`.
+    pub registry_url: Option<String>,
     /// `walpost inbox --topics` (comma-separated on the command line).
     pub inbox_topics: Option<Vec<String>>,
     pub inbox_topic_regex: Option<String>,
@@ -116,6 +120,8 @@ impl Overrides {
         over(&self.envelope, &mut file.envelope);
         over(&self.contracts_dir, &mut file.contracts.dir);
         over(&self.contracts_unknown, &mut file.contracts.unknown);
+        over(&self.value_format, &mut file.contracts.value_format);
+        over(&self.registry_url, &mut file.registry.url);
         over(&self.retention_keep_days, &mut file.retention.keep_days);
         over(&self.retention_days_ahead, &mut file.retention.days_ahead);
         let inbox = &mut file.inbox;
@@ -262,6 +268,8 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
     for router in source.routers_mut() {
         router.reserved_topics.clone_from(&reserved);
     }
+    let registry =
+        super::contracts::resolve_registry(&file.contracts, &file.registry, &source, &|k| std::env::var(k).ok())?;
     super::contracts::attach(&file.contracts, &mut source)?;
 
     let snapshot_mode = file.snapshot.unwrap_or(SnapshotMode::Never);
@@ -301,6 +309,7 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
         retention: resolve_retention(&file.retention)?,
         metrics_addr,
         otel: super::otel::OtelSettings::from_env(&|k| std::env::var(k).ok())?,
+        registry,
     })
 }
 

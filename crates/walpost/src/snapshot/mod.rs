@@ -385,6 +385,7 @@ impl Snapshot<'_> {
                         }
                     }
                     Err(error) => {
+                        crate::error::contract_unavailable(&error)?;
                         let (id, key, value) = router.salvage(rel, &tuple);
                         let event_id = id.unwrap_or_default();
                         if !self.policy.dead_letters() {

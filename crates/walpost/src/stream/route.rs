@@ -194,6 +194,7 @@ impl Routing {
                 Ok(match routed {
                     Ok(record) => Routed::Record(record),
                     Err(error) => {
+                        crate::error::contract_unavailable(&error)?;
                         let (id, key, value) = o.router.salvage(rel, tuple);
                         unroutable(error, id, key, value)
                     }
@@ -327,7 +328,10 @@ impl Routing {
         let source = format!("message prefix {prefix}");
         Ok(match config.router.route_json(&m.content, &source, commit_time_ms) {
             Ok(record) => Routed::Record(record),
-            Err(error) => unroutable(error, None, None, Some(m.content.clone())),
+            Err(error) => {
+                crate::error::contract_unavailable(&error)?;
+                unroutable(error, None, None, Some(m.content.clone()))
+            }
         })
     }
 

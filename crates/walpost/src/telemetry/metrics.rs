@@ -51,6 +51,9 @@ pub mod names {
     pub const RECONNECTS: &str = "walpost_reconnects_total";
     pub const DEAD_LETTERS: &str = "walpost_dead_letters_total";
     pub const CONTRACT_CHECKS: &str = "walpost_contract_checks_total";
+    pub const REGISTRY_REQUESTS: &str = "walpost_registry_requests_total";
+    pub const REGISTRY_REQUEST_SECONDS: &str = "walpost_registry_request_seconds";
+    pub const REGISTRY_CACHE: &str = "walpost_registry_cache_lookups_total";
     pub const SKIPPED: &str = "walpost_events_skipped_total";
     pub const STREAMING: &str = "walpost_streaming";
     pub const HALTED: &str = "walpost_halted";
@@ -112,6 +115,17 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         CONTRACT_CHECKS,
         "counter",
         "With [contracts]: payloads checked, by event type (those with a schema; others are (other)) and result (valid, breach).",
+    ),
+    (
+        REGISTRY_REQUESTS,
+        "counter",
+        "With [registry]: schema requests to the registry, by result (found, missing, error).",
+    ),
+    (REGISTRY_REQUEST_SECONDS, "histogram", "With [registry]: how long schema requests to the registry took."),
+    (
+        REGISTRY_CACHE,
+        "counter",
+        "With [registry]: subject lookups in walpost's schema cache, by result (hit, miss: asked the registry).",
     ),
     (SKIPPED, "counter", "Changes that are not outbox events and were skipped, by reason."),
     (STREAMING, "gauge", "1 while streaming from the replication slot."),
@@ -512,6 +526,9 @@ impl Metrics {
         };
         let contracts = ContractMetrics {
             checks: register(&r, IntCounterVec::new(opts(CONTRACT_CHECKS), &["event_type", "result"]))?,
+            registry_requests: register(&r, IntCounterVec::new(opts(REGISTRY_REQUESTS), &["result"]))?,
+            registry_seconds: histogram(REGISTRY_REQUEST_SECONDS)?,
+            registry_cache: register(&r, IntCounterVec::new(opts(REGISTRY_CACHE), &["result"]))?,
         };
         let streaming = gauge(STREAMING)?;
         let halted = gauge(HALTED)?;
@@ -586,6 +603,9 @@ mod tests {
         m.kafka.declare_dead_letter_classes(["invalid_topic"]);
         m.retention.skipped("slot_behind");
         m.contracts.checks.with_label_values(&["(other)", "valid"]).inc();
+        m.contracts.registry_requests.with_label_values(&["found"]).inc();
+        m.contracts.registry_seconds.observe(0.01);
+        m.contracts.registry_cache.with_label_values(&["hit"]).inc();
         m.inbox.records("orders", "stored", 3);
         m.inbox.set_consumer_lag_from_stats(
             br#"{"topics": {"orders": {"partitions": {"0": {"consumer_lag": 4, "fetch_state": "active"}, "-1": {"consumer_lag": -1}}}}}"#,

@@ -25,6 +25,7 @@ mod inbox_retention;
 mod kafka_cluster;
 mod ops;
 mod otel;
+mod registry;
 mod replay;
 mod retention;
 mod router;

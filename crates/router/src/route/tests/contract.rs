@@ -1,14 +1,36 @@
 //! The contract hook: every path into a record asks the contract, with the payload bytes
-//! before any envelope, and a breach is a `ContractBroken` error naming the event.
+//! before any envelope and the record's topic; a breach is a `ContractBroken` error
+//! naming the event, an unreadable contract a `ContractUnavailable` one, and bytes the
+//! contract encodes become the record's value.
 
 use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::cloudevents::{CloudEventsConfig, CloudEventsMode};
-use crate::{Breach, BreachReason, ContractRef, PayloadContract};
+use crate::{Breach, BreachReason, Checked, ContractError, ContractRef, Event, PayloadContract};
 
 /// One question: the event type and the payload.
 type Asked = (Option<Vec<u8>>, Vec<u8>);
+
+/// Frames payloads as a registry would (a 0 byte, then the payload), or says it cannot.
+struct Framing {
+    available: bool,
+    topics: Mutex<Vec<String>>,
+}
+
+impl PayloadContract for Framing {
+    fn check(&self, event: Event<'_>, payload: &[u8]) -> Result<Checked, ContractError> {
+        self.topics.lock().unwrap().push(event.topic.to_owned());
+        if !self.available {
+            return Err(ContractError::Unavailable("the registry at r does not answer".into()));
+        }
+        Ok(Checked::Encoded([&[0u8][..], payload].concat().into()))
+    }
+
+    fn describe(&self) -> String {
+        "framing".into()
+    }
+}
 
 /// Records what it was asked, and refuses payloads containing `"bad"`.
 #[derive(Default)]
@@ -17,19 +39,19 @@ struct Recorder {
 }
 
 impl PayloadContract for Recorder {
-    fn check(&self, event_type: Option<&[u8]>, payload: &[u8]) -> Result<(), Breach> {
-        self.asked.lock().unwrap().push((event_type.map(<[u8]>::to_vec), payload.to_vec()));
+    fn check(&self, event: Event<'_>, payload: &[u8]) -> Result<Checked, ContractError> {
+        self.asked.lock().unwrap().push((event.event_type.map(<[u8]>::to_vec), payload.to_vec()));
         if payload.windows(5).any(|w| w == b"\"bad\"") {
-            return Err(Breach {
+            return Err(ContractError::Breach(Breach {
                 schema: Some(Arc::from("OrderPlaced.json")),
                 reason: BreachReason::Invalid {
                     pointer: "/state".into(),
                     keyword: "enum".into(),
                     schema_path: "/properties/state/enum".into(),
                 },
-            });
+            }));
         }
-        Ok(())
+        Ok(Checked::Unchanged)
     }
 
     fn describe(&self) -> String {
@@ -42,8 +64,8 @@ impl PayloadContract for Recorder {
 pub(super) fn refusing(schema: Option<&'static str>) -> ContractRef {
     struct No(Option<&'static str>);
     impl PayloadContract for No {
-        fn check(&self, _: Option<&[u8]>, _: &[u8]) -> Result<(), Breach> {
-            Err(match self.0 {
+        fn check(&self, _: Event<'_>, _: &[u8]) -> Result<Checked, ContractError> {
+            Err(ContractError::Breach(match self.0 {
                 Some(name) => Breach {
                     schema: Some(Arc::from(name)),
                     reason: BreachReason::Invalid {
@@ -53,13 +75,18 @@ pub(super) fn refusing(schema: Option<&'static str>) -> ContractRef {
                     },
                 },
                 None => Breach { schema: None, reason: BreachReason::NoContract },
-            })
+            }))
         }
         fn describe(&self) -> String {
             "no".into()
         }
     }
     ContractRef(Arc::new(No(schema)))
+}
+
+/// A contract whose registry does not answer.
+pub(super) fn unavailable() -> ContractRef {
+    ContractRef(Arc::new(Framing { available: false, topics: Mutex::default() }))
 }
 
 fn with(recorder: &Arc<Recorder>, config: RouterConfig) -> Router {
@@ -125,4 +152,28 @@ fn table_less_messages_are_checked_too() {
         "{err}"
     );
     assert_eq!(recorder.asked.lock().unwrap()[0], (Some(b"T".to_vec()), br#"{"state": "new"}"#.to_vec()));
+}
+
+#[test]
+fn an_encoded_payload_is_the_value_and_an_unreadable_contract_is_unavailable() {
+    let framing = Arc::new(Framing { available: true, topics: Mutex::default() });
+    let mut r = router(RouterConfig { contract: Some(ContractRef(framing.clone())), ..RouterConfig::default() });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let rec = r.route(&rel, &seed_row(text("order"), text("k"), text(r#"{"state": "new"}"#))).unwrap();
+    assert_eq!(rec.value.as_deref(), Some(&b"\0{\"state\": \"new\"}"[..]));
+    assert_eq!(framing.topics.lock().unwrap().as_slice(), [rec.topic.to_string()], "asked with the record's topic");
+    let json = Bytes::from_static(br#"{"id": 1, "aggregate_type": "order", "aggregate_id": "o", "payload": {"a": 1}}"#);
+    let message = r.route_json(&json, "message prefix outbox", None).unwrap();
+    assert_eq!(message.value.as_deref(), Some(&b"\0{\"a\": 1}"[..]), "a table-less message too");
+
+    let down = Arc::new(Framing { available: false, topics: Mutex::default() });
+    let mut r = router(RouterConfig { contract: Some(ContractRef(down)), ..RouterConfig::default() });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let err = r.route(&rel, &seed_row(text("order"), text("k"), text("{}"))).unwrap_err();
+    assert_eq!(err.class(), "contract_unavailable");
+    assert_eq!(err.event_id(), Some("42"));
+    assert_eq!(
+        err.to_string(),
+        "cannot check event id 42 of events.outbox against its contract now: the registry at r does not answer"
+    );
 }

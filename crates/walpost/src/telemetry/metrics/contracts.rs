@@ -1,5 +1,6 @@
 //! `walpost_contract_checks_total{event_type, result}`: the contracts' checks, counted
-//! by a wrapper around the configured [`PayloadContract`].
+//! by a wrapper around the configured [`PayloadContract`]; and the schema registry's
+//! requests, their latency and the schema cache's lookups (`walpost_registry_*`).
 //!
 //! The `event_type` label takes only the event types that have a schema (names the
 //! operator configured); every other type, and events without one, count as `(other)`.
@@ -11,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use prometheus::{IntCounter, IntCounterVec};
-use router::{Breach, ContractRef, PayloadContract};
+use router::{Checked, ContractError, ContractRef, Event, PayloadContract};
 
 use super::OTHER_TOPICS;
 
@@ -19,6 +20,11 @@ use super::OTHER_TOPICS;
 #[derive(Debug, Clone)]
 pub struct ContractMetrics {
     pub(super) checks: IntCounterVec,
+    /// By result: `found`, `missing`, `error`.
+    pub registry_requests: IntCounterVec,
+    pub registry_seconds: prometheus::Histogram,
+    /// By result: `hit`, `miss`.
+    pub registry_cache: IntCounterVec,
 }
 
 /// Valid, then breach.
@@ -46,13 +52,15 @@ impl ContractMetrics {
 }
 
 impl PayloadContract for Metered {
-    fn check(&self, event_type: Option<&[u8]>, payload: &[u8]) -> Result<(), Breach> {
-        let outcome = self.inner.check(event_type, payload);
-        let pair = event_type.and_then(|t| self.by_type.get(t)).unwrap_or(&self.other);
+    fn check(&self, event: Event<'_>, payload: &[u8]) -> Result<Checked, ContractError> {
+        let outcome = self.inner.check(event, payload);
+        let pair = event.event_type.and_then(|t| self.by_type.get(t)).unwrap_or(&self.other);
         let [valid, breach] = pair;
-        match outcome {
-            Ok(()) => valid.inc(),
-            Err(_) => breach.inc(),
+        match &outcome {
+            Ok(_) => valid.inc(),
+            Err(ContractError::Breach(_)) => breach.inc(),
+            // Not checked yet: counted when it is.
+            Err(ContractError::Unavailable(_)) => {}
         }
         outcome
     }
@@ -76,10 +84,14 @@ mod tests {
 
     struct OnlyEmpty;
     impl PayloadContract for OnlyEmpty {
-        fn check(&self, _: Option<&[u8]>, payload: &[u8]) -> Result<(), Breach> {
+        fn check(&self, _: Event<'_>, payload: &[u8]) -> Result<Checked, ContractError> {
             match payload {
-                b"{}" => Ok(()),
-                _ => Err(Breach { schema: None, reason: router::BreachReason::NoContract }),
+                b"{}" => Ok(Checked::Unchanged),
+                b"down" => Err(ContractError::Unavailable("down".into())),
+                _ => Err(ContractError::Breach(router::Breach {
+                    schema: None,
+                    reason: router::BreachReason::NoContract,
+                })),
             }
         }
         fn describe(&self) -> String {
@@ -94,10 +106,12 @@ mod tests {
     fn checks_are_counted_by_known_event_type_and_result_others_as_other() {
         let metrics = Metrics::new(Arc::new(Health::new(std::time::Duration::MAX, std::time::Duration::MAX))).unwrap();
         let metered = metrics.contracts.meter(&ContractRef(Arc::new(OnlyEmpty)));
-        assert!(metered.0.check(Some(b"OrderPlaced"), b"{}").is_ok());
-        assert!(metered.0.check(Some(b"OrderPlaced"), b"[]").is_err());
-        assert!(metered.0.check(Some(b"secret@example.com"), b"{}").is_ok());
-        assert!(metered.0.check(None, b"[]").is_err());
+        let event = |t: Option<&'static [u8]>| Event { event_type: t, topic: "t" };
+        assert!(metered.0.check(event(Some(b"OrderPlaced")), b"{}").is_ok());
+        assert!(metered.0.check(event(Some(b"OrderPlaced")), b"[]").is_err());
+        assert!(metered.0.check(event(Some(b"OrderPlaced")), b"down").is_err(), "not counted: not checked");
+        assert!(metered.0.check(event(Some(b"secret@example.com")), b"{}").is_ok());
+        assert!(metered.0.check(event(None), b"[]").is_err());
         let text = metrics.encode();
         for line in [
             "walpost_contract_checks_total{event_type=\"OrderPlaced\",result=\"valid\"} 1",

@@ -1,0 +1,140 @@
+//! HTTP/1.1 client connections for walpost's outbound HTTP (OTLP exports, the schema
+//! registry): hyper's client connection over a tokio TCP stream, or over TLS with
+//! OpenSSL as walpost's PostgreSQL connections use it. The peer's certificate is
+//! verified against the system's roots or the configured CA, and its name against the
+//! URL's host. hyper is already walpost's HTTP server; callers keep a connection while
+//! it works and open another after an error.
+//!
+//! Invariant: certificate and key files are read when a [`Tls`] is made (at start-up),
+//! so a missing or malformed one stops walpost with the file named, not at the first
+//! request.
+
+use std::path::Path;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
+
+/// What a TLS connection to a peer is made with.
+pub(crate) struct Tls {
+    connector: SslConnector,
+    host: String,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("host", &self.host).finish()
+    }
+}
+
+/// A certificate file could not be used (at start-up).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up TLS for {peer}: {what} {path}: {reason}")]
+pub(crate) struct TlsSetupError {
+    peer: &'static str,
+    what: &'static str,
+    path: String,
+    /// The I/O error, or OpenSSL's reasons (not its source-file locations).
+    reason: String,
+}
+
+/// A file and what it is, as errors name it ("the CA file (registry.ca)").
+pub(crate) type NamedFile<'a> = (&'static str, &'a Path);
+
+impl Tls {
+    /// `peer` names the other end in errors ("the OTLP endpoint"); `host` is checked
+    /// against its certificate and sent as SNI; `client` is a certificate and its key.
+    pub(crate) fn new(
+        peer: &'static str,
+        host: &str,
+        ca: Option<NamedFile<'_>>,
+        client: Option<(NamedFile<'_>, NamedFile<'_>)>,
+    ) -> Result<Tls, TlsSetupError> {
+        let none = Path::new("");
+        // Verifies the peer against the system's default roots (set by `builder`).
+        let mut b = SslConnector::builder(SslMethod::tls_client()).map_err(fail(peer, "OpenSSL", none))?;
+        b.set_verify(SslVerifyMode::PEER);
+        if let Some((what, ca)) = ca {
+            readable(peer, what, ca)?;
+            b.set_ca_file(ca).map_err(fail(peer, what, ca))?;
+        }
+        if let Some(((what, cert), (key_what, key))) = client {
+            readable(peer, what, cert)?;
+            b.set_certificate_chain_file(cert).map_err(fail(peer, what, cert))?;
+            readable(peer, key_what, key)?;
+            b.set_private_key_file(key, SslFiletype::PEM).map_err(fail(peer, key_what, key))?;
+            b.check_private_key().map_err(fail(peer, "the client key, which does not match its certificate,", key))?;
+        }
+        b.set_alpn_protos(b"\x08http/1.1").map_err(fail(peer, "OpenSSL", none))?;
+        Ok(Tls { connector: b.build(), host: host.to_owned() })
+    }
+}
+
+/// Why a connection could not be made.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    Connect(std::io::Error),
+    /// The handshake failed: why (the certificate's verification result when that was it).
+    Tls(String),
+    Http(hyper::Error),
+}
+
+/// A new HTTP/1.1 connection to `authority` (host:port), over TLS when `tls` is given.
+pub(crate) async fn connect(authority: &str, tls: Option<&Tls>) -> Result<SendRequest<Full<Bytes>>, ConnectError> {
+    let stream = tokio::net::TcpStream::connect(authority).await.map_err(ConnectError::Connect)?;
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else {
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(ConnectError::Http)?;
+        tokio::spawn(connection);
+        return Ok(sender);
+    };
+    // `into_ssl` sets the name to verify (a host name, or an IP address) and SNI.
+    let ssl =
+        tls.connector.configure().and_then(|c| c.into_ssl(&tls.host)).map_err(|e| ConnectError::Tls(e.to_string()))?;
+    let mut stream = tokio_openssl::SslStream::new(ssl, stream).map_err(|e| ConnectError::Tls(e.to_string()))?;
+    if let Err(e) = Pin::new(&mut stream).connect().await {
+        let verify = stream.ssl().verify_result();
+        let why = if verify == openssl::x509::X509VerifyResult::OK {
+            e.to_string()
+        } else {
+            format!("the endpoint's certificate did not verify: {}", verify.error_string())
+        };
+        return Err(ConnectError::Tls(why));
+    }
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(ConnectError::Http)?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+/// Names the file and the OpenSSL step that failed, for `map_err`.
+fn fail(
+    peer: &'static str,
+    what: &'static str,
+    path: &Path,
+) -> impl FnOnce(openssl::error::ErrorStack) -> TlsSetupError {
+    let path = path.display().to_string();
+    move |stack| {
+        let mut reasons: Vec<&str> = Vec::new();
+        for reason in stack.errors().iter().filter_map(openssl::error::Error::reason) {
+            if !reasons.contains(&reason) {
+                reasons.push(reason);
+            }
+        }
+        let reason = if reasons.is_empty() { stack.to_string() } else { reasons.join("; ") };
+        TlsSetupError { peer, what, path, reason }
+    }
+}
+
+/// A missing or unreadable file, named as the OS names it (OpenSSL's text for it is a
+/// stack of source locations).
+fn readable(peer: &'static str, what: &'static str, path: &Path) -> Result<(), TlsSetupError> {
+    match std::fs::File::open(path) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(TlsSetupError { peer, what, path: path.display().to_string(), reason: e.to_string() }),
+    }
+}
