@@ -4,7 +4,6 @@
 //! binary and structured mode, tombstones included. The test then checks the SDK's
 //! attributes against the committed rows and the raw bytes against PostgreSQL's text.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -12,23 +11,9 @@ use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-fn tools_cache() -> PathBuf {
-    match std::env::var_os("WALPOST_TOOLS_CACHE") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cache/walpost/tools"),
-    }
-}
-
 /// Every record of the world's topics as the CloudEvents SDK decodes it.
 fn sdk_decode(w: &World) -> Vec<serde_json::Value> {
-    let python = std::env::var_os("WALPOST_CE_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| tools_cache().join("ce-venv/bin/python"));
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/fetch-test-tools.sh (scripts/setup-deps.sh does)",
-        python.display()
-    );
+    let python = testkit::python();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/ce_consume.py");
     let out = Command::new(&python).args([script, &w.kafka_bootstrap, &w.topic_prefix]).output().unwrap();
     assert!(

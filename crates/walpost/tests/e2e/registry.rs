@@ -15,20 +15,10 @@ use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-fn tools_cache() -> PathBuf {
-    match std::env::var_os("WALPOST_TOOLS_CACHE") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cache/walpost/tools"),
-    }
-}
-
 /// Every record of `topic` as Confluent's deserializers decode it: (id header, schema
 /// id, value).
 fn decode(w: &World, topic: &str, registry: &str, kind: &str) -> Vec<(String, u32, serde_json::Value)> {
-    let python = std::env::var_os("WALPOST_CE_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| tools_cache().join("ce-venv/bin/python"));
-    assert!(python.exists(), "{} is missing: run scripts/fetch-test-tools.sh", python.display());
+    let python = testkit::python();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/sr_consume.py");
     let out = Command::new(&python).args([script, &w.kafka_bootstrap, topic, registry, kind]).output().unwrap();
     assert!(out.status.success(), "the deserializers could not decode:\n{}", String::from_utf8_lossy(&out.stderr));
