@@ -12,6 +12,9 @@
 //! - A cached schema is used until its time to live ends; after that it is fetched
 //!   again, and while the registry cannot answer the cached one stays in use (as the
 //!   registry clients' caches do), so an outage stops only subjects not seen before.
+//! - Keys (`key_format`) are written by the subject `<topic>-key` (the Confluent
+//!   serializers' default for keys), every record's key, tombstones included: the
+//!   aggregate id as a string, or as a number when the key schema takes only numbers.
 //! - The cache holds at most [`RegistryOptions::max_subjects`] subjects (the oldest
 //!   goes first); schemas are fetched outside its lock.
 //! - No I/O here: [`SchemaSource`] is the caller's.
@@ -111,6 +114,16 @@ pub struct RegistryOptions {
     /// How long a fetched schema (or a missing subject) is used before it is asked again.
     pub ttl: Duration,
     pub max_subjects: usize,
+    /// How keys are written: `None` as they are (the aggregate id's bytes), else by the
+    /// subject `<topic>-key` in this format.
+    pub key_format: Option<Format>,
+}
+
+/// Which part of a record a subject's schema writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Part {
+    Value,
+    Key,
 }
 
 /// A subject's schema, built.
@@ -139,7 +152,7 @@ struct Cached {
 pub struct RegistryContracts {
     source: Arc<dyn SchemaSource>,
     options: RegistryOptions,
-    cache: Mutex<HashMap<String, Cached>>,
+    cache: Mutex<HashMap<(Part, String), Cached>>,
     observe: Option<Box<dyn Fn(Lookup) + Send + Sync>>,
 }
 
@@ -165,10 +178,12 @@ impl RegistryContracts {
 
     /// The subject's entry: cached while fresh, else fetched; a stale one is kept when
     /// the registry cannot answer.
-    fn entry(&self, subject: &str) -> Result<Arc<Entry>, ContractError> {
+    fn entry(&self, part: Part, subject: String, format: Format) -> Result<Arc<Entry>, ContractError> {
+        let cached = (part, subject);
+        let subject = cached.1.as_str();
         let stale = {
             let cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            match cache.get(subject) {
+            match cache.get(&cached) {
                 Some(c) if c.at.elapsed() < self.options.ttl => {
                     self.note(Lookup::Hit);
                     return Ok(c.entry.clone());
@@ -179,17 +194,17 @@ impl RegistryContracts {
         self.note(Lookup::Miss);
         let version = self.options.pinned.get(subject).copied();
         let entry = match self.source.fetch(subject, version) {
-            Ok(fetched) => Arc::new(self.build(subject, version, fetched)),
+            Ok(fetched) => Arc::new(build(part, subject, version, fetched, format)),
             Err(reason) => return stale.ok_or(ContractError::Unavailable(reason)),
         };
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.len() >= self.options.max_subjects && !cache.contains_key(subject) {
+        if cache.len() >= self.options.max_subjects && !cache.contains_key(&cached) {
             let oldest = cache.iter().min_by_key(|(_, c)| c.at).map(|(k, _)| k.clone());
             if let Some(oldest) = oldest {
                 cache.remove(&oldest);
             }
         }
-        cache.insert(subject.to_owned(), Cached { at: Instant::now(), entry: entry.clone() });
+        cache.insert(cached, Cached { at: Instant::now(), entry: entry.clone() });
         Ok(entry)
     }
 
@@ -198,39 +213,44 @@ impl RegistryContracts {
             observe(lookup);
         }
     }
+}
 
-    fn build(&self, subject: &str, version: Option<i32>, fetched: Fetched) -> Entry {
-        let refused = |name: String, reason| Entry::Refused(Breach { schema: Some(Arc::from(name)), reason });
-        let r = match fetched {
-            Fetched::Missing => {
-                let name = match version {
-                    Some(v) => format!("subject {subject} version {v}"),
-                    None => format!("subject {subject}"),
-                };
-                return refused(name, BreachReason::NoSubject);
-            }
-            Fetched::Found(r) => r,
+/// A subject's schema as `format` needs it, or the breach every use of it gets.
+fn build(part: Part, subject: &str, version: Option<i32>, fetched: Fetched, format: Format) -> Entry {
+    let refused = |name: String, reason| Entry::Refused(Breach { schema: Some(Arc::from(name)), reason });
+    let r = match fetched {
+        Fetched::Missing => {
+            let name = match version {
+                Some(v) => format!("subject {subject} version {v}"),
+                None => format!("subject {subject}"),
+            };
+            return refused(name, BreachReason::NoSubject);
+        }
+        Fetched::Found(r) => r,
+    };
+    let name = format!("subject {subject} version {} (id {})", r.version, r.id);
+    let wanted = format.schema_type();
+    if !r.schema_type.eq_ignore_ascii_case(wanted) {
+        let setting = match part {
+            Part::Value => "contracts.value_format",
+            Part::Key => "contracts.key_format",
         };
-        let name = format!("subject {subject} version {} (id {})", r.version, r.id);
-        let wanted = self.options.format.schema_type();
-        if !r.schema_type.eq_ignore_ascii_case(wanted) {
-            return refused(name, BreachReason::WrongSchemaType { found: r.schema_type, wanted });
-        }
-        if r.references > 0 {
-            let reason = "it refers to other subjects, which walpost does not follow".to_owned();
-            return refused(name, BreachReason::Unusable { reason });
-        }
-        let built = match self.options.format {
-            Format::JsonSchema => serde_json::from_str::<serde_json::Value>(&r.schema)
-                .map_err(|e| format!("not JSON: {e}"))
-                .and_then(|schema| crate::build_json_schema(&schema).map_err(|e| format!("not a JSON Schema: {e}")))
-                .map(Built::Json),
-            Format::Avro => AvroWriter::new(&r.schema).map(Built::Avro),
-        };
-        match built {
-            Ok(built) => Entry::Ready { name: Arc::from(name), id: r.id, built },
-            Err(reason) => refused(name, BreachReason::Unusable { reason }),
-        }
+        return refused(name, BreachReason::WrongSchemaType { found: r.schema_type, wanted, setting });
+    }
+    if r.references > 0 {
+        let reason = "it refers to other subjects, which walpost does not follow".to_owned();
+        return refused(name, BreachReason::Unusable { reason });
+    }
+    let built = match format {
+        Format::JsonSchema => serde_json::from_str::<serde_json::Value>(&r.schema)
+            .map_err(|e| format!("not JSON: {e}"))
+            .and_then(|schema| crate::build_json_schema(&schema).map_err(|e| format!("not a JSON Schema: {e}")))
+            .map(Built::Json),
+        Format::Avro => AvroWriter::new(&r.schema).map(Built::Avro),
+    };
+    match built {
+        Ok(built) => Entry::Ready { name: Arc::from(name), id: r.id, built },
+        Err(reason) => refused(name, BreachReason::Unusable { reason }),
     }
 }
 
@@ -239,7 +259,7 @@ impl PayloadContract for RegistryContracts {
         let Some(subject) = self.options.strategy.subject(event.topic, event.event_type) else {
             return Err(Breach { schema: None, reason: BreachReason::NoEventType }.into());
         };
-        let entry = self.entry(&subject)?;
+        let entry = self.entry(Part::Value, subject, self.options.format)?;
         let (name, id, built) = match entry.as_ref() {
             Entry::Refused(breach) => return Err(breach.clone().into()),
             Entry::Ready { name, id, built } => (name, *id, built),
@@ -261,6 +281,55 @@ impl PayloadContract for RegistryContracts {
         Ok(Checked::Encoded(Bytes::from(out)))
     }
 
+    /// A subject named after the event type exists only when the operator registered
+    /// it; `topic_name` subjects say nothing about the event type.
+    fn accepted_types_are_configured(&self) -> bool {
+        self.options.strategy != SubjectStrategy::TopicName
+    }
+
+    fn key(&self, topic: &str, key: &[u8]) -> Result<Option<Bytes>, ContractError> {
+        let Some(format) = self.options.key_format else { return Ok(None) };
+        let entry = self.entry(Part::Key, format!("{topic}-key"), format)?;
+        let (name, id, built) = match entry.as_ref() {
+            Entry::Refused(breach) => return Err(breach.clone().into()),
+            Entry::Ready { name, id, built } => (name, *id, built),
+        };
+        let refused = |reason: String| Breach { schema: Some(name.clone()), reason: BreachReason::BadKey { reason } };
+        let text = std::str::from_utf8(key).map_err(|_| refused("it is not UTF-8 text".into()))?;
+        // The aggregate id is text; a key schema that takes only numbers gets it as one.
+        let as_string = serde_json::Value::String(text.to_owned());
+        let as_number = serde_json::from_str::<serde_json::Number>(text).ok().map(serde_json::Value::Number);
+        let mut out = Vec::with_capacity(key.len().saturating_add(8));
+        out.push(0);
+        out.extend_from_slice(&id.to_be_bytes());
+        match built {
+            Built::Json(validator) => {
+                let first = match validator.validate(&as_string) {
+                    Ok(()) => {
+                        serde_json::to_writer(&mut out, &as_string).map_err(|e| refused(e.to_string()))?;
+                        return Ok(Some(Bytes::from(out)));
+                    }
+                    Err(e) => format!("it fails \"{}\" (schema path {})", e.kind().keyword(), e.schema_path().as_str()),
+                };
+                match as_number {
+                    Some(n) if validator.is_valid(&n) => out.extend_from_slice(text.as_bytes()),
+                    _ => return Err(refused(first).into()),
+                }
+            }
+            Built::Avro(writer) => {
+                let header = out.len();
+                if let Err((_, reason)) = writer.write(&as_string, &mut out) {
+                    out.truncate(header);
+                    let fits = as_number.is_some_and(|n| writer.write(&n, &mut out).is_ok());
+                    if !fits {
+                        return Err(refused(format!("it {reason}")).into());
+                    }
+                }
+            }
+        }
+        Ok(Some(Bytes::from(out)))
+    }
+
     fn describe(&self) -> String {
         let strategy = match self.options.strategy {
             SubjectStrategy::TopicName => "topic_name",
@@ -271,7 +340,12 @@ impl PayloadContract for RegistryContracts {
             Format::JsonSchema => "json-schema",
             Format::Avro => "avro",
         };
-        format!("{format} records by the subjects ({strategy}) of {}", self.source.describe())
+        let keys = match self.options.key_format {
+            None => "",
+            Some(Format::JsonSchema) => ", json-schema keys",
+            Some(Format::Avro) => ", avro keys",
+        };
+        format!("{format} records{keys} by the subjects ({strategy}) of {}", self.source.describe())
     }
 }
 
@@ -318,7 +392,8 @@ mod tests {
     }
 
     fn contracts(memory: &Arc<Memory>, format: Format, strategy: SubjectStrategy, ttl: Duration) -> RegistryContracts {
-        let options = RegistryOptions { format, strategy, pinned: HashMap::new(), ttl, max_subjects: 2 };
+        let options =
+            RegistryOptions { format, strategy, pinned: HashMap::new(), ttl, max_subjects: 2, key_format: None };
         RegistryContracts::new(Arc::new(memory.clone()), options)
     }
 
@@ -413,6 +488,48 @@ mod tests {
         let framed = c.check(event("A", "t"), br#"{"amount": "now free"}"#).unwrap();
         let Checked::Encoded(bytes) = framed else { panic!() };
         assert_eq!(&bytes[..5], b"\0\0\0\0\x05", "the new version's id");
+    }
+
+    #[test]
+    fn keys_are_written_by_the_topics_key_subject_as_a_string_or_a_number() {
+        let m = Arc::new(Memory::default());
+        m.put("orders-key", 11, "AVRO", r#""string""#);
+        m.put("ids-key", 12, "AVRO", r#""long""#);
+        m.put("typed-key", 13, "JSON", r#"{"type": "string", "pattern": "^o-"}"#);
+        m.put("numbers-key", 14, "JSON", r#"{"type": "integer"}"#);
+        m.put("orders-value", 3, "AVRO", r#""string""#);
+        let options = |key_format| RegistryOptions {
+            format: Format::Avro,
+            strategy: SubjectStrategy::TopicName,
+            pinned: HashMap::new(),
+            ttl: Duration::from_secs(60),
+            max_subjects: 100,
+            key_format,
+        };
+        let plain = RegistryContracts::new(Arc::new(m.clone()), options(None));
+        assert_eq!(plain.key("orders", b"o-1").unwrap(), None, "key_format string: the key unchanged");
+        let avro = RegistryContracts::new(Arc::new(m.clone()), options(Some(Format::Avro)));
+        // Avro string: zig-zag length 3 (6), then the bytes.
+        assert_eq!(avro.key("orders", b"o-1").unwrap().unwrap(), Bytes::from_static(b"\0\0\0\0\x0b\x06o-1"));
+        assert_eq!(avro.key("ids", b"-2").unwrap().unwrap(), Bytes::from_static(b"\0\0\0\0\x0c\x03"), "a long key");
+        let ContractError::Breach(b) = avro.key("ids", b"o-SECRET").unwrap_err() else { panic!() };
+        assert_eq!(
+            b.to_string(),
+            "the key schema subject ids-key version 12 (id 12) refuses the record's key (the aggregate id): it is not a long: fix the producing service's aggregate id, or the key schema"
+        );
+        let ContractError::Breach(missing) = avro.key("nothing", b"k").unwrap_err() else { panic!() };
+        assert!(matches!(missing.reason, BreachReason::NoSubject), "{missing:?}");
+        let json = RegistryContracts::new(Arc::new(m.clone()), options(Some(Format::JsonSchema)));
+        assert_eq!(json.key("typed", b"o-1").unwrap().unwrap(), Bytes::from_static(b"\0\0\0\0\x0d\"o-1\""));
+        assert_eq!(json.key("numbers", b"42").unwrap().unwrap(), Bytes::from_static(b"\0\0\0\0\x0e42"));
+        let ContractError::Breach(b) = json.key("typed", b"SECRET").unwrap_err() else { panic!() };
+        assert_eq!(
+            b.to_string(),
+            "the key schema subject typed-key version 13 (id 13) refuses the record's key (the aggregate id): it fails \"pattern\" (schema path /pattern): fix the producing service's aggregate id, or the key schema"
+        );
+        let ContractError::Breach(kind) = json.key("orders", b"o-1").unwrap_err() else { panic!() };
+        assert!(kind.to_string().contains("but contracts.key_format needs schemaType JSON"), "{kind}");
+        assert!(avro.check(event("X", "orders"), br#""v""#).is_ok(), "values and keys are cached apart");
     }
 
     #[test]

@@ -28,6 +28,23 @@ pub trait PayloadContract: Send + Sync {
     fn event_types(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Whether the event type of a payload it accepted is a name the operator
+    /// configured (a registry subject named after the event type), so that it may
+    /// become a metric label once seen. Beside [`PayloadContract::event_types`], for
+    /// contracts that do not know their event types in advance.
+    fn accepted_types_are_configured(&self) -> bool {
+        false
+    }
+
+    /// The bytes the record's key carries instead of `key` (the aggregate id as the row
+    /// gives it), when the contract writes keys too (a schema registry's `<topic>-key`
+    /// subject); `None`: the key as it is. Asked for every record, tombstones included,
+    /// so every record of a topic has a key of one form.
+    fn key(&self, topic: &str, key: &[u8]) -> Result<Option<bytes::Bytes>, ContractError> {
+        let _ = (topic, key);
+        Ok(None)
+    }
 }
 
 /// What a contract is asked about besides the payload.
@@ -104,12 +121,20 @@ pub enum BreachReason {
     /// A schema registry holds no schema under the subject (or not the pinned version).
     NoSubject,
     /// The subject's schema is of another kind than the configured format needs.
-    WrongSchemaType { found: String, wanted: &'static str },
+    WrongSchemaType {
+        found: String,
+        wanted: &'static str,
+        /// The setting that asks for it: `contracts.value_format` or `contracts.key_format`.
+        setting: &'static str,
+    },
     /// The subject's schema cannot be used (it does not parse, it refers to others).
     Unusable { reason: String },
     /// The payload does not fit the subject's Avro schema: where, and why (never the
     /// value itself).
     NotAvro { pointer: String, reason: &'static str },
+    /// The record's key does not fit the key schema (`contracts.key_format`): why, in
+    /// the schema's terms (never the key itself).
+    BadKey { reason: String },
     /// The payload is JSON the schema does not accept: the first violation.
     Invalid {
         /// JSON pointer of the failing value in the payload ("" is the whole payload).
@@ -137,9 +162,9 @@ impl fmt::Display for Breach {
                 f,
                 "the schema registry has no {schema}: register the schema (walpost contracts push), or fix the subject strategy"
             ),
-            BreachReason::WrongSchemaType { found, wanted } => write!(
+            BreachReason::WrongSchemaType { found, wanted, setting } => write!(
                 f,
-                "{schema} holds a {found} schema, but contracts.value_format needs schemaType {wanted}: register such a schema under it, or change the format"
+                "{schema} holds a {found} schema, but {setting} needs schemaType {wanted}: register such a schema under it, or change the format"
             ),
             BreachReason::Unusable { reason } => write!(
                 f,
@@ -152,6 +177,10 @@ impl fmt::Display for Breach {
                     "the Avro schema of {schema} cannot hold it: the value at {at} {reason}: fix the producing service, or the schema if the event is right"
                 )
             }
+            BreachReason::BadKey { reason } => write!(
+                f,
+                "the key schema {schema} refuses the record's key (the aggregate id): {reason}: fix the producing service's aggregate id, or the key schema"
+            ),
             BreachReason::NotJson { line, column } => write!(
                 f,
                 "its payload is not JSON (the parser stopped at line {line}, column {column}), so schema {schema} cannot accept it: fix the producing service"

@@ -421,7 +421,29 @@ impl Router {
                 }
             }
         }
+        let key = self.contract_key(&rel.table, &event_id, &topic, key)?;
         Ok(Record { topic, key, value, headers, event_id, timestamp_ms, partition, trace })
+    }
+
+    /// The key a record carries: the row's, or the contract's encoding of it (a schema
+    /// registry's key subject), for every record, tombstones included.
+    fn contract_key(&self, table: &str, event_id: &[u8], topic: &str, key: Bytes) -> Result<Bytes, RouteError> {
+        let Some(contract) = &self.config.contract else { return Ok(key) };
+        match contract.0.key(topic, &key) {
+            Ok(None) => Ok(key),
+            Ok(Some(encoded)) => Ok(encoded),
+            Err(ContractError::Breach(breach)) => Err(RouteError::ContractBroken {
+                table: table.to_owned(),
+                event_id: Some(display_text(event_id)),
+                event_type: None,
+                breach: Box::new(breach),
+            }),
+            Err(ContractError::Unavailable(reason)) => Err(RouteError::ContractUnavailable {
+                table: table.to_owned(),
+                event_id: Some(display_text(event_id)),
+                reason,
+            }),
+        }
     }
 
     /// Keeps at most one valid `traceparent` (the tracing column's, else the last such
@@ -588,6 +610,7 @@ impl Router {
                 }
             }
         }
+        let key = self.contract_key(source, &event_id, &topic, key)?;
         Ok(Record {
             topic,
             key,

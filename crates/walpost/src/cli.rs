@@ -422,6 +422,12 @@ pub struct ConnectionArgs {
     #[arg(long, env = "WALPOST_CONTRACTS_VALUE_FORMAT", hide_env_values = true, value_name = "json|json-schema|avro")]
     pub value_format: Option<String>,
 
+    /// How record keys are written: string (the aggregate id unchanged), json-schema or
+    /// avro (by the subject <topic>-key in [registry], Confluent wire format; needs
+    /// --value-format json-schema or avro) ([contracts] key_format) [default: string].
+    #[arg(long, env = "WALPOST_CONTRACTS_KEY_FORMAT", hide_env_values = true, value_name = "string|json-schema|avro")]
+    pub key_format: Option<String>,
+
     /// The schema registry's API base URL, e.g. http://registry:8081 or Apicurio's
     /// http://host:8080/apis/ccompat/v7 ([registry] url).
     #[arg(long, alias = "registry", env = "WALPOST_REGISTRY_URL", hide_env_values = true, value_name = "URL")]
@@ -526,6 +532,7 @@ impl ConnectionArgs {
             contracts_dir: self.contracts_dir.clone(),
             contracts_unknown: self.contracts_unknown.clone(),
             value_format: self.value_format.clone(),
+            key_format: self.key_format.clone(),
             registry_url: self.registry_url.clone(),
             on_permanent_error: self.on_permanent_error.clone(),
             dead_letter_topic: self.dead_letter_topic.clone(),

@@ -290,8 +290,9 @@ fn contract_breaches_are_quoted_verbatim_in_the_poison_record_runbook() {
         BreachReason::NoEventType,
         BreachReason::NotAvro { pointer: "<pointer>".into(), reason: "<reason>" },
         BreachReason::NoSubject,
-        BreachReason::WrongSchemaType { found: "<found>".into(), wanted: "<wanted>" },
+        BreachReason::WrongSchemaType { found: "<found>".into(), wanted: "<wanted>", setting: "<setting>" },
         BreachReason::Unusable { reason: "<reason>".into() },
+        BreachReason::BadKey { reason: "<reason>".into() },
     ];
     for reason in reasons {
         let invalid = matches!(reason, BreachReason::Invalid { .. });

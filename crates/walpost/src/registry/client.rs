@@ -260,6 +260,7 @@ mod tests {
                 pinned: Default::default(),
                 ttl: Duration::from_secs(1),
                 max_subjects: 1,
+                key_format: None,
             },
             ca: None,
             auth,

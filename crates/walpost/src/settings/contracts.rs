@@ -14,6 +14,7 @@
 //! ```toml
 //! [contracts]
 //! value_format = "avro"            # or "json-schema"; "json" (default): no registry
+//! key_format = "avro"              # keys by the subject <topic>-key; "string" (default)
 //! [registry]
 //! url = "https://registry:8081"    # --registry-url, WALPOST_REGISTRY_URL
 //! subject_strategy = "record_name" # or "topic_name", "topic_record_name"
@@ -64,11 +65,19 @@ pub struct ContractsFile {
     /// `json` (default), `json-schema` or `avro` (the last two need `[registry]`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value_format: Option<String>,
+    /// `string` (default: the aggregate id's bytes), `json-schema` or `avro` (by the
+    /// subject `<topic>-key`; need a registry value format).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_format: Option<String>,
 }
 
 impl ContractsFile {
     pub(crate) fn is_empty(&self) -> bool {
-        self.dir.is_none() && self.unknown.is_none() && self.schemas.is_empty() && self.value_format.is_none()
+        self.dir.is_none()
+            && self.unknown.is_none()
+            && self.schemas.is_empty()
+            && self.value_format.is_none()
+            && self.key_format.is_none()
     }
 }
 
@@ -176,7 +185,26 @@ pub(crate) fn resolve_registry(
             })
         }
     };
+    let key_format = match contracts.key_format.as_deref() {
+        None | Some("string") => None,
+        Some("json-schema") => Some(Format::JsonSchema),
+        Some("avro") => Some(Format::Avro),
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                key: "contracts.key_format",
+                value: other.into(),
+                expected: "string, json-schema or avro",
+            })
+        }
+    };
     let Some(format) = format else {
+        if key_format.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "contracts.key_format",
+                value: contracts.key_format.clone().unwrap_or_default(),
+                expected: "string unless contracts.value_format is json-schema or avro (keys are written by the registry that writes the values)",
+            });
+        }
         if let Some(url) = &registry.url {
             return Err(ConfigError::Invalid {
                 key: "registry.url",
@@ -209,7 +237,8 @@ pub(crate) fn resolve_registry(
             ));
         }
     }
-    let settings = registry_settings(registry, None, format, env)?;
+    let mut settings = registry_settings(registry, None, format, env)?;
+    settings.options.key_format = key_format;
     let strategy = settings.options.strategy;
     if strategy != SubjectStrategy::TopicName {
         let untyped = source.routers().any(|r| r.event_type_header_field.is_none());
@@ -284,6 +313,7 @@ pub fn registry_settings(
         pinned: registry.versions.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         ttl: registry.cache_ttl.map_or(REGISTRY_CACHE_TTL, |s| s.0),
         max_subjects: REGISTRY_MAX_SUBJECTS,
+        key_format: None,
     };
     let timeout = registry.timeout.map_or(REGISTRY_TIMEOUT, |s| s.0);
     Ok(RegistrySettings { url: url.trim_end_matches('/').to_owned(), options, ca: registry.ca.clone(), auth, timeout })
@@ -408,6 +438,7 @@ mod tests {
             unknown: Some("refuse".into()),
             schemas: BTreeMap::from([("order.shipped".to_owned(), PathBuf::from("v2.json"))]),
             value_format: None,
+            key_format: None,
         };
         let c = resolve_contracts(&f).unwrap().expect("contracts");
         let check = |t: &'static [u8]| c.0.check(router::Event { event_type: Some(t), topic: "t" }, b"{}");
@@ -484,7 +515,14 @@ mod tests {
         assert_eq!(r.options.pinned.get("A"), Some(&3));
         assert_eq!(r.auth, RegistryAuth::None);
         assert!(resolve("").unwrap().registry.is_none(), "json by default: no registry");
+        assert_eq!(r.options.key_format, None, "string keys by default");
+        let keyed = resolve(
+            "[contracts]\nvalue_format = \"json-schema\"\nkey_format = \"avro\"\n[registry]\nurl = \"http://r\"\n",
+        );
+        assert_eq!(keyed.unwrap().registry.unwrap().options.key_format, Some(Format::Avro));
         let refused = [
+            ("[contracts]\nkey_format = \"avro\"\n[registry]\nurl = \"http://r\"\n", "string unless contracts.value_format is json-schema or avro"),
+            ("[contracts]\nvalue_format = \"avro\"\nkey_format = \"int\"\n[registry]\nurl = \"http://r\"\n", "expected string, json-schema or avro"),
             ("[contracts]\nvalue_format = \"avro\"\n", "json unless [registry] url"),
             ("[contracts]\nvalue_format = \"protobuf\"\n", "expected json, json-schema or avro"),
             ("[registry]\nurl = \"http://r\"\n", "a registry only with contracts.value_format"),

@@ -177,3 +177,53 @@ fn an_encoded_payload_is_the_value_and_an_unreadable_contract_is_unavailable() {
         "cannot check event id 42 of events.outbox against its contract now: the registry at r does not answer"
     );
 }
+
+/// Writes keys as a registry would (a 1 byte, then the key), refuses the key `bad`, and
+/// leaves payloads unchanged.
+struct KeyFraming;
+
+impl PayloadContract for KeyFraming {
+    fn check(&self, _: Event<'_>, _: &[u8]) -> Result<Checked, ContractError> {
+        Ok(Checked::Unchanged)
+    }
+
+    fn key(&self, topic: &str, key: &[u8]) -> Result<Option<Bytes>, ContractError> {
+        if key == b"bad" {
+            return Err(ContractError::Breach(Breach {
+                schema: Some(Arc::from(format!("subject {topic}-key version 1 (id 9)"))),
+                reason: BreachReason::BadKey { reason: "the value at the key itself fails \"pattern\"".into() },
+            }));
+        }
+        Ok(Some([&[1u8][..], key].concat().into()))
+    }
+
+    fn describe(&self) -> String {
+        "key framing".into()
+    }
+}
+
+#[test]
+fn keys_are_written_by_the_contract_for_every_record_and_a_refused_key_names_its_schema() {
+    let config = RouterConfig {
+        contract: Some(ContractRef(Arc::new(KeyFraming))),
+        tombstone_on_empty_payload: true,
+        ..RouterConfig::default()
+    };
+    let mut r = router(config);
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let rec = r.route(&rel, &seed_row(text("order"), text("k"), text("{}"))).unwrap();
+    assert_eq!(rec.key.as_ref(), b"\x01k");
+    assert_eq!(rec.value.as_deref(), Some(&b"{}"[..]), "the payload is left to check()");
+    let tombstone = r.route(&rel, &seed_row(text("order"), text("k"), ColumnValue::Null)).unwrap();
+    assert_eq!(tombstone.key.as_ref(), b"\x01k", "a tombstone's key has the same form");
+    let json = Bytes::from_static(br#"{"id": 1, "aggregate_type": "order", "aggregate_id": "o", "payload": {}}"#);
+    assert_eq!(r.route_json(&json, "message prefix outbox", None).unwrap().key.as_ref(), b"\x01o");
+
+    let err = r.route(&rel, &seed_row(text("order"), text("bad"), text("{}"))).unwrap_err();
+    assert_eq!(err.class(), "contract_broken");
+    assert_eq!(
+        err.to_string(),
+        format!("event id 42 of events.outbox breaks its contract: the key schema subject {}-key version 1 (id 9) refuses the record's key (the aggregate id): the value at the key itself fails \"pattern\": fix the producing service's aggregate id, or the key schema", rec.topic)
+    );
+    assert!(!err.to_string().contains("bad\""), "never the key itself");
+}
