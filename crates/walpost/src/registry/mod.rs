@@ -121,18 +121,42 @@ pub(crate) fn contract(s: &RegistrySettings, metrics: Option<&ContractMetrics>) 
 /// start; one that cannot be reached yet is only a warning (it may come up, and events
 /// wait for it).
 pub(crate) async fn probe(s: &RegistrySettings) -> Result<(), PipelineError> {
-    let client = RegistryClient::new(s).map_err(|e| PipelineError::definite(ErrorKind::Config, e))?;
-    match client.subjects().await {
-        Ok(n) => {
-            tracing::info!(subjects = n, "schema registry at {} answers", client.url());
+    match ask(s).await {
+        Asked::Answers(n) => {
+            tracing::info!(subjects = n, "schema registry at {} answers", s.url);
             Ok(())
         }
-        Err(e @ (RegistryError::Unauthorized(..) | RegistryError::Malformed(..) | RegistryError::TlsSetup(_))) => {
-            Err(PipelineError::definite(ErrorKind::Registry, e))
-        }
-        Err(e) => {
+        Asked::Refuses(e) => Err(e),
+        Asked::Unreachable(e) => {
             tracing::warn!("{e}: events wait for it");
             Ok(())
         }
+    }
+}
+
+/// What the registry said when asked for its subjects.
+#[derive(Debug)]
+pub(crate) enum Asked {
+    /// It answers, with this many subjects.
+    Answers(usize),
+    /// It refuses walpost (credentials), is not a registry, or its TLS cannot be set up:
+    /// walpost cannot work with it as configured.
+    Refuses(PipelineError),
+    /// It does not answer now (down, slow, unreachable): events would wait for it.
+    Unreachable(String),
+}
+
+/// Asks the registry for its subjects (`walpost run`'s start, `walpost check`).
+pub(crate) async fn ask(s: &RegistrySettings) -> Asked {
+    let client = match RegistryClient::new(s) {
+        Ok(c) => c,
+        Err(e) => return Asked::Refuses(PipelineError::definite(ErrorKind::Config, e)),
+    };
+    match client.subjects().await {
+        Ok(n) => Asked::Answers(n),
+        Err(e @ (RegistryError::Unauthorized(..) | RegistryError::Malformed(..) | RegistryError::TlsSetup(_))) => {
+            Asked::Refuses(PipelineError::definite(ErrorKind::Registry, e))
+        }
+        Err(e) => Asked::Unreachable(e.to_string()),
     }
 }

@@ -427,7 +427,7 @@ fn publication_for_all_tables_streams_only_the_outbox_with_a_warning() {
 
 // ---- Kafka ----
 
-fn topic_command(kafka_bootstrap: &str, args: &[&str]) -> String {
+pub(crate) fn topic_command(kafka_bootstrap: &str, args: &[&str]) -> String {
     let kafka = testkit::shared_kafka();
     let mut full = vec!["--bootstrap-server", kafka_bootstrap];
     full.extend_from_slice(args);

@@ -245,3 +245,94 @@ fn contracts_dead_letter_each_breach_once_keep_order_and_check_the_snapshot() {
     assert!(pre_slot_breaches.len() >= 3, "{pre_slot_breaches:?}");
     assert!(pre_slot_breaches.iter().all(|id| dead.contains_key(*id)), "the snapshot checks the same way");
 }
+
+/// Issue 31, bad input: a 10 MB payload against a schema 40 objects deep. The valid one
+/// is published byte for byte, the one that breaks the schema at the bottom is
+/// dead-lettered once with the whole pointer and no value, and the event after them
+/// keeps its place.
+#[test]
+fn contracts_a_10_mb_payload_against_a_deep_schema_is_checked_and_its_breach_named_by_pointer() {
+    const DEPTH: usize = 40;
+    const LIMIT: &str = "16777216";
+    let w = World::new("contracts-huge");
+    let dir = std::env::temp_dir().join(format!("{}-contracts", w.db));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut schema = r#"{"type": "object", "required": ["v", "blob"],
+        "properties": {"v": {"type": "integer"}, "blob": {"type": "string", "maxLength": 20000000}}}"#
+        .to_owned();
+    for _ in 0..DEPTH {
+        schema = format!(
+            r#"{{"type": "object", "required": ["n"], "properties": {{"n": {schema}}}, "additionalProperties": false}}"#
+        );
+    }
+    std::fs::write(dir.join("Deep.json"), schema).unwrap();
+    let dlq = format!("{}dead", w.topic_prefix);
+    let max = format!("max.message.bytes={LIMIT}");
+    for topic in [w.topic("order"), dlq.clone()] {
+        crate::bad_inputs::topic_command(
+            &w.kafka_bootstrap,
+            &["--create", "--topic", &topic, "--partitions", "3", "--replication-factor", "1", "--config", &max],
+        );
+    }
+    let mut args = w.args();
+    args.extend([
+        "--contracts-dir".into(),
+        dir.display().to_string(),
+        "--on-permanent-error".into(),
+        "dead_letter".into(),
+        "--dead-letter-topic".into(),
+        dlq.clone(),
+        "--kafka-property".into(),
+        format!("message.max.bytes={LIMIT}"),
+    ]);
+    let p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    let nested = |v: &str| {
+        format!(
+            "(repeat('{{\"n\": ', {DEPTH}) || '{{\"v\": {v}, \"blob\": \"' || repeat('x', 10 * 1024 * 1024) || '\"}}' || repeat('}}', {DEPTH}))::jsonb"
+        )
+    };
+    let ids = w.sql(&format!(
+        "WITH rows AS (INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES
+           ('order', '00000000-0000-4000-8000-000000000001', 'Deep', {}),
+           ('order', '00000000-0000-4000-8000-000000000001', 'Deep', {}),
+           ('order', '00000000-0000-4000-8000-000000000001', 'Small', '{{\"ok\": true}}')
+         RETURNING id) SELECT string_agg(id::text, ',' ORDER BY id) FROM rows",
+        nested("1"),
+        nested("\"SECRET\"")
+    ));
+    let ids: Vec<String> = ids.trim().split(',').map(str::to_owned).collect();
+    let (valid, breach, small) = (&ids[0], &ids[1], &ids[2]);
+    let deadline = std::time::Instant::now() + WAIT;
+    let records = loop {
+        let records = read_all(&w.kafka_bootstrap, &w.topic_prefix);
+        let on = |t: &str| records.iter().filter(|r| r.topic == t).count();
+        if on(&w.topic("order")) >= 2 && on(&dlq) >= 1 {
+            break records;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out:\n{}", p.log_text());
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let published: Vec<&Consumed> = records.iter().filter(|r| r.topic == w.topic("order")).collect();
+    assert_eq!(published.len(), 2, "the valid one and the small one, once each");
+    assert_eq!(header(published[0], "id"), Some(valid.as_str()));
+    assert_eq!(header(published[1], "id"), Some(small.as_str()), "the event after them keeps its place");
+    let value = published[0].value.as_deref().unwrap();
+    let length: usize = w
+        .sql(&format!("SELECT octet_length(payload::text) FROM events.outbox WHERE id = {valid}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(value.len(), length, "published byte for byte");
+    let parsed: serde_json::Value = serde_json::from_slice(value).unwrap();
+    let pointer = "/n".repeat(DEPTH);
+    assert_eq!(parsed.pointer(&format!("{pointer}/v")), Some(&serde_json::json!(1)));
+    let dead: Vec<&Consumed> = records.iter().filter(|r| r.topic == dlq).collect();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(header(dead[0], "walpost.event.id"), Some(breach.as_str()));
+    let message = header(dead[0], "walpost.error.message").unwrap();
+    let expected =
+        format!("schema {} refuses it: the value at {pointer}/v fails \"type\"", dir.join("Deep.json").display());
+    assert!(message.contains(&expected), "{message}");
+    assert!(!message.contains("SECRET") && !p.log_text().contains("SECRET"), "never a payload value");
+}

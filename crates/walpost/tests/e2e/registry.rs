@@ -286,3 +286,111 @@ fn registry_refusing_walposts_credentials_stops_it_naming_the_registry_not_the_s
     );
     assert!(!log.contains("s3cret-pw"), "{log}");
 }
+
+/// Registers `schema` (Avro) under `subject` through the registry's REST API, as any
+/// tool would; returns its id.
+fn register_avro(registry: &str, subject: &str, schema: &str) -> u32 {
+    let body = serde_json::json!({ "schema": schema }).to_string();
+    let out = Command::new("curl")
+        .args(["-sS", "-f", "-X", "POST", "-H", "Content-Type: application/vnd.schemaregistry.v1+json", "--data"])
+        .arg(&body)
+        .arg(format!("{registry}/subjects/{subject}/versions"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "register {subject}: {}", text(&out));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    u32::try_from(answer["id"].as_u64().unwrap()).unwrap()
+}
+
+/// Issue 31: `contracts.key_format = avro` writes every key by the subject `<topic>-key`
+/// (Confluent's deserializer reads it back as the aggregate id), `walpost check` asks the
+/// registry, and payloads the Avro schema cannot hold (a missing field without default,
+/// an array for a record) are dead-lettered with the pointer and no value, while the
+/// events around them are published in order.
+#[test]
+fn registry_avro_keys_decode_and_payloads_the_schema_cannot_hold_are_dead_lettered() {
+    let registry = SchemaRegistry::start();
+    let url = registry.url();
+    let w = World::new("registry-keys");
+    let topic = w.topic("order");
+    let dir = fresh_dir(&w, "schemas");
+    std::fs::write(dir.join("OrderPlaced.avsc"), ORDER_V1).unwrap();
+    let pushed = contracts("push", &url, &dir, &[]);
+    assert!(pushed.status.success(), "{}", text(&pushed));
+    let key_id = register_avro(&url, &format!("{topic}-key"), r#""string""#);
+
+    let dlq = format!("{}dead", w.topic_prefix);
+    let config = std::env::temp_dir().join(format!("{}.toml", w.db));
+    std::fs::write(
+        &config,
+        format!(
+            "on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n[contracts]\nvalue_format = \"avro\"\nkey_format = \"avro\"\n[registry]\nurl = \"{url}\"\n"
+        ),
+    )
+    .unwrap();
+    let mut args = vec!["--config".to_string(), config.display().to_string()];
+    args.extend(w.args());
+
+    let check_args = ["check".to_string(), "--config".into(), config.display().to_string()];
+    let check = Command::new(env!("CARGO_BIN_EXE_walpost"))
+        .args(check_args.iter().chain(w.args().iter().skip_while(|a| *a == "run")))
+        .output()
+        .unwrap();
+    assert!(text(&check).contains(&format!("ok    schema registry at {url} answers (2 subjects)")), "{}", text(&check));
+
+    let p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    let aggregate = |n: u32| format!("00000000-0000-4000-8000-00000000000{n}");
+    let insert_for = |n: u32, payload: &str| {
+        w.sql(&format!(
+            "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ('order', '{}', 'OrderPlaced', '{payload}') RETURNING id",
+            aggregate(n)
+        ))
+        .trim()
+        .to_owned()
+    };
+    let first = insert_for(1, r#"{"order_id": "o-1", "amount": 100}"#);
+    let missing = insert_for(2, r#"{"order_id": "o-SECRET"}"#);
+    let array = insert_for(3, r#"[1, 2]"#);
+    let last = insert_for(4, r#"{"order_id": "o-4", "amount": 400}"#);
+    wait_until("2 records and 2 dead letters", &p, || {
+        let records = read_all(&w.kafka_bootstrap, &w.topic_prefix);
+        records.iter().filter(|r| r.topic == topic).count() >= 2
+            && records.iter().filter(|r| r.topic == dlq).count() >= 2
+    });
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/sr_consume.py");
+    let out = Command::new(testkit::python())
+        .args([script, &w.kafka_bootstrap, &topic, &url, "avro", "avro-key"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the deserializers could not decode:\n{}", String::from_utf8_lossy(&out.stderr));
+    let decoded: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(decoded.len(), 2, "{decoded:?}");
+    for (line, (id, n)) in decoded.iter().zip([(&first, 1), (&last, 4)]) {
+        assert_eq!(line["id"].as_str(), Some(id.as_str()));
+        assert_eq!(line["key"].as_str(), Some(aggregate(n).as_str()), "the key reads back as the aggregate id");
+        assert_eq!(line["value"]["amount"].as_u64(), Some(u64::from(n) * 100));
+    }
+    let records = read_all(&w.kafka_bootstrap, &w.topic_prefix);
+    let framed = records.iter().find(|r| r.topic == topic).unwrap();
+    let key = framed.key.as_deref().unwrap();
+    assert_eq!(key[0], 0, "magic byte");
+    assert_eq!(u32::from_be_bytes(key[1..5].try_into().unwrap()), key_id, "the key subject's schema id");
+    let dead: Vec<&Consumed> = records.iter().filter(|r| r.topic == dlq).collect();
+    let message = |id: &str| {
+        let r = dead.iter().find(|r| header(r, "walpost.event.id") == Some(id)).unwrap();
+        assert_eq!(header(r, "walpost.error.class"), Some("contract_broken"));
+        header(r, "walpost.error.message").unwrap().to_owned()
+    };
+    let m = message(&missing);
+    assert!(m.contains("cannot hold it: the value at /amount is missing, and its field has no default"), "{m}");
+    let m = message(&array);
+    assert!(m.contains("cannot hold it: the value at the payload itself is not an object"), "{m}");
+    assert!(!p.log_text().contains("SECRET"), "no payload value in the log");
+    for r in records.iter().filter(|r| r.topic == dlq) {
+        assert!(!header(r, "walpost.error.message").unwrap().contains("SECRET"));
+    }
+}

@@ -3,10 +3,12 @@
 A consumer as a user would write it: confluent-kafka reads the records, and
 AvroDeserializer or JSONDeserializer (confluent_kafka.schema_registry) decodes each
 value by the schema id in its Confluent wire-format header, fetched from the registry.
-Prints one JSON line per record: the `id` header, the schema id and the decoded value.
+Prints one JSON line per record: the `id` header, the schema id and the decoded value,
+and with a fifth argument `avro-key` the key decoded by AvroDeserializer too (as
+KafkaAvroDeserializer would read a key written by the subject <topic>-key).
 Run by crates/walpost/tests/e2e/registry.rs with the venv of scripts/fetch-test-tools.sh.
 
-usage: sr_consume.py BOOTSTRAP TOPIC REGISTRY_URL avro|json
+usage: sr_consume.py BOOTSTRAP TOPIC REGISTRY_URL avro|json [avro-key]
 """
 
 import json
@@ -23,7 +25,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 def main():
     bootstrap, topic, url, kind = sys.argv[1:5]
+    avro_key = sys.argv[5:6] == ["avro-key"]
     registry = SchemaRegistryClient({"url": url})
+    deserialize_key = AvroDeserializer(registry) if avro_key else None
     if kind == "avro":
         deserialize = AvroDeserializer(registry)
     else:
@@ -60,7 +64,10 @@ def main():
         schema_id = struct.unpack(">bI", value[:5])[1]
         decoded = deserialize(value, SerializationContext(topic, MessageField.VALUE))
         headers = {k: v.decode() for k, v in (m.headers() or [])}
-        print(json.dumps({"id": headers.get("id"), "schema_id": schema_id, "value": decoded}))
+        line = {"id": headers.get("id"), "schema_id": schema_id, "value": decoded}
+        if deserialize_key:
+            line["key"] = deserialize_key(m.key(), SerializationContext(topic, MessageField.KEY))
+        print(json.dumps(line))
         if m.offset() + 1 >= highs[m.partition()]:
             done.add(m.partition())
     consumer.close()
