@@ -7,7 +7,7 @@
 # script that execs walpost with other settings (environment, --config). What issue 16's before/after tables use;
 # bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
 #
-#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] BIN [BIN...]
+#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] [-g DIR] BIN [BIN...]
 #
 #   -n  events in the backlog (default 200000), in transactions of -t rows (default 100)
 #   -r  drains per binary, alternating the binaries (default 3; the table shows each)
@@ -24,6 +24,12 @@
 #   -x  run `CMD PREFIX` before each walpost drain (and the warm-up), PREFIX being the
 #       drain's topic prefix: for a broker that does not create topics on first use
 #       (walpost's are PREFIX.order, PREFIX.payment, PREFIX.shipment); bench/tansu.sh
+#   -g  start a schema registry beside the servers (REGISTRY_URL, exported to the BINs)
+#       and register DIR's schemas before the drains: DIR/<event type>.json as a JSON
+#       Schema under the subject <event type> (record_name), DIR/<event type>.avsc as an
+#       Avro schema under every drain topic's <topic>-value (topic_name), so that one
+#       registry serves both formats. bench/contracts/ holds the backlog's schemas and
+#       the BIN wrappers json-schema.sh and avro.sh.
 #
 # A BIN named `recv` is pg_recvlogical draining the same slot to /dev/null (pgoutput,
 # walpost's publication): the walsender's own pace, the ceiling for any pgoutput client.
@@ -35,8 +41,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0 brokers="" before=""
-while getopts "n:t:r:s:pck:x:" o; do
+events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0 brokers="" before="" schemas=""
+while getopts "n:t:r:s:pck:x:g:" o; do
     case "$o" in
         n) events=$OPTARG ;;
         t) txn=$OPTARG ;;
@@ -46,11 +52,13 @@ while getopts "n:t:r:s:pck:x:" o; do
         c) cg=1 ;;
         k) brokers=$OPTARG ;;
         x) before=$OPTARG ;;
+        g) schemas=$OPTARG ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] BIN [BIN...]" >&2; exit 2; }
+(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] [-g DIR] BIN [BIN...]" >&2; exit 2; }
+[[ -z "$schemas" || -d "$schemas" ]] || { echo "-g: not a directory: $schemas" >&2; exit 2; }
 bins=("$@")
 for b in "${bins[@]}"; do [[ $b == recv || -x "$b" ]] || { echo "not an executable: $b" >&2; exit 2; }; done
 
@@ -58,7 +66,8 @@ work=$(mktemp -d /tmp/ab-drain.XXXX)
 chmod 755 "$work"
 # shellcheck source=scripts/devservers.sh
 source scripts/devservers.sh
-start_devservers "${BIN_DIR:-target/release}" "$work"
+start_devservers "${BIN_DIR:-target/release}" "$work" ${schemas:+--registry}
+[[ -n "$schemas" ]] && export REGISTRY_URL
 [[ -n "$brokers" ]] && KAFKA_BROKERS=$brokers
 export PGHOST=$PG_SOCKET_DIR PGPORT=$PG_PORT PGUSER=walpost PGDATABASE=walpost
 psql() { "$PG_BINDIR/psql" -X -q "$@" 2>/dev/null || command psql -X -q "$@"; }
@@ -77,6 +86,25 @@ for i in "${!bins[@]}"; do
         psql -tAc "SELECT pg_create_logical_replication_slot('$slot', 'pgoutput')" >/dev/null
     done
 done
+# register SUBJECT TYPE FILE: the schema in FILE under SUBJECT (TYPE JSON or AVRO).
+register() {
+    local body
+    body=$(python3 -c 'import json, sys; print(json.dumps({"schemaType": sys.argv[1], "schema": open(sys.argv[2]).read()}))' "$2" "$3")
+    curl -sf -X POST -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
+        --data "$body" "$REGISTRY_URL/subjects/$1/versions" >/dev/null \
+        || { echo "the registry refused $3 under $1" >&2; exit 1; }
+}
+if [[ -n "$schemas" ]]; then
+    for f in "$schemas"/*.json; do
+        [[ -e $f ]] && register "$(basename "$f" .json)" JSON "$f"
+    done
+    for f in "$schemas"/*.avsc; do
+        [[ -e $f ]] || continue
+        for slot in "${slots[@]}"; do
+            for agg in order payment shipment; do register "$slot.$agg-value" AVRO "$f"; done
+        done
+    done
+fi
 # Warm the broker (a fresh JVM answers slowly at first): one small drain, not reported.
 psql -c "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
          SELECT 'warm', gen_random_uuid(), 'E', '{}' FROM generate_series(1, 5000)" >/dev/null
@@ -216,6 +244,7 @@ for r in $(seq 1 "$rounds"); do
         done
         [[ -n "$wp" ]] || { echo "cannot find the walpost process of $bin (slot $slot)" >&2; exit 1; }
         until [[ $(psql -tAc "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = '$slot'") == t ]]; do
+            kill -0 "$wp" 2>/dev/null || { tail -5 "$work/drain.$i.$r.log" >&2; echo "$bin stopped before the end of the backlog" >&2; exit 1; }
             sleep 0.05
         done
         secs=$(echo "$(date +%s.%N) - $start" | bc)

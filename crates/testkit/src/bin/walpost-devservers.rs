@@ -1,22 +1,36 @@
 //! Starts a throwaway PostgreSQL (wal_level=logical) and Kafka broker for the local
 //! demo (scripts/demo.sh), prints how to reach them as shell assignments, and keeps
 //! them running until its standard input closes or it is killed; then both stop.
+//! With `--registry`, a schema registry too (Apicurio, built by
+//! scripts/fetch-test-tools.sh): its Confluent API base URL is `REGISTRY_URL`.
 
 use std::io::Read;
 
 fn main() -> testkit::Result<()> {
     let pg = testkit::Postgres::start(testkit::PgOptions::default())?;
     let kafka = testkit::Kafka::start(testkit::KafkaOptions::default())?;
+    let registry = match std::env::args().nth(1).as_deref() {
+        None => None,
+        Some("--registry") => Some(testkit::SchemaRegistry::try_start()?),
+        Some(other) => {
+            eprintln!("walpost-devservers: unknown argument {other:?} (the one it takes: --registry)");
+            std::process::exit(2);
+        }
+    };
     println!("POSTGRES_URL='{}'", pg.url());
     println!("PG_SOCKET_DIR='{}'", pg.socket_dir().display());
     println!("PG_PORT='{}'", pg.port());
     println!("PG_BINDIR='{}'", pg.bin_dir().display());
     println!("KAFKA_BROKERS='{}'", kafka.bootstrap());
     println!("KAFKA_LIBS='{}'", kafka.libs_dir().display());
+    if let Some(r) = &registry {
+        println!("REGISTRY_URL='{}'", r.url());
+    }
     println!("READY=1");
     // Block until the parent closes our stdin (or kills us: the watchdogs clean up).
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
+    drop(registry);
     drop(kafka);
     drop(pg);
     Ok(())
