@@ -438,6 +438,13 @@ pub struct ConnectionArgs {
     #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
     pub postgres_password_file: Option<PathBuf>,
 
+    /// Decoding on a standby (--postgres with target_session_attrs=standby or
+    /// prefer-standby): the primary, where walpost writes its heartbeat, slot lineage,
+    /// publication, retention and snapshot progress [default: --postgres's hosts with
+    /// target_session_attrs=read-write].
+    #[arg(long, env = "WALPOST_POSTGRES_PRIMARY", hide_env_values = true, value_name = "URL")]
+    pub postgres_primary: Option<String>,
+
     /// A librdkafka property, KEY=VALUE; repeatable; overrides [kafka.properties].
     /// Secrets (sasl.password, ...) belong in WALPOST_KAFKA_SASL_PASSWORD-style
     /// variables or [kafka] properties_file, not on the command line.
@@ -516,6 +523,8 @@ impl ConnectionArgs {
         Overrides {
             postgres: self.postgres.clone(),
             postgres_on_argv: argv_names_flag("--postgres"),
+            postgres_primary: self.postgres_primary.clone(),
+            postgres_primary_on_argv: argv_names_flag("--postgres-primary"),
             kafka_brokers: self.kafka_brokers.clone(),
             table: self.table.clone(),
             slot: self.slot.clone(),

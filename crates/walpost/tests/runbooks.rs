@@ -320,3 +320,36 @@ fn contract_breaches_are_quoted_verbatim_in_the_poison_record_runbook() {
     let text = format!("{waiting}; the stream waits for it");
     assert!(runbook.contains(&text), "runbooks/poison-record.md must quote:\n{text}");
 }
+
+/// Issue 32: decoding on a standby: the conflict's fatal error (each reason) and every
+/// warning about the primary are quoted in runbooks/standby-decoding.md.
+#[test]
+fn standby_decoding_texts_are_quoted_verbatim_in_their_runbook() {
+    use walpost::postgres::messages as m;
+    let runbook = read("runbooks/standby-decoding.md");
+    let fatal = m::slot_conflicted_message("<slot>", Some("rows_removed"));
+    assert!(runbook.contains(&fatal), "runbooks/standby-decoding.md must quote:\n{fatal}");
+    assert!(fatal.contains(m::STANDBY_RUNBOOK));
+    let sixteen = m::slot_conflicted_message("<slot>", None);
+    assert!(sixteen.contains("(conflicting = true)") && runbook.contains("`(conflicting = true)`"));
+    let wal_level = m::slot_conflicted_message("<slot>", Some("wal_level_insufficient"));
+    let reason = "the primary's wal_level is no longer logical (invalidation_reason = wal_level_insufficient)";
+    assert!(wal_level.contains(reason), "{wal_level}");
+    let flowed = runbook.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flowed.contains(reason), "runbooks/standby-decoding.md must quote:\n{reason}");
+    for text in [
+        m::standby_without_primary("<error>"),
+        m::SLOT_CREATION_WAITS_FOR_A_GRANT.to_owned(),
+        m::slot_creation_waits_for_the_primary("<error>"),
+        m::primary_feature_off(
+            "the heartbeat",
+            "a quiet outbox may hold WAL on the standby until other tables change",
+            "<error>",
+        ),
+        m::needs_the_primary("the snapshot's progress row", "<error>"),
+        m::publication_needs_the_primary("<publication>", "<error>", "<create>"),
+    ] {
+        assert!(runbook.contains(&text), "runbooks/standby-decoding.md must quote:\n{text}");
+    }
+    assert!(read("docs/runbooks.md").contains("[runbooks/standby-decoding.md](../runbooks/standby-decoding.md)"));
+}

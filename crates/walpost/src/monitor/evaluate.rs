@@ -105,7 +105,7 @@ pub(crate) struct Observed {
 
 /// The alarm level for a status, what was observed and thresholds, with reasons.
 pub(crate) fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verdict {
-    if status.is_lost() {
+    if status.is_lost() || status.is_conflicted() {
         return Verdict::Lost;
     }
     let limits = ByteLimits::for_server(t, status.max_slot_wal_keep_size_bytes);
@@ -234,6 +234,9 @@ mod tests {
             max_slot_wal_keep_size: "-1".into(),
             max_slot_wal_keep_size_bytes: None,
             oldest_transaction: None,
+            in_recovery: false,
+            conflicting: false,
+            invalidation_reason: None,
         }
     }
 
@@ -381,6 +384,14 @@ mod tests {
     #[test]
     fn lost_is_its_own_verdict() {
         assert_eq!(evaluate(&status(0, "lost"), lag(0.0), &t()), Verdict::Lost);
+        // Issue 32: a slot on a standby invalidated by a recovery conflict is lost too,
+        // whatever wal_status says (16: conflicting; 17+: invalidation_reason).
+        let conflicted = SlotStatus { conflicting: true, ..status(0, "reserved") };
+        assert_eq!(evaluate(&conflicted, lag(0.0), &t()), Verdict::Lost);
+        let rows_removed = SlotStatus { invalidation_reason: Some("rows_removed".into()), ..status(0, "reserved") };
+        assert_eq!(evaluate(&rows_removed, lag(0.0), &t()), Verdict::Lost);
+        let idle = SlotStatus { invalidation_reason: Some("idle_timeout".into()), ..status(0, "reserved") };
+        assert_ne!(evaluate(&idle, lag(0.0), &t()), Verdict::Lost, "not a recovery conflict");
     }
 
     #[test]

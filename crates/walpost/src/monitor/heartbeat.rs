@@ -1,20 +1,35 @@
 //! Emits an empty transactional logical message every interval, so a quiet database on
-//! a busy server still gives the slot something to confirm.
+//! a busy server still gives the slot something to confirm. Decoding on a standby, the
+//! message is written on the primary (a standby cannot write WAL) and reaches the slot
+//! through replication; without a reachable primary the heartbeat is off, said once.
 
 use std::time::Duration;
 
 use replication::ReplicationClient;
 
+use crate::postgres::topology::{connect_writer, PrimaryNotice};
 use crate::settings::Settings;
 
 /// Runs until the process ends; failures are logged at debug level and retried.
 pub(crate) async fn run(s: Settings, interval: Duration) {
     let mut sql: Option<ReplicationClient> = None;
+    let notice = PrimaryNotice::default();
     let mut tick = tokio::time::interval(interval);
     loop {
         tick.tick().await;
         if sql.is_none() {
-            sql = ReplicationClient::connect_sql(&s.postgres).await.ok();
+            match connect_writer(&s).await {
+                Ok(c) => {
+                    notice.on("the heartbeat");
+                    sql = Some(c);
+                }
+                Err(e) if s.standby_decoding() => notice.off(
+                    "the heartbeat",
+                    "a quiet outbox may hold WAL on the standby until other tables change",
+                    &e,
+                ),
+                Err(e) => tracing::debug!("heartbeat cannot connect: {e}"),
+            }
         }
         if let Some(conn) = sql.as_mut() {
             if let Err(e) = conn.simple_query("SELECT pg_logical_emit_message(true, 'walpost.heartbeat', '')").await {

@@ -129,7 +129,12 @@ pub(crate) async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Opti
         match evaluate(&status, observed, &s.monitor.thresholds) {
             Verdict::Lost => {
                 set_level(&metrics, AlarmLevel::Critical);
-                let _ = fatal.send(Some(messages::slot_lost_message(&s.source.slot)));
+                let message = if status.is_conflicted() {
+                    messages::slot_conflicted_message(&s.source.slot, status.invalidation_reason.as_deref())
+                } else {
+                    messages::slot_lost_message(&s.source.slot)
+                };
+                let _ = fatal.send(Some(message));
                 return;
             }
             Verdict::Level(new, reasons) => {

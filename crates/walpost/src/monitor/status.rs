@@ -1,4 +1,10 @@
 //! What the server says about the slot, plus server-wide figures, in one query.
+//!
+//! On a standby (decoding there, PostgreSQL 16+) the server's WAL position is what it has
+//! replayed (`pg_current_wal_lsn()` fails during recovery), and the slot's
+//! `conflicting` (16+) and `invalidation_reason` (17+) say whether a recovery conflict
+//! invalidated it. Columns a major lacks read as NULL (`to_jsonb` of the row), so one
+//! query serves every major.
 
 use pgoutput::Lsn;
 use replication::ReplicationClient;
@@ -44,11 +50,25 @@ pub(crate) struct SlotStatus {
     /// The same in bytes; `None`: unlimited.
     pub max_slot_wal_keep_size_bytes: Option<u64>,
     pub oldest_transaction: Option<OldestTransaction>,
+    /// The server is a standby (in recovery).
+    pub in_recovery: bool,
+    /// PostgreSQL 16+: a recovery conflict invalidated the slot (`conflicting`).
+    pub conflicting: bool,
+    /// PostgreSQL 17+: why the slot was invalidated (`wal_removed`, `rows_removed`,
+    /// `wal_level_insufficient`, `idle_timeout`), if it was.
+    pub invalidation_reason: Option<String>,
 }
 
 impl SlotStatus {
     pub(crate) fn is_lost(&self) -> bool {
         self.wal_status.as_deref() == Some("lost")
+    }
+
+    /// Invalidated by a recovery conflict on a standby (the primary removed catalog rows
+    /// the slot needs, or lowered wal_level): it can never be read again.
+    pub(crate) fn is_conflicted(&self) -> bool {
+        self.conflicting
+            || self.invalidation_reason.as_deref().is_some_and(|r| r == "rows_removed" || r == "wal_level_insufficient")
     }
 
     pub(crate) fn current(&self) -> Option<Lsn> {
@@ -68,11 +88,13 @@ impl SlotStatus {
 pub(crate) async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<SlotStatus, PipelineError> {
     let r = sql
         .simple_query(&format!(
-            "SELECT pg_current_wal_lsn()::text AS current,
+            "SELECT w.current::text AS current, w.recovery::text AS recovery,
                     s.plugin, s.active::text AS active, s.active_pid::text AS pid, s.wal_status,
                     s.restart_lsn::text AS restart, s.confirmed_flush_lsn::text AS confirmed,
-                    greatest(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint::text AS retained,
-                    greatest(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::bigint::text AS unconfirmed,
+                    greatest(pg_wal_lsn_diff(w.current, s.restart_lsn), 0)::bigint::text AS retained,
+                    greatest(pg_wal_lsn_diff(w.current, s.confirmed_flush_lsn), 0)::bigint::text AS unconfirmed,
+                    to_jsonb(s) ->> 'conflicting' AS conflicting,
+                    to_jsonb(s) ->> 'invalidation_reason' AS invalidation_reason,
                     s.safe_wal_size::text AS safe,
                     current_setting('max_slot_wal_keep_size') AS keep,
                     CASE WHEN current_setting('max_slot_wal_keep_size') = '-1' THEN NULL
@@ -80,7 +102,8 @@ pub(crate) async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<Slo
                     o.pid::text AS oldest_pid, coalesce(o.application_name, '') AS oldest_app,
                     coalesce(host(o.client_addr), 'local') AS oldest_client,
                     greatest(extract(epoch FROM clock_timestamp() - o.xact_start), 0)::float8::text AS oldest_age
-             FROM (SELECT 1) AS one
+             FROM (SELECT pg_is_in_recovery() AS recovery,
+                          CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS current) AS w
              LEFT JOIN pg_replication_slots s ON s.slot_name = {}
              LEFT JOIN LATERAL (SELECT a.pid, a.application_name, a.client_addr, a.xact_start FROM pg_stat_activity a
                  WHERE a.xact_start IS NOT NULL AND a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
@@ -117,5 +140,8 @@ pub(crate) async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<Slo
         max_slot_wal_keep_size: get("keep").unwrap_or_default(),
         max_slot_wal_keep_size_bytes: bytes("keep_bytes"),
         oldest_transaction: oldest,
+        in_recovery: r.first("recovery") == Some("true"),
+        conflicting: r.first("conflicting") == Some("true"),
+        invalidation_reason: get("invalidation_reason"),
     })
 }

@@ -57,11 +57,20 @@ pub async fn check(s: &Settings) -> Vec<Check> {
             for c in postgres_checks(&mut sql, s).await {
                 emit(c);
             }
+            if s.standby_decoding() {
+                match super::check_standby::gather(&mut sql, s).await {
+                    Ok(facts) => super::check_standby::evaluate(&facts).into_iter().for_each(&mut emit),
+                    Err(e) => emit(Check::Fail(format!("standby decoding: cannot read the standby's settings: {e}"))),
+                }
+            }
             sql.close().await;
         }
     }
-    for c in super::failover::evaluate(&super::failover::gather(s).await, &s.source.slot, s.source.slot_failover) {
-        emit(c);
+    // Failover slots are a primary's: a standby's own slot is not synchronized anywhere.
+    if !s.standby_decoding() {
+        for c in super::failover::evaluate(&super::failover::gather(s).await, &s.source.slot, s.source.slot_failover) {
+            emit(c);
+        }
     }
     match ReplicationClient::connect(&s.postgres).await {
         Ok(repl) => {

@@ -12,7 +12,7 @@ use replication::{ReplicationClient, SlotSnapshot};
 
 use crate::error::{ErrorKind, PipelineError};
 use crate::monitor::{self, Observed, Verdict};
-use crate::postgres::{catalog, lineage, messages, preflight};
+use crate::postgres::{catalog, lineage, messages, preflight, topology};
 use crate::settings::Settings;
 use crate::telemetry::AlarmLevel;
 
@@ -39,6 +39,11 @@ pub(crate) async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError
     let observed = Observed { inactive_secs: f64::INFINITY, ..Observed::default() };
     let verdict = monitor::evaluate(&status, observed, &s.monitor.thresholds);
     let (level, code, reasons) = match verdict {
+        Verdict::Lost if status.is_conflicted() => (
+            "lost".to_owned(),
+            exit::LOST,
+            vec![messages::slot_conflicted_message(slot, status.invalidation_reason.as_deref())],
+        ),
         Verdict::Lost => ("lost".to_owned(), exit::LOST, vec![messages::slot_lost_message(slot)]),
         Verdict::Level(l, r) => {
             let code = match l {
@@ -173,7 +178,18 @@ pub(crate) async fn create(s: &Settings) -> Result<(), PipelineError> {
     let lineage = lineage::Lineage::default();
     let created = lineage.create_slot(&mut repl, &mut sql, s, &system, SlotSnapshot::Nothing, false).await?;
     repl.close().await;
-    lineage::Lineage::default().record(&mut sql, s, &system, true).await;
+    if s.standby_decoding() && topology::in_recovery(&mut sql).await? {
+        // On a standby the lineage is written on the primary.
+        match topology::connect_writer(s).await {
+            Ok(mut primary) => {
+                lineage::Lineage::default().record(&mut primary, s, &system, true).await;
+                primary.close().await;
+            }
+            Err(e) => tracing::warn!("the slot's lineage record is not written: {e}"),
+        }
+    } else {
+        lineage::Lineage::default().record(&mut sql, s, &system, true).await;
+    }
     sql.close().await;
     println!("created replication slot \"{}\" at {}", created.slot_name, created.consistent_point);
     Ok(())
@@ -209,8 +225,15 @@ pub(crate) async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
         ));
     }
     catalog::drop_slot(&mut sql, slot).await?;
-    // The operator chose to start over: a new slot is not a lost one.
-    lineage::forget(&mut sql, s).await?;
+    // The operator chose to start over: a new slot is not a lost one. On a standby the
+    // lineage is the primary's.
+    if s.standby_decoding() && topology::in_recovery(&mut sql).await? {
+        let mut primary = topology::connect_writer(s).await?;
+        lineage::forget(&mut primary, s).await?;
+        primary.close().await;
+    } else {
+        lineage::forget(&mut sql, s).await?;
+    }
     sql.close().await;
     println!("dropped replication slot \"{slot}\"");
     Ok(())

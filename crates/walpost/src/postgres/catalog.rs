@@ -38,6 +38,18 @@ pub(crate) struct SlotRow {
     pub active_pid: Option<i32>,
     pub wal_status: Option<String>,
     pub confirmed_flush: Option<Lsn>,
+    /// PostgreSQL 16+: a recovery conflict invalidated this slot on a standby.
+    pub conflicting: bool,
+    /// PostgreSQL 17+: why the slot was invalidated.
+    pub invalidation_reason: Option<String>,
+}
+
+impl SlotRow {
+    /// Invalidated by a recovery conflict on a standby (see `monitor::status`).
+    pub(crate) fn is_conflicted(&self) -> bool {
+        self.conflicting
+            || self.invalidation_reason.as_deref().is_some_and(|r| r == "rows_removed" || r == "wal_level_insufficient")
+    }
 }
 
 /// Our slot's row in pg_replication_slots, if it exists.
@@ -45,8 +57,9 @@ pub(crate) async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<
     let r = query(
         sql,
         &format!(
-            "SELECT plugin, slot_type, database, active_pid::text AS pid, wal_status, confirmed_flush_lsn::text AS confirmed \
-             FROM pg_replication_slots WHERE slot_name = {}",
+            "SELECT plugin, slot_type, database, active_pid::text AS pid, wal_status, confirmed_flush_lsn::text AS confirmed, \
+             to_jsonb(s) ->> 'conflicting' AS conflicting, to_jsonb(s) ->> 'invalidation_reason' AS invalidation_reason \
+             FROM pg_replication_slots s WHERE slot_name = {}",
             literal(slot)
         ),
     )
@@ -61,6 +74,8 @@ pub(crate) async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<
         active_pid: parsed(r.first("pid"), "pg_replication_slots.active_pid", "a process id")?,
         wal_status: r.first("wal_status").map(str::to_owned),
         confirmed_flush: parsed(r.first("confirmed"), "pg_replication_slots.confirmed_flush_lsn", "an LSN")?,
+        conflicting: r.first("conflicting") == Some("true"),
+        invalidation_reason: r.first("invalidation_reason").map(str::to_owned),
     }))
 }
 

@@ -91,7 +91,9 @@ impl Lineage {
 
     /// Creates the missing slot on `repl`'s server (`sql`: a connection to the same
     /// server), after [`Lineage::check_missing`]; `export`: the snapshot the slot exports;
-    /// `republishes`: the caller publishes that snapshot's rows before it streams.
+    /// `republishes`: the caller publishes that snapshot's rows before it streams. On a
+    /// standby the primary is asked for running-transactions records meanwhile
+    /// ([`super::topology::nudge_running_xacts`]), without which it may wait for minutes.
     pub async fn create_slot(
         &self,
         repl: &mut ReplicationClient,
@@ -102,7 +104,13 @@ impl Lineage {
         republishes: bool,
     ) -> Result<CreatedSlot, PipelineError> {
         self.check_missing(sql, s, system, republishes).await?;
-        Ok(repl.create_logical_slot(&s.source.slot, "pgoutput", export, s.source.slot_failover).await?)
+        let on_standby = s.standby_decoding() && super::topology::in_recovery(sql).await?;
+        let nudge = on_standby.then(|| tokio::spawn(super::topology::nudge_running_xacts(s.clone())));
+        let created = repl.create_logical_slot(&s.source.slot, "pgoutput", export, s.source.slot_failover).await;
+        if let Some(nudge) = nudge {
+            nudge.abort();
+        }
+        Ok(created?)
     }
 
     /// The session streams from the slot (`created`: walpost just created it): remember

@@ -7,6 +7,8 @@ use crate::settings::TableName;
 
 /// The runbook a lost slot points to.
 pub const SLOT_LOST_RUNBOOK: &str = "runbooks/slot-lost.md";
+/// The runbook of decoding on a standby: a slot a recovery conflict invalidated.
+pub const STANDBY_RUNBOOK: &str = "runbooks/standby-decoding.md";
 /// The runbook an outbox table that stopped being streamed points to.
 pub const OUTBOX_CHANGED_RUNBOOK: &str = "runbooks/outbox-recreated.md";
 
@@ -46,6 +48,21 @@ pub fn slot_lineage_unknown(slot: &str, table: &str, why: &str) -> String {
 pub fn slot_lost_message(slot: &str) -> String {
     format!(
         "replication slot \"{slot}\" was invalidated (wal_status = lost): PostgreSQL removed WAL it still needed, so events committed since its confirmed position may never reach Kafka; follow {SLOT_LOST_RUNBOOK}"
+    )
+}
+
+/// The fatal error for a slot on a standby that a recovery conflict invalidated
+/// (`reason`: `invalidation_reason` on PostgreSQL 17+, else what `conflicting` means).
+pub fn slot_conflicted_message(slot: &str, reason: Option<&str>) -> String {
+    let why = match reason {
+        Some("wal_level_insufficient") => {
+            "the primary's wal_level is no longer logical (invalidation_reason = wal_level_insufficient)".to_owned()
+        }
+        Some(r) => format!("the primary removed catalog rows the slot still needed (invalidation_reason = {r})"),
+        None => "the primary removed catalog rows the slot still needed (conflicting = true)".to_owned(),
+    };
+    format!(
+        "replication slot \"{slot}\" on this standby was invalidated by a recovery conflict: {why}, so events committed since its confirmed position can no longer be decoded from it; keep hot_standby_feedback = on with a physical slot (primary_slot_name) between the standby and the primary, and follow {STANDBY_RUNBOOK} (republish the gap: walpost run --snapshot when_needed with a --snapshot-filter covering it)"
     )
 }
 
@@ -140,5 +157,40 @@ pub fn inbox_partition_missing(schema: &str) -> String {
 pub fn inbox_record_refused(topic: &str, partition: i32, offset: i64, why: &str) -> String {
     format!(
         "record {topic}/{partition}@{offset} cannot be stored in the inbox: {why}; the records before it are stored and its partition stops there: fix the producer, or set [inbox] on_invalid = \"reject\" to keep such records in the rejected table and go on (see {INBOX_RUNBOOK})"
+    )
+}
+
+/// Decoding on a standby, at start, when the primary cannot be reached (`error`).
+pub fn standby_without_primary(error: &str) -> String {
+    format!(
+        "decoding on a standby without a reachable primary ({error}): the slot's lineage record and the exactly-once progress key are not written, so a slot lost with this standby is detected only while this process runs ({STANDBY_RUNBOOK})"
+    )
+}
+
+/// Slot creation on a standby waits, and walpost may not call `pg_log_standby_snapshot()`.
+pub const SLOT_CREATION_WAITS_FOR_A_GRANT: &str = "creating the slot on a standby waits for a running-transactions record from the primary, within 15 s (walpost may not call pg_log_standby_snapshot(): GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO walpost's role to make it immediate)";
+
+/// Slot creation on a standby waits, and the primary cannot be reached (`error`).
+pub fn slot_creation_waits_for_the_primary(error: &str) -> String {
+    format!(
+        "creating the slot on a standby waits for a running-transactions record from the primary, which it writes on its own within 15 s of other WAL or at its next checkpoint; walpost cannot ask for one ({error})"
+    )
+}
+
+/// A side feature (`feature`) that writes on the primary is off while decoding on a
+/// standby without a reachable primary.
+pub fn primary_feature_off(feature: &str, consequence: &str, error: &str) -> String {
+    format!("decoding on a standby: {feature} is off while the primary cannot be reached ({error}); {consequence}")
+}
+
+/// Something the session cannot do without the primary (`what`), decoding on a standby.
+pub fn needs_the_primary(what: &str, error: &str) -> String {
+    format!("decoding on a standby, {what} is written on the primary, which cannot be reached: {error}")
+}
+
+/// A missing publication, decoding on a standby without a reachable primary.
+pub fn publication_needs_the_primary(publication: &str, error: &str, create: &str) -> String {
+    format!(
+        "publication \"{publication}\" does not exist, and decoding on a standby walpost creates it on the primary, which cannot be reached ({error}); or create it there yourself: {create}"
     )
 }

@@ -1,6 +1,7 @@
 //! What walpost asks PostgreSQL on ordinary SQL connections, and what it tells the
 //! operator about the answers: catalog queries ([`catalog`]), start-up checks and the
-//! idempotent setup of the publication ([`preflight`]), and the operator-facing texts
+//! idempotent setup of the publication ([`preflight`]), the primary connection when
+//! decoding on a standby ([`topology`]), and the operator-facing texts
 //! the runbooks quote ([`messages`]).
 //!
 //! Every name that reaches SQL is escaped by [`sql`] (`replication::quote_ident`),
@@ -12,3 +13,4 @@ pub mod lineage;
 pub mod messages;
 pub(crate) mod preflight;
 pub(crate) mod sql;
+pub(crate) mod topology;

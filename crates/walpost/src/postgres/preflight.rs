@@ -194,6 +194,9 @@ pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings
         "CREATE PUBLICATION {} FOR TABLE {tables} WITH (publish = 'insert', publish_via_partition_root = true)",
         ident(publication),
     );
+    if s.standby_decoding() && super::topology::in_recovery(sql).await? {
+        return create_on_the_primary(sql, s, &create).await;
+    }
     sql.simple_query(&create).await.map_err(|e| {
         PipelineError::definite(ErrorKind::Privilege, format!(
             "cannot create publication \"{publication}\": {e}; create it as the table owner or a superuser with: {create}"
@@ -203,6 +206,50 @@ pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings
     tracing::info!(publication = %publication, table = %s.table(), "created publication");
     Ok(())
 }
+
+/// Decoding on a standby: a publication is catalog data, so it is made on the primary
+/// and read on the standby once replayed there (waited for, up to [`REPLAY_WAIT`]).
+async fn create_on_the_primary(
+    standby: &mut ReplicationClient,
+    s: &Settings,
+    create: &str,
+) -> Result<(), PipelineError> {
+    let publication = &s.source.publication;
+    let mut primary = super::topology::connect_writer(s).await.map_err(|e| {
+        PipelineError::transient(
+            ErrorKind::Postgres,
+            messages::publication_needs_the_primary(publication, &e.to_string(), create),
+        )
+    })?;
+    let created = async {
+        primary.simple_query(create).await.map_err(|e| {
+            PipelineError::definite(ErrorKind::Privilege, format!(
+                "cannot create publication \"{publication}\" on the primary: {e}; create it there as the table owner or a superuser with: {create}"
+            ))
+            .caused_by(e)
+        })?;
+        let r = query(&mut primary, "SELECT pg_current_wal_insert_lsn()::text AS lsn").await?;
+        Ok::<_, PipelineError>(r.first("lsn").unwrap_or("0/0").to_owned())
+    }
+    .await;
+    primary.close().await;
+    let lsn = created?;
+    let wait = format!("SELECT (pg_last_wal_replay_lsn() >= {})::text AS done", super::sql::literal(&lsn));
+    let deadline = std::time::Instant::now() + REPLAY_WAIT;
+    while query(standby, &wait).await?.first("done") != Some("true") {
+        if std::time::Instant::now() >= deadline {
+            return Err(PipelineError::transient(ErrorKind::Postgres, format!(
+                "created publication \"{publication}\" on the primary, but the standby has not replayed it within {REPLAY_WAIT:?}: check the standby's replication"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    tracing::info!(publication = %publication, table = %s.table(), "created publication on the primary");
+    Ok(())
+}
+
+/// How long a publication walpost created on the primary may take to reach the standby.
+const REPLAY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Checks an existing slot can be used by this instance now.
 pub(crate) fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineError> {
@@ -220,6 +267,12 @@ pub(crate) fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineErro
             row.database.as_deref().unwrap_or("?"),
             s.postgres.dbname
         )));
+    }
+    if row.is_conflicted() {
+        return Err(PipelineError::definite(
+            ErrorKind::Slot,
+            messages::slot_conflicted_message(slot, row.invalidation_reason.as_deref()),
+        ));
     }
     if row.wal_status.as_deref() == Some("lost") {
         return Err(PipelineError::definite(ErrorKind::Slot, messages::slot_lost_message(slot)));

@@ -73,7 +73,11 @@ pub(crate) use report::{Action, Line, Outcome, Reason};
 /// What a pass works on.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
+    /// Where the partitions are made, sealed and dropped: the primary.
     pub postgres: replication::Config,
+    /// Decoding on a standby: the server whose slot's confirmed position decides the
+    /// drops (the LSNs are the same WAL's); `None`: `postgres` holds the slot.
+    pub slot_server: Option<replication::Config>,
     pub table: TableName,
     pub slot: String,
     pub config: RetentionSettings,
@@ -82,7 +86,8 @@ pub(crate) struct Target {
 impl Target {
     pub(crate) fn from_settings(s: &Settings) -> Target {
         Target {
-            postgres: s.postgres.clone(),
+            postgres: s.writer().clone(),
+            slot_server: s.primary.is_some().then(|| s.postgres.clone()),
             table: s.table().clone(),
             slot: s.source.slot.clone(),
             config: s.retention.clone(),
@@ -218,12 +223,30 @@ pub(crate) fn log_line(l: &Line) {
 /// Runs one pass on its own connection. `dry_run` reads only.
 pub(crate) async fn pass(t: &Target, dry_run: bool) -> Result<Outcome, PipelineError> {
     let mut sql = ReplicationClient::connect_sql(&t.postgres).await?;
-    let result = pass_on(&mut sql, t, dry_run).await;
+    let mut slot_sql = match &t.slot_server {
+        Some(server) => match ReplicationClient::connect_sql(server).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                sql.close().await;
+                return Err(e.into());
+            }
+        },
+        None => None,
+    };
+    let result = pass_on(&mut sql, slot_sql.as_mut(), t, dry_run).await;
     sql.close().await;
+    if let Some(c) = slot_sql {
+        c.close().await;
+    }
     result
 }
 
-async fn pass_on(sql: &mut ReplicationClient, t: &Target, dry_run: bool) -> Result<Outcome, PipelineError> {
+async fn pass_on(
+    sql: &mut ReplicationClient,
+    slot_sql: Option<&mut ReplicationClient>,
+    t: &Target,
+    dry_run: bool,
+) -> Result<Outcome, PipelineError> {
     // Bounds are read and written as UTC text; names are qualified, so no search_path games.
     sql.simple_query("SET TimeZone = 'UTC'").await?;
     sql.simple_query("SET DateStyle = 'ISO, YMD'").await?;
@@ -254,7 +277,10 @@ async fn pass_on(sql: &mut ReplicationClient, t: &Target, dry_run: bool) -> Resu
     let result = async {
         let now = catalog::server_now_micros(sql).await?;
         let partitions = catalog::partitions(sql, &root_oid).await?;
-        let slot = catalog::slot_position(sql, t).await?;
+        let slot = match slot_sql {
+            Some(standby) => catalog::slot_position(standby, t).await?,
+            None => catalog::slot_position(sql, t).await?,
+        };
         let steps = plan::plan(&plan::PlanInput {
             table: &t.table,
             slot_name: &t.slot,

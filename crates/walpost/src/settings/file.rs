@@ -23,6 +23,11 @@ pub struct FileConfig {
     /// has none; it wins over PGPASSWORD.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postgres_password_file: Option<std::path::PathBuf>,
+    /// Decoding on a standby: the primary, where walpost writes (heartbeat, lineage
+    /// record, publication, retention, snapshot progress). Default: `postgres`'s hosts
+    /// with `target_session_attrs=read-write`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres_primary: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,13 +112,16 @@ impl FileConfig {
     /// What secret the file itself holds, if any (a password in `postgres`, a secret
     /// Kafka property).
     pub fn secret_held(&self) -> Option<&'static str> {
-        let url_password = self
-            .postgres
-            .as_deref()
-            .and_then(|url| replication::Config::parse_with_env(url, &|_| None).ok())
-            .is_some_and(|c| c.password().is_some());
-        if url_password {
+        let has_password = |url: &Option<String>| {
+            url.as_deref()
+                .and_then(|url| replication::Config::parse_with_env(url, &|_| None).ok())
+                .is_some_and(|c| c.password().is_some())
+        };
+        if has_password(&self.postgres) {
             return Some("a PostgreSQL password (in postgres)");
+        }
+        if has_password(&self.postgres_primary) {
+            return Some("a PostgreSQL password (in postgres_primary)");
         }
         super::secrets::has_kafka_secret(self.kafka.properties.keys())
             .map(|_| "a secret Kafka property (in [kafka.properties])")

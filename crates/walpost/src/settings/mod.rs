@@ -38,7 +38,12 @@ pub use resolve::{validate_identifier, Overrides};
 /// Resolved, validated settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The server the slot is read from: the primary, or a standby when
+    /// `target_session_attrs` is `standby` or `prefer-standby`.
     pub postgres: replication::Config,
+    /// Decoding on a standby: where walpost writes (`postgres_primary`, or `postgres`'s
+    /// hosts with `read-write`). `None`: walpost decodes on the primary and writes there.
+    pub primary: Option<replication::Config>,
     pub source: SourceSettings,
     pub kafka: KafkaSettings,
     pub stream: StreamSettings,
@@ -63,6 +68,18 @@ impl Settings {
     /// The first outbox table's router configuration.
     pub fn router(&self) -> &RouterConfig {
         &self.source.outboxes[0].router
+    }
+
+    /// Whether the settings ask to decode on a standby (the server found may still be a
+    /// primary: `prefer-standby`, or a standby promoted since).
+    pub fn standby_decoding(&self) -> bool {
+        self.primary.is_some()
+    }
+
+    /// Where walpost writes: the primary connection when decoding on a standby, else the
+    /// server it decodes on.
+    pub fn writer(&self) -> &replication::Config {
+        self.primary.as_ref().unwrap_or(&self.postgres)
     }
 }
 

@@ -177,11 +177,35 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
         }
         other => resolve_metrics_addr(other)?,
     };
-    let raw_postgres = postgres.clone();
-    let postgres = postgres_config(o, file.postgres_password_file.take(), &postgres)?;
-    let postgres = stream_from_primary(postgres, &raw_postgres)?;
+    let password_file = file.postgres_password_file.take();
+    let config = postgres_config(o.postgres_on_argv, password_file.as_deref(), &postgres)?;
+    let (postgres, primary) = decoding_server(config, &postgres)?;
+    let primary = match (primary, file.postgres_primary.take()) {
+        (None, Some(text)) => {
+            return Err(ConfigError::Invalid {
+                key: "postgres_primary",
+                value: replication::Config::parse_with_env(&text, &|_| None).map_or_else(|_| "(set)".into(), |c| c.redacted()),
+                expected: "no primary connection unless postgres settles on a standby (target_session_attrs=standby or prefer-standby): on a primary walpost writes where it reads",
+            })
+        }
+        (None, None) => None,
+        (Some(derived), None) => Some(derived),
+        (Some(_), Some(text)) => {
+            let mut config = postgres_config(o.postgres_primary_on_argv, password_file.as_deref(), &text)?;
+            config.target_session_attrs = replication::TargetSessionAttrs::ReadWrite;
+            Some(config)
+        }
+    };
+    if primary.is_some() && source.slot_failover {
+        return Err(ConfigError::Invalid {
+            key: "slot_failover",
+            value: "true".into(),
+            expected: "false when decoding on a standby: PostgreSQL creates failover slots on a primary only (a standby's slot is its own)",
+        });
+    }
     Ok(Settings {
         postgres,
+        primary,
         source,
         kafka,
         stream,
@@ -240,16 +264,14 @@ pub(super) fn resolve_metrics_addr(text: Option<String>) -> Result<Option<std::n
 
 /// The connection string with its password file, warning about a password on argv.
 fn postgres_config(
-    o: &Overrides,
-    password_file: Option<std::path::PathBuf>,
+    on_argv: bool,
+    password_file: Option<&std::path::Path>,
     postgres: &str,
 ) -> Result<replication::Config, ConfigError> {
-    if o.postgres_on_argv
-        && replication::Config::parse_with_env(postgres, &|_| None).is_ok_and(|c| c.password().is_some())
-    {
+    if on_argv && replication::Config::parse_with_env(postgres, &|_| None).is_ok_and(|c| c.password().is_some()) {
         tracing::warn!("{}", secrets::POSTGRES_PASSWORD_ON_ARGV);
     }
-    let postgres = match &password_file {
+    let postgres = match password_file {
         None => replication::Config::from_url(postgres)?,
         Some(path) => {
             // The file wins over PGPASSWORD, not over a password in the connection string.
@@ -267,28 +289,49 @@ fn postgres_config(
 pub(super) fn resolve_postgres(o: &Overrides, file: &mut FileConfig) -> Result<replication::Config, ConfigError> {
     let text =
         file.postgres.take().ok_or(ConfigError::Missing { key: "postgres", flag: "postgres", env: "POSTGRES" })?;
-    let config = postgres_config(o, file.postgres_password_file.take(), &text)?;
-    stream_from_primary(config, &text)
+    let config = postgres_config(o.postgres_on_argv, file.postgres_password_file.take().as_deref(), &text)?;
+    match decoding_server(config, &text)? {
+        (config, None) => Ok(config),
+        (config, Some(_)) => Err(ConfigError::Invalid {
+            key: "target_session_attrs (in the PostgreSQL connection string or PGTARGETSESSIONATTRS)",
+            value: config.target_session_attrs.as_str().to_owned(),
+            expected:
+                "read-write or primary (or none: walpost uses primary); walpost inbox writes its tables on the primary",
+        }),
+    }
 }
 
-/// walpost streams from a primary only: without `target_session_attrs` (in the string or
-/// PGTARGETSESSIONATTRS) it connects with `primary`, so a multi-host string settles on the
-/// primary wherever it is; a value that could settle on a standby is refused.
-fn stream_from_primary(mut config: replication::Config, text: &str) -> Result<replication::Config, ConfigError> {
+/// Where the slot is read, and where walpost writes when that is a standby.
+///
+/// Without `target_session_attrs` (in the string or PGTARGETSESSIONATTRS) walpost connects
+/// with `primary`, so a multi-host string settles on the primary wherever it is.
+/// `standby` or `prefer-standby` decode on a standby (PostgreSQL 16+); walpost then
+/// writes on the primary through a second connection: the same hosts with `read-write`
+/// (the caller puts `postgres_primary` in its place when given). `any` and `read-only`
+/// are refused: they could settle on either, and walpost must know which it wants.
+fn decoding_server(
+    mut config: replication::Config,
+    text: &str,
+) -> Result<(replication::Config, Option<replication::Config>), ConfigError> {
     use replication::TargetSessionAttrs as T;
     let explicit = text.contains("target_session_attrs") || std::env::var_os("PGTARGETSESSIONATTRS").is_some();
     match config.target_session_attrs {
-        T::ReadWrite | T::Primary => {}
-        T::Any if !explicit => config.target_session_attrs = T::Primary,
-        other => {
-            return Err(ConfigError::Invalid {
-                key: "target_session_attrs (in the PostgreSQL connection string or PGTARGETSESSIONATTRS)",
-                value: other.as_str().to_owned(),
-                expected: "read-write or primary (or none: walpost uses primary); walpost reads its slot and writes its tables on the primary only",
-            })
+        T::ReadWrite | T::Primary => Ok((config, None)),
+        T::Any if !explicit => {
+            config.target_session_attrs = T::Primary;
+            Ok((config, None))
         }
+        T::Standby | T::PreferStandby => {
+            let mut primary = config.clone();
+            primary.target_session_attrs = T::ReadWrite;
+            Ok((config, Some(primary)))
+        }
+        other => Err(ConfigError::Invalid {
+            key: "target_session_attrs (in the PostgreSQL connection string or PGTARGETSESSIONATTRS)",
+            value: other.as_str().to_owned(),
+            expected: "primary or read-write (decode on the primary; none: primary), or standby or prefer-standby (decode on a standby, PostgreSQL 16+)",
+        }),
     }
-    Ok(config)
 }
 
 /// `envelope` and `[cloudevents]`, before the default source is known per table.

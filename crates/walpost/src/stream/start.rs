@@ -7,6 +7,13 @@
 //! dropped and the snapshot starts over; a slot in use by another process is a
 //! transient error (a hot standby waits); a lost slot is definite, unless
 //! `--snapshot when_needed` re-creates it.
+//!
+//! Decoding on a standby (issue 32) the slot, its exported snapshot and the rows read in
+//! it are the standby's (PostgreSQL 16+ exports a snapshot during recovery), while the
+//! lineage record, the snapshot's progress row and the progress key are written on the
+//! primary ([`Writes`]). Creating the slot there waits for a running-transactions
+//! record from the primary, which walpost asks for meanwhile
+//! (`Lineage::create_slot`).
 
 use std::time::Duration;
 
@@ -21,7 +28,7 @@ use crate::kafka::progress::{self, Position, Progress, ProgressKey, SlotIdentity
 use crate::kafka::transaction::transaction_error;
 use crate::kafka::{self, DeliveryMemo, ProduceWindow};
 use crate::postgres::lineage::{self, Lineage};
-use crate::postgres::{catalog, preflight, sql};
+use crate::postgres::{catalog, messages, preflight, sql, topology};
 use crate::settings::{Delivery, ExactlyOnce, Settings, SnapshotMode};
 use crate::snapshot;
 use crate::snapshot::ProgressRecord;
@@ -109,6 +116,7 @@ pub(crate) async fn begin(
         sql = ReplicationClient::connect_sql(&s.postgres.pinned_to(repl.connected_host())).await?;
         preflight::preflight(&mut sql, s).await?;
     }
+    let mut writes = Writes::open(s, &mut sql).await?;
     let slot_name = &s.source.slot;
     let mut slot = catalog::slot_row(&mut sql, slot_name).await?;
     let snapshots = matches!(s.snapshot.mode, SnapshotMode::Initial | SnapshotMode::WhenNeeded);
@@ -150,19 +158,23 @@ pub(crate) async fn begin(
             if s.snapshot.mode == SnapshotMode::Initial {
                 tracing::info!(slot = %slot_name, "replication slot already exists: no snapshot will be taken (--snapshot initial snapshots only when it creates the slot; drop the slot to take a new one)");
             }
-            lineage.record(&mut sql, s, &system, false).await;
-            (row.confirmed_flush.unwrap_or(Lsn::ZERO), signing_key(&mut sql, s).await)
+            if let Some(w) = writes.writer(&mut sql) {
+                lineage.record(w, s, &system, false).await;
+            }
+            (row.confirmed_flush.unwrap_or(Lsn::ZERO), signing_key(writes.writer(&mut sql), s).await)
         }
         None => {
             // A slot walpost streamed from before is re-created only with a snapshot.
             if snapshots {
-                snapshot::mark_started(&mut sql, s).await?;
+                snapshot::mark_started(writes.required(&mut sql, "the snapshot's progress row")?, s).await?;
             }
             let export = if snapshots { SlotSnapshot::Export } else { SlotSnapshot::Nothing };
             let created = lineage.create_slot(&mut repl, &mut sql, s, &system, export, snapshots).await?;
-            tracing::info!(slot = %slot_name, consistent_point = %created.consistent_point, "created replication slot");
-            lineage.record(&mut sql, s, &system, true).await;
-            let key = signing_key(&mut sql, s).await;
+            tracing::info!(slot = %slot_name, consistent_point = %created.consistent_point, on_standby = writes.on_standby(), "created replication slot");
+            if let Some(w) = writes.writer(&mut sql) {
+                lineage.record(w, s, &system, true).await;
+            }
+            let key = signing_key(writes.writer(&mut sql), s).await;
             if snapshots {
                 // With exactly-once the snapshot is one Kafka transaction whose progress
                 // record is the slot's consistent point: the stream goes on from there.
@@ -184,7 +196,7 @@ pub(crate) async fn begin(
                 let rows = snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction)
                     .await?
                     .rows;
-                snapshot::mark_finished(&mut sql, s, rows).await?;
+                snapshot::mark_finished(writes.required(&mut sql, "the snapshot's progress row")?, s, rows).await?;
             }
             (created.consistent_point, key)
         }
@@ -195,6 +207,7 @@ pub(crate) async fn begin(
         None => system.xlog_pos,
     };
     sql.close().await;
+    writes.close().await;
 
     let publications = sql::ident(&s.source.publication);
     let mut options = vec![("proto_version", "1"), ("publication_names", publications.as_str())];
@@ -255,11 +268,82 @@ async fn begin_transactions(
     Ok((window, ExactlyOnceState::new(identity, e, gate, s.stream.status_interval, key)))
 }
 
+/// Where a session writes: the server it decodes on, or the primary when that is a
+/// standby (see `postgres::topology`).
+enum Writes {
+    /// On the primary: writes go where the slot is read.
+    Here,
+    /// On a standby, with the primary reached.
+    Primary(Box<ReplicationClient>),
+    /// On a standby, and the primary cannot be reached now: why.
+    Unreachable(PipelineError),
+}
+
+impl Writes {
+    /// Asks the decoding server (`sql`) whether it is a standby, and if so connects to
+    /// the primary; a primary that cannot be reached is said once here, not fatal.
+    async fn open(s: &Settings, sql: &mut ReplicationClient) -> Result<Writes, PipelineError> {
+        if !s.standby_decoding() || !topology::in_recovery(sql).await? {
+            return Ok(Writes::Here);
+        }
+        Ok(match topology::connect_writer(s).await {
+            Ok(primary) => Writes::Primary(Box::new(primary)),
+            Err(e) => {
+                tracing::warn!("{}", messages::standby_without_primary(&e.to_string()));
+                Writes::Unreachable(e)
+            }
+        })
+    }
+
+    fn on_standby(&self) -> bool {
+        !matches!(self, Writes::Here)
+    }
+
+    /// The connection to write on, if there is one.
+    fn writer<'a>(&'a mut self, sql: &'a mut ReplicationClient) -> Option<&'a mut ReplicationClient> {
+        match self {
+            Writes::Here => Some(sql),
+            Writes::Primary(primary) => Some(&mut **primary),
+            Writes::Unreachable(_) => None,
+        }
+    }
+
+    /// The connection to write on for `what`, which cannot do without it: a primary
+    /// that cannot be reached is a transient error (the session starts over).
+    fn required<'a>(
+        &'a mut self,
+        sql: &'a mut ReplicationClient,
+        what: &str,
+    ) -> Result<&'a mut ReplicationClient, PipelineError> {
+        match self {
+            Writes::Here => Ok(sql),
+            Writes::Primary(primary) => Ok(&mut **primary),
+            Writes::Unreachable(e) => {
+                Err(PipelineError::transient(ErrorKind::Postgres, messages::needs_the_primary(what, &e.to_string())))
+            }
+        }
+    }
+
+    async fn close(self) {
+        if let Writes::Primary(primary) = self {
+            primary.close().await;
+        }
+    }
+}
+
 /// Exactly-once: the key progress records are signed with, kept in the lineage row.
-async fn signing_key(sql: &mut ReplicationClient, s: &Settings) -> Option<ProgressKey> {
+/// `None` without a connection to write on (decoding on a standby, primary unreachable).
+async fn signing_key(sql: Option<&mut ReplicationClient>, s: &Settings) -> Option<ProgressKey> {
     if !matches!(s.kafka.delivery, Delivery::ExactlyOnce(_)) {
         return None;
     }
+    let Some(sql) = sql else {
+        tracing::warn!(
+            "decoding on a standby without a reachable primary: exactly-once progress records of slot {} are not signed this session (runbooks/exactly-once.md)",
+            s.source.slot
+        );
+        return None;
+    };
     let stored = lineage::progress_key(sql, s, ProgressKey::generate_hex).await?;
     let key = ProgressKey::from_hex(&stored.hex, stored.made_now);
     if key.is_none() {

@@ -31,4 +31,5 @@ mod retention;
 mod router;
 mod security;
 mod snapshot;
+mod standby;
 mod support;

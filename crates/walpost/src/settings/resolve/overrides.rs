@@ -20,6 +20,10 @@ pub struct Overrides {
     /// `--dead-letter-topic`.
     pub dead_letter_topic: Option<String>,
     pub postgres: Option<String>,
+    /// `--postgres-primary`: where walpost writes while it decodes on a standby.
+    pub postgres_primary: Option<String>,
+    /// `postgres_primary` came from the command line itself.
+    pub postgres_primary_on_argv: bool,
     pub kafka_brokers: Option<String>,
     pub table: Option<String>,
     pub slot: Option<String>,
@@ -83,6 +87,7 @@ impl Overrides {
             }
         }
         over(&self.postgres, &mut file.postgres);
+        over(&self.postgres_primary, &mut file.postgres_primary);
         over(&self.postgres_password_file, &mut file.postgres_password_file);
         over(&self.kafka_brokers, &mut file.kafka.brokers);
         over(&self.table, &mut file.table);

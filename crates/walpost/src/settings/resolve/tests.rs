@@ -65,11 +65,51 @@ fn walpost_connects_to_a_primary_whatever_the_host_order() {
             expected
         );
     }
-    for refused in ["any", "standby", "prefer-standby", "read-only"] {
+    assert!(s.primary.is_none() && !s.standby_decoding(), "on a primary walpost writes where it reads");
+    assert_eq!(s.writer(), &s.postgres);
+    for refused in ["any", "read-only"] {
         let url = format!("host=a,b dbname=d user=u target_session_attrs={refused}");
         let err = Settings::resolve(&with(&url), FileConfig::default()).unwrap_err().to_string();
-        assert!(err.contains(refused) && err.contains("primary only"), "{err}");
+        assert!(err.contains(refused) && err.contains("decode on a standby, PostgreSQL 16+"), "{err}");
     }
+}
+
+/// Issue 32: `standby` and `prefer-standby` decode on a standby and write on the primary:
+/// `postgres_primary` when given (always `read-write`), else the same hosts `read-write`.
+#[test]
+fn a_standby_target_decodes_there_and_writes_on_the_primary() {
+    use replication::TargetSessionAttrs as T;
+    for attrs in ["standby", "prefer-standby"] {
+        let url = format!("postgres://u@a:5432,b:5433/d?target_session_attrs={attrs}");
+        let s = Settings::resolve(&Overrides { postgres: Some(url), ..base() }, FileConfig::default()).unwrap();
+        assert!(s.standby_decoding());
+        assert_eq!(s.postgres.target_session_attrs.as_str(), attrs);
+        let primary = s.primary.as_ref().unwrap();
+        assert_eq!(primary.target_session_attrs, T::ReadWrite);
+        assert_eq!(primary.hosts, s.postgres.hosts, "the same hosts, read-write");
+        assert_eq!(s.writer(), primary);
+    }
+    let o = Overrides {
+        postgres: Some("postgres://u@standby/d?target_session_attrs=standby".into()),
+        postgres_primary: Some("postgres://u@primary:6543/d".into()),
+        ..base()
+    };
+    let s = Settings::resolve(&o, FileConfig::default()).unwrap();
+    let primary = s.primary.unwrap();
+    assert_eq!(primary.hosts.len(), 1);
+    assert_eq!(primary.hosts[0].label(), "primary:6543");
+    assert_eq!(primary.target_session_attrs, T::ReadWrite);
+
+    let on_primary = Overrides { postgres_primary: Some("postgres://u@p/d".into()), ..base() };
+    let err = Settings::resolve(&on_primary, FileConfig::default()).unwrap_err().to_string();
+    assert!(err.contains("postgres_primary") && err.contains("unless postgres settles on a standby"), "{err}");
+    let failover = Overrides {
+        postgres: Some("postgres://u@s/d?target_session_attrs=standby".into()),
+        slot_failover: true,
+        ..base()
+    };
+    let err = Settings::resolve(&failover, FileConfig::default()).unwrap_err().to_string();
+    assert!(err.contains("failover slots on a primary only"), "{err}");
 }
 
 #[test]

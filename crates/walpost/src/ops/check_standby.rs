@@ -1,0 +1,223 @@
+//! `walpost check`, decoding on a standby (issue 32): what the topology needs, each
+//! missing piece with its fix.
+//!
+//! [`gather`] asks the decoding server and the primary; [`evaluate`] (pure) judges:
+//! - PostgreSQL 16+ on the standby (logical decoding during recovery);
+//! - `hot_standby_feedback = on` and a physical slot (`primary_slot_name`) that exists on
+//!   the primary: without both, VACUUM on the primary removes catalog rows the standby's
+//!   logical slot needs, and a recovery conflict invalidates the slot;
+//! - `max_standby_streaming_delay`: decoding sees only replayed WAL, so a standby query
+//!   that holds replay back holds walpost's events back as long;
+//! - the primary: reachable for walpost's writes, `wal_level = logical` (else the
+//!   standby's slots are invalidated), and `pg_log_standby_snapshot()` executable (slot
+//!   creation then takes a second instead of up to minutes on a quiet primary).
+
+use replication::ReplicationClient;
+
+use super::check::Check;
+use crate::postgres::sql::literal;
+use crate::postgres::topology;
+use crate::settings::Settings;
+
+/// The runbook of this topology.
+const RUNBOOK: &str = "runbooks/standby-decoding.md";
+
+/// What the decoding server said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StandbyFacts {
+    /// `server_version_num`.
+    pub version_num: u32,
+    pub in_recovery: bool,
+    pub hot_standby_feedback: bool,
+    pub primary_slot_name: String,
+    /// As SHOW prints it (`30s`, `-1`).
+    pub max_standby_streaming_delay: String,
+    /// The primary, or why it could not be asked.
+    pub primary: Result<PrimaryFacts, String>,
+}
+
+/// What the primary said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PrimaryFacts {
+    pub host: String,
+    pub wal_level: String,
+    /// The standby's physical slot (`primary_slot_name`) exists there.
+    pub physical_slot: bool,
+    pub may_log_standby_snapshot: bool,
+}
+
+/// Asks the decoding server (`sql`) and the primary.
+pub(crate) async fn gather(sql: &mut ReplicationClient, s: &Settings) -> Result<StandbyFacts, String> {
+    let r = sql
+        .simple_query(
+            "SELECT current_setting('server_version_num') AS v, pg_is_in_recovery()::text AS r,
+                    current_setting('hot_standby_feedback') AS f, current_setting('primary_slot_name') AS p,
+                    current_setting('max_standby_streaming_delay') AS d",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let get = |c: &str| r.first(c).unwrap_or_default().to_owned();
+    let primary_slot_name = get("p");
+    let primary = match topology::connect_writer(s).await {
+        Err(e) => Err(e.to_string()),
+        Ok(mut primary) => {
+            let host = primary.connected_host().label();
+            let asked = primary
+                .simple_query(&format!(
+                    "SELECT current_setting('wal_level') AS w,
+                            EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_type = 'physical' AND slot_name = {})::text AS slot,
+                            coalesce(has_function_privilege('pg_catalog.pg_log_standby_snapshot()', 'EXECUTE'), false)::text AS log",
+                    literal(&primary_slot_name)
+                ))
+                .await;
+            primary.close().await;
+            asked.map_err(|e| e.to_string()).map(|r| PrimaryFacts {
+                host,
+                wal_level: r.first("w").unwrap_or_default().to_owned(),
+                physical_slot: r.first("slot") == Some("true"),
+                may_log_standby_snapshot: r.first("log") == Some("true"),
+            })
+        }
+    };
+    Ok(StandbyFacts {
+        version_num: get("v").parse().unwrap_or(0),
+        in_recovery: get("r") == "true",
+        hot_standby_feedback: get("f") == "on",
+        primary_slot_name,
+        max_standby_streaming_delay: get("d"),
+        primary,
+    })
+}
+
+/// See the module docs.
+pub(crate) fn evaluate(f: &StandbyFacts) -> Vec<Check> {
+    let mut out = Vec::new();
+    if !f.in_recovery {
+        out.push(Check::Warn(
+            "standby decoding: target_session_attrs settled on a primary (prefer-standby finds no standby, or the standby was promoted): walpost decodes there".into(),
+        ));
+        return out;
+    }
+    if f.version_num < 160_000 {
+        out.push(Check::Fail(format!(
+            "standby decoding: the standby runs PostgreSQL {}, and logical decoding on a standby needs 16 or later: upgrade it, or decode on the primary (target_session_attrs=primary)",
+            f.version_num / 10_000
+        )));
+        return out;
+    }
+    out.push(Check::Ok(format!(
+        "standby decoding: the slot is read on a standby (PostgreSQL {})",
+        f.version_num / 10_000
+    )));
+    if f.hot_standby_feedback {
+        out.push(Check::Ok("standby decoding: hot_standby_feedback = on".into()));
+    } else {
+        out.push(Check::Fail(format!(
+            "standby decoding: hot_standby_feedback is off, so VACUUM on the primary removes catalog rows the standby's slot needs and a recovery conflict invalidates it: ALTER SYSTEM SET hot_standby_feedback = on on the standby, then SELECT pg_reload_conf(); see {RUNBOOK}"
+        )));
+    }
+    if f.primary_slot_name.is_empty() {
+        out.push(Check::Fail(format!(
+            "standby decoding: the standby streams without a physical slot (primary_slot_name is empty), so its feedback is forgotten whenever it disconnects and the primary may remove rows its logical slot needs: on the primary SELECT pg_create_physical_replication_slot('<name>', true), then on the standby ALTER SYSTEM SET primary_slot_name = '<name>' and SELECT pg_reload_conf(); see {RUNBOOK}"
+        )));
+    }
+    match f.max_standby_streaming_delay.as_str() {
+        "-1" => out.push(Check::Warn(
+            "standby decoding: max_standby_streaming_delay = -1, so a query on the standby may hold replay back for ever, and walpost sees only replayed WAL: its events wait as long (set a bound, e.g. 30s, or keep long reports off this standby)".into(),
+        )),
+        d => out.push(Check::Ok(format!(
+            "standby decoding: max_standby_streaming_delay = {d} (a standby query may hold replay, and walpost's events, back this long)"
+        ))),
+    }
+    match &f.primary {
+        Err(e) => out.push(Check::Warn(format!(
+            "standby decoding: the primary cannot be reached ({e}): the heartbeat, the slot's lineage record, retention and snapshot progress are off until it can; set --postgres-primary; see {RUNBOOK}"
+        ))),
+        Ok(p) => {
+            out.push(Check::Ok(format!("standby decoding: walpost writes on the primary {}", p.host)));
+            if p.wal_level != "logical" {
+                out.push(Check::Fail(format!(
+                    "standby decoding: the primary {} has wal_level = {}, and a standby's logical slots need logical on the primary (they are invalidated otherwise): ALTER SYSTEM SET wal_level = logical on the primary and restart it",
+                    p.host, p.wal_level
+                )));
+            }
+            if !f.primary_slot_name.is_empty() && !p.physical_slot {
+                out.push(Check::Fail(format!(
+                    "standby decoding: primary_slot_name is '{}', but the primary {} has no such physical slot, so the standby's feedback does not hold rows back: SELECT pg_create_physical_replication_slot('{}', true) on the primary",
+                    f.primary_slot_name, p.host, f.primary_slot_name
+                )));
+            }
+            if !p.may_log_standby_snapshot {
+                out.push(Check::Warn(
+                    "standby decoding: walpost's role may not call pg_log_standby_snapshot() on the primary, so creating a slot on the standby waits for the primary's own running-transactions record (up to minutes on a quiet primary): GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO <walpost's role> on the primary".into(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> StandbyFacts {
+        StandbyFacts {
+            version_num: 170_002,
+            in_recovery: true,
+            hot_standby_feedback: true,
+            primary_slot_name: "standby1".into(),
+            max_standby_streaming_delay: "30s".into(),
+            primary: Ok(PrimaryFacts {
+                host: "p:5432".into(),
+                wal_level: "logical".into(),
+                physical_slot: true,
+                may_log_standby_snapshot: true,
+            }),
+        }
+    }
+
+    fn failed(checks: &[Check]) -> Vec<String> {
+        checks.iter().filter(|c| !matches!(c, Check::Ok(_))).map(Check::line).collect()
+    }
+
+    #[test]
+    fn a_complete_topology_passes() {
+        assert_eq!(failed(&evaluate(&good())), Vec::<String>::new());
+    }
+
+    #[test]
+    fn each_missing_piece_is_named_with_its_fix() {
+        let cases: Vec<(StandbyFacts, &str)> = vec![
+            (StandbyFacts { version_num: 150_004, ..good() }, "FAIL  standby decoding: the standby runs PostgreSQL 15"),
+            (StandbyFacts { hot_standby_feedback: false, ..good() }, "ALTER SYSTEM SET hot_standby_feedback = on"),
+            (StandbyFacts { primary_slot_name: String::new(), ..good() }, "primary_slot_name is empty"),
+            (
+                StandbyFacts { max_standby_streaming_delay: "-1".into(), ..good() },
+                "warn  standby decoding: max_standby_streaming_delay = -1",
+            ),
+            (StandbyFacts { primary: Err("down".into()), ..good() }, "the primary cannot be reached (down)"),
+            (StandbyFacts { in_recovery: false, ..good() }, "settled on a primary"),
+        ];
+        for (facts, expected) in cases {
+            let lines = failed(&evaluate(&facts));
+            assert!(lines.iter().any(|l| l.contains(expected)), "{expected} in {lines:?}");
+        }
+        let primary = |p: PrimaryFacts| StandbyFacts { primary: Ok(p), ..good() };
+        let base = match good().primary {
+            Ok(p) => p,
+            Err(_) => unreachable!("good() has a primary"),
+        };
+        for (facts, expected) in [
+            (primary(PrimaryFacts { wal_level: "replica".into(), ..base.clone() }), "has wal_level = replica"),
+            (primary(PrimaryFacts { physical_slot: false, ..base.clone() }), "has no such physical slot"),
+            (
+                primary(PrimaryFacts { may_log_standby_snapshot: false, ..base }),
+                "GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot()",
+            ),
+        ] {
+            let lines = failed(&evaluate(&facts));
+            assert!(lines.iter().any(|l| l.contains(expected)), "{expected} in {lines:?}");
+        }
+    }
+}
