@@ -7,7 +7,7 @@
 # script that execs walpost with other settings (environment, --config). What issue 16's before/after tables use;
 # bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
 #
-#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] [-g DIR] BIN [BIN...]
+#   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] [-g DIR] [-y] BIN [BIN...]
 #
 #   -n  events in the backlog (default 200000), in transactions of -t rows (default 100)
 #   -r  drains per binary, alternating the binaries (default 3; the table shows each)
@@ -30,6 +30,11 @@
 #       Avro schema under every drain topic's <topic>-value (topic_name), so that one
 #       registry serves both formats. bench/contracts/ holds the backlog's schemas and
 #       the BIN wrappers json-schema.sh and avro.sh.
+#   -y  decode on a standby (PostgreSQL 16+): a streaming standby of the devservers'
+#       PostgreSQL holds every slot; walpost reads there (target_session_attrs=standby,
+#       --postgres-primary the primary) and `recv` drains there. Adds the column prim_us:
+#       the CPU per event of the primary's processes during the drain (its physical
+#       walsender included; connections that open and close within a drain are not seen).
 #
 # A BIN named `recv` is pg_recvlogical draining the same slot to /dev/null (pgoutput,
 # walpost's publication): the walsender's own pace, the ceiling for any pgoutput client.
@@ -41,8 +46,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0 brokers="" before="" schemas=""
-while getopts "n:t:r:s:pck:x:g:" o; do
+events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0 brokers="" before="" schemas="" standby=0
+while getopts "n:t:r:s:pck:x:g:y" o; do
     case "$o" in
         n) events=$OPTARG ;;
         t) txn=$OPTARG ;;
@@ -53,11 +58,12 @@ while getopts "n:t:r:s:pck:x:g:" o; do
         k) brokers=$OPTARG ;;
         x) before=$OPTARG ;;
         g) schemas=$OPTARG ;;
+        y) standby=1 ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] [-g DIR] BIN [BIN...]" >&2; exit 2; }
+(($#)) || { echo "usage: $0 [-n EVENTS] [-t TXN] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] [-g DIR] [-y] BIN [BIN...]" >&2; exit 2; }
 [[ -z "$schemas" || -d "$schemas" ]] || { echo "-g: not a directory: $schemas" >&2; exit 2; }
 bins=("$@")
 for b in "${bins[@]}"; do [[ $b == recv || -x "$b" ]] || { echo "not an executable: $b" >&2; exit 2; }; done
@@ -66,24 +72,51 @@ work=$(mktemp -d /tmp/ab-drain.XXXX)
 chmod 755 "$work"
 # shellcheck source=scripts/devservers.sh
 source scripts/devservers.sh
-start_devservers "${BIN_DIR:-target/release}" "$work" ${schemas:+--registry}
+servers=()
+[[ -n "$schemas" ]] && servers+=(--registry)
+((standby)) && servers+=(--standby)
+start_devservers "${BIN_DIR:-target/release}" "$work" "${servers[@]}"
 [[ -n "$schemas" ]] && export REGISTRY_URL
 [[ -n "$brokers" ]] && KAFKA_BROKERS=$brokers
 export PGHOST=$PG_SOCKET_DIR PGPORT=$PG_PORT PGUSER=walpost PGDATABASE=walpost
 psql() { "$PG_BINDIR/psql" -X -q "$@" 2>/dev/null || command psql -X -q "$@"; }
+# The server the slots are on: the standby with -y, else the one server.
+slot_url=$POSTGRES_URL slot_port=$PG_PORT slot_socket=$PG_SOCKET_DIR
+((standby)) && slot_url=$STANDBY_URL slot_port=$STANDBY_PORT slot_socket=$STANDBY_SOCKET_DIR
+spsql() { PGHOST=$slot_socket PGPORT=$slot_port psql "$@"; }
+# The npm server builds (WALPOST_PG_BINDIR) have no client programs: Debian's
+# pg_recvlogical (15) streams from 16-18 servers too.
+recvlogical=$PG_BINDIR/pg_recvlogical
+[[ -x $recvlogical ]] || recvlogical=$(command -v pg_recvlogical || echo /usr/lib/postgresql/15/bin/pg_recvlogical)
 psql -f migrations/0001_events_outbox.sql >/dev/null
 psql -c "CREATE PUBLICATION walpost_outbox FOR TABLE events.outbox WITH (publish = 'insert')" >/dev/null
 
 args() { # $1: slot and topic prefix
-    echo run --postgres "$POSTGRES_URL" --kafka-brokers "$KAFKA_BROKERS" --slot "$1" \
-        --publication walpost_outbox --topic "$1.\${routedByValue}"
+    if ((standby)); then
+        echo run --postgres "$STANDBY_URL?target_session_attrs=standby" --postgres-primary "$POSTGRES_URL" \
+            --kafka-brokers "$KAFKA_BROKERS" --slot "$1" --publication walpost_outbox --topic "$1.\${routedByValue}"
+    else
+        echo run --postgres "$POSTGRES_URL" --kafka-brokers "$KAFKA_BROKERS" --slot "$1" \
+            --publication walpost_outbox --topic "$1.\${routedByValue}"
+    fi
+}
+# A logical slot on the slots' server; on a standby its creation waits for a
+# running-transactions record, which the primary is asked for until it is done.
+create_slot() { # $1: slot
+    spsql -tAc "SELECT pg_create_logical_replication_slot('$1', 'pgoutput')" >/dev/null &
+    local creating=$!
+    while ((standby)) && kill -0 "$creating" 2>/dev/null; do
+        psql -tAc "SELECT pg_log_standby_snapshot()" >/dev/null
+        sleep 0.2
+    done
+    wait "$creating"
 }
 slots=()
 for i in "${!bins[@]}"; do
     for r in $(seq 1 "$rounds"); do
         slot="ab${i}r${r}"
         slots+=("$slot")
-        psql -tAc "SELECT pg_create_logical_replication_slot('$slot', 'pgoutput')" >/dev/null
+        create_slot "$slot"
     done
 done
 # register SUBJECT TYPE FILE: the schema in FILE under SUBJECT (TYPE JSON or AVRO).
@@ -108,7 +141,7 @@ fi
 # Warm the broker (a fresh JVM answers slowly at first): one small drain, not reported.
 psql -c "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
          SELECT 'warm', gen_random_uuid(), 'E', '{}' FROM generate_series(1, 5000)" >/dev/null
-psql -tAc "SELECT pg_create_logical_replication_slot('warm', 'pgoutput')" >/dev/null || true
+create_slot warm || true
 [[ -n "$before" ]] && $before warm
 # shellcheck disable=SC2046
 timeout 60 "$(for b in "${bins[@]}"; do [[ $b != recv ]] && echo "$b"; done | head -1)" $(args warm) 2>"$work/warm.log" &
@@ -116,10 +149,10 @@ warm=$!
 sleep 15
 kill -TERM "$warm" 2>/dev/null || true
 wait "$warm" 2>/dev/null || true
-psql -tAc "SELECT pg_drop_replication_slot('warm')" >/dev/null
-# Move every reported slot past the warm-up rows.
+spsql -tAc "SELECT pg_drop_replication_slot('warm')" >/dev/null
+# Move every reported slot past the warm-up rows (on a standby: what it has replayed).
 for slot in "${slots[@]}"; do
-    psql -tAc "SELECT pg_replication_slot_advance('$slot', pg_current_wal_lsn())" >/dev/null
+    spsql -tAc "SELECT pg_replication_slot_advance('$slot', CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)" >/dev/null
 done
 
 echo "backlog: $events events in transactions of $txn" >&2
@@ -129,6 +162,9 @@ psql -c "DO \$\$ BEGIN FOR i IN 1..($events/$txn) LOOP
          jsonb_build_object('g', g, 'i', i, 'pad', repeat('x', $pad))
   FROM generate_series(1, $txn) g; COMMIT; END LOOP; END \$\$;" >/dev/null
 end=$(psql -tAc "SELECT pg_current_wal_lsn()")
+if ((standby)); then
+    until [[ $(spsql -tAc "SELECT pg_last_wal_replay_lsn() >= '$end'") == t ]]; do sleep 0.1; done
+fi
 # Vacuum the backlog now: otherwise autovacuum does it (insert threshold) ~20-40 s into the
 # drains, and whichever drain runs then pays for it (seen as one drain in a run at half
 # speed, always the same round).
@@ -173,7 +209,7 @@ broker_ticks() { # TICKS = the broker process's CPU ticks so far (0 when it is u
 follow_walsender() {
     local pid="" nap
     for _ in $(seq 1 250); do
-        pid=$(psql -tAc "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$1' AND active_pid IS NOT NULL")
+        pid=$(spsql -tAc "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$1' AND active_pid IS NOT NULL")
         [[ -n "$pid" ]] && break
         sleep 0.02
     done
@@ -187,13 +223,27 @@ follow_walsender() {
 us_per_event() { # $1: clock ticks
     awk -v t="$1" -v hz="$(getconf CLK_TCK)" -v n="$events" 'BEGIN {printf "%6.2f", t / hz * 1e6 / n}'
 }
-drain_costs() { # $1 $2: bin index, round -> wsnd, brkr: the walsender's and the broker's us/event
+drain_costs() { # $1 $2: bin index, round -> wsnd, brkr (, prim): us/event
     broker_ticks
     brkr=$(us_per_event $((TICKS - broker0)))
     wsnd=$(us_per_event "$(cat "$work/wsnd.$1.$2" 2>/dev/null || echo 0)")
+    prim=""
+    if ((standby)); then
+        primary_ticks
+        prim=$(us_per_event $((TICKS - primary0)))
+    fi
 }
-printf "%-4s %-40s %5s %9s %8s %12s %12s %8s %7s %7s %6s %6s %6s %6s%s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb" \
-    "wsnd_us" "brkr_us" main broker dr other "$([[ $cg == 1 ]] && printf " %9s" Ir/event)"
+# -y: the primary's postmaster and its children (the CPU ticks of those alive now).
+primary_pid=$(ss -Hltnp "sport = :$PG_PORT" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2 || true)
+primary_ticks() { # TICKS = the primary's processes' CPU ticks so far
+    local total=0 p
+    for p in $primary_pid $(pgrep -P "$primary_pid" 2>/dev/null); do
+        ticks "$p" && total=$((total + TICKS))
+    done
+    TICKS=$total
+}
+printf "%-4s %-40s %5s %9s %8s %12s %12s %8s %7s %7s %6s %6s %6s %6s%s%s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb" \
+    "wsnd_us" "brkr_us" main broker dr other "$([[ $cg == 1 ]] && printf " %9s" Ir/event)" "$( ((standby)) && printf " %7s" prim_us)"
 row() { # index name round secs cpu rss_mb walsender_us broker_us [per-thread and Ir columns]
     printf "%-4s %-40s %5s %9.2f %8.2f %12.0f %12.2f %8s %7s %7s %s\n" "$1" "$2" "$3" "$4" "$5" \
         "$(echo "$events / $4" | bc -l)" "$(echo "$5 * 1000000 / $events" | bc -l)" "$6" "$7" "$8" "${9:-}"
@@ -207,10 +257,14 @@ for r in $(seq 1 "$rounds"); do
         follower=$!
         broker_ticks
         broker0=$TICKS
+        if ((standby)); then
+            primary_ticks
+            primary0=$TICKS
+        fi
         start=$(date +%s.%N)
         if [[ $bin == recv ]]; then
-            /usr/bin/time -o "$work/time.$i.$r" -f "%U %S %M" "$PG_BINDIR/pg_recvlogical" \
-                -d "$POSTGRES_URL" --slot "$slot" --start -o proto_version=1 \
+            /usr/bin/time -o "$work/time.$i.$r" -f "%U %S %M" "$recvlogical" \
+                -d "$slot_url" --slot "$slot" --start -o proto_version=1 \
                 -o publication_names=walpost_outbox --endpos "$end" -F 0 --no-loop -f /dev/null \
                 2>"$work/drain.$i.$r.log" || true
             secs=$(echo "$(date +%s.%N) - $start" | bc)
@@ -218,8 +272,9 @@ for r in $(seq 1 "$rounds"); do
             drain_costs "$i" "$r"
             read -r u s m < "$work/time.$i.$r"
             cpu=$(echo "$u + $s" | bc -l)
-            row "$i" recv "$r" "$secs" "$cpu" "$(printf "%.1f" "$(echo "$m / 1024" | bc -l)")" "$wsnd" "$brkr"
-            psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
+            row "$i" recv "$r" "$secs" "$cpu" "$(printf "%.1f" "$(echo "$m / 1024" | bc -l)")" "$wsnd" "$brkr" \
+                "$( ((standby)) && printf "%27s %7s" "" "$prim")"
+            spsql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
             continue
         fi
         if [[ $cg == 1 ]]; then
@@ -243,7 +298,7 @@ for r in $(seq 1 "$rounds"); do
             sleep 0.05
         done
         [[ -n "$wp" ]] || { echo "cannot find the walpost process of $bin (slot $slot)" >&2; exit 1; }
-        until [[ $(psql -tAc "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = '$slot'") == t ]]; do
+        until [[ $(spsql -tAc "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = '$slot'") == t ]]; do
             kill -0 "$wp" 2>/dev/null || { tail -5 "$work/drain.$i.$r.log" >&2; echo "$bin stopped before the end of the backlog" >&2; exit 1; }
             sleep 0.05
         done
@@ -260,8 +315,9 @@ for r in $(seq 1 "$rounds"); do
         if [[ $cg == 1 ]]; then
             ir=$(awk -v n="$events" '/^(summary|totals):/ {t = $2} END {printf " %9.0f", t / n}' "$work/callgrind.$i.$r")
         fi
-        row "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$secs" "$cpu" "$hwm" "$wsnd" "$brkr" "$threads$ir"
-        psql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
+        row "$i" "$(basename "$(dirname "$bin")")/$(basename "$bin")" "$r" "$secs" "$cpu" "$hwm" "$wsnd" "$brkr" \
+            "$threads$ir$( ((standby)) && printf " %7s" "$prim")"
+        spsql -tAc "SELECT pg_drop_replication_slot('$slot')" >/dev/null
     done
 done
 echo "work directory: $work (logs; perf.<bin>.data with -p)" >&2
