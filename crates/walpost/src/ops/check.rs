@@ -57,6 +57,9 @@ pub async fn check(s: &Settings) -> Vec<Check> {
             for c in postgres_checks(&mut sql, s).await {
                 emit(c);
             }
+            if let Ok((catalog, wal_level)) = super::check_managed::gather(&mut sql).await {
+                super::check_managed::evaluate(&catalog, &wal_level).into_iter().for_each(&mut emit);
+            }
             if s.standby_decoding() {
                 match super::check_standby::gather(&mut sql, s).await {
                     Ok(facts) => super::check_standby::evaluate(&facts).into_iter().for_each(&mut emit),

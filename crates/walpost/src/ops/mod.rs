@@ -1,10 +1,11 @@
 //! Operator commands: `walpost check` ([`check`], its failover part [`failover`], decoding
-//! on a standby [`check_standby`]; `walpost check inbox`: [`check_inbox`]), `walpost slot status|create|drop`
+//! on a standby [`check_standby`], managed services [`check_managed`]; `walpost check inbox`: [`check_inbox`]), `walpost slot status|create|drop`
 //! ([`slot`]), `walpost replay` ([`replay`]), `walpost contracts check|push` ([`contracts`]) and
 //! `walpost import-debezium` ([`import_debezium`]).
 
 pub mod check;
 pub mod check_inbox;
+pub(crate) mod check_managed;
 pub(crate) mod check_standby;
 pub mod contracts;
 pub(crate) mod failover;

@@ -210,6 +210,17 @@ fn check_passes_on_a_good_server_and_names_each_problem() {
     let (ok, out) = walpost_cmd(&sub_args(&w2, &["check"]));
     assert!(!ok);
     assert!(out.contains("FAIL  wal_level is 'replica' but walpost needs 'logical'"), "{out}");
+    assert!(!out.contains("managed PostgreSQL"), "a self-run server is no service:\n{out}");
+    // Issue 32: a server with a service's own setting (here as a database's placeholder)
+    // is told the service's way to turn logical decoding on, not ALTER SYSTEM.
+    w2.sql(&format!("ALTER DATABASE \"{}\" SET cloudsql.logical_decoding = 'off'", w2.db));
+    let (ok, out) = walpost_cmd(&sub_args(&w2, &["check"]));
+    assert!(!ok);
+    assert!(out.contains("ok    managed PostgreSQL: this looks like Google Cloud SQL for PostgreSQL"), "{out}");
+    assert!(
+        out.contains("FAIL  managed PostgreSQL: logical decoding is off on Google Cloud SQL for PostgreSQL (wal_level = replica): set the database flag cloudsql.logical_decoding = on"),
+        "{out}"
+    );
 }
 
 /// Every documented metric of `walpost run` is exported and well formed (Prometheus text
