@@ -15,7 +15,7 @@ use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-fn cluster(major: Option<u32>) -> &'static Postgres {
+pub(crate) fn cluster(major: Option<u32>) -> &'static Postgres {
     let bin_dir = major.map(|m| testkit::pg_bin_dir_for_major(m).expect("PostgreSQL binaries"));
     Box::leak(Box::new(Postgres::start(PgOptions { bin_dir, ..PgOptions::default() }).expect("start postgres")))
 }
@@ -25,7 +25,7 @@ fn standby_of(primary: &Postgres) -> &'static Postgres {
 }
 
 /// `w` seen through another server of the same cluster (a promoted standby).
-fn view_on(w: &World, pg: &'static Postgres) -> World {
+pub(crate) fn view_on(w: &World, pg: &'static Postgres) -> World {
     World {
         pg,
         kafka_bootstrap: w.kafka_bootstrap.clone(),
@@ -50,7 +50,7 @@ fn args_with_postgres(w: &World, postgres: &str) -> Vec<String> {
 }
 
 /// `walpost check` with `args` (those of `run`): (exit code, output).
-fn check(args: &[String], env: &[(&str, &str)]) -> (i32, String) {
+pub(crate) fn check(args: &[String], env: &[(&str, &str)]) -> (i32, String) {
     let mut args = args.to_vec();
     if let Some(run) = args.iter().position(|a| a == "run") {
         args[run] = "check".into();

@@ -11,17 +11,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use testkit::{PgOptions, Postgres, StandbyOptions, StopMode};
+use testkit::{Postgres, StandbyOptions, StopMode};
 
 use crate::drills::{assert_clean, is_snapshot, service, service_config, sh_ok, spawn_sh, Runbook};
+use crate::failover::{check, cluster, view_on as on};
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-fn cluster(major: u32) -> &'static Postgres {
-    let bin_dir = Some(testkit::pg_bin_dir_for_major(major).expect("PostgreSQL binaries"));
-    Box::leak(Box::new(Postgres::start(PgOptions { bin_dir, ..PgOptions::default() }).expect("start postgres")))
-}
 
 /// A standby of `primary` for decoding: no failover-slot synchronization (a standby's
 /// own slot is not a failover slot), `extra` settings last.
@@ -39,20 +35,6 @@ fn world(primary: &'static Postgres, name: &str) -> World {
     let w = World::on(primary, &testkit::shared_kafka().bootstrap(), name);
     w.sql(&format!("GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO {}", w.role));
     w
-}
-
-/// `w` seen on another server of the cluster (where its slot is read).
-fn on(w: &World, pg: &'static Postgres) -> World {
-    World {
-        pg,
-        kafka_bootstrap: w.kafka_bootstrap.clone(),
-        db: w.db.clone(),
-        url: w.url.clone(),
-        superuser_url: w.superuser_url.clone(),
-        role: w.role.clone(),
-        slot: w.slot.clone(),
-        topic_prefix: w.topic_prefix.clone(),
-    }
 }
 
 /// The least-privileged role's URL over `ports`, with `target_session_attrs`.
@@ -106,7 +88,7 @@ fn assert_all_delivered(w: &World, p: &Walpost) -> Audit {
 /// logical walsender and no logical slot, nothing is confirmed past a batch that is not
 /// in Kafka, and every event arrives in order.
 fn decode_on_a_standby_under_load(major: u32) {
-    let primary = cluster(major);
+    let primary = cluster(Some(major));
     let w = world(primary, &format!("sb-{major}"));
     let standby = decoding_standby(primary, &[]);
     let sw = on(&w, standby);
@@ -123,7 +105,7 @@ fn decode_on_a_standby_under_load(major: u32) {
     let lineage = w.sql(&format!("SELECT count(*) FROM events.walpost_slots WHERE slot = '{}'", w.slot));
     assert_eq!(lineage, "1", "the slot's lineage is written on the primary");
 
-    let (code, report) = check(&args);
+    let (code, report) = check(&args, &[]);
     let lines: Vec<&str> = report.lines().filter(|l| l.contains("standby decoding:")).collect();
     assert!(lines.len() >= 4 && lines.iter().all(|l| l.starts_with("ok ")), "exit {code}:\n{report}");
 
@@ -182,7 +164,7 @@ fn failover_standby_decoding_under_load_and_kill9_pg18() {
 /// walpost process keeps streaming from the same slot on the new primary, without a gap.
 #[test]
 fn failover_standby_decoding_follows_the_promotion_of_its_standby() {
-    let primary = cluster(17);
+    let primary = cluster(Some(17));
     let w = world(primary, "sb-promote");
     let standby = decoding_standby(primary, &[]);
     let sw = on(&w, standby);
@@ -206,7 +188,7 @@ fn failover_standby_decoding_follows_the_promotion_of_its_standby() {
 /// timeline (repointed at the new primary) and walpost keeps streaming through it.
 #[test]
 fn failover_standby_decoding_follows_a_failover_of_the_primary() {
-    let primary = cluster(17);
+    let primary = cluster(Some(17));
     let w = world(primary, "sb-follow");
     let decoding = decoding_standby(primary, &[]);
     let other = decoding_standby(primary, &[]);
@@ -249,7 +231,7 @@ fn failover_standby_decoding_follows_a_failover_of_the_primary() {
 /// position, so the lineage record (written on the primary, replicated) stops walpost.
 #[test]
 fn failover_standby_decoding_on_a_lost_standby_stops_rather_than_skip() {
-    let primary = cluster(17);
+    let primary = cluster(Some(17));
     let w = world(primary, "sb-lost");
     let first = decoding_standby(primary, &[]);
     let second = decoding_standby(primary, &[]);
@@ -278,7 +260,7 @@ fn failover_standby_decoding_on_a_lost_standby_stops_rather_than_skip() {
 /// publishes every event, those committed after the invalidation included.
 #[test]
 fn failover_standby_decoding_slot_invalidated_by_a_conflict_and_the_runbook_recovers() {
-    let primary = cluster(17);
+    let primary = cluster(Some(17));
     let w = world(primary, "sb-conflict");
     let standby = decoding_standby(primary, &[("hot_standby_feedback", "off"), ("primary_slot_name", "")]);
     let mut sw = on(&w, standby);
@@ -348,17 +330,6 @@ fn failover_standby_decoding_slot_invalidated_by_a_conflict_and_the_runbook_reco
     let missing: Vec<&i64> = gap.iter().filter(|id| !from_snapshot.contains(id)).collect();
     assert!(missing.is_empty(), "the gap must come from the snapshot; not from it: {missing:?}");
     assert!(recover.terminate(Duration::from_secs(30)).unwrap().success(), "{}", recover.log_text());
-}
-
-/// `walpost check` with `run`'s arguments: (exit code, output).
-fn check(args: &[String]) -> (i32, String) {
-    let mut args = args.to_vec();
-    if let Some(run) = args.iter().position(|a| a == "run") {
-        args[run] = "check".into();
-    }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walpost")).args(&args).output().expect("walpost check");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.code().unwrap_or(-1), text)
 }
 
 /// An LSN in PostgreSQL's text form.
