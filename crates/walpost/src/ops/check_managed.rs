@@ -4,8 +4,10 @@
 //!
 //! [`recognise`] is pure: it reads the names of the server's settings (those in
 //! `pg_settings`, and a few known names `current_setting(name, true)` answers, which also
-//! finds one set per database or role) and roles that only one service has (`rds.*` and `rds_superuser`, `aurora_version()`, `cloudsql.*` and
-//! `cloudsqlsuperuser`, `azure.*` and `azure_pg_admin`, `neon.*` and `neon_superuser`).
+//! finds one set per database or role) and roles that only one service has: `rds.*` and
+//! `rds_superuser`, `aurora_version()` (Aurora has `rds.*` too, so it is asked first),
+//! `cloudsql.*` and `cloudsqlsuperuser`, `alloydb.*` and `alloydbsuperuser`, `azure.*` and
+//! `azure_pg_admin`, `neon.*` and `neon_superuser`, `supautils.*` and `supabase_admin`.
 //! The settings each service needs are in docs/standby.md ("Managed PostgreSQL").
 
 use replication::ReplicationClient;
@@ -18,8 +20,10 @@ pub(crate) enum Provider {
     AmazonRds,
     AmazonAurora,
     CloudSql,
+    AlloyDb,
     AzureFlexible,
     Neon,
+    Supabase,
 }
 
 impl Provider {
@@ -28,8 +32,10 @@ impl Provider {
             Provider::AmazonRds => "Amazon RDS for PostgreSQL",
             Provider::AmazonAurora => "Amazon Aurora PostgreSQL",
             Provider::CloudSql => "Google Cloud SQL for PostgreSQL",
+            Provider::AlloyDb => "Google AlloyDB",
             Provider::AzureFlexible => "Azure Database for PostgreSQL",
             Provider::Neon => "Neon",
+            Provider::Supabase => "Supabase",
         }
     }
 
@@ -39,8 +45,10 @@ impl Provider {
             Provider::AmazonRds => "set the static parameter rds.logical_replication = 1 in the instance's custom DB parameter group (and its read replica's, to decode there), then reboot",
             Provider::AmazonAurora => "set rds.logical_replication = 1 in the cluster's custom DB cluster parameter group, then reboot the writer (decode on the writer: Aurora Replicas are not PostgreSQL standbys)",
             Provider::CloudSql => "set the database flag cloudsql.logical_decoding = on (the instance restarts)",
+            Provider::AlloyDb => "set the database flag alloydb.logical_decoding = on (the instance restarts)",
             Provider::AzureFlexible => "set the server parameter wal_level = logical, save, and restart the server",
-            Provider::Neon => "enable logical replication in the project's settings (it sets wal_level = logical)",
+            Provider::Neon => "enable logical replication in the project's settings (it sets wal_level = logical, restarts the computes and cannot be turned off again)",
+            Provider::Supabase => "Supabase runs with wal_level = logical: ask its support what changed",
         }
     }
 }
@@ -64,10 +72,14 @@ pub(crate) fn recognise(c: &Catalog) -> Option<Provider> {
         Some(Provider::AmazonRds)
     } else if setting("cloudsql.") || role("cloudsqlsuperuser") {
         Some(Provider::CloudSql)
+    } else if setting("alloydb.") || role("alloydbsuperuser") {
+        Some(Provider::AlloyDb)
     } else if setting("azure.") || role("azure_pg_admin") {
         Some(Provider::AzureFlexible)
     } else if setting("neon.") || role("neon_superuser") {
         Some(Provider::Neon)
+    } else if setting("supautils.") || role("supabase_admin") {
+        Some(Provider::Supabase)
     } else {
         None
     }
@@ -93,12 +105,14 @@ pub(crate) async fn gather(sql: &mut ReplicationClient) -> Result<(Catalog, Stri
     let r = sql
         .simple_query(
             "SELECT (SELECT string_agg(name, ',') FROM (
-                       SELECT name FROM pg_settings WHERE name ~ '^(rds|cloudsql|azure|neon)\\.'
+                       SELECT name FROM pg_settings WHERE name ~ '^(rds|cloudsql|alloydb|azure|neon|supautils)\\.'
                        UNION SELECT n FROM unnest(ARRAY['rds.extensions', 'rds.logical_replication',
-                           'cloudsql.logical_decoding', 'cloudsql.iam_authentication', 'azure.extensions',
-                           'neon.timeline_id', 'neon.tenant_id']) AS n WHERE current_setting(n, true) IS NOT NULL) s) AS settings,
+                           'cloudsql.logical_decoding', 'cloudsql.iam_authentication', 'alloydb.logical_decoding',
+                           'azure.extensions', 'neon.timeline_id', 'neon.tenant_id', 'neon.endpoint_id',
+                           'supautils.privileged_extensions']) AS n WHERE current_setting(n, true) IS NOT NULL) s) AS settings,
                     (SELECT string_agg(rolname, ',') FROM pg_roles
-                     WHERE rolname IN ('rds_superuser', 'cloudsqlsuperuser', 'azure_pg_admin', 'neon_superuser')) AS roles,
+                     WHERE rolname IN ('rds_superuser', 'cloudsqlsuperuser', 'alloydbsuperuser', 'azure_pg_admin',
+                                       'neon_superuser', 'supabase_admin')) AS roles,
                     EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'aurora_version')::text AS aurora,
                     current_setting('wal_level') AS wal_level",
         )
@@ -129,6 +143,8 @@ mod tests {
         assert_eq!(recognise(&with(&["cloudsql.logical_decoding"], &[], false)), Some(Provider::CloudSql));
         assert_eq!(recognise(&with(&[], &["azure_pg_admin"], false)), Some(Provider::AzureFlexible));
         assert_eq!(recognise(&with(&["neon.timeline_id"], &[], false)), Some(Provider::Neon));
+        assert_eq!(recognise(&with(&["alloydb.logical_decoding"], &[], false)), Some(Provider::AlloyDb));
+        assert_eq!(recognise(&with(&[], &["supabase_admin"], false)), Some(Provider::Supabase));
         assert_eq!(recognise(&with(&["pg_stat_statements.max"], &[], false)), None, "a self-run server");
     }
 
