@@ -64,11 +64,10 @@ impl SlotStatus {
         self.wal_status.as_deref() == Some("lost")
     }
 
-    /// Invalidated by a recovery conflict on a standby (the primary removed catalog rows
-    /// the slot needs, or lowered wal_level): it can never be read again.
+    /// Invalidated by a recovery conflict on a standby
+    /// (`postgres::catalog::invalidated_by_conflict`).
     pub(crate) fn is_conflicted(&self) -> bool {
-        self.conflicting
-            || self.invalidation_reason.as_deref().is_some_and(|r| r == "rows_removed" || r == "wal_level_insufficient")
+        crate::postgres::catalog::invalidated_by_conflict(self.conflicting, self.invalidation_reason.as_deref())
     }
 
     pub(crate) fn current(&self) -> Option<Lsn> {

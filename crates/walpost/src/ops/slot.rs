@@ -178,7 +178,7 @@ pub(crate) async fn create(s: &Settings) -> Result<(), PipelineError> {
     let lineage = lineage::Lineage::default();
     let created = lineage.create_slot(&mut repl, &mut sql, s, &system, SlotSnapshot::Nothing, false).await?;
     repl.close().await;
-    if s.standby_decoding() && topology::in_recovery(&mut sql).await? {
+    if topology::on_a_standby(s, &mut sql).await? {
         // On a standby the lineage is written on the primary.
         match topology::connect_writer(s).await {
             Ok(mut primary) => {
@@ -227,7 +227,7 @@ pub(crate) async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
     catalog::drop_slot(&mut sql, slot).await?;
     // The operator chose to start over: a new slot is not a lost one. On a standby the
     // lineage is the primary's.
-    if s.standby_decoding() && topology::in_recovery(&mut sql).await? {
+    if topology::on_a_standby(s, &mut sql).await? {
         let mut primary = topology::connect_writer(s).await?;
         lineage::forget(&mut primary, s).await?;
         primary.close().await;

@@ -45,11 +45,17 @@ pub(crate) struct SlotRow {
 }
 
 impl SlotRow {
-    /// Invalidated by a recovery conflict on a standby (see `monitor::status`).
+    /// Invalidated by a recovery conflict on a standby ([`invalidated_by_conflict`]).
     pub(crate) fn is_conflicted(&self) -> bool {
-        self.conflicting
-            || self.invalidation_reason.as_deref().is_some_and(|r| r == "rows_removed" || r == "wal_level_insufficient")
+        invalidated_by_conflict(self.conflicting, self.invalidation_reason.as_deref())
     }
+}
+
+/// Whether a slot's `conflicting` (PostgreSQL 16+) and `invalidation_reason` (17+) say a
+/// recovery conflict on a standby invalidated it: the primary removed catalog rows the slot
+/// needs, or lowered wal_level. Such a slot can never be read again.
+pub(crate) fn invalidated_by_conflict(conflicting: bool, invalidation_reason: Option<&str>) -> bool {
+    conflicting || invalidation_reason.is_some_and(|r| r == "rows_removed" || r == "wal_level_insufficient")
 }
 
 /// Our slot's row in pg_replication_slots, if it exists.

@@ -104,7 +104,7 @@ impl Lineage {
         republishes: bool,
     ) -> Result<CreatedSlot, PipelineError> {
         self.check_missing(sql, s, system, republishes).await?;
-        let on_standby = s.standby_decoding() && super::topology::in_recovery(sql).await?;
+        let on_standby = super::topology::on_a_standby(s, sql).await?;
         let nudge = on_standby.then(|| tokio::spawn(super::topology::nudge_running_xacts(s.clone())));
         let created = repl.create_logical_slot(&s.source.slot, "pgoutput", export, s.source.slot_failover).await;
         if let Some(nudge) = nudge {

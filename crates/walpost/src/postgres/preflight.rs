@@ -194,7 +194,7 @@ pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings
         "CREATE PUBLICATION {} FOR TABLE {tables} WITH (publish = 'insert', publish_via_partition_root = true)",
         ident(publication),
     );
-    if s.standby_decoding() && super::topology::in_recovery(sql).await? {
+    if super::topology::on_a_standby(s, sql).await? {
         return create_on_the_primary(sql, s, &create).await;
     }
     sql.simple_query(&create).await.map_err(|e| {

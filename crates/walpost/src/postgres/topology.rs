@@ -35,6 +35,13 @@ pub(crate) async fn in_recovery(sql: &mut ReplicationClient) -> Result<bool, Pip
     }
 }
 
+/// Whether walpost decodes on a standby now: the settings ask for one and the server
+/// behind `sql` (the one the slot is read on) is in recovery. `prefer-standby` may have
+/// settled on a primary, and a standby may have been promoted since.
+pub(crate) async fn on_a_standby(s: &Settings, sql: &mut ReplicationClient) -> Result<bool, PipelineError> {
+    Ok(s.standby_decoding() && in_recovery(sql).await?)
+}
+
 /// A connection to the server walpost writes on (see the module docs).
 pub(crate) async fn connect_writer(s: &Settings) -> Result<ReplicationClient, PipelineError> {
     let Some(primary) = &s.primary else {

@@ -283,7 +283,7 @@ impl Writes {
     /// Asks the decoding server (`sql`) whether it is a standby, and if so connects to
     /// the primary; a primary that cannot be reached is said once here, not fatal.
     async fn open(s: &Settings, sql: &mut ReplicationClient) -> Result<Writes, PipelineError> {
-        if !s.standby_decoding() || !topology::in_recovery(sql).await? {
+        if !topology::on_a_standby(s, sql).await? {
             return Ok(Writes::Here);
         }
         Ok(match topology::connect_writer(s).await {
