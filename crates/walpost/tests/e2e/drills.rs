@@ -812,6 +812,25 @@ pub(crate) fn is_snapshot(r: &Consumed) -> bool {
     r.header("walpost.snapshot") == Some(&b"true"[..])
 }
 
+/// Starts a runbook's filled recovery block (a `walpost run --snapshot ...`) and waits
+/// until it has published its snapshot and streams (within `timeout`).
+pub(crate) fn recover_and_stream(block: &str, timeout: Duration) -> Walpost {
+    let recover = spawn_sh(block);
+    let ready = testkit::wait_until(timeout, || {
+        let log = recover.log_text();
+        log.contains("snapshot finished") && log.contains("streaming slot=")
+    });
+    assert!(ready, "{}", recover.log_text());
+    recover
+}
+
+/// Every event of `gap` (committed while no slot could stream it) came from the snapshot.
+pub(crate) fn assert_gap_from_snapshot(records: &[Consumed], gap: &[i64]) {
+    let from_snapshot: HashSet<i64> = records.iter().filter(|r| is_snapshot(r)).map(Consumed::event_id).collect();
+    let missing: Vec<&i64> = gap.iter().filter(|id| !from_snapshot.contains(id)).collect();
+    assert!(missing.is_empty(), "the gap must come from the snapshot; not from it: {missing:?}");
+}
+
 /// runbooks/slot-lost.md (issue 20, finding 2: the old runbook's `id > <last id>` cut lost
 /// an event and streaming before the backfill reordered aggregates). A transaction inserts
 /// before the last published event and commits after walpost stopped; more events commit;
@@ -887,12 +906,7 @@ fn drill_slot_lost_recovers_without_loss_or_reordering() {
     // 5. One command, while the application keeps writing.
     let writes = writer(&w, 30, 20, 10, 20, Duration::from_millis(100));
     let vars = [("config", config.as_str()), ("newest-ms", newest.as_str()), ("margin", "1 minute")];
-    let mut recover = spawn_sh(&rb.block("recover").fill(&vars));
-    let ready = testkit::wait_until(WAIT, || {
-        let log = recover.log_text();
-        log.contains("snapshot finished") && log.contains("streaming slot=")
-    });
-    assert!(ready, "{}", recover.log_text());
+    let mut recover = recover_and_stream(&rb.block("recover").fill(&vars), WAIT);
     writes.join().unwrap();
     let records = consume_every_committed(&w, WAIT);
     let a = audit(&w, &records);
@@ -957,12 +971,7 @@ fn drill_slot_dropped_while_stopped_follows_the_status_hint_and_loses_nothing() 
     let topics = format!("{} {}", w.topic("order"), w.topic("payment"));
     let newest = sh_ok(&rb.block("newest").fill(&[("topics", &topics), ("brokers", &w.kafka_bootstrap)]));
     let vars = [("config", config.as_str()), ("newest-ms", newest.trim()), ("margin", "1 minute")];
-    let mut recover = spawn_sh(&rb.block("recover").fill(&vars));
-    let ready = testkit::wait_until(WAIT, || {
-        let log = recover.log_text();
-        log.contains("snapshot finished") && log.contains("streaming slot=")
-    });
-    assert!(ready, "{}", recover.log_text());
+    let mut recover = recover_and_stream(&rb.block("recover").fill(&vars), WAIT);
     insert_batches(&w, 2, 1, 10, 5, &["order", "payment"]);
     let records = wait_for_every_committed(&w, WAIT);
     let a = audit(&w, &records);

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use testkit::{PgOptions, Postgres, StandbyOptions, StopMode};
 
-use crate::drills::{assert_clean, is_snapshot, service, service_config, sh_ok, spawn_sh, Runbook};
+use crate::drills::{
+    assert_clean, assert_gap_from_snapshot, recover_and_stream, service, service_config, sh_ok, Runbook,
+};
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -226,23 +228,12 @@ fn failover_without_a_synchronized_slot_stops_and_the_runbook_recovers_pg16() {
     let topics = format!("{} {}", w.topic("order"), w.topic("payment"));
     let newest = sh_ok(&rb.block("newest").fill(&[("topics", &topics), ("brokers", &w.kafka_bootstrap)]));
     let vars = [("config", config.as_str()), ("newest-ms", newest.trim()), ("margin", "1 minute")];
-    let mut recover = spawn_sh(&rb.block("recover").fill(&vars));
-    assert!(
-        testkit::wait_until(WAIT, || {
-            let log = recover.log_text();
-            log.contains("snapshot finished") && log.contains("streaming slot=")
-        }),
-        "{}",
-        recover.log_text()
-    );
+    let mut recover = recover_and_stream(&rb.block("recover").fill(&vars), WAIT);
     insert_batches(&nw, 30, 5, 20, 20, &["order", "payment"]);
     let records = consume_every_committed(&nw, WAIT);
     let a = audit(&nw, &records);
     assert_clean(&a);
-    let from_snapshot: std::collections::HashSet<i64> =
-        records.iter().filter(|r| is_snapshot(r)).map(Consumed::event_id).collect();
-    let missing: Vec<&i64> = gap.iter().filter(|id| !from_snapshot.contains(id)).collect();
-    assert!(missing.is_empty(), "the gap must come from the snapshot; not from it: {missing:?}");
+    assert_gap_from_snapshot(&records, &gap);
     eprintln!(
         "failover PostgreSQL 16: {} rows, {} records, {} duplicates",
         nw.committed_rows().len(),

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use testkit::{Postgres, StandbyOptions, StopMode};
 
-use crate::drills::{assert_clean, is_snapshot, service, service_config, sh_ok, spawn_sh, Runbook};
+use crate::drills::{
+    assert_clean, assert_gap_from_snapshot, recover_and_stream, service, service_config, sh_ok, Runbook,
+};
 use crate::failover::{check, cluster, view_on as on};
 use crate::support::*;
 
@@ -312,23 +314,12 @@ fn failover_standby_decoding_slot_invalidated_by_a_conflict_and_the_runbook_reco
             .fill(&[("topics", &w.topic("order")), ("brokers", &w.kafka_bootstrap)]),
     );
     let vars = [("config", config.as_str()), ("newest-ms", newest.trim()), ("margin", "1 minute")];
-    let mut recover = spawn_sh(&rb.block("recover").fill(&vars));
-    assert!(
-        testkit::wait_until(WAIT, || {
-            let log = recover.log_text();
-            log.contains("snapshot finished") && log.contains("streaming slot=")
-        }),
-        "{}",
-        recover.log_text()
-    );
+    let mut recover = recover_and_stream(&rb.block("recover").fill(&vars), WAIT);
     insert_batches(&w, 10, 3, 20, 20, &["order"]);
     let records = consume_every_committed(&w, WAIT);
     let a = audit(&w, &records);
     assert_clean(&a);
-    let from_snapshot: std::collections::HashSet<i64> =
-        records.iter().filter(|r| is_snapshot(r)).map(Consumed::event_id).collect();
-    let missing: Vec<&i64> = gap.iter().filter(|id| !from_snapshot.contains(id)).collect();
-    assert!(missing.is_empty(), "the gap must come from the snapshot; not from it: {missing:?}");
+    assert_gap_from_snapshot(&records, &gap);
     assert!(recover.terminate(Duration::from_secs(30)).unwrap().success(), "{}", recover.log_text());
 }
 
