@@ -623,6 +623,30 @@ impl Router {
         })
     }
 
+    /// The record [`Router::route`] makes of a row without asking the contract (nor
+    /// letting it encode the key or value): what a row that breaks its contract would
+    /// have been published as, so its dead letter carries the original topic, key,
+    /// headers and value. Any other routing error comes back as [`Router::route`] gives it.
+    pub fn route_unchecked(&mut self, rel: &ResolvedRelation, row: &TupleData) -> Result<Record, RouteError> {
+        let contract = self.config.contract.take();
+        let routed = self.route(rel, row);
+        self.config.contract = contract;
+        routed
+    }
+
+    /// [`Router::route_unchecked`] for a table-less event ([`Router::route_json`]).
+    pub fn route_json_unchecked(
+        &mut self,
+        content: &Bytes,
+        source: &str,
+        commit_time_ms: Option<i64>,
+    ) -> Result<Record, RouteError> {
+        let contract = self.config.contract.take();
+        let routed = self.route_json(content, source, commit_time_ms);
+        self.config.contract = contract;
+        routed
+    }
+
     fn topic_for(&mut self, route_value: Bytes, table: &str, event_id: Option<&[u8]>) -> Result<Arc<str>, RouteError> {
         if let Some(t) = self.topics.get(&route_value) {
             return Ok(t.clone());

@@ -386,6 +386,16 @@ impl Snapshot<'_> {
                     }
                     Err(error) => {
                         crate::error::contract_unavailable(&error)?;
+                        let mut breached =
+                            crate::stream::route::breached_record(&error, || router.route_unchecked(rel, &tuple));
+                        if let Some(record) = breached.as_mut() {
+                            match &self.s.snapshot.replay {
+                                Some(mark) => record
+                                    .headers
+                                    .push((Arc::from(HEADER_REPLAY), Bytes::copy_from_slice(mark.id.as_bytes()))),
+                                None => record.headers.push((Arc::from(HEADER_SNAPSHOT), Bytes::from_static(b"true"))),
+                            }
+                        }
                         let (id, key, value) = router.salvage(rel, &tuple);
                         let event_id = id.unwrap_or_default();
                         if !self.policy.dead_letters() {
@@ -403,15 +413,18 @@ impl Snapshot<'_> {
                         let failure = Failure {
                             class: error.class().to_owned(),
                             message: error.to_string(),
-                            original_topic: String::new(),
+                            original_topic: breached.as_ref().map(|r| r.topic.to_string()).unwrap_or_default(),
                             event_id: event_id.clone(),
                             lsn: Lsn::ZERO,
                             too_large: false,
                         };
-                        let original = Original {
-                            key: key.map(|k| k.to_vec()),
-                            value: value.map(|v| v.to_vec()),
-                            headers: Vec::new(),
+                        let original = match &breached {
+                            Some(record) => Original::of(record),
+                            None => Original {
+                                key: key.map(|k| k.to_vec()),
+                                value: value.map(|v| v.to_vec()),
+                                headers: Vec::new(),
+                            },
                         };
                         self.dead_letter(&failure, original, RowTag { outbox: index, event_id, seq, topic: None })?
                     }

@@ -31,11 +31,14 @@ pub(crate) const TRACE_WARNING_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub(crate) enum Routed {
     Record(Record),
-    /// A row or message that cannot be routed: the error and what could be read of it.
+    /// A row or message that cannot be routed: the error and what could be read of it
+    /// (for a contract breach, the whole record it would have been, and its topic).
     Unroutable {
         error: RouteError,
         salvage: Box<Original>,
         event_id: Bytes,
+        /// The topic it was meant for; empty when routing did not get that far.
+        original_topic: String,
     },
     /// A row of the signal table.
     Signal(SignalRow),
@@ -195,8 +198,13 @@ impl Routing {
                     Ok(record) => Routed::Record(record),
                     Err(error) => {
                         crate::error::contract_unavailable(&error)?;
-                        let (id, key, value) = o.router.salvage(rel, tuple);
-                        unroutable(error, id, key, value)
+                        match breached_record(&error, || o.router.route_unchecked(rel, tuple)) {
+                            Some(record) => breach(error, &record),
+                            None => {
+                                let (id, key, value) = o.router.salvage(rel, tuple);
+                                unroutable(error, id, key, value)
+                            }
+                        }
                     }
                 })
             }
@@ -330,7 +338,12 @@ impl Routing {
             Ok(record) => Routed::Record(record),
             Err(error) => {
                 crate::error::contract_unavailable(&error)?;
-                unroutable(error, None, None, Some(m.content.clone()))
+                match breached_record(&error, || {
+                    config.router.route_json_unchecked(&m.content, &source, commit_time_ms)
+                }) {
+                    Some(record) => breach(error, &record),
+                    None => unroutable(error, None, None, Some(m.content.clone())),
+                }
             }
         })
     }
@@ -360,7 +373,30 @@ impl Routing {
 fn unroutable(error: RouteError, id: Option<Bytes>, key: Option<Bytes>, value: Option<Bytes>) -> Routed {
     let event_id = id.or_else(|| error.event_id().map(|e| Bytes::copy_from_slice(e.as_bytes()))).unwrap_or_default();
     let salvage = Original { key: key.map(|k| k.to_vec()), value: value.map(|v| v.to_vec()), headers: Vec::new() };
-    Routed::Unroutable { error, salvage: Box::new(salvage), event_id }
+    Routed::Unroutable { error, salvage: Box::new(salvage), event_id, original_topic: String::new() }
+}
+
+/// For a contract breach, the record the row would have been without the contract
+/// (`unchecked` routes it so): its dead letter then carries the original topic, key,
+/// headers (`id`, the event type, ...) and value like a dead letter of a record Kafka
+/// refused. `None` for other errors, which routing without the contract would repeat.
+pub(crate) fn breached_record(
+    error: &RouteError,
+    unchecked: impl FnOnce() -> Result<Record, RouteError>,
+) -> Option<Record> {
+    if !matches!(error, RouteError::ContractBroken { .. }) {
+        return None;
+    }
+    unchecked().ok()
+}
+
+fn breach(error: RouteError, record: &Record) -> Routed {
+    Routed::Unroutable {
+        error,
+        salvage: Box::new(Original::of(record)),
+        event_id: record.event_id.clone(),
+        original_topic: record.topic.to_string(),
+    }
 }
 
 /// The halt error for a row that cannot be routed (`on_permanent_error = "halt"`).

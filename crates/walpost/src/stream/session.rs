@@ -502,14 +502,14 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             Routed::NotAnEvent => return Ok(()),
             Routed::Signal(row) => return self.on_signal(txn, row),
             Routed::Record(record) => (record, None),
-            Routed::Unroutable { error, salvage, event_id } => {
+            Routed::Unroutable { error, salvage, event_id, original_topic } => {
                 if !self.policy.dead_letters() {
                     return Err(unroutable_halt(&error, txn.final_lsn, self.confirmer.flush_lsn()));
                 }
                 let failure = Failure {
                     class: error.class().to_owned(),
                     message: error.to_string(),
-                    original_topic: String::new(),
+                    original_topic,
                     event_id,
                     lsn: txn.final_lsn,
                     too_large: matches!(error, router::RouteError::TooLarge { .. }),

@@ -143,6 +143,12 @@ fn contracts_halt_at_a_breach_then_dead_letter_it_and_lose_nothing() {
     assert_eq!(header(dead[0], "walpost.error.class"), Some("contract_broken"));
     assert!(header(dead[0], "walpost.error.message").unwrap().contains("the value at /amount fails \"type\""));
     assert!(!header(dead[0], "walpost.error.message").unwrap().contains("SECRET"));
+    // Like a dead letter of a record Kafka refused: the original topic, key and headers.
+    let order = w.topic("order");
+    assert_eq!(header(dead[0], "walpost.original.topic"), Some(order.as_str()), "{dead:?}");
+    assert_eq!(header(dead[0], "id"), Some(breach_id.as_str()), "the original id header");
+    assert_eq!(header(dead[0], "eventType"), Some("OrderPlaced"), "the original eventType header");
+    assert_eq!(dead[0].key.as_deref(), Some(&b"00000000-0000-4000-8000-000000000003"[..]), "the original key");
     let stored = w.sql(&format!("SELECT payload FROM events.outbox WHERE id = {breach_id}"));
     assert_eq!(dead[0].value.as_deref(), Some(stored.trim_end().as_bytes()), "the payload bytes, unchanged");
     let published: Vec<String> =
@@ -195,6 +201,9 @@ fn contracts_dead_letter_each_breach_once_keep_order_and_check_the_snapshot() {
         let id = header(r, "walpost.event.id").unwrap().to_owned();
         assert_eq!(header(r, "walpost.error.class"), Some("contract_broken"));
         assert!(!header(r, "walpost.error.message").unwrap().contains("SECRET"));
+        assert_eq!(header(r, "walpost.original.topic"), Some(w.topic("order").as_str()), "{r:?}");
+        assert_eq!(header(r, "id"), Some(id.as_str()), "the original id header");
+        assert!(header(r, "eventType").is_some(), "the original eventType header: {r:?}");
         assert!(dead.insert(id, header(r, "walpost.error.message").unwrap().to_owned()).is_none(), "twice");
     }
     let expected_dead: Vec<&String> = rows.iter().filter(|(_, v)| !*v).map(|(id, _)| id).collect();

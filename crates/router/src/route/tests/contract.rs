@@ -227,3 +227,40 @@ fn keys_are_written_by_the_contract_for_every_record_and_a_refused_key_names_its
     );
     assert!(!err.to_string().contains("bad\""), "never the key itself");
 }
+
+/// Regression: a breach's dead letter had no topic and none of the record's headers
+/// (`id`, `eventType`); the record routed without the contract has them all, and the
+/// plain payload and key, not a contract's encoding.
+#[test]
+fn regression_a_breach_routed_unchecked_is_the_record_it_would_have_been() {
+    let recorder = Arc::new(Recorder::default());
+    let mut r = with(&recorder, RouterConfig::default());
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let row = seed_row(text("order"), text("k"), text(r#"{"state": "bad"}"#));
+    assert_eq!(r.route(&rel, &row).unwrap_err().class(), "contract_broken");
+    let original = r.route_unchecked(&rel, &row).unwrap();
+    assert_eq!(&*original.topic, "outbox.event.order");
+    assert_eq!(original.key, Bytes::from_static(b"k"));
+    assert_eq!(header(&original, "id"), Some(&b"42"[..]));
+    assert_eq!(header(&original, "eventType"), Some(&b"OrderPlaced"[..]));
+    assert_eq!(original.value.as_deref(), Some(&br#"{"state": "bad"}"#[..]));
+    assert_eq!(r.route(&rel, &row).unwrap_err().class(), "contract_broken", "the contract is back");
+
+    let mut r = router(RouterConfig { contract: Some(ContractRef(Arc::new(KeyFraming))), ..RouterConfig::default() });
+    let rel = r.resolve(&relation(SEED_000)).unwrap();
+    let row = seed_row(text("order"), text("bad"), text("{}"));
+    assert_eq!(r.route(&rel, &row).unwrap_err().class(), "contract_broken");
+    assert_eq!(r.route_unchecked(&rel, &row).unwrap().key, Bytes::from_static(b"bad"), "the key as written");
+
+    let recorder = Arc::new(Recorder::default());
+    let mut r =
+        with(&recorder, RouterConfig { event_type_header_field: Some("type".into()), ..RouterConfig::default() });
+    let bad = Bytes::from_static(
+        br#"{"id": 2, "aggregate_type": "order", "aggregate_id": "o", "type": "T", "payload": {"state": "bad"}}"#,
+    );
+    assert!(r.route_json(&bad, "message prefix outbox", None).is_err());
+    let original = r.route_json_unchecked(&bad, "message prefix outbox", None).unwrap();
+    assert_eq!(&*original.topic, "outbox.event.order");
+    assert_eq!(header(&original, "id"), Some(&b"2"[..]));
+    assert_eq!(header(&original, "eventType"), Some(&b"T"[..]));
+}
