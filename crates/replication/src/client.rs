@@ -146,6 +146,9 @@ impl ReplicationClient {
 
     /// Sends the startup message and authenticates, up to ReadyForQuery.
     pub(crate) async fn startup(&mut self, config: &Config, replication: bool) -> Result<(), Error> {
+        // The user's options, then search_path = pg_catalog, pg_temp: no schema another
+        // role can create objects in is ever searched (see `config::SEARCH_PATH`).
+        let options = config.startup_options();
         let mut params = vec![
             ("user", config.user.as_str()),
             ("database", config.dbname.as_str()),
@@ -156,6 +159,7 @@ impl ReplicationClient {
             ("TimeZone", "UTC"),
             // A backslash in '...' is a backslash, whatever the server's default.
             ("standard_conforming_strings", "on"),
+            ("options", options.as_str()),
         ];
         if replication {
             params.push(("replication", "database"));

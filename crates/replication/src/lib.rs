@@ -22,6 +22,10 @@
 //!   (or an MD5 hash of it) never reaches an unverified server by default.
 //! - Every session starts with `standard_conforming_strings=on`, so quoted literals
 //!   ([`quote_literal`]) cannot be reinterpreted by a server setting.
+//! - Every session starts with `search_path` = [`SEARCH_PATH`] (`pg_catalog, pg_temp`),
+//!   appended to the user's `options`, so no function or operator planted in a schema
+//!   another role can write to (`public` on PostgreSQL 14) is ever resolved by walpost's
+//!   SQL, nor by functions that run with the session's search_path.
 //! - The stream never confirms anything by itself: standby status updates carry only
 //!   the positions the caller passes to [`ReplicationStream::send_status`].
 //! - [`ReplicationStream::next`] is cancel-safe: bytes read but not yet framed stay in
@@ -50,7 +54,7 @@ pub use client::{
 };
 pub use config::{
     AuthMethod, ChannelBinding, Config, ConfigError, Host, HostSpec, Keepalives, RequireAuth, RootCert, SslMode,
-    TargetSessionAttrs, DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_DIRS,
+    TargetSessionAttrs, DEFAULT_CONNECT_TIMEOUT, DEFAULT_SOCKET_DIRS, SEARCH_PATH,
 };
 pub use error::{Error, HostFailure, Oversized};
 pub use frame::ServerMessage;

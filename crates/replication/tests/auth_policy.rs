@@ -284,6 +284,30 @@ async fn regression_startup_packet_asks_for_standard_conforming_strings() {
     }
 }
 
+/// Both kinds of session carry the fixed search_path after the user's own options, so
+/// no function planted in `public` is chosen by walpost's SQL.
+#[tokio::test]
+async fn regression_startup_packet_fixes_search_path_after_the_users_options() {
+    for replication in [true, false] {
+        for (params, expected) in [
+            ("", "-c search_path=pg_catalog,pg_temp"),
+            ("&options=-c%20statement_timeout%3D5s", "-c statement_timeout=5s -c search_path=pg_catalog,pg_temp"),
+        ] {
+            let server = FakeServer::start(Script::new(Ask::Trust));
+            let c = config(server.port, params);
+            let client = if replication {
+                ReplicationClient::connect(&c).await
+            } else {
+                ReplicationClient::connect_sql(&c).await
+            }
+            .unwrap();
+            client.close().await;
+            let startup = server.seen().startup;
+            assert_eq!(startup.get("options").map(String::as_str), Some(expected), "replication={replication}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn missing_password_error_names_the_password_file_note() {
     let dir = support::temp_dir("passfile-mode");

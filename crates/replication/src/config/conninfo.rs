@@ -38,6 +38,7 @@ pub(crate) const KEYWORDS: &[&str] = &[
     "keepalives_idle",
     "keepalives_interval",
     "keepalives_count",
+    "options",
 ];
 
 /// Keyword -> value; a later occurrence replaces an earlier one.

@@ -12,12 +12,13 @@
 //! per host attempt; 0 or less: no limit; 1 counts as 2, as in libpq), `target_session_attrs`
 //! (`any`, `read-write`, `read-only`, `primary`, `standby`, `prefer-standby`), `require_auth`,
 //! `channel_binding` (`disable`, `prefer`, `require`), `keepalives` (0/1), `keepalives_idle`,
-//! `keepalives_interval`, `keepalives_count`. Any other keyword is an error naming it.
+//! `keepalives_interval`, `keepalives_count`, `options` (server settings for the session,
+//! e.g. `-c statement_timeout=5s`). Any other keyword is an error naming it.
 //!
 //! A keyword not in the text takes its libpq environment variable: `PGHOST`, `PGHOSTADDR`,
 //! `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGPASSFILE`, `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT`,
 //! `PGAPPNAME`, `PGCONNECT_TIMEOUT`, `PGTARGETSESSIONATTRS`, `PGREQUIREAUTH`,
-//! `PGCHANNELBINDING`. An empty value counts as not set. Without a password in the text or
+//! `PGCHANNELBINDING`, `PGOPTIONS`. An empty value counts as not set. Without a password in the text or
 //! `PGPASSWORD`, each host's password comes from the password file (`passfile`, else
 //! `PGPASSFILE`, else `$HOME/.pgpass`; see [`passfile`]).
 //!
@@ -33,6 +34,9 @@
 //!   `Debug` hide it.
 //! - No [`ConfigError`] quotes a password or text that may be part of one (see [`conninfo`]).
 //! - A parsed `Config` has at least one host.
+//! - Every session runs with `search_path` = [`SEARCH_PATH`]: [`Config::startup_options`]
+//!   puts it after the user's `options`, and the server applies the last `-c` for a
+//!   setting, so no connection string, role or database default can widen it.
 //!
 //! Why one file over 600 lines: libpq's keywords, their environment variables and their
 //! precedence (string over environment over default, per host) are one table of rules;
@@ -394,7 +398,18 @@ pub struct Config {
     pub require_auth: Option<RequireAuth>,
     pub channel_binding: ChannelBinding,
     pub keepalives: Keepalives,
+    /// The connection string's `options` (or PGOPTIONS), as given: command-line switches
+    /// for the server session. Sent with walpost's own (see [`Config::startup_options`]).
+    pub options: Option<String>,
 }
+
+/// The `search_path` of every walpost session: only the system catalog, then the
+/// session's own temporary schema (searched last, never for functions or operators).
+/// A schema a role other than walpost's can create objects in (`public`, on PostgreSQL
+/// 14 and clusters upgraded from it) is never searched, so a function or operator planted
+/// there cannot be chosen instead of a built-in by any SQL walpost runs, or by a function
+/// that runs with the caller's search_path.
+pub const SEARCH_PATH: &str = "pg_catalog, pg_temp";
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -424,6 +439,7 @@ const ENV_VARS: &[(&str, &str)] = &[
     ("target_session_attrs", "PGTARGETSESSIONATTRS"),
     ("require_auth", "PGREQUIREAUTH"),
     ("channel_binding", "PGCHANNELBINDING"),
+    ("options", "PGOPTIONS"),
 ];
 
 /// walpost's `connect_timeout` when neither the text nor PGCONNECT_TIMEOUT gives one.
@@ -555,7 +571,21 @@ impl Config {
             require_auth,
             channel_binding,
             keepalives,
+            options: setting("options").map(checked_options).transpose()?,
         })
+    }
+
+    /// The startup packet's `options`: the user's `options`, then
+    /// `-c search_path=pg_catalog,pg_temp`. The server applies the switches in order, so
+    /// walpost's search_path wins over one the user's options set, and over role and
+    /// database defaults (`ALTER ROLE ... SET search_path`), which a startup setting
+    /// always overrides.
+    pub fn startup_options(&self) -> String {
+        let fixed = format!("-c search_path={}", SEARCH_PATH.replace(' ', ""));
+        match self.options.as_deref().map(str::trim).filter(|o| !o.is_empty()) {
+            Some(user) => format!("{user} {fixed}"),
+            None => fixed,
+        }
     }
 
     /// The password of the connection string or PGPASSWORD, if one was given.
@@ -615,6 +645,27 @@ impl Config {
         }
         text
     }
+}
+
+/// The user's `options` text, checked so that walpost's switch appended after it stays a
+/// switch of its own: a trailing unescaped backslash would escape the space before it.
+/// A search_path set there is accepted but said to be overridden.
+fn checked_options(s: Setting) -> Result<String, ConfigError> {
+    let trailing = s.value.chars().rev().take_while(|c| *c == '\\').count();
+    if trailing % 2 == 1 {
+        return Err(ConfigError(format!(
+            "options{} ends with a lone backslash (which escapes the next character): remove it or write \\\\",
+            s.from
+        )));
+    }
+    let lower = s.value.to_ascii_lowercase();
+    if lower.contains("search_path") || lower.contains("search-path") {
+        tracing::warn!(
+            "options{} sets search_path; walpost overrides it with search_path={SEARCH_PATH} on every connection (it qualifies every name it uses)",
+            s.from
+        );
+    }
+    Ok(s.value)
 }
 
 fn int_setting<T: std::str::FromStr>(s: &Setting, key: &str) -> Result<T, ConfigError> {

@@ -386,3 +386,35 @@ fn regression_canary_password_never_in_config_errors() {
     assert_eq!(p(&format!("postgres://app:{}@h:5/db", enc(c))).password(), Some(CANARY));
     assert_eq!(p(&format!("host=h password='{quoted}'")).password(), Some(CANARY));
 }
+
+/// A session's search_path is walpost's whatever the user's `options` hold: a role with
+/// CREATE on `public` could otherwise plant a function walpost's SQL would call.
+#[test]
+fn regression_startup_options_keep_the_users_and_end_with_the_fixed_search_path() {
+    let fixed = "-c search_path=pg_catalog,pg_temp";
+    assert_eq!(p("host=h").startup_options(), fixed);
+    assert_eq!(p("host=h").options, None);
+    // The user's switches are kept, from either form or PGOPTIONS, and come first.
+    let kv = p("host=h options='-c statement_timeout=5s -c lock_timeout=1s'");
+    assert_eq!(kv.startup_options(), format!("-c statement_timeout=5s -c lock_timeout=1s {fixed}"));
+    let url = p("postgres://u@h/db?options=-c%20statement_timeout%3D5s");
+    assert_eq!(url.startup_options(), format!("-c statement_timeout=5s {fixed}"));
+    let env = parse_env("host=h", &[("PGOPTIONS", "-c work_mem=8MB")]).unwrap();
+    assert_eq!(env.startup_options(), format!("-c work_mem=8MB {fixed}"));
+    // The string's options win over PGOPTIONS, as every keyword does.
+    let both = parse_env("host=h options=-cgeqo=off", &[("PGOPTIONS", "-c work_mem=8MB")]).unwrap();
+    assert_eq!(both.startup_options(), format!("-cgeqo=off {fixed}"));
+    // A search_path of the user's is kept but comes before walpost's, which the server
+    // applies last.
+    let theirs = p("host=h options='-c search_path=app,public'");
+    let merged = theirs.startup_options();
+    assert!(merged.ends_with(fixed), "{merged}");
+    assert!(merged.find("app,public") < merged.find("pg_catalog"), "{merged}");
+    // An escaped backslash at the end is the user's; a lone one would swallow the space
+    // before walpost's switch, so it is refused.
+    assert_eq!(p(r"host=h options='-c x=a\\\\'").startup_options(), format!(r"-c x=a\\ {fixed}"));
+    let e = parse_env(r"host=h options='-c x=a\\'", &[]).unwrap_err().to_string();
+    assert!(e.contains("options ends with a lone backslash"), "{e}");
+    let e = parse_env("host=h", &[("PGOPTIONS", r"-c x=a\")]).unwrap_err().to_string();
+    assert!(e.contains("options (from PGOPTIONS) ends with a lone backslash"), "{e}");
+}
