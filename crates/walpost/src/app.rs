@@ -175,7 +175,7 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
     metrics.kafka.declare_dead_letter_classes(router::ERROR_CLASSES.iter().chain(kafka::rejection::CLASSES).copied());
     attach_registry(&mut settings, Some(&metrics)).await?;
     meter_contracts(&mut settings, &metrics);
-    serve_metrics(settings.metrics_addr, &metrics)?;
+    let server = serve_metrics(settings.metrics_addr, &metrics)?;
     tracing::info!(
         version = crate::VERSION,
         postgres = %settings.postgres.redacted(),
@@ -229,7 +229,7 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
         let _ = tokio::task::spawn_blocking(move || spans.shutdown(SPAN_FLUSH_TIMEOUT)).await;
     }
     if let Err(e) = &result {
-        linger_halted(&settings, &health, e, stop).await;
+        linger_halted(&settings, &health, e, stop, server).await;
     }
     result?;
     tracing::info!("stopped");
@@ -239,9 +239,17 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
 /// A halt is an exit 1 that alerting built on /metrics would never see (the counters of
 /// the refused record vanish with the process): with a metrics server, walpost first
 /// serves `walpost_halted 1` (and `/readyz` "halted: ...") for `[pipeline]
-/// halt_linger_secs`, then exits. A signal ends the wait at once.
-async fn linger_halted(s: &Settings, health: &Health, e: &PipelineError, mut stop: watch::Receiver<bool>) {
-    if e.is_transient() || s.metrics_addr.is_none() || s.stream.halt_linger.is_zero() {
+/// halt_linger_secs`, then exits. A signal ends the wait at once, and so does a new
+/// walpost taking the metrics port over (the runbooks' restart, done at once).
+async fn linger_halted(
+    s: &Settings,
+    health: &Health,
+    e: &PipelineError,
+    mut stop: watch::Receiver<bool>,
+    server: Option<http::Server>,
+) {
+    let Some(mut server) = server else { return };
+    if e.is_transient() || s.stream.halt_linger.is_zero() {
         return;
     }
     health.set_halted(e.to_string());
@@ -256,17 +264,16 @@ async fn linger_halted(s: &Settings, health: &Health, e: &PipelineError, mut sto
     tokio::select! {
         _ = tokio::time::sleep(s.stream.halt_linger) => {}
         _ = stop.changed() => {}
+        _ = server.released() => {}
     }
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `addr`, when one is configured.
-fn serve_metrics(addr: Option<std::net::SocketAddr>, metrics: &Metrics) -> Result<(), PipelineError> {
-    if let Some(addr) = addr {
-        http::serve(addr, metrics.clone()).map_err(|e| {
-            PipelineError::definite(ErrorKind::Host, format!("cannot serve metrics on {addr}: {e}")).caused_by(e)
-        })?;
-    }
-    Ok(())
+fn serve_metrics(addr: Option<std::net::SocketAddr>, metrics: &Metrics) -> Result<Option<http::Server>, PipelineError> {
+    let Some(addr) = addr else { return Ok(None) };
+    http::serve(addr, metrics.clone()).map(Some).map_err(|e| {
+        PipelineError::definite(ErrorKind::Host, format!("cannot serve metrics on {addr}: {e}")).caused_by(e)
+    })
 }
 
 /// The beat proves the runtime's thread runs (`/healthz`).

@@ -416,6 +416,82 @@ fn drill_poison_record() {
     eprintln!("[drill] poison-record: named id={named}, big id={big}, duplicates {}", a.duplicates);
 }
 
+/// runbooks/poison-record.md, a payload that breaks its contract, "the event is wrong":
+/// the runbook's divert command, run at once while the halted walpost still lingers on
+/// the metrics port (`halt_linger_secs`, 60 s by default), takes the port over (it
+/// failed with "Address already in use"); the halted one exits 1 at once, and the new
+/// one dead-letters the breach and delivers the events around it.
+#[test]
+fn drill_poison_record_contract_breach_diverted_at_once() {
+    let rb = Runbook::open("poison-record");
+    let w = World::new("drill-divert");
+    let dir = std::env::temp_dir().join(format!("{}-contracts", w.db));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("OrderPlaced.json"),
+        r#"{"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}}}"#,
+    )
+    .unwrap();
+    let dlq = format!("{}dead", w.topic_prefix);
+    let port = testkit::free_port();
+    let config = service_config(
+        &w,
+        &format!(
+            "metrics_addr = \"127.0.0.1:{port}\"\ndead_letter_topic = \"{dlq}\"\n[contracts]\ndir = \"{}\"",
+            dir.display()
+        ),
+    );
+    let mut halted = service(&config, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", halted.log_text());
+    let agg = "00000000-0000-4000-8000-0000000000ab";
+    let ids = w.sql(&format!(
+        "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES
+           ('order', '{agg}', 'OrderPlaced', '{{\"amount\": 1}}'),
+           ('order', '{agg}', 'OrderPlaced', '{{\"amount\": \"SECRET\"}}'),
+           ('order', '{agg}', 'OrderPlaced', '{{\"amount\": 3}}')
+         RETURNING id"
+    ));
+    let ids: Vec<&str> = ids.lines().filter(|l| !l.is_empty()).collect();
+    let is_halted = testkit::wait_until(WAIT, || metric(port, "walpost_halted") == Some(1.0));
+    assert!(is_halted, "walpost_halted never read 1:\n{}", halted.log_text());
+
+    // The runbook's command, at once: the halted walpost still lingers on the port.
+    let started = Instant::now();
+    let diverted = spawn_sh(&rb.block("divert").fill(&[("config", &config)]));
+    let status = halted.wait_exit(Duration::from_secs(20)).unwrap_or_else(|| {
+        panic!("the halted walpost kept the port:\n{}\nnew one:\n{}", halted.log_text(), diverted.log_text())
+    });
+    assert_eq!(status.code(), Some(1), "a halt stays exit 1:\n{}", halted.log_text());
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(halted.log_text().contains("a new walpost takes the metrics port over"), "{}", halted.log_text());
+    let ready = testkit::wait_until(WAIT, || http_get(port, "/readyz").0 == 200);
+    assert!(ready, "the new walpost does not serve the port:\n{}", diverted.log_text());
+    assert!(
+        diverted.log_text().contains("took the metrics port over from a halted walpost"),
+        "{}",
+        diverted.log_text()
+    );
+
+    let deadline = Instant::now() + WAIT;
+    let records = loop {
+        let records = read_all(&w.kafka_bootstrap, &w.topic_prefix);
+        let on_order: HashSet<&[u8]> =
+            records.iter().filter(|r| r.topic == w.topic("order")).filter_map(|r| r.header("id")).collect();
+        let done = [ids[0], ids[2]].iter().all(|id| on_order.contains(id.as_bytes()))
+            && records.iter().any(|r| r.topic == dlq);
+        if done {
+            break records;
+        }
+        assert!(Instant::now() < deadline, "timed out:\n{}", diverted.log_text());
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let dead: Vec<&Consumed> = records.iter().filter(|r| r.topic == dlq).collect();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].header("walpost.event.id"), Some(ids[1].as_bytes()));
+    assert_eq!(dead[0].header("walpost.error.class"), Some(&b"contract_broken"[..]));
+    assert_eq!(dead[0].header("walpost.original.topic"), Some(w.topic("order").as_bytes()));
+}
+
 // ---- helpers for the slot drills ----
 
 /// Writes about `megabytes` MB of WAL into a table that is not the outbox.
