@@ -282,6 +282,9 @@ fn spawn_beat(health: Arc<Health>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
+            // Tests: a spawned task that panics (`FAILPOINTS=beat=panic`).
+            #[cfg(feature = "failpoints")]
+            fail::fail_point!("beat");
             health.beat();
         }
     });

@@ -9,6 +9,7 @@ use walpost::cli::{Cli, LogColor, LogFormat};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, cli.log_color);
+    exit_on_panic();
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     // One thread runs the stream and drives its sockets: a record read from PostgreSQL
@@ -32,6 +33,26 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// A panic anywhere is a bug walpost cannot reason past, and must not go unnoticed: the
+/// runtime catches a spawned task's panic and runs on without the task, and a thread's
+/// panic ends only that thread (walpost would then run half-alive, or stop and exit 0).
+/// So the panic is logged with the thread it happened on, and the process exits 101 at
+/// once, which the systemd unit restarts (`Restart=on-failure`). Nothing is lost by
+/// exiting there, as with a kill -9: what was not confirmed to PostgreSQL (`run`) or
+/// committed with its offsets (`inbox`) is read again at the next start.
+fn exit_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        let thread = std::thread::current().name().unwrap_or("unnamed").to_owned();
+        tracing::error!(thread, "walpost panicked, {info}; exiting with status 101 (a bug: please report it with this line)");
+        std::process::exit(PANIC_EXIT_CODE);
+    }));
+}
+
+/// The exit status after a panic (Rust's own for a panicking main thread).
+const PANIC_EXIT_CODE: i32 = 101;
 
 fn init_logging(format: LogFormat, color: LogColor) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WALPOST_LOG")

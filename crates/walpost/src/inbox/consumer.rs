@@ -22,7 +22,7 @@ use bytes::Bytes;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
@@ -114,11 +114,21 @@ impl ConsumerThread {
         let _ = self.commits.send(offsets);
     }
 
-    pub(crate) fn join(mut self) {
+    /// Whether [`Self::stop`] was called.
+    pub(crate) fn asked_to_stop(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Stops the thread and waits for it: `Some(message)` when it panicked.
+    pub(crate) fn join(mut self) -> Option<String> {
         self.stop();
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        let panic = self.handle.take()?.join().err()?;
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        Some(message)
     }
 }
 
@@ -188,6 +198,9 @@ fn poll_loop(
         match consumer.poll(POLL) {
             None => {}
             Some(Ok(m)) => {
+                // Tests: the thread ending (or panicking) without being asked to.
+                #[cfg(feature = "failpoints")]
+                fail::fail_point!("inbox-consumer-record", |_| {});
                 let topic = match topics.get(m.topic()) {
                     Some(t) => t.clone(),
                     None => {
@@ -196,10 +209,11 @@ fn poll_loop(
                         t
                     }
                 };
-                let headers = m
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.map(Bytes::copy_from_slice))).collect())
-                    .unwrap_or_default();
+                // As bytes: rust-rdkafka's `Headers` panics on a name that is not UTF-8.
+                let headers = crate::kafka::headers::raw(&m)
+                    .into_iter()
+                    .map(|(name, value)| (Bytes::copy_from_slice(name), value.map(Bytes::copy_from_slice)))
+                    .collect();
                 let record = Record {
                     topic,
                     partition: m.partition(),

@@ -152,8 +152,14 @@ fn jsonb_with(b: &mut BytesMut, body: impl FnOnce(&mut BytesMut)) {
     }
 }
 
+/// How a header name that is not text is written as a key of the `headers` object: this,
+/// then the name's bytes in base64. A text name that starts with it is written so too, so
+/// that a key with this prefix always means base64.
+pub(crate) const BASE64_NAME_PREFIX: &str = "base64:";
+
 /// The headers as one JSON object: a text value as a string, any other (not UTF-8, or
-/// holding NUL, which jsonb refuses) as `{"base64": "..."}`, an absent value as null.
+/// holding NUL, which jsonb refuses) as `{"base64": "..."}`, an absent value as null; a
+/// name that is not text as the key `base64:<its bytes in base64>`.
 fn headers_json(out: &mut BytesMut, r: &Record) {
     use base64::Engine as _;
     out.put_u8(b'{');
@@ -161,7 +167,15 @@ fn headers_json(out: &mut BytesMut, r: &Record) {
         if i > 0 {
             out.put_u8(b',');
         }
-        json_string(out, name);
+        match text(name).filter(|n| !n.starts_with(BASE64_NAME_PREFIX)) {
+            Some(n) => json_string(out, n),
+            None => {
+                out.put_u8(b'"');
+                out.put_slice(BASE64_NAME_PREFIX.as_bytes());
+                out.put_slice(base64::engine::general_purpose::STANDARD.encode(name).as_bytes());
+                out.put_u8(b'"');
+            }
+        }
         out.put_u8(b':');
         match value.as_deref() {
             None => out.put_slice(b"null"),
@@ -180,7 +194,7 @@ fn headers_json(out: &mut BytesMut, r: &Record) {
 
 fn json_string(out: &mut BytesMut, s: &str) {
     // serde_json's escaping. NUL, which jsonb refuses even escaped, never reaches here:
-    // values with it are base64 (see `text`), and header names are C strings in librdkafka.
+    // names and values with it are base64 (see `text`).
     let _ = serde_json::to_writer(out.writer(), s);
 }
 
@@ -216,5 +230,25 @@ mod tests {
         assert_eq!(&second[HEADER_LEN..second.len() - 2], &out.data[out.rows[1].tuple.clone()]);
         assert_eq!(out.without(&[false, false]), out.data, "nothing left out: the same stream");
         assert!(c.rows() == 0 && c.finish().data.is_empty(), "empty again");
+    }
+
+    /// Regression: a header name that is not UTF-8 stopped the inbox (its consumer thread
+    /// panicked reading it). It is stored as a `base64:` key, as a value would be.
+    #[test]
+    fn regression_a_header_name_that_is_not_text_is_stored_in_base64() {
+        use bytes::Bytes;
+        let mut r = record(&[("id", b"e-1")], None, b"{}");
+        r.headers.push((Bytes::from_static(&[0xff, 0xfe]), Some(Bytes::from_static(b"v"))));
+        r.headers.push((Bytes::from_static(b"base64:x"), Some(Bytes::from_static(b"w"))));
+        r.headers.push((Bytes::from_static(b"nul\0"), None));
+        let f = fields(&r, &HeaderNames::default(), 1 << 20).unwrap();
+        let mut c = CopyRows::default();
+        c.push(&r, &f);
+        let out = c.finish();
+        let text = String::from_utf8_lossy(&out.data);
+        assert!(
+            text.contains(r#"{"id":"e-1","base64://4=":"v","base64:YmFzZTY0Ong=":"w","base64:bnVsAA==":null}"#),
+            "{text}"
+        );
     }
 }

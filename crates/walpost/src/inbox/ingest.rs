@@ -200,7 +200,7 @@ mod tests {
 
     fn rec(topic: &Arc<str>, partition: i32, offset: i64, with_id: bool) -> Record {
         let headers = if with_id {
-            vec![("id".to_owned(), Some(Bytes::from(format!("{topic}-{partition}-{offset}"))))]
+            vec![(Bytes::from_static(b"id"), Some(Bytes::from(format!("{topic}-{partition}-{offset}"))))]
         } else {
             Vec::new()
         };

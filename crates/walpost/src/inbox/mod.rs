@@ -34,7 +34,7 @@ use ingest::{Ingest, Offer};
 use store::Store;
 
 use crate::error::{ErrorKind, PipelineError};
-use crate::postgres::messages::inbox_record_refused;
+use crate::postgres::messages::{inbox_consumer_ended, inbox_record_refused};
 use crate::settings::inbox::{InboxSettings, StartFrom};
 use crate::telemetry::metrics::{now_ms, HandlerStats, InboxMetrics};
 use crate::telemetry::Metrics;
@@ -97,7 +97,8 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        // The consumer thread ended (stopped, or failed after telling why).
+        // The consumer thread ended (stopped, or failed after telling why, or ended
+        // without being asked to: below).
         let Some(event) = event else { break };
         if halt.is_some() {
             // Stopping: answer rebalances so the thread can leave, store nothing more.
@@ -162,7 +163,15 @@ pub(crate) async fn run(
         }
     }
     drop(p);
-    consumer.join();
+    // A consumer thread that ended with nobody asking (a panic, where the binary's panic
+    // hook has not exited already) must not look like a clean stop: that would exit 0,
+    // and a service manager would not restart it.
+    let unasked = !consumer.asked_to_stop();
+    let panic = consumer.join();
+    if unasked && halt.is_none() {
+        let why = panic.map_or_else(|| "it returned".to_owned(), |m| format!("it panicked: {m}"));
+        halt = Some(PipelineError::definite(ErrorKind::Internal, inbox_consumer_ended(&why)));
+    }
     metrics.health().set_streaming(false);
     match halt {
         Some(e) => Err(e),

@@ -23,7 +23,8 @@ pub(crate) struct Record {
     pub(crate) offset: i64,
     pub(crate) key: Option<Bytes>,
     pub(crate) value: Option<Bytes>,
-    pub(crate) headers: Vec<(String, Option<Bytes>)>,
+    /// Name and value of each header, as bytes: a producer may send any bytes as a name.
+    pub(crate) headers: Vec<(Bytes, Option<Bytes>)>,
     /// The record's timestamp, milliseconds since the Unix epoch.
     pub(crate) timestamp_ms: Option<i64>,
 }
@@ -36,7 +37,7 @@ impl Record {
 
     fn header(&self, name: &str) -> Option<&[u8]> {
         // The last one wins, as in a JSON object of the headers.
-        self.headers.iter().rev().find(|(n, _)| n == name).and_then(|(_, v)| v.as_deref())
+        self.headers.iter().rev().find(|(n, _)| n == name.as_bytes()).and_then(|(_, v)| v.as_deref())
     }
 
     fn first_header<'a>(&'a self, names: &[String]) -> Option<&'a [u8]> {
@@ -164,7 +165,10 @@ pub(crate) mod tests {
             offset: 7,
             key: key.map(Bytes::copy_from_slice),
             value: Some(Bytes::copy_from_slice(value)),
-            headers: headers.iter().map(|(n, v)| ((*n).to_owned(), Some(Bytes::copy_from_slice(v)))).collect(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (Bytes::copy_from_slice(n.as_bytes()), Some(Bytes::copy_from_slice(v))))
+                .collect(),
             timestamp_ms: Some(1_700_000_000_000),
         }
     }

@@ -1,7 +1,8 @@
 //! Everything about Kafka: the producer's configuration ([`config`]), the producer and
 //! its delivery reports ([`sink`]), the hand-over of each record to librdkafka with its
-//! kept topic handles ([`produce`], the one module with `unsafe` calls into librdkafka),
-//! which errors mean "never" ([`rejection`]), the one
+//! kept topic handles ([`produce`]), a record's headers read as bytes ([`headers`]; these
+//! two are the modules with `unsafe` calls into librdkafka), which errors mean "never"
+//! ([`rejection`]), the one
 //! produce window the stream and the snapshot share ([`window`]) with its barriers
 //! ([`barrier`]: when a record may go), the one
 //! permanent-error policy ([`policy`]) and what a restarted producer must know of the
@@ -9,6 +10,7 @@
 
 pub(crate) mod barrier;
 pub(crate) mod config;
+pub(crate) mod headers;
 pub(crate) mod memo;
 #[cfg(test)]
 pub(crate) mod model_sink;

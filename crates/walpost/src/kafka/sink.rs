@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext};
 use router::Record;
@@ -205,10 +205,14 @@ impl ProducerContext for SinkContext {
             Err((error, msg)) => match classify(error) {
                 Some((code, fix)) => {
                     self.metrics.produce_error("rejected");
-                    let headers: Vec<(String, Vec<u8>)> = msg
-                        .headers()
-                        .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
-                        .unwrap_or_default();
+                    // Names are walpost's own (UTF-8); read as bytes all the same, since
+                    // rust-rdkafka's `Headers` panics on a name that is not UTF-8.
+                    let headers: Vec<(String, Vec<u8>)> = super::headers::raw(msg)
+                        .into_iter()
+                        .map(|(name, value)| {
+                            (String::from_utf8_lossy(name).into_owned(), value.unwrap_or_default().to_vec())
+                        })
+                        .collect();
                     let event_id = headers
                         .iter()
                         .find(|(k, _)| k == router::HEADER_ID)

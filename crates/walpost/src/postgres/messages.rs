@@ -160,6 +160,14 @@ pub fn inbox_record_refused(topic: &str, partition: i32, offset: i64, why: &str)
     )
 }
 
+/// `walpost inbox`'s fatal error when its Kafka consumer thread ended without being
+/// asked to (`why`: its panic message, or that it returned).
+pub fn inbox_consumer_ended(why: &str) -> String {
+    format!(
+        "the inbox's Kafka consumer thread ended without being asked to ({why}): this is a walpost bug, report it with this line; nothing past the offsets stored in PostgreSQL is lost, a restart reads on from there"
+    )
+}
+
 /// Decoding on a standby, at start, when the primary cannot be reached (`error`).
 pub fn standby_without_primary(error: &str) -> String {
     format!(

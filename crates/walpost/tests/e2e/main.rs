@@ -20,6 +20,7 @@ mod hardening;
 mod inbox;
 mod inbox_chaos;
 mod inbox_drills;
+mod inbox_hostile;
 mod inbox_ingest;
 mod inbox_retention;
 mod kafka_cluster;
