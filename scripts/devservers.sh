@@ -3,9 +3,11 @@
 # loads their coordinates (POSTGRES_URL, PG_BINDIR, PG_PORT, PG_SOCKET_DIR, KAFKA_BROKERS,
 # KAFKA_LIBS) into the shell. The servers stop when the shell exits (file descriptor 3,
 # their standard input, closes). Further arguments go to walpost-devservers: `--registry`
-# starts a schema registry too (REGISTRY_URL).
+# starts a schema registry too (REGISTRY_URL); `--standby` a streaming standby
+# (STANDBY_URL, STANDBY_PORT, STANDBY_SOCKET_DIR; PostgreSQL 17 unless the default server
+# is 16+); `--pg-major N` PostgreSQL N (PG_MAJOR says which one runs).
 #
-#   start_devservers BIN_DIR WORK_DIR [--registry]
+#   start_devservers BIN_DIR WORK_DIR [--registry] [--standby] [--pg-major N]
 start_devservers() {
     local bin="$1" work="$2"
     shift 2
