@@ -1,4 +1,5 @@
-//! Transport and authentication: TLS with certificate checks, SCRAM, md5, Unix sockets.
+//! Transport and authentication (TLS with certificate checks, SCRAM, md5, Unix sockets),
+//! and what other database roles can plant for walpost to run (signal filters, functions).
 
 use std::time::Duration;
 
@@ -296,4 +297,89 @@ fn regression_replay_where_is_a_condition_unless_unsafe_where() {
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(err.contains("statement timeout"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30), "the timeout did not end it: {:?}", started.elapsed());
+}
+
+/// Issue 40, H3: a role with CREATE on `public` (every role's right on PostgreSQL 14,
+/// and on clusters upgraded from it) planted overloads of built-ins that match walpost's
+/// calls more exactly than the built-ins do (`to_jsonb` of the slots view's row type,
+/// `left(name, integer)`, `has_table_privilege(text, oid, text)`, ...). Before every
+/// walpost connection fixed its search_path they ran as walpost's role at start-up: with
+/// walpost a superuser, `ALTER ROLE mallory SUPERUSER` went through. Migration 0002's
+/// `format(...)` call was caught the same way. Now walpost runs (preflight with a signal
+/// table, an initial snapshot, retention, the slot monitor), checks and drops its slot, and
+/// 0002 is applied, and nothing planted runs.
+#[test]
+fn regression_functions_planted_in_public_never_run_as_walpost() {
+    let w = World::new("sec-path");
+    let mallory = format!("mallory_{}", w.slot);
+    w.sql(&format!(
+        "CREATE ROLE {mallory} LOGIN;
+         GRANT USAGE, CREATE ON SCHEMA public TO {mallory};
+         CREATE TABLE public.planted_calls (fn text NOT NULL, by_role name NOT NULL DEFAULT current_user);
+         GRANT INSERT ON public.planted_calls TO PUBLIC;
+         CREATE TABLE events.debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));"
+    ));
+    // (name, parameters, result, the built-in it stands in for)
+    let planted = [
+        ("to_jsonb", "s pg_catalog.pg_replication_slots", "jsonb", "pg_catalog.to_jsonb(s)"),
+        ("left", "s name, n integer", "text", "pg_catalog.left(s::text, n)"),
+        ("has_table_privilege", "r text, t oid, p text", "boolean", "pg_catalog.has_table_privilege(r, t, p)"),
+        ("hashtextextended", "t text, seed integer", "bigint", "pg_catalog.hashtextextended(t, seed)"),
+        ("pg_drop_replication_slot", "s text", "void", "pg_catalog.pg_drop_replication_slot(s::name)"),
+        ("format", "f text, a text, b text, c text", "text", "pg_catalog.format(f, a, b, c)"),
+        ("quote_ident", "s name", "text", "pg_catalog.quote_ident(s::text)"),
+        ("cardinality", "a text[]", "integer", "pg_catalog.cardinality(a)"),
+    ];
+    for (name, params, result, builtin) in planted {
+        let body = format!(
+            "CREATE FUNCTION public.{name}({params}) RETURNS {result} LANGUAGE plpgsql AS $planted$
+             BEGIN
+                 INSERT INTO public.planted_calls (fn) VALUES ('{name}');
+                 BEGIN EXECUTE 'ALTER ROLE {mallory} SUPERUSER'; EXCEPTION WHEN OTHERS THEN NULL; END;
+                 {ret};
+             END $planted$",
+            ret = if result == "void" { format!("PERFORM {builtin}") } else { format!("RETURN {builtin}") }
+        );
+        w.pg.psql_as(&mallory, &w.db, &body).unwrap_or_else(|e| panic!("planting {name}: {e}"));
+    }
+    // The partitioned outbox, applied as its owner (least-privilege recipe B).
+    let migration = std::fs::read_to_string(crate::retention::MIGRATION_0002).unwrap();
+    w.pg.psql_as(&w.role, &w.db, &migration).unwrap_or_else(|e| panic!("migration 0002: {e}"));
+    insert_batches(&w, 0, 1, 10, 5, &["order"]);
+
+    let config = std::env::temp_dir().join(format!("{}-path.toml", w.db));
+    std::fs::write(
+        &config,
+        "signal_table = \"events.debezium_signal\"\n[retention]\nenabled = true\ninterval_secs = 1\ndays_ahead = 5\n\
+         [monitor]\ninterval_secs = 1\n",
+    )
+    .unwrap();
+    let mut args = w.superuser_args();
+    args.extend(["--snapshot", "initial", "--config", &config.display().to_string()].map(String::from));
+    let mut p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    insert_batches(&w, 1, 1, 10, 5, &["order"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 20, WAIT);
+    let ran = |what: &str| p.log_text().contains(what);
+    assert!(
+        testkit::wait_until(WAIT, || ran("snapshot finished") && ran("retention: created")),
+        "{}",
+        p.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(2)); // a few slot monitor rounds
+    assert!(p.terminate(Duration::from_secs(30)).expect("stops on SIGTERM").success(), "{}", p.log_text());
+
+    let sub = |command: &[&str]| {
+        let mut a: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        a.extend(w.superuser_args().into_iter().skip(1));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_walpost")).args(&a).output().unwrap();
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    };
+    let checked = sub(&["check"]);
+    assert!(checked.contains("ok    wal_level = logical"), "{checked}");
+    let dropped = sub(&["slot", "drop", "--yes"]);
+    assert!(w.confirmed_flush_lsn().is_none(), "{dropped}");
+
+    assert_eq!(w.sql("SELECT string_agg(DISTINCT fn || ' as ' || by_role, ', ') FROM public.planted_calls"), "");
+    assert_eq!(w.sql(&format!("SELECT rolsuper FROM pg_roles WHERE rolname = '{mallory}'")), "f");
 }
