@@ -361,11 +361,7 @@ fn regression_functions_planted_in_public_never_run_as_walpost() {
     insert_batches(&w, 1, 1, 10, 5, &["order"]);
     consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 20, WAIT);
     let ran = |what: &str| p.log_text().contains(what);
-    assert!(
-        testkit::wait_until(WAIT, || ran("snapshot finished") && ran("retention: created")),
-        "{}",
-        p.log_text()
-    );
+    assert!(testkit::wait_until(WAIT, || ran("snapshot finished") && ran("retention: created")), "{}", p.log_text());
     std::thread::sleep(Duration::from_secs(2)); // a few slot monitor rounds
     assert!(p.terminate(Duration::from_secs(30)).expect("stops on SIGTERM").success(), "{}", p.log_text());
 
