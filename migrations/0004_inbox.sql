@@ -47,6 +47,12 @@
 -- it cannot make event_id unique by itself.
 --
 -- Idempotent: every statement may run again. Needs PostgreSQL 14 or later.
+--
+-- The first statement fixes the session's search_path: what this file creates binds to
+-- built-ins, never to a function a role with CREATE on a schema in the caller's
+-- search_path (public, on PostgreSQL 14) planted there. It changes no object.
+
+SET search_path = pg_catalog, pg_temp;
 
 CREATE SCHEMA IF NOT EXISTS inbox;
 

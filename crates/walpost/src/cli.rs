@@ -232,6 +232,17 @@ pub struct InboxArgs {
     #[arg(long, env = "WALPOST_INBOX_ON_INVALID", hide_env_values = true, value_name = "halt|reject")]
     pub on_invalid: Option<String>,
 
+    /// The headers holding the event id, tried in order, comma-separated ([inbox]
+    /// event_id_header) [default: id,ce_id]; they replace the defaults.
+    #[arg(long, env = "WALPOST_INBOX_EVENT_ID_HEADER", hide_env_values = true, value_name = "H1,H2", value_delimiter = ',')]
+    pub event_id_header: Option<Vec<String>>,
+
+    /// What makes a record a duplicate: its event id within its topic (topic), or the event
+    /// id alone, for ids unique across every producer such as UUIDs (global)
+    /// ([inbox] dedup) [default: topic].
+    #[arg(long, env = "WALPOST_INBOX_DEDUP", hide_env_values = true, value_name = "topic|global")]
+    pub dedup: Option<String>,
+
     /// Serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9188.
     #[arg(long, env = "WALPOST_METRICS_ADDR", hide_env_values = true, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
@@ -258,6 +269,8 @@ impl InboxArgs {
             inbox_schema: self.schema.clone(),
             inbox_create_schema: self.create_schema,
             inbox_on_invalid: self.on_invalid.clone(),
+            inbox_event_id_header: self.event_id_header.clone(),
+            inbox_dedup: self.dedup.clone(),
             ..Overrides::default()
         }
     }

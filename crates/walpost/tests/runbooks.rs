@@ -53,7 +53,8 @@ fn inbox_errors_are_quoted_verbatim_in_the_inbox_backlog_runbook() {
     let schema = walpost::postgres::messages::inbox_schema_incomplete("<schema>", "<what>");
     let migration = walpost::postgres::messages::inbox_migration_failed("<schema>");
     let partition = walpost::postgres::messages::inbox_partition_missing("<schema>");
-    for message in [refused, schema, migration, partition] {
+    let lock = walpost::postgres::messages::inbox_write_lock_waited("<schema>", 10_000);
+    for message in [refused, schema, migration, partition, lock] {
         assert!(message.contains("runbooks/inbox-backlog.md"), "{message}");
         assert!(runbook.contains(&message), "runbooks/inbox-backlog.md must quote:\n{message}");
     }
@@ -293,11 +294,17 @@ fn contract_breaches_are_quoted_verbatim_in_the_poison_record_runbook() {
         BreachReason::WrongSchemaType { found: "<found>".into(), wanted: "<wanted>", setting: "<setting>" },
         BreachReason::Unusable { reason: "<reason>".into() },
         BreachReason::BadKey { reason: "<reason>".into() },
+        BreachReason::TooDeep { limit: 7 },
+        BreachReason::TooCostly { steps: 7 },
     ];
     for reason in reasons {
         let invalid = matches!(reason, BreachReason::Invalid { .. });
         let breach = Breach { schema: schema.clone(), reason };
-        let text = breach.to_string().replace("line 1, column 2", "line <line>, column <column>");
+        let text = breach
+            .to_string()
+            .replace("line 1, column 2", "line <line>, column <column>")
+            .replace("than 7 levels", "than <limit> levels")
+            .replace("than 7 steps", "than <steps> steps");
         assert!(runbook.contains(&format!("- `{text}`")), "runbooks/poison-record.md must quote:\n{text}");
         let error = RouteError::ContractBroken {
             table: "<table>".into(),
@@ -348,6 +355,7 @@ fn standby_decoding_texts_are_quoted_verbatim_in_their_runbook() {
         ),
         m::needs_the_primary("the snapshot's progress row", "<error>"),
         m::publication_needs_the_primary("<publication>", "<error>", "<create>"),
+        m::no_standby_found("<hosts>", 120),
     ] {
         assert!(runbook.contains(&text), "runbooks/standby-decoding.md must quote:\n{text}");
     }

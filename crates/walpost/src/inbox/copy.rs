@@ -43,6 +43,8 @@ pub(crate) struct Row {
     pub(crate) tuple: std::ops::Range<usize>,
     pub(crate) event_id: Box<str>,
     pub(crate) topic: std::sync::Arc<str>,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
 }
 
 /// A finished COPY stream (header, tuples, trailer) and its rows.
@@ -71,6 +73,16 @@ impl Encoded {
         for (row, _) in self.rows.iter().zip(skip).filter(|(_, s)| !**s) {
             out.put_slice(self.data.get(row.tuple.clone()).unwrap_or_default());
         }
+        out.put_i16(-1);
+        out
+    }
+
+    /// The stream of row `i` alone (header, its tuple, trailer).
+    pub(crate) fn only(&self, i: usize) -> BytesMut {
+        let tuple = self.rows.get(i).and_then(|row| self.data.get(row.tuple.clone())).unwrap_or_default();
+        let mut out = BytesMut::with_capacity(tuple.len() + 32);
+        header(&mut out);
+        out.put_slice(tuple);
         out.put_i16(-1);
         out
     }
@@ -108,7 +120,13 @@ impl CopyRows {
             Some(micros) => field(b, &(micros - PG_EPOCH_OFFSET_MICROS).to_be_bytes()),
             None => null(b),
         }
-        self.index.push(Row { tuple: start..self.buf.len(), event_id: f.event_id.into(), topic: r.topic.clone() });
+        self.index.push(Row {
+            tuple: start..self.buf.len(),
+            event_id: f.event_id.into(),
+            topic: r.topic.clone(),
+            partition: r.partition,
+            offset: r.offset,
+        });
     }
 
     /// The whole stream, with its trailer; the builder is empty again.
@@ -229,6 +247,8 @@ mod tests {
         assert_eq!(second.len(), HEADER_LEN + out.rows[1].tuple.len() + 2);
         assert_eq!(&second[HEADER_LEN..second.len() - 2], &out.data[out.rows[1].tuple.clone()]);
         assert_eq!(out.without(&[false, false]), out.data, "nothing left out: the same stream");
+        assert_eq!(out.only(1), second, "the second alone");
+        assert_eq!((out.rows[1].partition, out.rows[1].offset), (0, 7));
         assert!(c.rows() == 0 && c.finish().data.is_empty(), "empty again");
     }
 

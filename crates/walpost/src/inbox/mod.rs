@@ -17,6 +17,7 @@
 //! - a record that cannot be stored is either a rejected row (with the reason) or a halt
 //!   at it: never skipped, and no offset passes it.
 
+mod budget;
 pub(crate) mod consumer;
 pub(crate) mod copy;
 pub(crate) mod ingest;
@@ -39,7 +40,8 @@ use crate::settings::inbox::{InboxSettings, StartFrom};
 use crate::telemetry::metrics::{now_ms, HandlerStats, InboxMetrics};
 use crate::telemetry::Metrics;
 
-/// Records in flight between the consumer thread and the ingest.
+/// Records in flight between the consumer thread and the ingest (at most; their bytes are
+/// bounded too: by `batch_max_bytes`, see `budget`).
 const CHANNEL_RECORDS: usize = 2048;
 /// How long the loop sleeps with nothing to write.
 const IDLE: Duration = Duration::from_millis(500);
@@ -60,8 +62,9 @@ pub(crate) async fn run(
         tokio::spawn(retention::task(s.clone(), cfg, metrics.retention.clone(), shutdown.clone()));
     }
     let (tx, mut rx) = mpsc::channel(CHANNEL_RECORDS);
-    let consumer =
-        consumer::start(s, tx, metrics.inbox.clone()).map_err(|e| PipelineError::definite(ErrorKind::Kafka, e))?;
+    let budget = budget::ByteBudget::new(s.batch.max_bytes);
+    let consumer = consumer::start(s, tx, budget, metrics.inbox.clone())
+        .map_err(|e| PipelineError::definite(ErrorKind::Kafka, e))?;
     tokio::spawn(handler_stats(s.clone(), metrics.inbox.clone(), shutdown.clone()));
     let (jobs, done) = writer::start(store, s.clone(), metrics.inbox.clone(), shutdown.clone());
     let mut p = Pipeline { jobs, done, in_flight: 0, metrics: &metrics.inbox, consumer: &consumer };
@@ -106,7 +109,8 @@ pub(crate) async fn run(
             continue;
         }
         let result = match event {
-            Event::Record(r) => match ingest.offer(&r, Instant::now()) {
+            // `_held`: the record's bytes go back to the channel's budget once it is in the batch.
+            Event::Record(r, _held) => match ingest.offer(&r, Instant::now()) {
                 Offer::Taken if ingest.full() => p.submit(&mut ingest).await,
                 Offer::Taken | Offer::NotOwned => Ok(()),
                 Offer::Rewound { stored } => {
@@ -190,7 +194,7 @@ fn answer_while_stopping(event: Event) {
         Event::Revoked { reply, .. } => {
             let _ = reply.send(());
         }
-        Event::Record(_) | Event::Fatal(_) => {}
+        Event::Record(..) | Event::Fatal(_) => {}
     }
 }
 
@@ -245,9 +249,20 @@ impl Pipeline<'_> {
         for (topic, n) in &written.duplicates {
             self.metrics.records(topic, "duplicate", *n);
         }
-        for r in &batch.rejected {
+        for (topic, n) in &written.collisions {
+            self.metrics.collisions(*n);
+            tracing::warn!(topic = %topic, records = n, "event ids that another topic's messages already have: with [inbox] dedup = \"topic\" they are stored as messages of their own, with \"global\" they are duplicates");
+        }
+        for r in batch.rejected.iter().chain(&written.refused) {
             self.metrics.records(&r.topic, "rejected", 1);
             tracing::warn!(topic = %r.topic, partition = r.partition, offset = r.offset, reason = r.why.code(), "record stored in the rejected table: {}", r.why);
+        }
+        if let Some(r) = &written.halted {
+            // The batch's other records are stored; the partition stands at this record.
+            return Err(PipelineError::definite(
+                ErrorKind::Routing,
+                inbox_record_refused(&r.topic, r.partition, r.offset, &r.why.to_string()),
+            ));
         }
         if let Some(oldest) = batch.oldest_timestamp_ms {
             self.metrics.latency.observe((now_ms() - oldest).max(0) as f64 / 1000.0);
@@ -309,37 +324,27 @@ pub(crate) async fn reconnect(s: &InboxSettings) -> Result<Option<Store>, Pipeli
     }
 }
 
-/// Reads the handler statistics view every `stats_interval` into the gauges.
+/// Reads the handler statistics view every `stats_interval` into the gauges, with the
+/// partitions the group has stored offsets for: the probe `/readyz` counts on. A read
+/// that fails (or takes longer than [`STATS_TIMEOUT`] or the interval) makes `/readyz`
+/// answer not ready, and the gauges keep their values while
+/// `walpost_inbox_handler_stats_age_seconds` grows.
 async fn handler_stats(s: InboxSettings, metrics: InboxMetrics, mut shutdown: watch::Receiver<bool>) {
+    metrics.handler_stats_started();
     let mut sql = None;
     let mut warned = false;
+    let timeout = s.stats_interval.max(STATS_TIMEOUT);
     loop {
-        tokio::select! {
-            () = tokio::time::sleep(s.stats_interval) => {}
-            _ = shutdown.changed() => return,
-        }
-        if sql.is_none() {
-            sql = replication::ReplicationClient::connect_sql(&s.postgres).await.ok();
-        }
-        let Some(client) = sql.as_mut() else { continue };
-        let text = format!(
-            "SELECT handler, backlog, oldest_pending_seconds, open_attempts, review_required FROM {}.handler_stats",
-            crate::postgres::sql::ident(&s.schema)
-        );
-        match client.simple_query(&text).await {
-            Ok(r) => {
-                let stats: Vec<HandlerStats> = (0..r.rows.len())
-                    .filter_map(|i| {
-                        Some(HandlerStats {
-                            handler: r.text(i, 0)?.to_owned(),
-                            backlog: r.text(i, 1)?.parse().ok()?,
-                            oldest_pending_seconds: r.text(i, 2)?.parse().ok()?,
-                            open_attempts: r.text(i, 3)?.parse().ok()?,
-                            review_required: r.text(i, 4)?.parse().ok()?,
-                        })
-                    })
-                    .collect();
+        let read = tokio::time::timeout(timeout, read_handler_stats(&s, &mut sql))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {} s", timeout.as_secs())));
+        match read {
+            Ok((stats, group_partitions)) => {
                 metrics.set_handler_stats(&stats);
+                metrics.set_postgres_probe(Ok(group_partitions));
+                if warned {
+                    tracing::info!("reading {}.handler_stats again", s.schema);
+                }
                 warned = false;
             }
             Err(e) => {
@@ -347,8 +352,54 @@ async fn handler_stats(s: InboxSettings, metrics: InboxMetrics, mut shutdown: wa
                     tracing::warn!("cannot read {}.handler_stats for the handler metrics: {e}", s.schema);
                     warned = true;
                 }
+                metrics.set_postgres_probe(Err(e));
                 sql = None;
             }
         }
+        tokio::select! {
+            () = tokio::time::sleep(s.stats_interval) => {}
+            _ = shutdown.changed() => return,
+        }
     }
+}
+
+/// The longest a read of the handler statistics may take (unless `stats_interval` is longer).
+const STATS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One read: each handler's statistics, and the partitions the group has stored offsets
+/// for. `leases_lost` is read when the view has it (an inbox migrated before it counted
+/// lost leases has not).
+async fn read_handler_stats(
+    s: &InboxSettings,
+    sql: &mut Option<replication::ReplicationClient>,
+) -> Result<(Vec<HandlerStats>, i64), String> {
+    let client = match sql {
+        Some(client) => client,
+        None => sql.insert(replication::ReplicationClient::connect_sql(&s.postgres).await.map_err(|e| e.to_string())?),
+    };
+    let schema = crate::postgres::sql::ident(&s.schema);
+    let text = format!(
+        "SELECT handler, backlog, oldest_pending_seconds, open_attempts, review_required, \
+         pg_catalog.to_jsonb(s) ->> 'leases_lost' AS leases_lost FROM {schema}.handler_stats s"
+    );
+    let r = client.simple_query(&text).await.map_err(|e| e.to_string())?;
+    let stats: Vec<HandlerStats> = (0..r.rows.len())
+        .filter_map(|i| {
+            Some(HandlerStats {
+                handler: r.text(i, 0)?.to_owned(),
+                backlog: r.text(i, 1)?.parse().ok()?,
+                oldest_pending_seconds: r.text(i, 2)?.parse().ok()?,
+                open_attempts: r.text(i, 3)?.parse().ok()?,
+                review_required: r.text(i, 4)?.parse().ok()?,
+                leases_lost: r.text(i, 5).and_then(|n| n.parse().ok()),
+            })
+        })
+        .collect();
+    let offsets = format!(
+        "SELECT pg_catalog.count(*) AS n FROM {schema}.offsets WHERE group_id = {}",
+        crate::postgres::sql::literal(&s.group)
+    );
+    let r = client.simple_query(&offsets).await.map_err(|e| e.to_string())?;
+    let group_partitions = r.first("n").and_then(|n| n.parse().ok()).unwrap_or(0);
+    Ok((stats, group_partitions))
 }

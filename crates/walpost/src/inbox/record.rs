@@ -35,6 +35,13 @@ impl Record {
         self.value.as_ref().map_or(0, Bytes::len)
     }
 
+    /// The bytes it holds (key, header names and values, value): what bounds memory.
+    pub(crate) fn bytes(&self) -> usize {
+        let key = self.key.as_ref().map_or(0, Bytes::len);
+        let headers: usize = self.headers.iter().map(|(n, v)| n.len() + v.as_ref().map_or(0, Bytes::len)).sum();
+        key + headers + self.value_len()
+    }
+
     fn header(&self, name: &str) -> Option<&[u8]> {
         // The last one wins, as in a JSON object of the headers.
         self.headers.iter().rev().find(|(n, _)| n == name.as_bytes()).and_then(|(_, v)| v.as_deref())
@@ -64,6 +71,12 @@ pub(crate) enum Invalid {
         len: usize,
         limit: usize,
     },
+    /// PostgreSQL refused the row with a data-class SQLSTATE (a value its types or its
+    /// encoding cannot hold, a key too long for an index): found by writing the batch
+    /// record by record.
+    RefusedByPostgres {
+        sqlstate: String,
+    },
 }
 
 impl Invalid {
@@ -74,6 +87,7 @@ impl Invalid {
             Invalid::EventIdNotText { .. } => "event_id_not_text",
             Invalid::EventIdTooLong { .. } => "event_id_too_long",
             Invalid::ValueTooLarge { .. } => "value_too_large",
+            Invalid::RefusedByPostgres { .. } => "refused_by_postgres",
         }
     }
 }
@@ -93,7 +107,26 @@ impl fmt::Display for Invalid {
             Invalid::ValueTooLarge { len, limit } => {
                 write!(f, "value_too_large: the value has {len} bytes, over inbox.max_record_bytes = {limit}")
             }
+            // The server's message is left out: it may quote the record's bytes.
+            Invalid::RefusedByPostgres { sqlstate } => write!(
+                f,
+                "refused_by_postgres: PostgreSQL refused the record with SQLSTATE {sqlstate} ({}); the record is in Kafka at this topic, partition and offset",
+                sqlstate_meaning(sqlstate)
+            ),
         }
+    }
+}
+
+/// What a data-class SQLSTATE means, in words an operator can act on.
+fn sqlstate_meaning(code: &str) -> &'static str {
+    match code {
+        "22003" => "a number out of range",
+        "22P05" | "22021" => "text the database's encoding cannot hold",
+        "22P02" => "a value its column's type does not accept",
+        "22001" => "a value too long for its column",
+        "54000" => "a value too long for an index row",
+        c if c.starts_with("54") => "a value over one of PostgreSQL's limits",
+        _ => "a value its column refuses",
     }
 }
 
@@ -151,7 +184,78 @@ pub(crate) fn is_jsonb(value: &[u8]) -> bool {
             hex.eq_ignore_ascii_case(b"0000") || hex.first().is_some_and(|c| c.eq_ignore_ascii_case(&b'd'))
         }
     });
-    !risky && serde_json::from_slice::<serde::de::IgnoredAny>(value).is_ok()
+    !risky && numbers_fit_numeric(value) && serde_json::from_slice::<serde::de::IgnoredAny>(value).is_ok()
+}
+
+/// Digits `numeric` holds before the decimal point, and after it.
+const NUMERIC_MAX_WEIGHT_DIGITS: i64 = 131_072;
+const NUMERIC_MAX_SCALE_DIGITS: i64 = 16_383;
+/// The largest exponent PostgreSQL 14's `numeric` reads (later majors read more: such a
+/// number then only loses its `jsonb` copy, never its bytes). Leading and trailing zeros
+/// count as digits here, which can only err the same safe way.
+const NUMERIC_MAX_EXPONENT: i64 = 1_000;
+
+/// Whether every number in the JSON text `value` fits PostgreSQL's `numeric`, which
+/// `jsonb` stores numbers as (`{"a":1e1000000}` is valid JSON that `jsonb` refuses with
+/// SQLSTATE 22003). A scan outside strings, linear in the bytes.
+fn numbers_fit_numeric(value: &[u8]) -> bool {
+    let mut i = 0;
+    while i < value.len() {
+        match value[i] {
+            b'"' => {
+                i += 1;
+                while i < value.len() && value[i] != b'"' {
+                    i += if value[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < value.len() && matches!(value[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                    i += 1;
+                }
+                if !number_fits_numeric(&value[start..i]) {
+                    return false;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    true
+}
+
+/// One JSON number (`-12.5e3`): its digits before and after the point, moved by its
+/// exponent, within `numeric`'s limits.
+fn number_fits_numeric(n: &[u8]) -> bool {
+    let (mantissa, exponent) = match n.iter().position(|c| matches!(c, b'e' | b'E')) {
+        Some(at) => (&n[..at], &n[at + 1..]),
+        None => (n, &b""[..]),
+    };
+    let exponent: i64 = if exponent.is_empty() {
+        0
+    } else {
+        let digits = exponent.strip_prefix(b"+").unwrap_or(exponent);
+        // Longer than 18 digits cannot be within the limit (and would overflow i64).
+        if digits.len() > 18 {
+            return false;
+        }
+        match std::str::from_utf8(digits).ok().and_then(|s| s.parse().ok()) {
+            Some(e) => e,
+            None => return false,
+        }
+    };
+    if exponent.abs() > NUMERIC_MAX_EXPONENT {
+        return false;
+    }
+    let mantissa = mantissa.strip_prefix(b"-").unwrap_or(mantissa);
+    let (int, frac) = match mantissa.iter().position(|c| *c == b'.') {
+        Some(at) => (&mantissa[..at], &mantissa[at + 1..]),
+        None => (mantissa, &b""[..]),
+    };
+    let int_digits = i64::try_from(int.len()).unwrap_or(i64::MAX);
+    let frac_digits = i64::try_from(frac.len()).unwrap_or(i64::MAX);
+    int_digits.saturating_add(exponent) <= NUMERIC_MAX_WEIGHT_DIGITS
+        && frac_digits.saturating_sub(exponent) <= NUMERIC_MAX_SCALE_DIGITS
 }
 
 #[cfg(test)]
@@ -224,5 +328,29 @@ pub(crate) mod tests {
         assert!(!is_jsonb(br#"{"a": "\uD83D"}"#));
         assert!(!is_jsonb(b""));
         assert!(!is_jsonb(&[0xff, 0x00]));
+    }
+
+    #[test]
+    fn jsonb_is_not_claimed_for_numbers_numeric_cannot_hold() {
+        // What PostgreSQL answers 22003 for ("value overflows numeric format").
+        assert!(!is_jsonb(br#"{"a":1e1000000}"#));
+        assert!(!is_jsonb(br#"[1, 2, -3.5E+1001]"#));
+        assert!(!is_jsonb(br#"{"a":1e-1001}"#));
+        assert!(!is_jsonb(br#"{"a":1e99999999999999999999}"#));
+        assert!(!is_jsonb(format!("[0.{}]", "1".repeat(16_384)).as_bytes()));
+        // Within the limits, and numbers inside strings, are JSON jsonb takes.
+        assert!(is_jsonb(br#"{"a":1e1000,"b":-2.5e-1000,"c":"1e1000000","d":"\"1e9999\""}"#));
+        assert!(is_jsonb(format!("[{}]", "9".repeat(131_072)).as_bytes()));
+        assert!(!is_jsonb(format!("[{}]", "9".repeat(131_073)).as_bytes()));
+    }
+
+    #[test]
+    fn a_record_postgres_refused_is_named_by_its_sqlstate_never_its_bytes() {
+        let e = Invalid::RefusedByPostgres { sqlstate: "22003".into() };
+        assert_eq!(e.code(), "refused_by_postgres");
+        assert_eq!(
+            e.to_string(),
+            "refused_by_postgres: PostgreSQL refused the record with SQLSTATE 22003 (a number out of range); the record is in Kafka at this topic, partition and offset"
+        );
     }
 }

@@ -5,11 +5,19 @@
 //!
 //! Invariants:
 //! - a batch's messages, rejected rows and offsets commit together or not at all;
-//! - an event id is stored once while its day is kept: the batch leaves out the ids
-//!   `messages` holds and the repeats within it. `messages` is partitioned by day, so no
-//!   key makes `event_id` unique by itself: writers of one inbox (instances of a group,
-//!   or of several groups) take turns instead, by a transaction-level advisory lock held
-//!   from before the lookup until COMMIT, so no other writer stores an id in between;
+//! - an event id is stored once per topic (or once in all, `[inbox] dedup = "global"`)
+//!   while its day is kept: the batch leaves out the ids `messages` holds and the repeats
+//!   within it. `messages` is partitioned by day, so no key makes an id unique by
+//!   itself: writers of one inbox (instances of a group, or of several groups) take
+//!   turns instead, by a lock on the `offsets` table held from before the lookup until
+//!   COMMIT, so no other writer stores an id in between. A table lock, not an advisory
+//!   one: any role may take any advisory lock, but only roles that may write `offsets`
+//!   can take one that conflicts with this (`lock_timeout` bounds the wait, which is
+//!   reported and retried);
+//! - a record PostgreSQL refuses (a data-class SQLSTATE: a number or text its types or
+//!   encoding cannot hold, a key too long for an index) fails only itself: the batch is
+//!   written again record by record (a savepoint each), the refused one is rejected or
+//!   halts at its offset (`on_invalid`), and the others are stored;
 //! - writing the same batch twice (a retry after a connection lost during COMMIT) stores
 //!   nothing twice: messages are unique by event id, rejected rows by their position,
 //!   and offsets keep the larger value (`GREATEST`), so they never move backwards, even
@@ -24,13 +32,23 @@ use replication::{sqlstate, ReplicationClient};
 use super::copy::{Encoded, COLUMNS};
 use super::ingest::{Batch, Partition};
 use crate::error::{ErrorKind, PipelineError};
-use crate::postgres::messages::{inbox_migration_failed, inbox_partition_missing, inbox_schema_incomplete};
+use crate::postgres::messages::{
+    inbox_migration_failed, inbox_partition_missing, inbox_schema_incomplete, inbox_write_lock_waited,
+};
 use crate::postgres::sql::{ident, literal, query};
-use crate::settings::inbox::InboxSettings;
+use super::ingest::Refused;
+use super::record::Invalid;
+use crate::settings::inbox::{Dedup, InboxSettings, OnInvalid};
 
-/// The inbox migration, applied by `--create-schema` (schema `inbox` renamed to the
-/// configured one).
-pub(crate) const MIGRATION: &str = include_str!("../../../../migrations/0004_inbox.sql");
+/// The inbox migrations, applied in order by `--create-schema` (schema `inbox` renamed to
+/// the configured one).
+pub(crate) const MIGRATIONS: &[&str] = &[
+    include_str!("../../../../migrations/0004_inbox.sql"),
+    include_str!("../../../../migrations/0005_inbox_hardening.sql"),
+];
+
+/// How long a batch waits for the inbox's write lock before it says so and tries again.
+const WRITE_LOCK_TIMEOUT_MS: u64 = 10_000;
 
 /// The columns of `messages` the ingest writes.
 const MESSAGE_COLUMNS: &[&str] = &[
@@ -53,7 +71,15 @@ pub(crate) struct Written {
     pub(crate) stored: BTreeMap<Arc<str>, u64>,
     /// Records whose event id was already stored.
     pub(crate) duplicates: BTreeMap<Arc<str>, u64>,
+    /// Records whose event id is stored (or in the batch) under another topic: stored
+    /// with `dedup = "topic"`, duplicates with `"global"`.
+    pub(crate) collisions: BTreeMap<Arc<str>, u64>,
     pub(crate) rejected: u64,
+    /// Records PostgreSQL refused, stored in the rejected table (`on_invalid = reject`).
+    pub(crate) refused: Vec<Refused>,
+    /// The record PostgreSQL refused with `on_invalid = halt`: its partition's offset
+    /// stays at it, the batch's other records are stored.
+    pub(crate) halted: Option<Refused>,
 }
 
 /// A connection to the inbox's database.
@@ -62,13 +88,16 @@ pub(crate) struct Store {
     sql: ReplicationClient,
     schema: String,
     group: String,
+    dedup: Dedup,
+    on_invalid: OnInvalid,
 }
 
 impl Store {
     /// Connects and checks the schema (creating it first with `create_schema`).
     pub(crate) async fn connect(s: &InboxSettings) -> Result<Store, PipelineError> {
         let sql = ReplicationClient::connect_sql(&s.postgres).await?;
-        let mut store = Store { sql, schema: s.schema.clone(), group: s.group.clone() };
+        let mut store =
+            Store { sql, schema: s.schema.clone(), group: s.group.clone(), dedup: s.dedup, on_invalid: s.on_invalid };
         if s.create_schema {
             store.create_schema().await?;
         }
@@ -99,7 +128,7 @@ impl Store {
             &format!(
                 "SELECT c.relname, a.attname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
-                 WHERE n.nspname = {} AND c.relname IN ('messages', 'offsets', 'rejected')",
+                 WHERE n.nspname = {} AND c.relname IN ('messages', 'offsets', 'rejected', 'deliveries', 'handler_grants')",
                 literal(&self.schema)
             ),
         )
@@ -110,8 +139,11 @@ impl Store {
                 have.entry(t).or_default().push(c);
             }
         }
-        let need: [(&str, &[&str]); 3] = [
+        let need: [(&str, &[&str]); 5] = [
             ("messages", MESSAGE_COLUMNS),
+            // 0005_inbox_hardening.sql: dedup per topic, handler grants.
+            ("deliveries", &["topic", "isolated", "lease_rows"]),
+            ("handler_grants", &["handler", "grantee"]),
             ("offsets", &["group_id", "topic", "partition", "next_offset"]),
             ("rejected", &["topic", "partition", "offset", "reason"]),
         ];
@@ -169,43 +201,61 @@ impl Store {
     }
 
     /// Writes `batch` in one transaction (`copy` is its COPY stream, kept by the caller
-    /// for a retry). On an error the transaction is rolled back.
+    /// for a retry). On an error the transaction is rolled back. A record PostgreSQL
+    /// refuses makes the batch be written again record by record, so only it fails.
     pub(crate) async fn write(&mut self, batch: &Batch, copy: &Encoded) -> Result<Written, PipelineError> {
-        let result = self.write_in_transaction(batch, copy).await;
-        if result.is_err() {
+        let mut result = self.write_in_transaction(batch, copy, false).await;
+        if let Err(e) = &result {
             // Ends the failed transaction (a no-op when none is open or the connection is gone).
             let _ = self.sql.simple_query("ROLLBACK").await;
+            if let Some(code) = e.sqlstate().filter(|c| refuses_one_record(c)) {
+                tracing::warn!(
+                    sqlstate = code,
+                    records = copy.rows.len(),
+                    "PostgreSQL refused a record of the batch: writing the batch again record by record to find it"
+                );
+                result = self.write_in_transaction(batch, copy, true).await;
+                if result.is_err() {
+                    let _ = self.sql.simple_query("ROLLBACK").await;
+                }
+            }
         }
         result.map_err(|e| self.explain(e))
     }
 
-    async fn write_in_transaction(&mut self, batch: &Batch, copy: &Encoded) -> Result<Written, replication::Error> {
+    async fn write_in_transaction(
+        &mut self,
+        batch: &Batch,
+        copy: &Encoded,
+        one_by_one: bool,
+    ) -> Result<Written, replication::Error> {
         let schema = ident(&self.schema);
         self.sql.simple_query("BEGIN").await?;
         let mut written = Written { rejected: batch.rejected.len() as u64, ..Written::default() };
+        let mut offsets = batch.offsets.clone();
         if !copy.rows.is_empty() {
-            self.sql.simple_query(&write_lock(&self.schema)).await?;
+            self.sql
+                .simple_query(&format!(
+                    "SET LOCAL lock_timeout = '{WRITE_LOCK_TIMEOUT_MS}ms'; {}; SET LOCAL lock_timeout = DEFAULT",
+                    write_lock(&self.schema)
+                ))
+                .await?;
             let ids: Vec<String> = copy.rows.iter().map(|r| literal(&r.event_id)).collect();
             let r = self
                 .sql
                 .simple_query(&format!(
-                    "SELECT event_id FROM {schema}.messages WHERE event_id = ANY (ARRAY[{}]::text[])",
+                    "SELECT event_id, topic FROM {schema}.messages WHERE event_id = ANY (ARRAY[{}]::text[])",
                     ids.join(", ")
                 ))
                 .await?;
-            let mut seen: std::collections::HashSet<&str> = (0..r.rows.len()).filter_map(|i| r.text(i, 0)).collect();
-            // Left out: ids stored before, and repeats within the batch (the first stays).
-            let skip: Vec<bool> = copy.rows.iter().map(|row| !seen.insert(&row.event_id)).collect();
-            for (row, _) in copy.rows.iter().zip(&skip).filter(|(_, s)| **s) {
-                *written.duplicates.entry(row.topic.clone()).or_default() += 1;
-            }
-            for (row, _) in copy.rows.iter().zip(&skip).filter(|(_, s)| !**s) {
-                *written.stored.entry(row.topic.clone()).or_default() += 1;
-            }
+            let stored = (0..r.rows.len()).filter_map(|i| Some((r.text(i, 0)?, r.text(i, 1)?)));
+            let skip = self.duplicates(stored, &copy.rows, &mut written);
             if skip.iter().any(|s| !*s) {
                 let names: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
                 let text = format!("COPY {schema}.messages ({}) FROM STDIN (FORMAT binary)", names.join(", "));
-                if skip.iter().any(|s| *s) {
+                if one_by_one {
+                    self.copy_one_by_one(&text, copy, &skip, &mut written, &mut offsets).await?;
+                } else if skip.iter().any(|s| *s) {
                     self.sql.copy_in(&text, &copy.without(&skip)).await?;
                 } else {
                     self.sql.copy_in(&text, &copy.data).await?;
@@ -214,17 +264,21 @@ impl Store {
         }
         crate::crash_seam!("inbox-after-copy");
         let mut text = String::new();
-        if !batch.rejected.is_empty() {
-            let rows: Vec<String> = batch
-                .rejected
-                .iter()
-                .map(|r| {
-                    format!("({}, {}, {}, {})", literal(&r.topic), r.partition, r.offset, literal(&r.why.to_string()))
-                })
-                .collect();
+        // Past a halt, its partition's records are read again at the next start.
+        let read_again = |topic: &str, partition: i32, offset: i64| {
+            written.halted.as_ref().is_some_and(|h| &*h.topic == topic && h.partition == partition && offset >= h.offset)
+        };
+        let rejected: Vec<String> = batch
+            .rejected
+            .iter()
+            .chain(&written.refused)
+            .filter(|r| !read_again(&r.topic, r.partition, r.offset))
+            .map(|r| format!("({}, {}, {}, {})", literal(&r.topic), r.partition, r.offset, literal(&r.why.to_string())))
+            .collect();
+        if !rejected.is_empty() {
             text.push_str(&format!(
                 "INSERT INTO {schema}.rejected (topic, \"partition\", \"offset\", reason) VALUES {} ON CONFLICT DO NOTHING;",
-                rows.join(", ")
+                rejected.join(", ")
             ));
         }
         // A late write of a former owner never moves an offset back (GREATEST); a rewound
@@ -233,8 +287,7 @@ impl Store {
             (false, format!("GREATEST({schema}.offsets.next_offset, EXCLUDED.next_offset)")),
             (true, "EXCLUDED.next_offset".into()),
         ] {
-            let rows: Vec<String> = batch
-                .offsets
+            let rows: Vec<String> = offsets
                 .iter()
                 .filter(|(p, _)| batch.rewound.contains(*p) == rewound)
                 .map(|((t, p), next)| format!("({}, {}, {p}, {next})", literal(&self.group), literal(t)))
@@ -252,6 +305,94 @@ impl Store {
         Ok(written)
     }
 
+    /// Which rows of the batch are duplicates (`true`: left out), given the (event id,
+    /// topic) pairs `messages` holds for the batch's ids; counts them, the stored ones and
+    /// the collisions into `written`.
+    fn duplicates<'a>(
+        &self,
+        stored: impl Iterator<Item = (&'a str, &'a str)>,
+        rows: &'a [super::copy::Row],
+        written: &mut Written,
+    ) -> Vec<bool> {
+        let mut seen: std::collections::HashSet<(&str, &str)> = std::collections::HashSet::new();
+        let mut topics_of: HashMap<&str, &str> = HashMap::new();
+        for (id, topic) in stored {
+            seen.insert((id, topic));
+            topics_of.entry(id).or_insert(topic);
+        }
+        // The first of repeats within the batch stays.
+        rows.iter()
+            .map(|row| {
+                let other_topic = topics_of.get(&*row.event_id).is_some_and(|t| *t != &*row.topic)
+                    && !seen.contains(&(&*row.event_id, &*row.topic));
+                if other_topic {
+                    *written.collisions.entry(row.topic.clone()).or_default() += 1;
+                }
+                let duplicate = !seen.insert((&row.event_id, &row.topic))
+                    || (self.dedup == Dedup::Global && topics_of.contains_key(&*row.event_id) && other_topic);
+                topics_of.entry(&row.event_id).or_insert(&row.topic);
+                let counts = if duplicate { &mut written.duplicates } else { &mut written.stored };
+                *counts.entry(row.topic.clone()).or_default() += 1;
+                duplicate
+            })
+            .collect()
+    }
+
+    /// The batch's rows one by one, each behind a savepoint: a row PostgreSQL refuses
+    /// with a data-class SQLSTATE is rejected alone, or (`on_invalid = halt`) stops its
+    /// partition there (`offsets` then stays at it, and its later rows are left out).
+    async fn copy_one_by_one(
+        &mut self,
+        text: &str,
+        copy: &Encoded,
+        skip: &[bool],
+        written: &mut Written,
+        offsets: &mut BTreeMap<Partition, i64>,
+    ) -> Result<(), replication::Error> {
+        for (i, row) in copy.rows.iter().enumerate() {
+            if skip.get(i).copied().unwrap_or(true) {
+                continue;
+            }
+            if let Some(h) = &written.halted {
+                if h.topic == row.topic && h.partition == row.partition {
+                    // Read again at the next start, from the halted record.
+                    if let Some(n) = written.stored.get_mut(&row.topic) {
+                        *n = n.saturating_sub(1);
+                    }
+                    continue;
+                }
+            }
+            self.sql.simple_query("SAVEPOINT walpost_record").await?;
+            match self.sql.copy_in(text, &copy.only(i)).await {
+                Ok(_) => {
+                    self.sql.simple_query("RELEASE SAVEPOINT walpost_record").await?;
+                }
+                Err(e) => {
+                    let Some(code) = e.sqlstate().filter(|c| refuses_one_record(c)).map(str::to_owned) else {
+                        return Err(e);
+                    };
+                    self.sql.simple_query("ROLLBACK TO SAVEPOINT walpost_record").await?;
+                    let refused = Refused {
+                        topic: row.topic.clone(),
+                        partition: row.partition,
+                        offset: row.offset,
+                        why: Invalid::RefusedByPostgres { sqlstate: code },
+                    };
+                    if let Some(n) = written.stored.get_mut(&row.topic) {
+                        *n = n.saturating_sub(1);
+                    }
+                    if self.on_invalid == OnInvalid::Halt {
+                        offsets.insert((row.topic.clone(), row.partition), row.offset);
+                        written.halted = Some(refused);
+                    } else {
+                        written.refused.push(refused);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A server error about the schema is definite, with the fix; the rest keeps its class.
     fn explain(&self, e: replication::Error) -> PipelineError {
         let schema_gone = matches!(
@@ -262,6 +403,12 @@ impl Store {
         // tables hold no other CHECK a batch can break: next_offset >= 0 always holds).
         if e.sqlstate() == Some(sqlstate::CHECK_VIOLATION) {
             return PipelineError::definite(ErrorKind::Config, inbox_partition_missing(&self.schema)).caused_by(e);
+        }
+        // Another session holds a lock that conflicts with the write lock (a role that may
+        // write the offsets table, a long transaction, an ALTER): said, then retried.
+        if e.sqlstate() == Some(sqlstate::LOCK_NOT_AVAILABLE) {
+            return PipelineError::transient(ErrorKind::Postgres, inbox_write_lock_waited(&self.schema, WRITE_LOCK_TIMEOUT_MS))
+                .caused_by(e);
         }
         if schema_gone {
             let what = e.to_string();
@@ -276,21 +423,30 @@ impl Store {
     }
 }
 
-/// Takes the inbox's write lock until the end of the transaction: keyed on the schema,
-/// so every writer of one inbox takes the same one.
-pub(crate) fn write_lock(schema: &str) -> String {
-    format!("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))", literal(&format!("walpost inbox write {schema}")))
+/// A data-class SQLSTATE: PostgreSQL refused a value of one record (22xxx: a number out
+/// of range, text the encoding cannot hold; 54xxx: an index row too long), not the batch.
+fn refuses_one_record(code: &str) -> bool {
+    code.starts_with("22") || code.starts_with("54")
 }
 
-/// The migration text with schema `inbox` renamed to `schema`: every `inbox.` qualifier
-/// and the `CREATE SCHEMA` line (the migration names nothing else `inbox`).
+/// Takes the inbox's write lock until the end of the transaction: the `offsets` table of
+/// the schema in SHARE ROW EXCLUSIVE mode (it conflicts with itself, so every writer of one
+/// inbox takes turns; reading the table does not conflict with it). The caller bounds
+/// the wait (`lock_timeout`).
+pub(crate) fn write_lock(schema: &str) -> String {
+    format!("LOCK TABLE {}.offsets IN SHARE ROW EXCLUSIVE MODE", ident(schema))
+}
+
+/// The migrations' text, in order, with schema `inbox` renamed to `schema`: every
+/// `inbox.` qualifier and the `CREATE SCHEMA` line (the migrations name nothing else
+/// `inbox.`).
 pub(crate) fn migration_for(schema: &str) -> String {
+    let all = MIGRATIONS.join("\n");
     if schema == "inbox" {
-        return MIGRATION.to_owned();
+        return all;
     }
     let quoted = ident(schema);
-    MIGRATION
-        .lines()
+    all.lines()
         .filter(|l| !l.trim_start().starts_with("--"))
         .map(|l| l.replace("CREATE SCHEMA IF NOT EXISTS inbox;", &format!("CREATE SCHEMA IF NOT EXISTS {quoted};")))
         .map(|l| l.replace("inbox.", &format!("{quoted}.")))
@@ -308,6 +464,7 @@ mod tests {
         assert!(text.contains("CREATE SCHEMA IF NOT EXISTS \"billing_inbox\";"));
         assert!(text.contains("CREATE TABLE IF NOT EXISTS \"billing_inbox\".messages"));
         assert!(!text.contains(" inbox."), "no qualifier left in the default schema");
-        assert_eq!(migration_for("inbox"), MIGRATION);
+        assert!(text.contains("LANGUAGE plpgsql SECURITY DEFINER"), "0005 is applied after 0004");
+        assert_eq!(migration_for("inbox"), MIGRATIONS.join("\n"));
     }
 }

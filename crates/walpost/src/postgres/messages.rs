@@ -62,7 +62,7 @@ pub fn slot_conflicted_message(slot: &str, reason: Option<&str>) -> String {
         None => "the primary removed catalog rows the slot still needed (conflicting = true)".to_owned(),
     };
     format!(
-        "replication slot \"{slot}\" on this standby was invalidated by a recovery conflict: {why}, so events committed since its confirmed position can no longer be decoded from it; keep hot_standby_feedback = on with a physical slot (primary_slot_name) between the standby and the primary, and follow {STANDBY_RUNBOOK} (republish the gap: walpost run --snapshot when_needed with a --snapshot-filter covering it)"
+        "replication slot \"{slot}\" on this standby was invalidated by a recovery conflict: {why}, so events committed since its confirmed position can no longer be decoded from it; keep hot_standby_feedback = on with a physical slot (primary_slot_name) between the standby and the primary, and follow {STANDBY_RUNBOOK} (its step 3 republishes the gap with the service's configuration: walpost run --config <config> --snapshot when_needed with a --snapshot-filter covering it)"
     )
 }
 
@@ -132,7 +132,7 @@ pub const INBOX_RUNBOOK: &str = "runbooks/inbox-backlog.md";
 /// (`what`: the missing tables and columns, or the server's error).
 pub fn inbox_schema_incomplete(schema: &str, what: &str) -> String {
     format!(
-        "the inbox schema is incomplete ({what}): apply migrations/0004_inbox.sql (or start walpost inbox once with --create-schema) to create the inbox tables in schema {schema}; nothing was stored and no offset moved (see {INBOX_RUNBOOK})"
+        "the inbox schema is incomplete ({what}): apply migrations/0004_inbox.sql, then migrations/0005_inbox_hardening.sql (or start walpost inbox once with --create-schema) to create the inbox tables in schema {schema}; nothing was stored and no offset moved (see {INBOX_RUNBOOK})"
     )
 }
 
@@ -141,7 +141,7 @@ pub fn inbox_schema_incomplete(schema: &str, what: &str) -> String {
 /// retried).
 pub fn inbox_migration_failed(schema: &str) -> String {
     format!(
-        "--create-schema: cannot apply the inbox migration in schema {schema} (run walpost inbox as a role that may create it, the schema's owner or one with CREATE on the database, or apply migrations/0004_inbox.sql as such a role and start without --create-schema; see {INBOX_RUNBOOK})"
+        "--create-schema: cannot apply the inbox migration in schema {schema} (run walpost inbox as a role that may create it, the schema's owner or one with CREATE on the database, or apply migrations/0004_inbox.sql and 0005_inbox_hardening.sql as such a role and start without --create-schema; see {INBOX_RUNBOOK})"
     )
 }
 
@@ -150,6 +150,14 @@ pub fn inbox_migration_failed(schema: &str) -> String {
 pub fn inbox_partition_missing(schema: &str) -> String {
     format!(
         "no partition of {schema}.messages (or of its deliveries and receipts) covers the time the batch arrived: walpost inbox creates the days ahead unless [inbox] retention = false; run it with retention on, or apply migrations/0004_inbox.sql again (it creates today's and the next two days'); nothing was stored and no offset moved (see {INBOX_RUNBOOK})"
+    )
+}
+
+/// `walpost inbox`'s warning when a batch waited `ms` for the inbox's write lock (a lock
+/// on `<schema>.offsets`) and did not get it; the batch is tried again.
+pub fn inbox_write_lock_waited(schema: &str, ms: u64) -> String {
+    format!(
+        "a batch waited {ms} ms for the inbox's write lock (a lock on {schema}.offsets) and is tried again: another session holds a conflicting lock on that table (find it in pg_locks joined with pg_stat_activity, then end it with pg_terminate_backend; only roles that may write {schema}.offsets can take one; see {INBOX_RUNBOOK})"
     )
 }
 
@@ -172,6 +180,15 @@ pub fn inbox_consumer_ended(why: &str) -> String {
 pub fn standby_without_primary(error: &str) -> String {
     format!(
         "decoding on a standby without a reachable primary ({error}): the slot's lineage record and the exactly-once progress key are not written, so a slot lost with this standby is detected only while this process runs ({STANDBY_RUNBOOK})"
+    )
+}
+
+/// The fatal error when `target_session_attrs=standby` has found no standby for `secs`
+/// seconds (`pipeline.no_standby_timeout_secs`): `hosts` answered as primaries or not
+/// at all, so the decoding standby was most likely promoted.
+pub fn no_standby_found(hosts: &str, secs: u64) -> String {
+    format!(
+        "target_session_attrs=standby has found no standby for {secs} s ({hosts}: a primary, or no answer): the standby walpost decodes on was most likely promoted; walpost stops instead of waiting for a standby that will not come. To go on decoding on the promoted server, set target_session_attrs=prefer-standby in --postgres (a standby when one answers, else the primary) and list the new primary in --postgres-primary, then start walpost again (see {STANDBY_RUNBOOK})"
     )
 }
 

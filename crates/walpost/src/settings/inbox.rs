@@ -28,6 +28,7 @@ pub struct InboxSettings {
     pub create_schema: bool,
     pub headers: HeaderNames,
     pub on_invalid: OnInvalid,
+    pub dedup: Dedup,
     pub start_from: StartFrom,
     /// A record whose value is larger is invalid ([`OnInvalid`] decides).
     pub max_record_bytes: usize,
@@ -96,6 +97,16 @@ pub enum OnInvalid {
     Halt,
     /// Store it in the inbox's `rejected` table with the reason, and go on.
     Reject,
+}
+
+/// What makes a record a duplicate of a stored message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dedup {
+    /// The same event id in the same topic: ids are unique per producer (an outbox's
+    /// BIGSERIAL), and two producers' topics may share one.
+    Topic,
+    /// The same event id in any topic: ids unique everywhere (UUIDs, CloudEvents ids).
+    Global,
 }
 
 /// Where a partition without a stored offset starts.
@@ -193,7 +204,7 @@ fn resolve_section(
         }
     };
     if let Some(h) = f.event_id_header {
-        headers.event_id = vec![header("inbox.event_id_header", h)?];
+        headers.event_id = header_list("inbox.event_id_header", &h)?;
     }
     if let Some(h) = f.event_type_header {
         headers.event_type = vec![header("inbox.event_type_header", h)?];
@@ -208,6 +219,13 @@ fn resolve_section(
                 value: other.into(),
                 expected: "halt or reject",
             })
+        }
+    };
+    let dedup = match f.dedup.as_deref() {
+        None | Some("topic") => Dedup::Topic,
+        Some("global") => Dedup::Global,
+        Some(other) => {
+            return Err(ConfigError::Invalid { key: "inbox.dedup", value: other.into(), expected: "topic or global" })
         }
     };
     let start_from = match f.start_from.as_deref() {
@@ -282,12 +300,32 @@ fn resolve_section(
         create_schema: f.create_schema.unwrap_or(false),
         headers,
         on_invalid,
+        dedup,
         start_from,
         max_record_bytes: count("inbox.max_record_bytes", f.max_record_bytes, 1 << 20)?,
         batch,
         stats_interval,
         metrics_addr,
     })
+}
+
+/// Header names tried in order, from a list of strings or one string of names separated
+/// by commas (what the flag and the variable give, and what the key took before it took
+/// lists).
+fn header_list(key: &'static str, v: &toml::Value) -> Result<Vec<String>, ConfigError> {
+    let names: Option<Vec<String>> = match v {
+        toml::Value::String(s) => Some(s.split(',').map(|n| n.trim().to_owned()).collect()),
+        toml::Value::Array(a) => a.iter().map(|n| n.as_str().map(|n| n.trim().to_owned())).collect(),
+        _ => None,
+    };
+    match names {
+        Some(names) if !names.is_empty() && names.iter().all(|n| !n.is_empty()) => Ok(names),
+        _ => Err(ConfigError::Invalid {
+            key,
+            value: v.to_string(),
+            expected: "header names tried in order, as a list or one string separated by commas (they replace the defaults: list id and ce_id too to keep them, e.g. [\"id\", \"ce_id\", \"event-id\"])",
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -314,6 +352,25 @@ mod tests {
         assert_eq!(s.on_invalid, OnInvalid::Reject);
         assert_eq!(s.headers, HeaderNames::default());
         assert_eq!(s.start_from, StartFrom::Earliest);
+    }
+
+    /// The replay runbook's fix: a record whose id is in another header is stored, and so
+    /// are the normal records read with it (a single header replaced id and ce_id).
+    #[test]
+    fn event_id_headers_are_a_list_tried_in_order() {
+        let with = |line: &str, o: Overrides| resolve(&format!("{BASE}[inbox]\ntopics = [\"a\"]\ngroup = \"g\"\n{line}\n"), o);
+        let list = with("event_id_header = [\"id\", \"ce_id\", \"event-id\"]", Overrides::default()).unwrap();
+        assert_eq!(list.headers.event_id, ["id", "ce_id", "event-id"]);
+        let one = with("event_id_header = \"msg_id\"", Overrides::default()).unwrap();
+        assert_eq!(one.headers.event_id, ["msg_id"], "one string: that header alone, as before");
+        let commas = with("event_id_header = \"id, event-id\"", Overrides::default()).unwrap();
+        assert_eq!(commas.headers.event_id, ["id", "event-id"]);
+        let flag = Overrides { inbox_event_id_header: Some(vec!["event-id".into(), "id".into()]), ..Overrides::default() };
+        assert_eq!(with("event_id_header = \"msg_id\"", flag).unwrap().headers.event_id, ["event-id", "id"]);
+        for bad in ["event_id_header = []", "event_id_header = \"id,,ce_id\"", "event_id_header = 5", "event_id_header = [\"id\", 1]"] {
+            let e = with(bad, Overrides::default()).unwrap_err().to_string();
+            assert!(e.contains("inbox.event_id_header") && e.contains("tried in order"), "{bad}: {e}");
+        }
     }
 
     #[test]

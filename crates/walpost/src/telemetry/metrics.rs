@@ -86,11 +86,18 @@ pub mod names {
     pub const INBOX_WRITE: &str = "walpost_inbox_write_seconds";
     pub const INBOX_LATENCY: &str = "walpost_inbox_latency_seconds";
     pub const INBOX_WRITE_ERRORS: &str = "walpost_inbox_write_errors_total";
+    pub const INBOX_ID_COLLISIONS: &str = "walpost_inbox_event_id_collisions_total";
     pub const INBOX_CONSUMER_LAG: &str = "walpost_inbox_consumer_lag_records";
     pub const INBOX_BACKLOG: &str = "walpost_inbox_handler_backlog";
     pub const INBOX_OLDEST_PENDING: &str = "walpost_inbox_handler_oldest_pending_seconds";
     pub const INBOX_OPEN_ATTEMPTS: &str = "walpost_inbox_handler_open_attempts";
     pub const INBOX_REVIEW_REQUIRED: &str = "walpost_inbox_handler_review_required";
+    pub const INBOX_LEASES_LOST: &str = "walpost_inbox_leases_lost_total";
+    pub const INBOX_STATS_AGE: &str = "walpost_inbox_handler_stats_age_seconds";
+    pub const INBOX_ASSIGNED: &str = "walpost_inbox_assigned_partitions";
+    pub const INBOX_GROUP_PARTITIONS: &str = "walpost_inbox_group_partitions";
+    pub const INBOX_FORCED_DROPS: &str = "walpost_inbox_retention_forced_drops_total";
+    pub const INBOX_FORCED_OPEN: &str = "walpost_inbox_retention_forced_open_deliveries_total";
 }
 
 use names::*;
@@ -185,7 +192,12 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         INBOX_WRITE_ERRORS,
         "counter",
-        "walpost inbox: batch writes that failed and were retried (PostgreSQL unreachable or restarting).",
+        "walpost inbox: batch writes that failed and were retried (PostgreSQL unreachable or restarting, the write lock not granted in time).",
+    ),
+    (
+        INBOX_ID_COLLISIONS,
+        "counter",
+        "walpost inbox: records whose event id a message of another topic already has (stored with dedup = topic, duplicates with dedup = global).",
     ),
     (
         INBOX_CONSUMER_LAG,
@@ -196,6 +208,32 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (INBOX_OLDEST_PENDING, "gauge", "walpost inbox: age of a handler's oldest pending message, by handler."),
     (INBOX_OPEN_ATTEMPTS, "gauge", "walpost inbox: failed attempts on a handler's open messages, by handler."),
     (INBOX_REVIEW_REQUIRED, "gauge", "walpost inbox: a handler's messages in review_required, by handler."),
+    (
+        INBOX_LEASES_LOST,
+        "counter",
+        "walpost inbox: leases that ran out without complete or fail (a worker crashed or outran its lease), by handler, since it was registered.",
+    ),
+    (
+        INBOX_STATS_AGE,
+        "gauge",
+        "walpost inbox: seconds since the handler statistics were last read (the handler gauges are that old).",
+    ),
+    (INBOX_ASSIGNED, "gauge", "walpost inbox: partitions the consumer group assigned to this instance."),
+    (
+        INBOX_GROUP_PARTITIONS,
+        "gauge",
+        "walpost inbox: partitions the consumer group has stored offsets for in the inbox (read with the handler statistics).",
+    ),
+    (
+        INBOX_FORCED_DROPS,
+        "counter",
+        "walpost inbox: days dropped by retention_max_days while deliveries in them were open (not in walpost_retention_partitions_dropped_total).",
+    ),
+    (
+        INBOX_FORCED_OPEN,
+        "counter",
+        "walpost inbox: open deliveries (pending or review_required) dropped with those days.",
+    ),
 ];
 
 /// Distinct `topic` label values of `walpost_events_published_total`; more are `(other)`.
@@ -411,6 +449,10 @@ pub struct RetentionMetrics {
     skipped: IntCounterVec,
     passes: IntCounterVec,
     pub last_success: IntGauge,
+    /// `walpost inbox`: days dropped past `retention_max_days` with open deliveries.
+    pub inbox_forced_drops: IntCounter,
+    /// `walpost inbox`: the open deliveries dropped with them.
+    pub inbox_forced_open_deliveries: IntCounter,
 }
 
 impl RetentionMetrics {
@@ -501,6 +543,8 @@ impl Metrics {
             skipped: counters(RETENTION_SKIPPED, "reason")?,
             passes: counters(RETENTION_PASSES, "result")?,
             last_success: gauge(RETENTION_LAST_SUCCESS)?,
+            inbox_forced_drops: counter(INBOX_FORCED_DROPS)?,
+            inbox_forced_open_deliveries: counter(INBOX_FORCED_OPEN)?,
         };
         for result in ["ok", "error"] {
             let _ = retention.passes.with_label_values(&[result]);
@@ -517,12 +561,19 @@ impl Metrics {
             write_seconds: histogram(INBOX_WRITE)?,
             latency: histogram(INBOX_LATENCY)?,
             write_errors: counter(INBOX_WRITE_ERRORS)?,
+            collisions: counter(INBOX_ID_COLLISIONS)?,
             consumer_lag: register(&r, IntGaugeVec::new(opts(INBOX_CONSUMER_LAG), &["topic", "partition"]))?,
             backlog: gauges(INBOX_BACKLOG, "handler")?,
             oldest_pending: register(&r, prometheus::GaugeVec::new(opts(INBOX_OLDEST_PENDING), &["handler"]))?,
             open_attempts: gauges(INBOX_OPEN_ATTEMPTS, "handler")?,
             review_required: gauges(INBOX_REVIEW_REQUIRED, "handler")?,
+            leases_lost: counters(INBOX_LEASES_LOST, "handler")?,
             handlers: Arc::new(Mutex::new(std::collections::BTreeSet::new())),
+            stats_age: fgauge(INBOX_STATS_AGE)?,
+            stats_read_ms: Arc::new(std::sync::atomic::AtomicI64::new(0)),
+            assigned_partitions: gauge(INBOX_ASSIGNED)?,
+            group_partitions: gauge(INBOX_GROUP_PARTITIONS)?,
+            health: health.clone(),
         };
         let contracts = ContractMetrics {
             checks: register(&r, IntCounterVec::new(opts(CONTRACT_CHECKS), &["event_type", "result"]))?,
@@ -563,6 +614,7 @@ impl Metrics {
         self.halted.set(i64::from(self.health.halted().is_some()));
         self.unacknowledged.set(self.health.unacknowledged_for().as_secs_f64());
         self.lag.set(self.stream.lag_seconds());
+        self.inbox.update_at_scrape();
         let mut out = Vec::with_capacity(8192);
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
             tracing::warn!("cannot encode metrics: {e}");
@@ -607,6 +659,7 @@ mod tests {
         m.contracts.registry_seconds.observe(0.01);
         m.contracts.registry_cache.with_label_values(&["hit"]).inc();
         m.inbox.records("orders", "stored", 3);
+        m.inbox.collisions(1);
         m.inbox.set_consumer_lag_from_stats(
             br#"{"topics": {"orders": {"partitions": {"0": {"consumer_lag": 4, "fetch_state": "active"}, "-1": {"consumer_lag": -1}}}}}"#,
         );
@@ -616,6 +669,7 @@ mod tests {
             oldest_pending_seconds: 1.5,
             open_attempts: 1,
             review_required: 0,
+            leases_lost: Some(3),
         }]);
         let text = m.encode();
         for (name, kind, _) in METRICS {
@@ -630,10 +684,68 @@ mod tests {
         assert!(text.contains("walpost_produce_errors_total{class=\"retryable\"} 0"));
         assert!(text.contains("walpost_reconnects_total{cause=\"kafka\"} 0"));
         assert!(text.contains("walpost_inbox_records_total{result=\"stored\",topic=\"orders\"} 3"), "{text}");
+        assert!(text.contains("walpost_inbox_event_id_collisions_total 1"), "{text}");
         assert!(text.contains("walpost_inbox_consumer_lag_records{partition=\"0\",topic=\"orders\"} 4"), "{text}");
         assert!(text.contains("walpost_inbox_handler_backlog{handler=\"billing\"} 2"));
+        assert!(text.contains("walpost_inbox_leases_lost_total{handler=\"billing\"} 3"), "{text}");
         m.inbox.set_handler_stats(&[]);
         assert!(!m.encode().contains("handler=\"billing\""), "an unregistered handler's series go");
+    }
+
+    fn handler(name: &str, leases_lost: Option<i64>) -> HandlerStats {
+        HandlerStats {
+            handler: name.into(),
+            backlog: 0,
+            oldest_pending_seconds: 0.0,
+            open_attempts: 0,
+            review_required: 0,
+            leases_lost,
+        }
+    }
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// The drill's frozen gauges: their age is exported, and the lost leases the view
+    /// counts are a counter per handler.
+    #[test]
+    fn handler_statistics_carry_their_age_and_the_lost_leases() {
+        let m = metrics();
+        assert_eq!(value(&m.encode(), "walpost_inbox_handler_stats_age_seconds"), Some(0.0), "not an inbox");
+        m.inbox.handler_stats_started();
+        std::thread::sleep(Duration::from_millis(30));
+        let age = value(&m.encode(), "walpost_inbox_handler_stats_age_seconds").unwrap();
+        assert!(age >= 0.03, "counts from the reader's start until a first read: {age}");
+        m.inbox.set_handler_stats(&[handler("billing", Some(2)), handler("mailer", None)]);
+        let text = m.encode();
+        assert!(value(&text, "walpost_inbox_handler_stats_age_seconds").unwrap() < 0.03, "{text}");
+        assert_eq!(value(&text, "walpost_inbox_leases_lost_total{handler=\"billing\"}"), Some(2.0));
+        assert!(!text.contains("walpost_inbox_leases_lost_total{handler=\"mailer\"}"), "no column, no series");
+        m.inbox.set_handler_stats(&[handler("billing", Some(5))]);
+        assert_eq!(value(&m.encode(), "walpost_inbox_leases_lost_total{handler=\"billing\"}"), Some(5.0));
+        m.inbox.set_handler_stats(&[handler("billing", Some(1))]);
+        assert_eq!(
+            value(&m.encode(), "walpost_inbox_leases_lost_total{handler=\"billing\"}"),
+            Some(1.0),
+            "re-registered"
+        );
+        m.inbox.set_handler_stats(&[]);
+        assert!(!m.encode().contains("walpost_inbox_leases_lost_total{"), "an unregistered handler's series go");
+    }
+
+    #[test]
+    fn the_assigned_partitions_come_from_the_consumer_groups_statistics() {
+        let m = metrics();
+        m.health().set_streaming(true);
+        m.inbox.set_postgres_probe(Ok(3));
+        m.inbox.set_consumer_lag_from_stats(br#"{"cgrp": {"state": "up", "assignment_size": 0}, "topics": {}}"#);
+        assert_eq!(value(&m.encode(), "walpost_inbox_assigned_partitions"), Some(0.0));
+        assert_eq!(value(&m.encode(), "walpost_inbox_group_partitions"), Some(3.0));
+        assert!(m.health().readiness().unwrap_err().contains("holds no partition"));
+        m.inbox.set_consumer_lag_from_stats(br#"{"cgrp": {"state": "up", "assignment_size": 3}, "topics": {}}"#);
+        assert_eq!(value(&m.encode(), "walpost_inbox_assigned_partitions"), Some(3.0));
+        assert_eq!(m.health().readiness(), Ok(()));
     }
 
     /// Routed topics come from row values: their series are capped.

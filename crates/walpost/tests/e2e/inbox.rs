@@ -7,11 +7,9 @@ use std::time::Duration;
 
 use crate::support::World;
 
-const MIGRATION_0004: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql");
-
 fn inbox_world(name: &str) -> World {
     let w = World::new(name);
-    let migration = std::fs::read_to_string(MIGRATION_0004).unwrap();
+    let migration = crate::support::inbox_migrations();
     w.sql(&migration);
     // Idempotent: a second run changes nothing and fails on nothing.
     w.sql(&migration);

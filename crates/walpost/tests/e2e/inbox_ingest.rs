@@ -347,7 +347,7 @@ fn inbox_without_its_schema_stops_with_the_fix() {
     assert!(log.contains(&format!("{expected}: ")) && log.contains("SQLSTATE 42501"), "{log}");
 
     inbox.sql(
-        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap(),
+        &crate::support::inbox_migrations(),
     );
     inbox.sql("ALTER TABLE inbox.messages DROP COLUMN aggregate_id CASCADE");
     let mut p = start_inbox(&inbox_args(&inbox, &topic, "g", &[]), &[]);
@@ -386,7 +386,7 @@ fn inbox_tables_dropped_while_running_stop_it_with_the_fix() {
     assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
     let log = strip_ansi(&p.log_text());
     assert!(log.contains("the inbox schema is incomplete ("), "{log}");
-    assert!(log.contains("apply migrations/0004_inbox.sql"), "{log}");
+    assert!(log.contains("apply migrations/0004_inbox.sql, then migrations/0005_inbox_hardening.sql"), "{log}");
     assert_eq!(stored_offsets(&inbox, "g").get(&(topic.clone(), 0)), Some(&10), "nothing moved past the last commit");
     let mut again = start_inbox(&inbox_args(&inbox, &topic, "g", &[]), &[]);
     assert_eq!(again.wait_exit(WAIT).and_then(|s| s.code()), Some(1));
@@ -412,7 +412,7 @@ fn inbox_check_names_what_is_missing_and_passes_once_it_is_there() {
     assert!(out.contains("FAIL  the inbox schema is incomplete (missing: table inbox.messages"), "{out}");
     assert!(out.contains(&format!("ok    topic {topic}: 2 partition(s)")), "{out}");
     inbox.sql(
-        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap(),
+        &crate::support::inbox_migrations(),
     );
     let (code, out) = run(&[]);
     assert_eq!(code, Some(0), "{out}");

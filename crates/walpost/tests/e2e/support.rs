@@ -724,3 +724,12 @@ pub(crate) fn strip_ansi(text: &str) -> String {
     }
     out
 }
+
+/// The inbox's migrations, in the order they are applied (what `--create-schema` applies).
+pub(crate) fn inbox_migrations() -> String {
+    ["0004_inbox.sql", "0005_inbox_hardening.sql"]
+        .iter()
+        .map(|f| std::fs::read_to_string(format!("{}/../../migrations/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
+}

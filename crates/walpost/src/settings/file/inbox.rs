@@ -23,9 +23,13 @@ pub struct InboxFile {
     /// Apply the inbox migration (idempotent) at start-up.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub create_schema: Option<bool>,
-    /// The header holding the event id [default: id, then ce_id].
+    /// The headers holding the event id, tried in order: a list, or one string (names
+    /// separated by commas) [default: id, then ce_id]. It replaces the default list, so a
+    /// producer's own header is added with the defaults: `["id", "ce_id", "event-id"]`.
+    /// Kept as the file gives it (a string or a list): resolving checks it and names what
+    /// is wrong.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub event_id_header: Option<String>,
+    pub event_id_header: Option<toml::Value>,
     /// The header holding the event type [default: eventType, then ce_type].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_type_header: Option<String>,
@@ -36,6 +40,10 @@ pub struct InboxFile {
     /// `reject` (a row in the inbox's `rejected` table with the reason).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_invalid: Option<String>,
+    /// What makes a record a duplicate: `topic` (default: its event id within its topic)
+    /// or `global` (the event id alone: ids unique across every producer, such as UUIDs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dedup: Option<String>,
     /// Where a partition with no stored offset starts: `earliest` (default) or `latest`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_from: Option<String>,
@@ -86,6 +94,7 @@ impl InboxFile {
             && self.event_type_header.is_none()
             && self.aggregate_id_header.is_none()
             && self.on_invalid.is_none()
+            && self.dedup.is_none()
             && self.start_from.is_none()
             && self.max_record_bytes.is_none()
             && self.batch_max_records.is_none()

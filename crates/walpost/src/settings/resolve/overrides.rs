@@ -72,6 +72,9 @@ pub struct Overrides {
     /// `--create-schema`.
     pub inbox_create_schema: bool,
     pub inbox_on_invalid: Option<String>,
+    pub inbox_dedup: Option<String>,
+    /// `walpost inbox --event-id-header` (comma-separated on the command line).
+    pub inbox_event_id_header: Option<Vec<String>>,
 }
 
 impl Overrides {
@@ -123,6 +126,10 @@ impl Overrides {
             inbox.create_schema = Some(true);
         }
         over(&self.inbox_on_invalid, &mut inbox.on_invalid);
+        over(&self.inbox_dedup, &mut inbox.dedup);
+        if let Some(headers) = &self.inbox_event_id_header {
+            inbox.event_id_header = Some(toml::Value::Array(headers.iter().cloned().map(toml::Value::String).collect()));
+        }
         // The router flags set the first outbox's [router]; [[outbox]] tables and
         // [messages] inherit the result.
         let r = &mut file.router;

@@ -1,10 +1,12 @@
 //! `walpost inbox`'s metric handles (registered with the others in [`super::Metrics::new`]).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use prometheus::{Histogram, IntCounter, IntCounterVec, IntGaugeVec};
+use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
-use super::{MAX_TOPIC_SERIES, OTHER_TOPICS};
+use super::{now_ms, MAX_TOPIC_SERIES, OTHER_TOPICS};
+use crate::telemetry::Health;
 
 /// `walpost inbox`'s metrics.
 #[derive(Debug, Clone)]
@@ -16,12 +18,26 @@ pub struct InboxMetrics {
     pub write_seconds: Histogram,
     pub latency: Histogram,
     pub write_errors: IntCounter,
+    pub(super) collisions: IntCounter,
     pub(super) consumer_lag: IntGaugeVec,
     pub(super) backlog: IntGaugeVec,
     pub(super) oldest_pending: prometheus::GaugeVec,
     pub(super) open_attempts: IntGaugeVec,
     pub(super) review_required: IntGaugeVec,
+    /// `inbox.handler_stats.leases_lost` (cumulative in the database), as a counter.
+    pub(super) leases_lost: IntCounterVec,
     pub(super) handlers: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    /// Seconds since the handler statistics were last read (set at scrape time).
+    pub(super) stats_age: Gauge,
+    /// Unix ms of the last successful read of the handler statistics, or of the start of
+    /// the task reading them; 0: no such task (not `walpost inbox`).
+    pub(super) stats_read_ms: Arc<AtomicI64>,
+    /// Partitions the consumer group assigned to this instance (librdkafka's statistics).
+    pub(super) assigned_partitions: IntGauge,
+    /// Partitions the group has stored offsets for (read with the handler statistics).
+    pub(super) group_partitions: IntGauge,
+    /// Readiness: what the inbox tells `/readyz`.
+    pub(super) health: Arc<Health>,
 }
 
 /// What `inbox.handler_stats` says of one handler.
@@ -32,6 +48,9 @@ pub struct HandlerStats {
     pub oldest_pending_seconds: f64,
     pub open_attempts: i64,
     pub review_required: i64,
+    /// Leases that ran out without `complete` or `fail`, since the handler was registered
+    /// (`None`: the inbox's schema does not count them yet).
+    pub leases_lost: Option<i64>,
 }
 
 impl InboxMetrics {
@@ -50,9 +69,19 @@ impl InboxMetrics {
         self.records.with_label_values(&[label, result]).inc_by(n);
     }
 
-    /// The consumer lag of each partition, from librdkafka's statistics JSON.
+    /// `n` records whose event id another topic's message already has.
+    pub fn collisions(&self, n: u64) {
+        self.collisions.inc_by(n);
+    }
+
+    /// The consumer lag of each partition and the partitions assigned to this instance,
+    /// from librdkafka's statistics JSON.
     pub fn set_consumer_lag_from_stats(&self, statistics: &[u8]) {
         let Ok(stats) = serde_json::from_slice::<serde_json::Value>(statistics) else { return };
+        if let Some(n) = stats.pointer("/cgrp/assignment_size").and_then(serde_json::Value::as_i64) {
+            self.assigned_partitions.set(n);
+            self.health.set_inbox_assigned_partitions(n);
+        }
         let Some(topics) = stats.get("topics").and_then(serde_json::Value::as_object) else { return };
         for (topic, t) in topics {
             let Some(partitions) = t.get("partitions").and_then(serde_json::Value::as_object) else { continue };
@@ -72,8 +101,9 @@ impl InboxMetrics {
         let _ = self.consumer_lag.remove_label_values(&[topic, &partition.to_string()]);
     }
 
-    /// The handlers' statistics; handlers no longer registered lose their series.
+    /// The handlers' statistics, just read; handlers no longer registered lose their series.
     pub fn set_handler_stats(&self, stats: &[HandlerStats]) {
+        self.stats_read_ms.store(now_ms(), Ordering::Relaxed);
         let Ok(mut known) = self.handlers.lock() else { return };
         let now: std::collections::BTreeSet<String> = stats.iter().map(|s| s.handler.clone()).collect();
         for gone in known.difference(&now) {
@@ -81,6 +111,7 @@ impl InboxMetrics {
             let _ = self.oldest_pending.remove_label_values(&[gone]);
             let _ = self.open_attempts.remove_label_values(&[gone]);
             let _ = self.review_required.remove_label_values(&[gone]);
+            let _ = self.leases_lost.remove_label_values(&[gone]);
         }
         for s in stats {
             let h = [s.handler.as_str()];
@@ -88,7 +119,45 @@ impl InboxMetrics {
             self.oldest_pending.with_label_values(&h).set(s.oldest_pending_seconds);
             self.open_attempts.with_label_values(&h).set(s.open_attempts);
             self.review_required.with_label_values(&h).set(s.review_required);
+            if let Some(lost) = s.leases_lost {
+                self.set_leases_lost(&h, lost);
+            }
         }
         *known = now;
+    }
+
+    /// The counter follows the database's cumulative count; a count that went down (the
+    /// handler was deleted and registered again) starts a new series, which Prometheus
+    /// reads as a counter reset.
+    fn set_leases_lost(&self, h: &[&str; 1], lost: i64) {
+        let lost = u64::try_from(lost).unwrap_or(0);
+        let mut counter = self.leases_lost.with_label_values(h);
+        if counter.get() > lost {
+            let _ = self.leases_lost.remove_label_values(h);
+            counter = self.leases_lost.with_label_values(h);
+        }
+        counter.inc_by(lost - counter.get());
+    }
+
+    /// The task reading the handler statistics starts: their age counts from now until
+    /// the first read.
+    pub fn handler_stats_started(&self) {
+        self.stats_read_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// What the handler statistics' reader found out about the inbox's PostgreSQL: `Ok`
+    /// with the partitions the group has stored offsets for, or why it could not read.
+    pub fn set_postgres_probe(&self, probe: Result<i64, String>) {
+        if let Ok(n) = probe {
+            self.group_partitions.set(n);
+        }
+        self.health.set_inbox_postgres(probe);
+    }
+
+    /// The gauges computed at scrape time.
+    pub(super) fn update_at_scrape(&self) {
+        let read = self.stats_read_ms.load(Ordering::Relaxed);
+        let age = if read == 0 { 0.0 } else { (now_ms() - read).max(0) as f64 / 1000.0 };
+        self.stats_age.set(age);
     }
 }
