@@ -10,6 +10,7 @@ use crate::inbox_ingest::{
 };
 use crate::ops::missing_metrics;
 use crate::support::World;
+use testkit::{PgOptions, Postgres, StopMode};
 
 /// `walpost inbox` with its metrics on `port` and the handler statistics read every second.
 fn inbox_with_metrics(w: &World, topic: &str, group: &str, port: u16) -> crate::support::Walpost {
@@ -85,15 +86,84 @@ fn drill_inbox_backlog_a_stuck_worker_and_a_lease_storm_then_a_drain() {
     assert!(drained, "{:?}", gauge(port, "walpost_inbox_handler_backlog", "billing"));
     assert_eq!(count(&w, "SELECT count(*) FROM effects"), 50);
     assert_eq!(gauge(port, "walpost_inbox_handler_oldest_pending_seconds", "billing"), Some(0.0));
+    // The storm's leases ran out without complete or fail: the metric is the count the
+    // handler's claims kept (none, and no series, while the view has no such column).
+    let lost = w.sql("SELECT to_jsonb(s) ->> 'leases_lost' FROM inbox.handler_stats s WHERE handler = 'billing'");
+    let lost: Option<f64> = lost.trim().parse().ok();
+    let exported =
+        testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_leases_lost_total", "billing") == lost);
+    assert!(exported, "{:?} exported, {lost:?} counted", gauge(port, "walpost_inbox_leases_lost_total", "billing"));
+    if let Some(n) = lost {
+        assert!(n >= 20.0, "the 20 leases of the storm: {n}");
+        let row = w.sql(&rb.block("leases-lost").fill(&[]));
+        assert!(row.lines().any(|l| l.starts_with(&format!("billing|{n}|"))), "{row}");
+    }
     let blocked = w.sql(&rb.block("blocked-aggregates").fill(&[("handler", "billing")]));
     assert!(blocked.trim().is_empty(), "{blocked}");
     // Every walpost_inbox_* metric the runbook and docs/metrics.md name is on the endpoint.
     let mut missing = Vec::new();
     let all = testkit::wait_until(Duration::from_secs(20), || {
-        missing = missing_metrics(&http_get(port, "/metrics").1, |name| name.starts_with("walpost_inbox_"));
+        missing = missing_metrics(&http_get(port, "/metrics").1, |name| {
+            name.starts_with("walpost_inbox_") && (lost.is_some() || name != "walpost_inbox_leases_lost_total")
+        });
         missing.is_empty()
     });
     assert!(all, "walpost inbox does not export {missing:?}");
+}
+
+/// The drill's PostgreSQL outage: `/readyz` said ready all along and the handler gauges
+/// froze. Now the inbox's own PostgreSQL stops: `/readyz` answers 503 naming it and the
+/// statistics' age grows; back, ready again and storing. A second instance of a
+/// one-partition group holds nothing: not ready, and it says why.
+#[test]
+fn drill_inbox_does_not_store_readiness_follows_its_postgres_and_its_partitions() {
+    let rb = Runbook::open("inbox-backlog");
+    let pg: &'static Postgres = Box::leak(Box::new(Postgres::start(PgOptions::default()).expect("start postgres")));
+    let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "drill-inbox-down");
+    let topic = format!("{}orders", w.topic_prefix);
+    create_topic(&topic, 1);
+    let port = testkit::free_port();
+    let mut p = inbox_with_metrics(&w, &topic, "svc", port);
+    produce(&w.kafka_bootstrap, &topic, &json_records("a", 0, 10, 3));
+    wait_for_messages(&w, 10, &p);
+    let readyz = |port: u16| {
+        let out = sh_ok(&rb.block("readyz").fill(&[("metrics-addr", &format!("127.0.0.1:{port}"))]));
+        out.trim().to_owned()
+    };
+    let ready = testkit::wait_until(WAIT, || readyz(port).ends_with(" 200"));
+    assert!(ready, "{}\n{}", readyz(port), p.log_text());
+    // Both come with the statistics, every second here.
+    let held = testkit::wait_until(WAIT, || {
+        metric(port, "walpost_inbox_assigned_partitions") == Some(1.0)
+            && metric(port, "walpost_inbox_group_partitions") == Some(1.0)
+    });
+    assert!(held, "{}", http_get(port, "/metrics").1);
+    assert!(readyz(port).ends_with(" 200"), "{}", readyz(port));
+
+    // A second instance of the group: the one partition stays the first one's.
+    let port2 = testkit::free_port();
+    let mut spare = inbox_with_metrics(&w, &topic, "svc", port2);
+    let idle = testkit::wait_until(WAIT, || http_get(port2, "/readyz").1.contains("holds no partition"));
+    assert!(idle, "{}\n{}", http_get(port2, "/readyz").1, spare.log_text());
+    assert!(readyz(port2).ends_with(" 503"), "{}", readyz(port2));
+    assert!(spare.terminate(WAIT).is_some_and(|s| s.success()), "{}", spare.log_text());
+
+    // The outage: not ready while it lasts, and the gauges' age says how stale they are.
+    pg.stop(StopMode::Fast).expect("stop postgres");
+    let down = testkit::wait_until(WAIT, || {
+        let r = readyz(port);
+        r.contains("cannot read the inbox's PostgreSQL") && r.ends_with(" 503")
+    });
+    assert!(down, "{}\n{}", readyz(port), p.log_text());
+    let stale = testkit::wait_until(WAIT, || metric(port, "walpost_inbox_handler_stats_age_seconds") > Some(2.0));
+    assert!(stale, "{:?}", metric(port, "walpost_inbox_handler_stats_age_seconds"));
+    pg.start_again().expect("start postgres again");
+    let back = testkit::wait_until(WAIT, || readyz(port).ends_with(" 200"));
+    assert!(back, "{}\n{}", readyz(port), p.log_text());
+    assert!(metric(port, "walpost_inbox_handler_stats_age_seconds") < Some(2.0));
+    produce(&w.kafka_bootstrap, &topic, &json_records("a", 10, 10, 3));
+    wait_for_messages(&w, 20, &p);
+    assert!(p.terminate(WAIT).is_some_and(|s| s.success()), "{}", p.log_text());
 }
 
 #[test]
@@ -177,7 +247,10 @@ fn drill_inbox_replay_from_a_time_stores_and_handles_nothing_twice() {
     let mut p = start_inbox(&inbox_args(&w, &topic, "svc", &["--create-schema"]), &[]);
     wait_for_messages(&w, 30, &p);
     register(&w, "h", 5, "1 second");
-    w.sql("CREATE TABLE effects (handler text, event_id text, UNIQUE (handler, event_id))");
+    // A second handler, ordered, that has not handled anything yet when the rows go: its
+    // deliveries of them are open.
+    w.sql("SELECT inbox.register_handler('late', '{}', '{}', 5, '1 second', '1 hour', true)");
+    w.sql("CREATE TABLE effects (handler text, event_id text, n bigserial, UNIQUE (handler, event_id))");
     drain(&w, "h");
     assert!(p.terminate(WAIT).is_some_and(|s| s.success()), "{}", p.log_text());
     // Rows lost by mistake, after the time: five of the second half.
@@ -216,5 +289,24 @@ fn drill_inbox_replay_from_a_time_stores_and_handles_nothing_twice() {
     assert_eq!(messages(&w), 30);
     // The restored messages are deliveries again (their receipts stand): nothing is handled twice.
     drain(&w, "h");
-    assert_eq!(count(&w, "SELECT count(*) FROM effects"), 30);
+    assert_eq!(count(&w, "SELECT count(*) FROM effects WHERE handler = 'h'"), 30);
+    // The handler that had not handled them acts on every one once, each aggregate in the
+    // order its events were first stored: its open deliveries followed the new rows.
+    assert_eq!(
+        count(&w, "SELECT count(*) FROM inbox.deliveries d WHERE NOT EXISTS (SELECT FROM inbox.messages m WHERE m.event_id = d.event_id AND m.topic = d.topic AND m.received_at = d.received_at)"),
+        0,
+        "no delivery points at a message that is gone"
+    );
+    for _ in 0..40 {
+        drain(&w, "late");
+    }
+    assert_eq!(count(&w, "SELECT count(*) FROM effects WHERE handler = 'late'"), 30);
+    let order = w.sql(
+        "SELECT string_agg(event_id, ',' ORDER BY n) FROM effects WHERE handler = 'late' \
+         GROUP BY split_part(event_id, '-', 2)::int % 3 ORDER BY 1",
+    );
+    for aggregate in order.lines() {
+        let ids: Vec<i64> = aggregate.split(',').map(|id| id.trim_start_matches("r-").parse().unwrap()).collect();
+        assert!(ids.windows(2).all(|p| p[0] < p[1]), "not in first order: {aggregate}");
+    }
 }
