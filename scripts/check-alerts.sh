@@ -2,7 +2,8 @@
 # Checks the Prometheus alerting rules and the PostgreSQL-side slot check in deploy/prometheus:
 #
 #   1. `promtool check rules deploy/prometheus/alerts.yml`
-#   2. `promtool test rules deploy/prometheus/alerts_test.yml` (unit tests of every rule)
+#   2. `promtool test rules` of deploy/prometheus/alerts_test.yml (the relay's rules) and
+#      deploy/prometheus/inbox_alerts_test.yml (walpost inbox's): unit tests of every rule
 #   3. every rule has a severity label, summary/description/runbook_url annotations, and
 #      at least one firing and one not-firing test case; every runbook_url points to a file
 #      (and heading) of this repository
@@ -28,7 +29,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PENDING_METRICS=()
 
 rules=deploy/prometheus/alerts.yml
-tests=deploy/prometheus/alerts_test.yml
+tests=(deploy/prometheus/alerts_test.yml deploy/prometheus/inbox_alerts_test.yml)
 slot_sql=deploy/prometheus/slot-check.sql
 repo_url="https://github.com/walpost/walpost/blob/main/"
 
@@ -98,7 +99,9 @@ say "using $promtool ($("$promtool" --version 2>&1 | head -n1))"
 
 # ------------------------------------------------------------------ 1, 2: promtool
 "$promtool" check rules "$rules" >&2 || fail "promtool check rules $rules"
-"$promtool" test rules "$tests" >&2 || fail "promtool test rules $tests"
+for t in "${tests[@]}"; do
+    "$promtool" test rules "$t" >&2 || fail "promtool test rules $t"
+done
 
 # ------------------------------------------------------------------ 3: structure, coverage, links
 mapfile -t alerts < <(sed -n 's/^ *- alert: *\([A-Za-z0-9_]*\).*/\1/p' "$rules")
@@ -111,13 +114,13 @@ done
 cases="$(awk '
     /^ *(- )?alertname:/ { name = $NF; next }
     /^ *exp_alerts:/ && name != "" { print name, ($2 == "[]" ? "silent" : "firing"); name = "" }
-' "$tests")"
+ ' "${tests[@]}")"
 for a in "${alerts[@]}"; do
-    grep -qx "$a firing" <<<"$cases" || fail "$tests has no test case in which $a fires"
-    grep -qx "$a silent" <<<"$cases" || fail "$tests has no test case in which $a stays silent"
+    grep -qx "$a firing" <<<"$cases" || fail "${tests[*]}: no test case in which $a fires"
+    grep -qx "$a silent" <<<"$cases" || fail "${tests[*]}: no test case in which $a stays silent"
 done
 while read -r name _; do
-    in_list "$name" "${alerts[@]}" || fail "$tests tests $name, which $rules does not define"
+    in_list "$name" "${alerts[@]}" || fail "${tests[*]} test $name, which $rules does not define"
 done <<<"$cases"
 
 # GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens.

@@ -17,7 +17,10 @@
 //!    deliveries are counted after the locks are granted, so a handler registered
 //!    meanwhile (whose deliveries are made for the stored messages) is seen.
 //!    A day whose range ends at or before `now - retention_max_days` is dropped even with
-//!    open deliveries, and reported: a WARN line with how many were open.
+//!    open deliveries, and reported: a WARN line with how many were open, counted in
+//!    `walpost_inbox_retention_forced_drops_total` (and the deliveries in
+//!    `..._forced_open_deliveries_total`) instead of `walpost_retention_partitions_dropped_total`,
+//!    so an alert can tell it from a normal expiry.
 //!
 //! Invariants:
 //! - only whole days go, by DROP TABLE; before `max_days`, never a day with an open
@@ -117,11 +120,11 @@ pub(crate) async fn task(
 pub(crate) async fn pass_and_report(s: &InboxSettings, cfg: &InboxRetention, metrics: &RetentionMetrics) -> bool {
     match pass(s, cfg).await {
         Ok(Some(lines)) => {
-            let failed = lines.iter().any(|l| l.reason == Reason::Error);
+            let failed = lines.iter().any(|(l, _)| l.reason == Reason::Error);
             metrics.pass_finished(!failed);
-            for l in &lines {
-                l.count(metrics);
-                if l.reason == Reason::MaxAge && !l.detail.is_empty() {
+            for (l, forced_open) in &lines {
+                count(l, *forced_open, metrics);
+                if *forced_open > 0 {
                     tracing::warn!(partition = %l.partition, range = %l.range, detail = %l.detail, "inbox retention: dropped a day with open deliveries");
                 } else {
                     crate::retention::log_line(l);
@@ -141,8 +144,23 @@ pub(crate) async fn pass_and_report(s: &InboxSettings, cfg: &InboxRetention, met
     }
 }
 
+/// Counts a pass's line: a day dropped past `max_days` with `forced_open` open deliveries
+/// is a forced drop, apart from the days that expired with every delivery closed.
+fn count(line: &Line, forced_open: i64, metrics: &RetentionMetrics) {
+    if forced_open > 0 && line.done {
+        metrics.inbox_forced_drops.inc();
+        metrics.inbox_forced_open_deliveries.inc_by(forced_open.unsigned_abs());
+    } else {
+        line.count(metrics);
+    }
+}
+
+/// What a pass did: each line, with the open deliveries a forced drop took with it (0
+/// for every other line).
+type Lines = Vec<(Line, i64)>;
+
 /// Runs one pass on its own connection; `Ok(None)`: another session is running one.
-pub(crate) async fn pass(s: &InboxSettings, cfg: &InboxRetention) -> Result<Option<Vec<Line>>, PipelineError> {
+pub(crate) async fn pass(s: &InboxSettings, cfg: &InboxRetention) -> Result<Option<Lines>, PipelineError> {
     let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
     let result = pass_on(&mut sql, &s.schema, cfg).await;
     sql.close().await;
@@ -153,14 +171,14 @@ async fn pass_on(
     sql: &mut ReplicationClient,
     schema: &str,
     cfg: &InboxRetention,
-) -> Result<Option<Vec<Line>>, PipelineError> {
+) -> Result<Option<Lines>, PipelineError> {
     sql.simple_query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET search_path = pg_catalog, pg_temp").await?;
     let mut tables = Vec::with_capacity(TABLES.len());
     for table in TABLES {
         let quoted = format!("{}.{}", ident(schema), ident(table));
         let r = sql
             .simple_query(&format!(
-                "SELECT c.oid::text AS oid, c.relkind::text AS kind FROM pg_class c WHERE c.oid = to_regclass({})",
+                "SELECT c.oid::text AS oid, c.relkind::text AS kind FROM pg_class c WHERE c.oid = pg_catalog.to_regclass({})",
                 literal(&quoted)
             ))
             .await?;
@@ -170,8 +188,8 @@ async fn pass_on(
         let oid = r.first("oid").unwrap_or_default().to_owned();
         tables.push((table, oid));
     }
-    let lock_key = format!("hashtextextended('walpost inbox retention ' || {}, 0)", literal(&tables[0].1));
-    let got = sql.simple_query(&format!("SELECT pg_try_advisory_lock({lock_key})::text AS got")).await?;
+    let lock_key = format!("pg_catalog.hashtextextended('walpost inbox retention ' || {}, 0)", literal(&tables[0].1));
+    let got = sql.simple_query(&format!("SELECT pg_catalog.pg_try_advisory_lock({lock_key})::text AS got")).await?;
     if got.first("got") != Some("true") {
         return Ok(None);
     }
@@ -188,7 +206,7 @@ async fn pass_on(
         Ok(lines)
     }
     .await;
-    let _ = sql.simple_query(&format!("SELECT pg_advisory_unlock({lock_key})")).await;
+    let _ = sql.simple_query(&format!("SELECT pg_catalog.pg_advisory_unlock({lock_key})")).await;
     result.map(Some)
 }
 
@@ -197,9 +215,9 @@ async fn execute(
     schema: &str,
     cfg: &InboxRetention,
     step: Step,
-) -> Result<Line, PipelineError> {
+) -> Result<(Line, i64), PipelineError> {
     match step {
-        Step::Keep(line) => Ok(line),
+        Step::Keep(line) => Ok((line, 0)),
         Step::Create { table, name, lo, hi } => {
             let range = Range { lo: Some(lo), hi: Some(hi) };
             let mut line = Line {
@@ -216,7 +234,7 @@ async fn execute(
                 Ok(()) => line.done = true,
                 Err(e) => keep_after(&mut line, e, "not created")?,
             }
-            Ok(line)
+            Ok((line, 0))
         }
         Step::Drop { range, partitions, forced } => {
             let shown: Vec<&str> = partitions.iter().map(|p| p.display.as_str()).collect();
@@ -228,9 +246,11 @@ async fn execute(
                 reason: if forced { Reason::MaxAge } else { Reason::Expired },
                 detail: String::new(),
             };
+            let mut forced_open = 0;
             match drop_day(sql, schema, cfg, &partitions, forced).await {
                 Ok(Dropped::Yes { open }) => {
                     line.done = true;
+                    forced_open = open;
                     if open > 0 {
                         line.detail = format!(
                             "older than retention_max_days ({} days): dropped with {open} open deliveries (pending or review_required)",
@@ -251,7 +271,7 @@ async fn execute(
                     keep_after(&mut line, e, "not dropped")?;
                 }
             }
-            Ok(line)
+            Ok((line, forced_open))
         }
     }
 }
@@ -296,7 +316,7 @@ async fn drop_day(
                 None => 0,
                 Some(d) => sql
                     .simple_query(&format!(
-                        "SELECT count(*)::text AS open FROM {} WHERE state IN ('pending', 'review_required')",
+                        "SELECT pg_catalog.count(*)::text AS open FROM {} WHERE state IN ('pending', 'review_required')",
                         d.quoted
                     ))
                     .await?
@@ -409,6 +429,30 @@ mod tests {
         // seven days ago ends 1 h after the cutoff). Before now - 9 days: ten ago only.
         assert_eq!(drops, [(NOV29 - 10 * D, 3, true), (NOV29 - 9 * D, 3, false), (NOV29 - 8 * D, 3, false)]);
         assert_eq!(kept, 8);
+    }
+
+    /// The drill: a day dropped with open deliveries counted as a normal expiry.
+    #[test]
+    fn a_forced_drop_is_counted_apart_from_a_normal_expiry() {
+        let health = std::sync::Arc::new(crate::telemetry::Health::new(
+            std::time::Duration::from_secs(30),
+            std::time::Duration::from_secs(60),
+        ));
+        let m = crate::telemetry::Metrics::new(health).unwrap().retention;
+        let dropped = |reason| Line {
+            partition: "inbox.messages_p20261101".into(),
+            range: String::new(),
+            action: Action::Drop,
+            done: true,
+            reason,
+            detail: String::new(),
+        };
+        count(&dropped(Reason::Expired), 0, &m);
+        count(&dropped(Reason::MaxAge), 0, &m);
+        assert_eq!((m.dropped.get(), m.inbox_forced_drops.get()), (2, 0), "nothing open: a normal expiry");
+        count(&dropped(Reason::MaxAge), 4, &m);
+        assert_eq!((m.dropped.get(), m.inbox_forced_drops.get()), (2, 1));
+        assert_eq!(m.inbox_forced_open_deliveries.get(), 4);
     }
 
     #[test]
