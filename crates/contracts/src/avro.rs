@@ -8,8 +8,13 @@
 //! Invariants:
 //! - A mismatch names the JSON pointer of the value and what it lacks, never the value
 //!   (nor the names of undeclared fields, which may be data).
-//! - Depth is bounded by the payload's: serde_json stops at 128 levels, and every step
-//!   into the schema but a union's branch is a step into the value.
+//! - Depth is bounded by [`Limits::max_depth`]: every record, array and map entered
+//!   counts a level, those of a field's default too (a record whose default holds
+//!   itself would recurse for ever).
+//! - Work is bounded: a union's branch is chosen by whether the value fits it, and that
+//!   answer is remembered per (schema, value), so unions of recursive records cost
+//!   what the value's size does, not 2^depth; every step counts against the check's
+//!   budget ([`crate::Limits::steps_for`]), and a check past it is [`Stop::Costly`].
 //! - Logical types that need arithmetic on arbitrary precision (`big-decimal`) and
 //!   `duration` are refused when the schema is loaded, not at the first event.
 
@@ -18,8 +23,62 @@ use std::collections::HashMap;
 use apache_avro::schema::{Name, Namespace, Schema};
 use serde_json::Value;
 
+use crate::Limits;
+
 /// Why a value does not fit: the pointer and the reason ("is not an int").
 pub(crate) type Mismatch = (String, &'static str);
+
+/// What a value that was not written met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// It does not fit the schema (depth past the limit included).
+    Mismatch(Mismatch),
+    /// Writing it took more than this many steps.
+    Costly(u64),
+}
+
+/// The reason a value (or a default) nested past the depth limit gets.
+pub(crate) const TOO_DEEP: &str =
+    "nests deeper than contracts.max_depth allows (so does a record whose field's default holds that record)";
+
+/// Why writing stopped, inside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Mismatch(&'static str),
+    /// Past the depth limit: the whole write stops (a union does not try its next branch).
+    Deep,
+    /// Past the step budget: the whole write stops.
+    Costly,
+}
+
+impl From<&'static str> for Stop {
+    fn from(reason: &'static str) -> Stop {
+        Stop::Mismatch(reason)
+    }
+}
+
+/// One write's state: its budget, and which (schema, value) pairs fit.
+struct Run {
+    budget: u64,
+    left: u64,
+    max_depth: usize,
+    /// (schema address, value address) -> fits. Both live as long as the write.
+    fits: HashMap<(usize, usize), bool>,
+}
+
+impl Run {
+    fn step(&mut self) -> Result<(), Stop> {
+        self.left = self.left.checked_sub(1).ok_or(Stop::Costly)?;
+        Ok(())
+    }
+
+    fn enter(&self, depth: usize) -> Result<usize, Stop> {
+        if depth >= self.max_depth {
+            return Err(Stop::Deep);
+        }
+        Ok(depth + 1)
+    }
+}
 
 /// A parsed Avro schema with its named types, ready to write values.
 #[derive(Debug)]
@@ -59,16 +118,53 @@ impl AvroWriter {
         }
     }
 
-    /// Appends the Avro binary of `value` to `out`.
-    pub(crate) fn write(&self, value: &Value, out: &mut Vec<u8>) -> Result<(), Mismatch> {
+    /// Appends the Avro binary of `value` to `out`, in at most `budget` steps and
+    /// `limits.max_depth` levels.
+    pub(crate) fn write(&self, value: &Value, out: &mut Vec<u8>, limits: Limits, budget: u64) -> Result<(), Failure> {
         let mut pointer = String::new();
-        self.put(&self.schema, value, &mut pointer, out).map_err(|reason| (pointer, reason))
+        let mut run = Run { budget, left: budget, max_depth: limits.max_depth, fits: HashMap::new() };
+        let at = out.len();
+        let written = self.put(&self.schema, value, 0, &mut pointer, out, &mut run);
+        written.map_err(|stop| {
+            out.truncate(at);
+            match stop {
+                Stop::Mismatch(reason) => Failure::Mismatch((pointer, reason)),
+                Stop::Deep => Failure::Mismatch((pointer, TOO_DEEP)),
+                Stop::Costly => Failure::Costly(run.budget),
+            }
+        })
+    }
+
+    /// Whether `value` fits `schema` (written aside, then dropped), remembered per pair so
+    /// that nested unions do not try the same branch on the same value again.
+    fn fits(&self, schema: &Schema, value: &Value, depth: usize, run: &mut Run) -> Result<bool, Stop> {
+        let key = (std::ptr::from_ref(schema) as usize, std::ptr::from_ref(value) as usize);
+        if let Some(&fits) = run.fits.get(&key) {
+            return Ok(fits);
+        }
+        let mut aside = Vec::new();
+        let fits = match self.put(schema, value, depth, &mut String::new(), &mut aside, run) {
+            Ok(()) => true,
+            Err(Stop::Mismatch(_)) => false,
+            Err(stop) => return Err(stop),
+        };
+        run.fits.insert(key, fits);
+        Ok(fits)
     }
 
     /// On error, `pointer` is left at the failing value.
-    fn put(&self, schema: &Schema, value: &Value, pointer: &mut String, out: &mut Vec<u8>) -> Result<(), &'static str> {
+    fn put(
+        &self,
+        schema: &Schema,
+        value: &Value,
+        depth: usize,
+        pointer: &mut String,
+        out: &mut Vec<u8>,
+        run: &mut Run,
+    ) -> Result<(), Stop> {
+        run.step()?;
         match schema {
-            Schema::Null => value.is_null().then_some(()).ok_or("is not null"),
+            Schema::Null => Ok(value.is_null().then_some(()).ok_or("is not null")?),
             Schema::Boolean => {
                 let b = value.as_bool().ok_or("is not a boolean")?;
                 out.push(u8::from(b));
@@ -114,7 +210,7 @@ impl AvroWriter {
             Schema::Fixed(f) => {
                 let bytes = latin1(value.as_str().ok_or("is not a string of bytes")?)?;
                 if bytes.len() != f.size {
-                    return Err("does not have the fixed type's size");
+                    return Err("does not have the fixed type's size".into());
                 }
                 out.extend_from_slice(&bytes);
                 Ok(())
@@ -142,13 +238,14 @@ impl AvroWriter {
             }
             Schema::Array(a) => {
                 let items = value.as_array().ok_or("is not an array")?;
+                let depth = run.enter(depth)?;
                 if !items.is_empty() {
                     put_long(i64::try_from(items.len()).unwrap_or(i64::MAX), out);
                     let at = pointer.len();
                     for (i, item) in items.iter().enumerate() {
                         pointer.push('/');
                         pointer.push_str(&i.to_string());
-                        self.put(&a.items, item, pointer, out)?;
+                        self.put(&a.items, item, depth, pointer, out, run)?;
                         pointer.truncate(at);
                     }
                 }
@@ -157,13 +254,14 @@ impl AvroWriter {
             }
             Schema::Map(m) => {
                 let entries = value.as_object().ok_or("is not an object")?;
+                let depth = run.enter(depth)?;
                 if !entries.is_empty() {
                     put_long(i64::try_from(entries.len()).unwrap_or(i64::MAX), out);
                     let at = pointer.len();
                     for (key, item) in entries {
                         put_bytes(key.as_bytes(), out);
                         push_token(pointer, key);
-                        self.put(&m.types, item, pointer, out)?;
+                        self.put(&m.types, item, depth, pointer, out, run)?;
                         pointer.truncate(at);
                     }
                 }
@@ -171,29 +269,29 @@ impl AvroWriter {
                 Ok(())
             }
             Schema::Union(u) => {
-                let at = out.len();
+                // The first branch the value fits, asked without writing: no branch is
+                // written and then undone, and a branch tried on a value is not tried on
+                // it again deeper down.
                 for (index, branch) in u.variants().iter().enumerate() {
-                    put_long(i64::try_from(index).unwrap_or(i64::MAX), out);
-                    let p = pointer.len();
-                    if self.put(branch, value, pointer, out).is_ok() {
-                        return Ok(());
+                    if self.fits(branch, value, depth, run)? {
+                        put_long(i64::try_from(index).unwrap_or(i64::MAX), out);
+                        return self.put(branch, value, depth, pointer, out, run);
                     }
-                    pointer.truncate(p);
-                    out.truncate(at);
                 }
-                Err("fits no branch of its union")
+                Err("fits no branch of its union".into())
             }
             Schema::Record(r) => {
                 let fields = value.as_object().ok_or("is not an object")?;
                 if fields.keys().any(|k| !r.lookup.contains_key(k)) {
-                    return Err("has a field its record does not declare");
+                    return Err("has a field its record does not declare".into());
                 }
+                let depth = run.enter(depth)?;
                 let at = pointer.len();
                 for field in &r.fields {
                     push_token(pointer, &field.name);
                     match fields.get(&field.name).or(field.default.as_ref()) {
-                        Some(v) => self.put(&field.schema, v, pointer, out)?,
-                        None => return Err("is missing, and its field has no default"),
+                        Some(v) => self.put(&field.schema, v, depth, pointer, out, run)?,
+                        None => return Err("is missing, and its field has no default".into()),
                     }
                     pointer.truncate(at);
                 }
@@ -201,9 +299,9 @@ impl AvroWriter {
             }
             Schema::Ref { name } => {
                 let named = self.names.get(name).or_else(|| self.names.get(&qualified(name, &None)));
-                self.put(named.ok_or("has a type the schema does not define")?, value, pointer, out)
+                self.put(named.ok_or("has a type the schema does not define")?, value, depth, pointer, out, run)
             }
-            Schema::BigDecimal | Schema::Duration => Err("has a logical type walpost does not write"),
+            Schema::BigDecimal | Schema::Duration => Err("has a logical type walpost does not write".into()),
         }
     }
 }
@@ -303,7 +401,11 @@ mod tests {
 
     fn ours(schema: &str, json: &Value) -> Result<Vec<u8>, Mismatch> {
         let mut out = Vec::new();
-        AvroWriter::new(schema).unwrap().write(json, &mut out).map(|()| out)
+        let written = AvroWriter::new(schema).unwrap().write(json, &mut out, Limits::default(), 1_000_000);
+        written.map(|()| out).map_err(|f| match f {
+            Failure::Mismatch(m) => m,
+            Failure::Costly(_) => panic!("over budget"),
+        })
     }
 
     const ORDER: &str = r#"{"type": "record", "name": "OrderPlaced", "namespace": "shop",
@@ -394,5 +496,67 @@ mod tests {
         let json = serde_json::json!({"v": 1, "next": {"v": 2, "next": null}});
         let expected = reference(list, serde_json::json!({"v": 1, "next": {"v": 2, "next": null}}));
         assert_eq!(ours(list, &json).unwrap(), expected);
+    }
+
+    /// Two records, each with a field that is either of them (or null).
+    const TWO_KINDS: &str = r#"{"type": "record", "name": "A", "fields": [{"name": "c", "type": ["null", "A",
+        {"type": "record", "name": "B", "fields": [{"name": "c", "type": ["null", "A", "B"]}]}]}]}"#;
+
+    fn nested_c(depth: usize, bottom: &str) -> Value {
+        serde_json::from_str(&format!("{}{bottom}{}", r#"{"c":"#.repeat(depth), "}".repeat(depth))).unwrap()
+    }
+
+    #[test]
+    fn unions_of_recursive_records_do_not_backtrack_exponentially() {
+        // Depth 28 took 35 s of CPU when each union wrote a branch and undid it.
+        let started = std::time::Instant::now();
+        assert_eq!(ours(TWO_KINDS, &nested_c(28, "1")), Err(("/c".into(), "fits no branch of its union")));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+        let started = std::time::Instant::now();
+        let fine = ours(TWO_KINDS, &nested_c(28, "null")).unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+        // The root is an A; each c below it: branch 1 (A), the last one branch 0 (null).
+        assert_eq!(fine, [vec![2; 27], vec![0]].concat());
+        // The Avro library's own writer agrees where it is fast enough to ask.
+        let shallow = nested_c(6, "null");
+        assert_eq!(ours(TWO_KINDS, &shallow).unwrap(), reference(TWO_KINDS, shallow.clone()));
+    }
+
+    #[test]
+    fn a_default_that_holds_its_own_record_is_a_mismatch_not_a_stack_overflow() {
+        // It overflowed the stack (abort, exit 134) before the writer counted levels.
+        let cyclic = r#"{"type":"record","name":"R","fields":[{"name":"f","type":["R",{"type":"map","values":"int"}],"default":{}}]}"#;
+        let (pointer, reason) = ours(cyclic, &serde_json::json!({})).unwrap_err();
+        assert_eq!(reason, TOO_DEEP);
+        assert_eq!(pointer, "/f", "the field whose default holds its record");
+        let deep = r#"{"type": "array", "items": {"type": "array", "items": "int"}}"#;
+        let mut out = Vec::new();
+        let writer = AvroWriter::new(deep).unwrap();
+        let two_levels = serde_json::json!([[1]]);
+        assert!(writer.write(&two_levels, &mut out, Limits { max_depth: 2 }, 100).is_ok());
+        let one_level = writer.write(&two_levels, &mut out, Limits { max_depth: 1 }, 100);
+        assert_eq!(one_level, Err(Failure::Mismatch(("/0".into(), TOO_DEEP))));
+    }
+
+    #[test]
+    fn defaults_that_fan_out_spend_the_step_budget() {
+        // T0 has two fields of T1, each defaulting to {}, ... to T19: 2^20 records from {}.
+        let mut schema = r#""int""#.to_owned();
+        for i in (0..20).rev() {
+            let default = if i == 19 { "0" } else { "{}" };
+            schema = format!(
+                r#"{{"type": "record", "name": "T{i}", "fields": [{{"name": "a", "type": {schema}, "default": {default}}}, {{"name": "b", "type": {}, "default": {default}}}]}}"#,
+                if i == 19 { r#""int""#.to_owned() } else { format!(r#""T{}""#, i + 1) }
+            );
+        }
+        let writer = AvroWriter::new(&schema).unwrap();
+        let mut out = Vec::new();
+        let started = std::time::Instant::now();
+        assert_eq!(
+            writer.write(&serde_json::json!({}), &mut out, Limits::default(), 100_000),
+            Err(Failure::Costly(100_000))
+        );
+        assert!(out.is_empty(), "nothing half-written is left");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
     }
 }

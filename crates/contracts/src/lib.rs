@@ -19,7 +19,12 @@
 //! - Formats (`"format": "date-time"`, `email`, `uuid`...) are asserted on every draft,
 //!   as registries' JSON Schema serializers do, not only annotated.
 //! - Hostile payloads: serde_json stops at 128 levels of nesting (then the payload is
-//!   "not JSON"), and validation walks the parsed value, so depth is bounded too.
+//!   "not JSON"), and a payload nesting deeper than [`Limits::max_depth`] (32 by
+//!   default) is a breach before any schema walks it.
+//! - Recursive schemas: a check takes at most [`Limits::steps_for`] steps (a JSON
+//!   Schema's subschemas applied, an Avro writer's types entered), so a union of
+//!   recursive branches whose errors double at every level is a breach in a bounded
+//!   time and memory, never minutes and gigabytes (see `budget`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +32,68 @@ use std::sync::Arc;
 use router::{Breach, BreachReason, Checked, ContractError, Event, PayloadContract};
 
 mod avro;
+mod budget;
 pub mod registry;
+
+/// `contracts.max_depth`'s default: levels of objects and arrays a payload may nest.
+pub const DEFAULT_MAX_DEPTH: usize = 32;
+/// Steps every check may take, whatever its payload's size.
+pub const STEPS_PER_CHECK: u64 = 100_000;
+/// Steps a check may take beside those, per byte of its payload.
+pub const STEPS_PER_BYTE: u64 = 16;
+
+/// What bounds one contract check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Levels of objects and arrays a payload may nest (`contracts.max_depth`); an Avro
+    /// value's fields' defaults count too.
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_depth: DEFAULT_MAX_DEPTH }
+    }
+}
+
+impl Limits {
+    /// The step budget of a check of a `len`-byte payload: [`STEPS_PER_CHECK`] plus
+    /// [`STEPS_PER_BYTE`] per byte (a check that is linear in its payload stays far
+    /// below it; one that doubles at every level reaches it).
+    pub fn steps_for(len: usize) -> u64 {
+        STEPS_PER_CHECK.saturating_add(STEPS_PER_BYTE.saturating_mul(u64::try_from(len).unwrap_or(u64::MAX)))
+    }
+
+    /// The payload as JSON, refused when it nests deeper than `max_depth`.
+    fn parse(&self, schema: &Arc<str>, payload: &[u8]) -> Result<serde_json::Value, Breach> {
+        let value = parse(schema, payload)?;
+        if too_deep(&value, self.max_depth) {
+            return Err(Breach {
+                schema: Some(schema.clone()),
+                reason: BreachReason::TooDeep { limit: self.max_depth },
+            });
+        }
+        Ok(value)
+    }
+}
+
+/// Whether `value` nests more than `limit` levels of objects and arrays (`{}` is one).
+fn too_deep(value: &serde_json::Value, limit: usize) -> bool {
+    use serde_json::Value;
+    let mut containers: Vec<(&Value, usize)> = vec![(value, 1)];
+    while let Some((v, level)) = containers.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(fields) => Box::new(fields.values()),
+            _ => continue,
+        };
+        if level > limit {
+            return true;
+        }
+        containers.extend(children.filter(|c| c.is_array() || c.is_object()).map(|c| (c, level + 1)));
+    }
+    false
+}
 
 /// A schema as the caller read it.
 #[derive(Debug, Clone)]
@@ -69,6 +135,7 @@ pub struct Contracts {
     by_type: HashMap<Box<[u8]>, Contract>,
     unknown: Unknown,
     origin: String,
+    limits: Limits,
 }
 
 impl std::fmt::Debug for Contracts {
@@ -77,6 +144,7 @@ impl std::fmt::Debug for Contracts {
             .field("origin", &self.origin)
             .field("event_types", &self.event_types())
             .field("unknown", &self.unknown)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -105,7 +173,13 @@ impl Contracts {
             }
             by_type.insert(key, Contract { name: Arc::from(s.name.as_str()), validator });
         }
-        Ok(Contracts { by_type, unknown, origin: origin.into() })
+        Ok(Contracts { by_type, unknown, origin: origin.into(), limits: Limits::default() })
+    }
+
+    /// The same contracts, bounded by `limits` instead of the defaults.
+    pub fn with_limits(mut self, limits: Limits) -> Contracts {
+        self.limits = limits;
+        self
     }
 
     /// The event types with a schema, sorted.
@@ -134,8 +208,8 @@ impl Contracts {
         let Some(contract) = self.by_type.get(event_type) else {
             return self.unknown_event(BreachReason::NoContract);
         };
-        let value = parse(&contract.name, payload)?;
-        validate_json(&contract.name, &contract.validator, &value)
+        let value = self.limits.parse(&contract.name, payload)?;
+        validate_json(&contract.name, &contract.validator, &value, Limits::steps_for(payload.len()))
     }
 }
 
@@ -147,25 +221,54 @@ fn parse(schema: &Arc<str>, payload: &[u8]) -> Result<serde_json::Value, Breach>
     })
 }
 
-/// The first violation of `validator` as a breach of `schema`.
+/// The first violation of `validator` as a breach of `schema`, found in at most `budget`
+/// steps: first whether there is one (jsonschema remembers recursive answers, so this is
+/// cheap), then, only for an invalid payload, where it is (another `budget`).
 fn validate_json(
     schema: &Arc<str>,
     validator: &jsonschema::Validator,
     value: &serde_json::Value,
+    budget: u64,
 ) -> Result<(), Breach> {
-    validator.validate(value).map_err(|e| Breach {
-        schema: Some(schema.clone()),
-        reason: BreachReason::Invalid {
+    let costly = || Breach { schema: Some(schema.clone()), reason: BreachReason::TooCostly { steps: budget } };
+    match budget::run(budget, || validator.is_valid(value)) {
+        Some(true) => return Ok(()),
+        Some(false) => {}
+        None => return Err(costly()),
+    }
+    let first = budget::run(budget, || {
+        validator.validate(value).err().map(|e| BreachReason::Invalid {
             pointer: e.instance_path().as_str().to_owned(),
             keyword: e.kind().keyword().to_owned(),
             schema_path: e.schema_path().as_str().to_owned(),
-        },
-    })
+        })
+    });
+    match first {
+        Some(Some(reason)) => Err(Breach { schema: Some(schema.clone()), reason }),
+        // Invalid, though validate found nothing: jsonschema's two answers disagree.
+        Some(None) => Err(Breach {
+            schema: Some(schema.clone()),
+            reason: BreachReason::Invalid {
+                pointer: String::new(),
+                keyword: "(unknown)".into(),
+                schema_path: String::new(),
+            },
+        }),
+        None => Err(costly()),
+    }
 }
 
-/// A JSON Schema built as every contract builds it: formats asserted, no retriever.
+/// Whether `value` passes `validator`, in at most `budget` steps (`None`: past it).
+fn is_valid_within(validator: &jsonschema::Validator, value: &serde_json::Value, budget: u64) -> Option<bool> {
+    budget::run(budget, || validator.is_valid(value))
+}
+
+/// A JSON Schema built as every contract builds it: formats asserted, no retriever,
+/// every subschema's steps counted.
 fn build_json_schema(schema: &serde_json::Value) -> Result<jsonschema::Validator, String> {
-    jsonschema::options().should_validate_formats(true).build(schema).map_err(|e| e.to_string())
+    budget::with_steps(jsonschema::options().should_validate_formats(true))
+        .build(&budget::counted(schema))
+        .map_err(|e| e.to_string())
 }
 
 impl PayloadContract for Contracts {

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use router::{Breach, BreachReason, Checked, ContractError, Event, PayloadContract};
 
-use crate::avro::AvroWriter;
+use crate::avro::{AvroWriter, Failure};
+use crate::Limits;
 
 /// How a record's value is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +118,8 @@ pub struct RegistryOptions {
     /// How keys are written: `None` as they are (the aggregate id's bytes), else by the
     /// subject `<topic>-key` in this format.
     pub key_format: Option<Format>,
+    /// What bounds each check (`contracts.max_depth`).
+    pub limits: Limits,
 }
 
 /// Which part of a record a subject's schema writes.
@@ -264,18 +267,23 @@ impl PayloadContract for RegistryContracts {
             Entry::Refused(breach) => return Err(breach.clone().into()),
             Entry::Ready { name, id, built } => (name, *id, built),
         };
-        let value = crate::parse(name, payload)?;
+        let limits = self.options.limits;
+        let value = limits.parse(name, payload)?;
+        let budget = Limits::steps_for(payload.len());
         let mut out = Vec::with_capacity(payload.len().saturating_add(5));
         out.push(0);
         out.extend_from_slice(&id.to_be_bytes());
         match built {
             Built::Json(validator) => {
-                crate::validate_json(name, validator, &value)?;
+                crate::validate_json(name, validator, &value, budget)?;
                 out.extend_from_slice(payload);
             }
-            Built::Avro(writer) => writer.write(&value, &mut out).map_err(|(pointer, reason)| Breach {
+            Built::Avro(writer) => writer.write(&value, &mut out, limits, budget).map_err(|f| Breach {
                 schema: Some(name.clone()),
-                reason: BreachReason::NotAvro { pointer, reason },
+                reason: match f {
+                    Failure::Mismatch((pointer, reason)) => BreachReason::NotAvro { pointer, reason },
+                    Failure::Costly(steps) => BreachReason::TooCostly { steps },
+                },
             })?,
         }
         Ok(Checked::Encoded(Bytes::from(out)))
@@ -299,30 +307,43 @@ impl PayloadContract for RegistryContracts {
         // The aggregate id is text; a key schema that takes only numbers gets it as one.
         let as_string = serde_json::Value::String(text.to_owned());
         let as_number = serde_json::from_str::<serde_json::Number>(text).ok().map(serde_json::Value::Number);
+        let limits = self.options.limits;
+        let budget = Limits::steps_for(key.len());
+        let costly = || Breach { schema: Some(name.clone()), reason: BreachReason::TooCostly { steps: budget } };
         let mut out = Vec::with_capacity(key.len().saturating_add(8));
         out.push(0);
         out.extend_from_slice(&id.to_be_bytes());
         match built {
             Built::Json(validator) => {
-                let first = match validator.validate(&as_string) {
+                let first = match crate::validate_json(name, validator, &as_string, budget) {
                     Ok(()) => {
                         serde_json::to_writer(&mut out, &as_string).map_err(|e| refused(e.to_string()))?;
                         return Ok(Some(Bytes::from(out)));
                     }
-                    Err(e) => format!("it fails \"{}\" (schema path {})", e.kind().keyword(), e.schema_path().as_str()),
+                    Err(Breach { reason: BreachReason::Invalid { keyword, schema_path, .. }, .. }) => {
+                        format!("it fails \"{keyword}\" (schema path {schema_path})")
+                    }
+                    Err(other) => return Err(other.into()),
                 };
-                match as_number {
-                    Some(n) if validator.is_valid(&n) => out.extend_from_slice(text.as_bytes()),
+                match as_number.map(|n| crate::is_valid_within(validator, &n, budget)) {
+                    Some(Some(true)) => out.extend_from_slice(text.as_bytes()),
+                    Some(None) => return Err(costly().into()),
                     _ => return Err(refused(first).into()),
                 }
             }
             Built::Avro(writer) => {
                 let header = out.len();
-                if let Err((_, reason)) = writer.write(&as_string, &mut out) {
-                    out.truncate(header);
-                    let fits = as_number.is_some_and(|n| writer.write(&n, &mut out).is_ok());
-                    if !fits {
-                        return Err(refused(format!("it {reason}")).into());
+                match writer.write(&as_string, &mut out, limits, budget) {
+                    Ok(()) => {}
+                    Err(Failure::Costly(_)) => return Err(costly().into()),
+                    Err(Failure::Mismatch((_, reason))) => {
+                        out.truncate(header);
+                        let number = as_number.map(|n| writer.write(&n, &mut out, limits, budget));
+                        match number {
+                            Some(Ok(())) => {}
+                            Some(Err(Failure::Costly(_))) => return Err(costly().into()),
+                            _ => return Err(refused(format!("it {reason}")).into()),
+                        }
                     }
                 }
             }
@@ -392,8 +413,15 @@ mod tests {
     }
 
     fn contracts(memory: &Arc<Memory>, format: Format, strategy: SubjectStrategy, ttl: Duration) -> RegistryContracts {
-        let options =
-            RegistryOptions { format, strategy, pinned: HashMap::new(), ttl, max_subjects: 2, key_format: None };
+        let options = RegistryOptions {
+            format,
+            strategy,
+            pinned: HashMap::new(),
+            ttl,
+            max_subjects: 2,
+            key_format: None,
+            limits: Limits::default(),
+        };
         RegistryContracts::new(Arc::new(memory.clone()), options)
     }
 
@@ -505,6 +533,7 @@ mod tests {
             ttl: Duration::from_secs(60),
             max_subjects: 100,
             key_format,
+            limits: Limits::default(),
         };
         let plain = RegistryContracts::new(Arc::new(m.clone()), options(None));
         assert_eq!(plain.key("orders", b"o-1").unwrap(), None, "key_format string: the key unchanged");
@@ -553,5 +582,30 @@ mod tests {
         assert_eq!(c.cache.lock().unwrap().len(), 2);
         assert_eq!(hits.load(Ordering::SeqCst), 1, "C once; A had gone first");
         assert_eq!(m.fetches.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn hostile_schemas_and_payloads_are_breaches_within_the_limits() {
+        let m = Arc::new(Memory::default());
+        let cyclic = r#"{"type":"record","name":"R","fields":[{"name":"f","type":["R",{"type":"map","values":"int"}],"default":{}}]}"#;
+        m.put("cyclic-value", 1, "AVRO", cyclic);
+        m.put(
+            "any-value",
+            2,
+            "AVRO",
+            r#"{"type": "map", "values": ["null", "int", {"type": "map", "values": "int"}]}"#,
+        );
+        let c = contracts(&m, Format::Avro, SubjectStrategy::TopicName, Duration::from_secs(60));
+        let ContractError::Breach(b) = c.check(event("X", "cyclic"), b"{}").unwrap_err() else { panic!() };
+        assert_eq!(b.reason, BreachReason::NotAvro { pointer: "/f".into(), reason: crate::avro::TOO_DEEP });
+        let deep = format!("{}{{}}{}", r#"{"a":"#.repeat(32), "}".repeat(32));
+        let ContractError::Breach(b) = c.check(event("X", "any"), deep.as_bytes()).unwrap_err() else { panic!() };
+        assert_eq!(b.reason, BreachReason::TooDeep { limit: 32 });
+        let json = Arc::new(Memory::default());
+        json.put("T", 3, "JSON", crate::tests::TWO_KINDS);
+        let c = contracts(&json, Format::JsonSchema, SubjectStrategy::RecordName, Duration::from_secs(60));
+        let payload = crate::tests::nested_c(22);
+        let ContractError::Breach(b) = c.check(event("T", "t"), payload.as_bytes()).unwrap_err() else { panic!() };
+        assert_eq!(b.reason, BreachReason::TooCostly { steps: Limits::steps_for(payload.len()) });
     }
 }

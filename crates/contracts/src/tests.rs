@@ -152,3 +152,66 @@ fn hostile_payloads_end_in_a_breach_not_a_crash() {
 fn breach_not_json(line: usize, column: usize) -> Breach {
     Breach { schema: Some(Arc::from("OrderPlaced.json")), reason: BreachReason::NotJson { line, column } }
 }
+
+/// Two subschemas that refer to each other through an `anyOf`, each requiring `c`: the
+/// shape of a tree whose nodes are of two kinds.
+pub(crate) const TWO_KINDS: &str = r##"{"$ref": "#/$defs/a", "$defs": {
+  "a": {"type": "object", "required": ["c"], "properties": {"c": {"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}]}}},
+  "b": {"type": "object", "required": ["c"], "properties": {"c": {"anyOf": [{"$ref": "#/$defs/b"}, {"$ref": "#/$defs/a"}]}}}}}"##;
+
+/// `{"c": ... {"c": {}} ...}`: `depth` objects around an empty one.
+pub(crate) fn nested_c(depth: usize) -> String {
+    format!("{}{{}}{}", r#"{"c":"#.repeat(depth), "}".repeat(depth))
+}
+
+#[test]
+fn a_recursive_anyof_is_refused_within_the_step_budget_not_in_exponential_time() {
+    let c = Contracts::new(vec![schema("T", TWO_KINDS)], Unknown::Allow, "t").unwrap();
+    // Depth 22 took 16 s and 7 GB before the budget (each level doubled the errors built).
+    for depth in [22, 31] {
+        let started = std::time::Instant::now();
+        let breach = check(&c, "T", &nested_c(depth)).unwrap_err();
+        let took = started.elapsed();
+        let steps = Limits::steps_for(nested_c(depth).len());
+        assert_eq!(breach.reason, BreachReason::TooCostly { steps }, "depth {depth}");
+        assert!(took < std::time::Duration::from_secs(5), "depth {depth} took {took:?}");
+        assert!(breach.to_string().contains(&format!("took more than {steps} steps")), "{breach}");
+    }
+    // A shallow invalid payload is still located exactly.
+    let shallow = check(&c, "T", &nested_c(3)).unwrap_err();
+    assert_eq!(invalid(&shallow).1, "anyOf");
+}
+
+#[test]
+fn a_legitimate_recursive_payload_passes_within_the_budget() {
+    let tree = r##"{"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "required": ["v"],
+        "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}}}}}"##;
+    let c = Contracts::new(vec![schema("T", tree)], Unknown::Allow, "t").unwrap();
+    // 15 levels of nodes with two children each (about 32,000 nodes, 31 levels of JSON).
+    fn node(depth: usize) -> String {
+        if depth == 0 {
+            return r#"{"v": 0}"#.into();
+        }
+        let kid = node(depth - 1);
+        format!(r#"{{"v": {depth}, "kids": [{kid}, {kid}, null]}}"#)
+    }
+    let payload = node(14);
+    let started = std::time::Instant::now();
+    assert_eq!(check(&c, "T", &payload), Ok(()));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_payload_nested_past_max_depth_is_a_breach_and_the_limit_is_configurable() {
+    let c = Contracts::new(vec![schema("T", "{}")], Unknown::Allow, "t").unwrap();
+    assert_eq!(check(&c, "T", &nested_c(DEFAULT_MAX_DEPTH - 1)), Ok(()), "32 levels");
+    let breach = check(&c, "T", &nested_c(DEFAULT_MAX_DEPTH)).unwrap_err();
+    assert_eq!(breach.reason, BreachReason::TooDeep { limit: 32 });
+    assert!(breach.to_string().contains("nests deeper than 32 levels"), "{breach}");
+    let arrays = format!("{}{}", "[".repeat(33), "]".repeat(33));
+    assert!(matches!(check(&c, "T", &arrays).unwrap_err().reason, BreachReason::TooDeep { .. }));
+    let wide =
+        Contracts::new(vec![schema("T", "{}")], Unknown::Allow, "t").unwrap().with_limits(Limits { max_depth: 40 });
+    assert_eq!(check(&wide, "T", &nested_c(39)), Ok(()));
+    assert!(check(&wide, "T", &nested_c(40)).is_err());
+}

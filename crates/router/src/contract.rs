@@ -135,6 +135,12 @@ pub enum BreachReason {
     /// The record's key does not fit the key schema (`contracts.key_format`): why, in
     /// the schema's terms (never the key itself).
     BadKey { reason: String },
+    /// The payload nests deeper than `contracts.max_depth` levels (objects and arrays):
+    /// it is refused before any schema walks it.
+    TooDeep { limit: usize },
+    /// Checking the payload took more than its step budget (a recursive schema whose
+    /// unions branch at every level): refused rather than checked for minutes.
+    TooCostly { steps: u64 },
     /// The payload is JSON the schema does not accept: the first violation.
     Invalid {
         /// JSON pointer of the failing value in the payload ("" is the whole payload).
@@ -184,6 +190,14 @@ impl fmt::Display for Breach {
             BreachReason::NotJson { line, column } => write!(
                 f,
                 "its payload is not JSON (the parser stopped at line {line}, column {column}), so schema {schema} cannot accept it: fix the producing service"
+            ),
+            BreachReason::TooDeep { limit } => write!(
+                f,
+                "its payload nests deeper than {limit} levels, the limit of contract checks (contracts.max_depth), so schema {schema} cannot accept it: fix the producing service, or raise contracts.max_depth if such events are right"
+            ),
+            BreachReason::TooCostly { steps } => write!(
+                f,
+                "checking it against schema {schema} took more than {steps} steps, the budget of one contract check (a recursive anyOf, oneOf or union tried at every level of a deep payload): fix the producing service, or tell the schema's branches apart (a required field, a const) so that one fails at once"
             ),
             BreachReason::Invalid { pointer, keyword, schema_path } => {
                 let at = if pointer.is_empty() { "the payload itself" } else { pointer.as_str() };

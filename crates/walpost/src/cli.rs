@@ -429,6 +429,11 @@ pub struct ConnectionArgs {
     #[arg(long, env = "WALPOST_CONTRACTS_UNKNOWN", hide_env_values = true, value_name = "allow|refuse")]
     pub contracts_unknown: Option<String>,
 
+    /// Levels of objects and arrays a payload may nest; a deeper one is a contract
+    /// breach ([contracts] max_depth, 1 to 128) [default: 32].
+    #[arg(long, env = "WALPOST_CONTRACTS_MAX_DEPTH", hide_env_values = true, value_name = "LEVELS")]
+    pub contracts_max_depth: Option<usize>,
+
     /// How record values are written: json (the payload unchanged), json-schema or avro
     /// (checked by the subject's schema in [registry], Confluent wire format)
     /// ([contracts] value_format) [default: json].
@@ -553,6 +558,7 @@ impl ConnectionArgs {
             envelope: self.envelope.clone(),
             contracts_dir: self.contracts_dir.clone(),
             contracts_unknown: self.contracts_unknown.clone(),
+            contracts_max_depth: self.contracts_max_depth,
             value_format: self.value_format.clone(),
             key_format: self.key_format.clone(),
             registry_url: self.registry_url.clone(),

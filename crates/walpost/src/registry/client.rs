@@ -3,12 +3,17 @@
 //! request (schemas are cached, so requests are rare), plain or TLS, with basic or
 //! bearer authentication. Errors name the registry by its URL (which never holds a
 //! credential: `[registry]` refuses one there) and never show a credential.
+//!
+//! Invariants: an answer's body is read up to `registry.max_response_bytes` and no
+//! further (a longer one is [`RegistryError::TooLarge`], whatever its Content-Length
+//! says); a subject is one escaped path segment, and one that is `.` or `..` (which a
+//! server or proxy would take as "this" or "the parent" path) is never sent.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use contracts::registry::{Fetched, Registered};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::http_client::{self, ConnectError, Tls, TlsSetupError};
@@ -36,6 +41,12 @@ pub(crate) enum RegistryError {
     Malformed(String, String),
     #[error("registry.url {0} is not an http:// or https:// URL with a host")]
     BadUrl(String),
+    #[error("the schema registry at {0} answered with more than {1} bytes (registry.max_response_bytes): it was not read further; check registry.url, or raise registry.max_response_bytes if a schema is really that large")]
+    TooLarge(String, usize),
+    #[error("the schema registry at {url} refused the schema for subject {subject} (HTTP 409): it is not compatible with the subject's latest version under the subject's compatibility rule; nothing was registered. Run walpost contracts check to see which schemas break it, keep the change compatible (add optional fields, do not remove or retype one), or, if the consumers agree, change the subject's compatibility level in the registry or register it under a new subject")]
+    Incompatible { url: String, subject: String },
+    #[error("subject {0:?} cannot be asked for: . and .. name other paths of the registry's API, not a subject; fix the event type or the subject strategy")]
+    DotSubject(String),
     #[error(transparent)]
     TlsSetup(#[from] TlsSetupError),
 }
@@ -58,6 +69,7 @@ pub(crate) struct RegistryClient {
     tls: Option<Tls>,
     authorization: Option<String>,
     timeout: Duration,
+    max_response_bytes: usize,
 }
 
 impl std::fmt::Debug for RegistryClient {
@@ -114,6 +126,7 @@ impl RegistryClient {
             tls,
             authorization,
             timeout: s.timeout,
+            max_response_bytes: s.max_response_bytes,
         })
     }
 
@@ -126,9 +139,12 @@ impl RegistryClient {
     }
 
     /// `version`: a pinned one, or the latest.
+    /// A subject that is `.` or `..` is missing: it cannot be asked for, so no registry
+    /// holds it for walpost (an event type from a row's data may be anything).
     pub(crate) async fn version(&self, subject: &str, version: Option<i32>) -> Result<Fetched, RegistryError> {
         let v = version.map_or_else(|| "latest".to_owned(), |v| v.to_string());
-        let path = format!("/subjects/{}/versions/{v}", segment(subject));
+        let Ok(subject) = segment(subject) else { return Ok(Fetched::Missing) };
+        let path = format!("/subjects/{subject}/versions/{v}");
         let (status, body) = self.request("GET", &path, None).await?;
         if status == 404 {
             return Ok(Fetched::Missing);
@@ -154,7 +170,7 @@ impl RegistryClient {
         schema_type: &str,
         schema: &str,
     ) -> Result<Compatibility, RegistryError> {
-        let path = format!("/compatibility/subjects/{}/versions/latest", segment(subject));
+        let path = format!("/compatibility/subjects/{}/versions/latest", segment(subject)?);
         let (status, body) = self.request("POST", &path, Some(schema_body(schema_type, schema))).await?;
         if status == 404 {
             return Ok(Compatibility::NewSubject);
@@ -170,8 +186,11 @@ impl RegistryClient {
     /// Registers `schema` under the subject (a no-op when it is its latest already);
     /// its id.
     pub(crate) async fn register(&self, subject: &str, schema_type: &str, schema: &str) -> Result<u32, RegistryError> {
-        let path = format!("/subjects/{}/versions", segment(subject));
+        let path = format!("/subjects/{}/versions", segment(subject)?);
         let (status, body) = self.request("POST", &path, Some(schema_body(schema_type, schema))).await?;
+        if status == 409 {
+            return Err(RegistryError::Incompatible { url: self.url.clone(), subject: subject.to_owned() });
+        }
         let json = self.success(status, &body)?;
         json.get("id")
             .and_then(serde_json::Value::as_u64)
@@ -232,13 +251,29 @@ impl RegistryClient {
             .map_err(|e| self.malformed(format!("cannot build the request: {e}")))?;
         let response = sender.send_request(request).await.map_err(|e| RegistryError::Http(url(), e))?;
         let status = response.status().as_u16();
-        let body = response.into_body().collect().await.map_err(|e| RegistryError::Http(url(), e))?.to_bytes();
-        Ok((status, body))
+        let too_large = || RegistryError::TooLarge(url(), self.max_response_bytes);
+        if response.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            > u64::try_from(self.max_response_bytes).ok()
+        {
+            return Err(too_large());
+        }
+        let body = Limited::new(response.into_body(), self.max_response_bytes).collect().await.map_err(|e| {
+            match e.downcast::<hyper::Error>() {
+                Ok(e) => RegistryError::Http(url(), *e),
+                Err(_) => too_large(), // http_body_util's LengthLimitError, the only other one.
+            }
+        })?;
+        Ok((status, body.to_bytes()))
     }
 }
 
-fn segment(subject: &str) -> String {
-    utf8_percent_encode(subject, SEGMENT).to_string()
+/// `subject` as one path segment; `.` and `..` are refused (escaping them as `%2E` is
+/// not enough: RFC 3986 lets a server decode that before it resolves dot-segments).
+fn segment(subject: &str) -> Result<String, RegistryError> {
+    if subject == "." || subject == ".." {
+        return Err(RegistryError::DotSubject(subject.to_owned()));
+    }
+    Ok(utf8_percent_encode(subject, SEGMENT).to_string())
 }
 
 fn schema_body(schema_type: &str, schema: &str) -> Vec<u8> {
@@ -261,10 +296,12 @@ mod tests {
                 ttl: Duration::from_secs(1),
                 max_subjects: 1,
                 key_format: None,
+                limits: contracts::Limits::default(),
             },
             ca: None,
             auth,
             timeout: Duration::from_secs(1),
+            max_response_bytes: 1 << 20,
         }
     }
 
@@ -287,7 +324,115 @@ mod tests {
                 "{bad}"
             );
         }
-        assert_eq!(segment("orders-value"), "orders-value");
-        assert_eq!(segment("a b/c"), "a%20b%2Fc");
+        assert_eq!(segment("orders-value").unwrap(), "orders-value");
+        assert_eq!(segment("a b/c").unwrap(), "a%20b%2Fc");
+    }
+
+    /// A server on 127.0.0.1 that answers every request with `answer` (after reading
+    /// the request), and records what it was asked.
+    fn serve(
+        answer: impl Fn(&mut std::net::TcpStream) + Send + 'static,
+    ) -> (String, std::sync::mpsc::Receiver<String>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (asked, requests) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                use std::io::Read;
+                let mut buf = [0u8; 8192];
+                let n = stream.read(&mut buf).unwrap_or(0);
+                let _ = asked.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+                answer(&mut stream);
+            }
+        });
+        (url, requests)
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn regression_an_answer_longer_than_max_response_bytes_is_refused_while_read() {
+        use std::io::Write;
+        // 64 MiB announced and sent, or sent chunked without a length: the client (1 MiB
+        // cap) stops reading at the cap instead of holding it all (1 GiB took 4.2 GB).
+        let (sized, _) = serve(|s| {
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 67108864\r\n\r\n");
+            let chunk = vec![b' '; 1 << 20];
+            for _ in 0..64 {
+                if s.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        let (chunked, _) = serve(|s| {
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
+            let mut chunk = format!("{:x}\r\n", 1 << 16).into_bytes();
+            chunk.extend(std::iter::repeat_n(b' ', 1 << 16));
+            chunk.extend_from_slice(b"\r\n");
+            for _ in 0..1024 {
+                if s.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        for url in [sized, chunked] {
+            let c = RegistryClient::new(&settings(&url, RegistryAuth::None)).unwrap();
+            let started = std::time::Instant::now();
+            let e = runtime().block_on(c.version("OrderPlaced", None)).unwrap_err();
+            assert!(matches!(e, RegistryError::TooLarge(_, 1_048_576)), "{e:?}");
+            assert_eq!(
+                e.to_string(),
+                format!("the schema registry at {url} answered with more than 1048576 bytes (registry.max_response_bytes): it was not read further; check registry.url, or raise registry.max_response_bytes if a schema is really that large")
+            );
+            assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        }
+        // An answer under the cap is read whole.
+        let (small, _) = serve(|s| {
+            let body = r#"{"id": 7, "version": 1, "schema": "\"string\""}"#;
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(body.as_bytes());
+        });
+        let c = RegistryClient::new(&settings(&small, RegistryAuth::None)).unwrap();
+        assert!(matches!(runtime().block_on(c.version("OrderPlaced", None)), Ok(Fetched::Found(r)) if r.id == 7));
+    }
+
+    #[test]
+    fn regression_dot_subjects_are_never_sent_as_path_segments() {
+        use std::io::Write;
+        let (url, requests) = serve(|s| {
+            let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n");
+        });
+        let c = RegistryClient::new(&settings(&url, RegistryAuth::None)).unwrap();
+        for dots in [".", ".."] {
+            assert_eq!(runtime().block_on(c.version(dots, None)).unwrap(), Fetched::Missing, "{dots}");
+            let e = runtime().block_on(c.register(dots, "AVRO", "\"string\"")).unwrap_err();
+            assert!(e.to_string().contains("cannot be asked for: . and .. name other paths"), "{e}");
+        }
+        assert!(requests.try_recv().is_err(), "nothing was asked");
+        assert_eq!(runtime().block_on(c.version("...", None)).unwrap(), Fetched::Missing);
+        let asked = requests.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(asked.starts_with("GET /subjects/.../versions/latest "), "{asked}");
+        assert_eq!(segment(".a").unwrap(), ".a");
+    }
+
+    #[test]
+    fn an_incompatible_schema_pushed_says_so_and_what_to_do() {
+        use std::io::Write;
+        let (url, _) = serve(|s| {
+            let body =
+                r#"{"error_code": 409, "message": "Schema being registered is incompatible with an earlier schema"}"#;
+            let head = format!("HTTP/1.1 409 Conflict\r\ncontent-length: {}\r\n\r\n", body.len());
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(body.as_bytes());
+        });
+        let c = RegistryClient::new(&settings(&url, RegistryAuth::None)).unwrap();
+        let e = runtime().block_on(c.register("OrderPlaced", "AVRO", "\"string\"")).unwrap_err().to_string();
+        assert!(e.contains("refused the schema for subject OrderPlaced (HTTP 409): it is not compatible with the subject's latest version"), "{e}");
+        assert!(e.contains("Run walpost contracts check"), "{e}");
     }
 }

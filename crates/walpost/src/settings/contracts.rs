@@ -5,6 +5,7 @@
 //! [contracts]
 //! dir = "/etc/walpost/contracts"   # <event type>.json, one per event type
 //! unknown = "allow"                # or "refuse": an event type without a schema
+//! max_depth = 32                   # levels a payload may nest; deeper: a breach
 //! [contracts.schemas]              # beside the directory's: event type = file
 //! "order.placed" = "orders/placed-v2.json"   # relative to dir, or absolute
 //! ```
@@ -22,6 +23,8 @@
 //! username = "walpost"             # password: WALPOST_REGISTRY_PASSWORD or password_file
 //! cache_ttl = "5min"
 //! timeout = "10s"
+//! max_response_bytes = 8388608     # a longer answer is an error, read no further
+//! allow_plaintext_credentials = false  # credentials over http:// to another host
 //! [registry.versions]              # subject = pinned version (default: the latest)
 //! "OrderPlaced" = 3
 //! ```
@@ -41,7 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use contracts::registry::{Format, RegistryOptions, SubjectStrategy};
-use contracts::{Contracts, SchemaText, Unknown};
+use contracts::{Contracts, Limits, SchemaText, Unknown};
 use router::ContractRef;
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +72,9 @@ pub struct ContractsFile {
     /// subject `<topic>-key`; need a registry value format).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_format: Option<String>,
+    /// Levels of objects and arrays a payload may nest (default 32); deeper: a breach.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<usize>,
 }
 
 impl ContractsFile {
@@ -78,6 +84,21 @@ impl ContractsFile {
             && self.schemas.is_empty()
             && self.value_format.is_none()
             && self.key_format.is_none()
+            && self.max_depth.is_none()
+    }
+
+    /// The bounds of every check: `max_depth` from 1 to 128 (serde_json stops at 128
+    /// levels, so a larger one would never be reached).
+    fn limits(&self) -> Result<Limits, ConfigError> {
+        match self.max_depth {
+            None => Ok(Limits::default()),
+            Some(max_depth @ 1..=128) => Ok(Limits { max_depth }),
+            Some(other) => Err(ConfigError::Invalid {
+                key: "contracts.max_depth",
+                value: other.to_string(),
+                expected: "a number of levels from 1 to 128",
+            }),
+        }
     }
 }
 
@@ -108,6 +129,13 @@ pub struct RegistryFile {
     pub timeout: Option<Seconds>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub versions: BTreeMap<String, i32>,
+    /// The longest answer (body) read from the registry, in bytes (default 8 MiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<u64>,
+    /// Sends the credentials over `http://` to a host that is not this one (default:
+    /// refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_plaintext_credentials: Option<bool>,
 }
 
 impl RegistryFile {
@@ -121,6 +149,8 @@ impl RegistryFile {
             && self.cache_ttl.is_none()
             && self.timeout.is_none()
             && self.versions.is_empty()
+            && self.max_response_bytes.is_none()
+            && self.allow_plaintext_credentials.is_none()
     }
 }
 
@@ -151,6 +181,8 @@ pub struct RegistrySettings {
     pub ca: Option<PathBuf>,
     pub auth: RegistryAuth,
     pub timeout: Duration,
+    /// The longest answer body read; a longer one is an error.
+    pub max_response_bytes: usize,
 }
 
 /// The default time a fetched schema is used before the registry is asked again.
@@ -159,6 +191,8 @@ pub const REGISTRY_CACHE_TTL: Duration = Duration::from_secs(300);
 pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Subjects the schema cache holds at most.
 pub const REGISTRY_MAX_SUBJECTS: usize = 10_000;
+/// The default longest registry answer: 8 MiB, far above any schema's text.
+pub const REGISTRY_MAX_RESPONSE_BYTES: usize = 8 << 20;
 
 /// `WALPOST_REGISTRY_PASSWORD`, `WALPOST_REGISTRY_TOKEN`: the registry's secrets from the
 /// environment (never argv).
@@ -239,6 +273,7 @@ pub(crate) fn resolve_registry(
     }
     let mut settings = registry_settings(registry, None, format, env)?;
     settings.options.key_format = key_format;
+    settings.options.limits = contracts.limits()?;
     let strategy = settings.options.strategy;
     if strategy != SubjectStrategy::TopicName {
         let untyped = source.routers().any(|r| r.event_type_header_field.is_none());
@@ -307,6 +342,17 @@ pub fn registry_settings(
         (None, _, Some(token)) => RegistryAuth::Bearer(token),
         (None, _, None) => RegistryAuth::None,
     };
+    if auth != RegistryAuth::None {
+        plaintext_credentials(&url, registry.allow_plaintext_credentials.unwrap_or(false))?;
+    }
+    let max_response_bytes = match registry.max_response_bytes {
+        None => REGISTRY_MAX_RESPONSE_BYTES,
+        Some(n) => usize::try_from(n).ok().filter(|n| *n >= 1024).ok_or_else(|| ConfigError::Invalid {
+            key: "registry.max_response_bytes",
+            value: n.to_string(),
+            expected: "a number of bytes, at least 1024",
+        })?,
+    };
     let options = RegistryOptions {
         format,
         strategy,
@@ -314,9 +360,44 @@ pub fn registry_settings(
         ttl: registry.cache_ttl.map_or(REGISTRY_CACHE_TTL, |s| s.0),
         max_subjects: REGISTRY_MAX_SUBJECTS,
         key_format: None,
+        limits: Limits::default(),
     };
     let timeout = registry.timeout.map_or(REGISTRY_TIMEOUT, |s| s.0);
-    Ok(RegistrySettings { url: url.trim_end_matches('/').to_owned(), options, ca: registry.ca.clone(), auth, timeout })
+    let url = url.trim_end_matches('/').to_owned();
+    Ok(RegistrySettings { url, options, ca: registry.ca.clone(), auth, timeout, max_response_bytes })
+}
+
+/// Credentials go over `http://` only to this machine (with a warning), or anywhere
+/// when `registry.allow_plaintext_credentials` says so: on the network, anyone on the
+/// path could read them (Basic authentication is the password in base64), as walpost
+/// refuses a PostgreSQL password over plain TCP unless `require_auth` allows it.
+fn plaintext_credentials(url: &str, allowed: bool) -> Result<(), ConfigError> {
+    let Some(rest) = url.strip_prefix("http://") else { return Ok(()) };
+    let authority = rest.split('/').next().unwrap_or_default();
+    if allowed {
+        tracing::warn!(
+            "[registry] sends its credentials over plain http:// to {authority} (registry.allow_plaintext_credentials = true): anyone on the network path can read them; use an https:// registry URL"
+        );
+        return Ok(());
+    }
+    if is_loopback(authority) {
+        tracing::warn!(
+            "[registry] sends its credentials over plain http:// to {authority}, this machine: use an https:// registry URL unless the registry only listens here"
+        );
+        return Ok(());
+    }
+    Err(ConfigError::Option(format!(
+        "[registry] has credentials (username or token), but registry.url is plain http:// to {authority}, where anyone on the network path could read them: use an https:// registry URL (registry.ca for its CA), or set registry.allow_plaintext_credentials = true to send them anyway"
+    )))
+}
+
+/// Whether `authority` (`host` or `host:port`) is this machine.
+fn is_loopback(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Gives every router of `source` the contracts of `f`, if any; each must have an event
@@ -396,8 +477,10 @@ pub(crate) fn resolve_contracts(f: &ContractsFile) -> Result<Option<ContractRef>
     if !f.schemas.is_empty() {
         origin.push("[contracts.schemas]".into());
     }
+    let limits = f.limits()?;
     let built = Contracts::new(texts, unknown, origin.join(" and "))
-        .map_err(|e| ConfigError::Option(format!("{e} (see docs/contracts.md)")))?;
+        .map_err(|e| ConfigError::Option(format!("{e} (see docs/contracts.md)")))?
+        .with_limits(limits);
     Ok(Some(ContractRef(Arc::new(built))))
 }
 
@@ -439,6 +522,7 @@ mod tests {
             schemas: BTreeMap::from([("order.shipped".to_owned(), PathBuf::from("v2.json"))]),
             value_format: None,
             key_format: None,
+            max_depth: None,
         };
         let c = resolve_contracts(&f).unwrap().expect("contracts");
         let check = |t: &'static [u8]| c.0.check(router::Event { event_type: Some(t), topic: "t" }, b"{}");
@@ -540,5 +624,90 @@ mod tests {
         }
         let basic = RegistryAuth::Basic { username: "u".into(), password: "s3cret".into() };
         assert_eq!(format!("{basic:?}"), "Basic(u, ***)");
+    }
+
+    #[test]
+    fn regression_credentials_over_plain_http_to_another_host_are_refused_unless_allowed() {
+        let env = |k: &str| (k == REGISTRY_PASSWORD_ENV).then(|| "s3cret".to_owned());
+        let file = |url: &str, allow: Option<bool>| RegistryFile {
+            url: Some(url.into()),
+            username: Some("walpost".into()),
+            allow_plaintext_credentials: allow,
+            ..RegistryFile::default()
+        };
+        let e = registry_settings(&file("http://registry.internal:8081", None), None, Format::Avro, &env)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "[registry] has credentials (username or token), but registry.url is plain http:// to registry.internal:8081, where anyone on the network path could read them: use an https:// registry URL (registry.ca for its CA), or set registry.allow_plaintext_credentials = true to send them anyway"
+        );
+        let token = |k: &str| (k == REGISTRY_TOKEN_ENV).then(|| "t0ken".to_owned());
+        let bearer = RegistryFile { url: Some("http://10.0.0.7".into()), ..RegistryFile::default() };
+        assert!(registry_settings(&bearer, None, Format::Avro, &token).is_err(), "a token too");
+        // Allowed explicitly, or this machine (a warning), or https, or no credentials.
+        for (url, allow) in [
+            ("http://registry.internal:8081", Some(true)),
+            ("http://127.0.0.1:8081", None),
+            ("http://localhost/apis/ccompat/v7", None),
+            ("http://[::1]:8081", None),
+            ("https://registry.internal", None),
+        ] {
+            let s = registry_settings(&file(url, allow), None, Format::Avro, &env).unwrap();
+            assert!(matches!(s.auth, RegistryAuth::Basic { .. }), "{url}");
+        }
+        let anonymous = RegistryFile { url: Some("http://registry.internal".into()), ..RegistryFile::default() };
+        assert!(registry_settings(&anonymous, None, Format::Avro, &env).is_ok());
+        let refused = registry_settings(&file("http://registry.internal", Some(false)), None, Format::Avro, &env);
+        assert!(refused.is_err());
+    }
+
+    #[test]
+    fn max_depth_and_max_response_bytes_have_defaults_and_bounds() {
+        let env = |_: &str| None;
+        let r = RegistryFile { url: Some("http://r".into()), ..RegistryFile::default() };
+        assert_eq!(registry_settings(&r, None, Format::Avro, &env).unwrap().max_response_bytes, 8 << 20);
+        let small = RegistryFile { max_response_bytes: Some(65_536), ..r.clone() };
+        assert_eq!(registry_settings(&small, None, Format::Avro, &env).unwrap().max_response_bytes, 65_536);
+        let tiny = RegistryFile { max_response_bytes: Some(10), ..r };
+        let e = registry_settings(&tiny, None, Format::Avro, &env).unwrap_err().to_string();
+        assert!(e.contains("registry.max_response_bytes") && e.contains("at least 1024"), "{e}");
+        assert_eq!(ContractsFile::default().limits().unwrap(), Limits { max_depth: 32 });
+        let deeper = ContractsFile { max_depth: Some(64), ..ContractsFile::default() };
+        assert_eq!(deeper.limits().unwrap(), Limits { max_depth: 64 });
+        for bad in [0, 129] {
+            let f = ContractsFile { max_depth: Some(bad), ..ContractsFile::default() };
+            assert!(f.limits().unwrap_err().to_string().contains("from 1 to 128"), "{bad}");
+        }
+        let dir = dir_with(&[("T.json", "{}"), ("a.txt", "x"), ("b.txt", "x"), ("c.txt", "x")]); // Four: a name of its own.
+        let shallow = ContractsFile { dir: Some(dir.clone()), max_depth: Some(2), ..ContractsFile::default() };
+        let c = resolve_contracts(&shallow).unwrap().unwrap();
+        let check = |p: &[u8]| c.0.check(router::Event { event_type: Some(b"T"), topic: "t" }, p);
+        assert!(check(br#"{"a": {}}"#).is_ok());
+        let Err(router::ContractError::Breach(b)) = check(br#"{"a": {"b": []}}"#) else { panic!("a breach") };
+        assert_eq!(b.reason, router::BreachReason::TooDeep { limit: 2 });
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn contracts_max_depth_comes_from_the_flag_over_the_file() {
+        use crate::settings::{FileConfig, Overrides, Settings};
+        let dir = dir_with(&[("T.json", "{}"), ("a.txt", ""), ("b.txt", ""), ("c.txt", ""), ("d.txt", "")]);
+        let o = Overrides {
+            postgres: Some("postgres://u@h/d".into()),
+            kafka_brokers: Some("k:1".into()),
+            contracts_dir: Some(dir.clone()),
+            contracts_max_depth: Some(3),
+            ..Overrides::default()
+        };
+        let s = Settings::resolve(&o, FileConfig::parse("[contracts]\nmax_depth = 1\n").unwrap()).unwrap();
+        let c = s.router().contract.clone().unwrap();
+        let check = |p: &[u8]| c.0.check(router::Event { event_type: Some(b"T"), topic: "t" }, p);
+        assert!(check(br#"{"a": {"b": {}}}"#).is_ok(), "3 levels: the flag's 3, not the file's 1");
+        assert!(check(br#"{"a": {"b": {"c": []}}}"#).is_err());
+        let zero = Overrides { contracts_max_depth: Some(0), ..o };
+        let e = Settings::resolve(&zero, FileConfig::default()).unwrap_err().to_string();
+        assert!(e.contains("contracts.max_depth") && e.contains("from 1 to 128"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

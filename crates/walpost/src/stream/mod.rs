@@ -2,7 +2,8 @@
 //!
 //! [`run`] runs sessions until shutdown or a definite error. A session ([`session`](mod@session))
 //! is one replication connection plus one produce window, started by [`start`]. A
-//! transient error ends the session; [`run`] waits (capped exponential backoff) and
+//! transient error ends the session; [`run`] waits (capped exponential backoff, cut
+//! short once PostgreSQL answers again after an outage: [`probe`]) and
 //! starts a new one from the slot's confirmed position, telling it what the last
 //! producer delivered ([`crate::kafka::DeliveryMemo`]) so nothing acknowledged is sent
 //! twice by the same process. A definite error ends [`run`].
@@ -22,6 +23,7 @@ pub(crate) mod confirm;
 pub(crate) mod decode;
 pub(crate) mod exactly_once;
 pub(crate) mod live;
+pub(crate) mod probe;
 pub(crate) mod route;
 pub(crate) mod session;
 pub(crate) mod signal;
@@ -85,9 +87,14 @@ pub(crate) async fn run(
                     Culprit::Postgres => ReconnectCause::Postgres,
                     Culprit::Kafka => ReconnectCause::Kafka,
                 });
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = shutdown.changed() => return Ok(()),
+                let every = (culprit == Culprit::Postgres && probe::no_answer(&e)).then_some(probe::PROBE_EVERY);
+                match probe::wait_to_retry(wait, every, || probe::postgres_answers(&s.postgres), &mut shutdown).await {
+                    probe::Waited::Shutdown => return Ok(()),
+                    probe::Waited::Answered => {
+                        tracing::info!("PostgreSQL answers again: reconnecting now");
+                        backoff.reset();
+                    }
+                    probe::Waited::Elapsed => {}
                 }
             }
         }

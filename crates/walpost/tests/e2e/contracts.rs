@@ -258,7 +258,8 @@ fn contracts_dead_letter_each_breach_once_keep_order_and_check_the_snapshot() {
 /// Issue 31, bad input: a 10 MB payload against a schema 40 objects deep. The valid one
 /// is published byte for byte, the one that breaks the schema at the bottom is
 /// dead-lettered once with the whole pointer and no value, and the event after them
-/// keeps its place.
+/// keeps its place. Issue 40: 41 levels need `contracts.max_depth` raised (48 here, from
+/// the file); a payload of 60 levels is past it, a breach dead-lettered like the others.
 #[test]
 fn contracts_a_10_mb_payload_against_a_deep_schema_is_checked_and_its_breach_named_by_pointer() {
     const DEPTH: usize = 40;
@@ -275,6 +276,8 @@ fn contracts_a_10_mb_payload_against_a_deep_schema_is_checked_and_its_breach_nam
         );
     }
     std::fs::write(dir.join("Deep.json"), schema).unwrap();
+    let config = dir.join("walpost.toml");
+    std::fs::write(&config, "[contracts]\nmax_depth = 48\n").unwrap();
     let dlq = format!("{}dead", w.topic_prefix);
     let max = format!("max.message.bytes={LIMIT}");
     for topic in [w.topic("order"), dlq.clone()] {
@@ -283,7 +286,8 @@ fn contracts_a_10_mb_payload_against_a_deep_schema_is_checked_and_its_breach_nam
             &["--create", "--topic", &topic, "--partitions", "3", "--replication-factor", "1", "--config", &max],
         );
     }
-    let mut args = w.args();
+    let mut args = vec!["--config".to_string(), config.display().to_string()];
+    args.extend(w.args());
     args.extend([
         "--contracts-dir".into(),
         dir.display().to_string(),
@@ -305,18 +309,19 @@ fn contracts_a_10_mb_payload_against_a_deep_schema_is_checked_and_its_breach_nam
         "WITH rows AS (INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES
            ('order', '00000000-0000-4000-8000-000000000001', 'Deep', {}),
            ('order', '00000000-0000-4000-8000-000000000001', 'Deep', {}),
+           ('order', '00000000-0000-4000-8000-000000000001', 'Deep', (repeat('{{\"n\": ', 59) || '{{}}' || repeat('}}', 59))::jsonb),
            ('order', '00000000-0000-4000-8000-000000000001', 'Small', '{{\"ok\": true}}')
          RETURNING id) SELECT string_agg(id::text, ',' ORDER BY id) FROM rows",
         nested("1"),
         nested("\"SECRET\"")
     ));
     let ids: Vec<String> = ids.trim().split(',').map(str::to_owned).collect();
-    let (valid, breach, small) = (&ids[0], &ids[1], &ids[2]);
+    let (valid, breach, too_deep, small) = (&ids[0], &ids[1], &ids[2], &ids[3]);
     let deadline = std::time::Instant::now() + WAIT;
     let records = loop {
         let records = read_all(&w.kafka_bootstrap, &w.topic_prefix);
         let on = |t: &str| records.iter().filter(|r| r.topic == t).count();
-        if on(&w.topic("order")) >= 2 && on(&dlq) >= 1 {
+        if on(&w.topic("order")) >= 2 && on(&dlq) >= 2 {
             break records;
         }
         assert!(std::time::Instant::now() < deadline, "timed out:\n{}", p.log_text());
@@ -337,8 +342,14 @@ fn contracts_a_10_mb_payload_against_a_deep_schema_is_checked_and_its_breach_nam
     let pointer = "/n".repeat(DEPTH);
     assert_eq!(parsed.pointer(&format!("{pointer}/v")), Some(&serde_json::json!(1)));
     let dead: Vec<&Consumed> = records.iter().filter(|r| r.topic == dlq).collect();
-    assert_eq!(dead.len(), 1);
+    assert_eq!(dead.len(), 2);
     assert_eq!(header(dead[0], "walpost.event.id"), Some(breach.as_str()));
+    assert_eq!(header(dead[1], "walpost.event.id"), Some(too_deep.as_str()));
+    let deep = header(dead[1], "walpost.error.message").unwrap();
+    assert!(
+        deep.contains("its payload nests deeper than 48 levels, the limit of contract checks (contracts.max_depth)"),
+        "{deep}"
+    );
     let message = header(dead[0], "walpost.error.message").unwrap();
     let expected =
         format!("schema {} refuses it: the value at {pointer}/v fails \"type\"", dir.join("Deep.json").display());

@@ -383,6 +383,35 @@ fn postgres_fast_restart_reconnects_and_loses_nothing() {
     assert!(walpost.log_text().contains("reconnecting"), "no reconnect logged:\n{}", walpost.log_text());
 }
 
+/// Regression (issue 41): after a PostgreSQL outage of about 20 s, walpost reconnected
+/// 28 s after the server was back (its backoff had grown meanwhile). It asks the server
+/// during the wait and reconnects within seconds once it answers.
+#[test]
+fn regression_postgres_outage_of_18s_reconnects_within_10s_of_its_end() {
+    let pg: &'static Postgres = Box::leak(Box::new(Postgres::start(PgOptions::default()).expect("start postgres")));
+    let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "core-pg-outage");
+    let walpost = w.start_walpost();
+    assert!(w.wait_for_slot(WAIT));
+    insert_batches(&w, 0, 1, 5, 5, &["order"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 5, WAIT);
+    pg.stop(StopMode::Fast).expect("stop postgres");
+    // Without the probe the retries came at 7.75, 15.75 and 31.75 s: the server, back
+    // after ~18.5 s, waited ~13 s for walpost.
+    std::thread::sleep(Duration::from_secs(18));
+    pg.start_again().expect("start postgres again");
+    let back = Instant::now();
+    let active = format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{}'", w.slot);
+    let reconnected = testkit::wait_until(WAIT, || w.try_sql(&active).is_ok_and(|a| a == "t"));
+    let took = back.elapsed();
+    assert!(reconnected, "walpost never reconnected:\n{}", walpost.log_text());
+    assert!(took < Duration::from_secs(10), "reconnected {took:?} after the server was back:\n{}", walpost.log_text());
+    assert!(walpost.log_text().contains("PostgreSQL answers again: reconnecting now"), "{}", walpost.log_text());
+    insert_batches(&w, 1, 1, 5, 5, &["order"]);
+    let records = consume_every_committed(&w, WAIT);
+    assert_clean(&audit(&w, &records), true);
+    eprintln!("reconnected {took:?} after an 18 s outage");
+}
+
 /// Issue 2, test 6: ALTER TABLE ... ADD COLUMN mid-stream: streaming continues and the
 /// columns are still found by name.
 #[test]

@@ -106,6 +106,14 @@ fn registry_avro_records_decode_with_confluents_deserializer_and_evolve_compatib
         "{}",
         text(&refused)
     );
+    // Pushed anyway: the registry's 409 is said as what it means, with what to do.
+    let conflict = contracts("push", &url, &dir, &[]);
+    assert_eq!(conflict.status.code(), Some(1), "{}", text(&conflict));
+    assert!(
+        text(&conflict).contains(&format!("the schema registry at {url} refused the schema for subject OrderPlaced (HTTP 409): it is not compatible with the subject's latest version under the subject's compatibility rule; nothing was registered. Run walpost contracts check")),
+        "{}",
+        text(&conflict)
+    );
     std::fs::write(dir.join("OrderPlaced.avsc"), ORDER_V2).unwrap();
     let accepted = contracts("check", &url, &dir, &[]);
     assert!(accepted.status.success(), "{}", text(&accepted));

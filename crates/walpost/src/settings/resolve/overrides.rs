@@ -58,6 +58,8 @@ pub struct Overrides {
     pub contracts_dir: Option<std::path::PathBuf>,
     /// `--contracts-unknown`: `allow` or `refuse`.
     pub contracts_unknown: Option<String>,
+    /// `--contracts-max-depth`: levels a payload may nest.
+    pub contracts_max_depth: Option<usize>,
     /// `--value-format`: `json`, `json-schema` or `avro`.
     pub value_format: Option<String>,
     /// `--key-format`: `string`, `json-schema` or `avro`.
@@ -110,6 +112,7 @@ impl Overrides {
         over(&self.envelope, &mut file.envelope);
         over(&self.contracts_dir, &mut file.contracts.dir);
         over(&self.contracts_unknown, &mut file.contracts.unknown);
+        over(&self.contracts_max_depth, &mut file.contracts.max_depth);
         over(&self.value_format, &mut file.contracts.value_format);
         over(&self.key_format, &mut file.contracts.key_format);
         over(&self.registry_url, &mut file.registry.url);
