@@ -24,7 +24,7 @@ use crate::settings::Settings;
 
 /// Whether the server behind `sql` is in recovery (a standby).
 pub(crate) async fn in_recovery(sql: &mut ReplicationClient) -> Result<bool, PipelineError> {
-    let r = sql.simple_query("SELECT pg_is_in_recovery()::text AS r").await?;
+    let r = sql.simple_query("SELECT pg_catalog.pg_is_in_recovery()::text AS r").await?;
     match r.first("r") {
         Some("true") => Ok(true),
         Some("false") => Ok(false),
@@ -122,9 +122,9 @@ pub(crate) async fn nudge_running_xacts(s: Settings) {
         }
         if let Some(conn) = sql.as_mut() {
             let statement = if can_log {
-                "SELECT pg_log_standby_snapshot()"
+                "SELECT pg_catalog.pg_log_standby_snapshot()"
             } else {
-                "SELECT pg_logical_emit_message(false, 'walpost.nudge', '')"
+                "SELECT pg_catalog.pg_logical_emit_message(false, 'walpost.nudge', '')"
             };
             match conn.simple_query(statement).await {
                 Ok(_) => {}

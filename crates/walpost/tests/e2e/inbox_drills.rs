@@ -90,8 +90,7 @@ fn drill_inbox_backlog_a_stuck_worker_and_a_lease_storm_then_a_drain() {
     // handler's claims kept (none, and no series, while the view has no such column).
     let lost = w.sql("SELECT to_jsonb(s) ->> 'leases_lost' FROM inbox.handler_stats s WHERE handler = 'billing'");
     let lost: Option<f64> = lost.trim().parse().ok();
-    let exported =
-        testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_leases_lost_total", "billing") == lost);
+    let exported = testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_leases_lost_total", "billing") == lost);
     assert!(exported, "{:?} exported, {lost:?} counted", gauge(port, "walpost_inbox_leases_lost_total", "billing"));
     if let Some(n) = lost {
         assert!(n >= 20.0, "the 20 leases of the storm: {n}");
@@ -309,4 +308,60 @@ fn drill_inbox_replay_from_a_time_stores_and_handles_nothing_twice() {
         let ids: Vec<i64> = aggregate.split(',').map(|id| id.trim_start_matches("r-").parse().unwrap()).collect();
         assert!(ids.windows(2).all(|p| p[0] < p[1]), "not in first order: {aggregate}");
     }
+}
+
+/// Produces one record per id to `topic`, its id in the header `header` only.
+fn produce_with_id_header(bootstrap: &str, topic: &str, header: &str, ids: &[&str]) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let p: ThreadedProducer<DefaultProducerContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).set("acks", "all").create().unwrap();
+    for id in ids {
+        let headers = OwnedHeaders::new().insert(Header { key: header, value: Some(id.as_bytes()) });
+        p.send(BaseRecord::to(topic).key("k").payload(b"{\"own\": true}".as_slice()).headers(headers)).unwrap();
+    }
+    p.flush(Duration::from_secs(60)).unwrap();
+}
+
+/// The replay runbook's fix path for records rejected as `no_event_id` because their
+/// producer puts the id in a header of its own: that header is listed after the default
+/// ones, the partition is read again from the first rejected offset, the rejected records
+/// are stored, the normal ones read again are duplicates (with the header alone, as the
+/// runbook said before, every one of them was rejected), and `inbox.rejected` is cleaned up.
+#[test]
+fn drill_inbox_replay_stores_rejected_records_after_the_event_id_header_fix() {
+    let rb = Runbook::open("inbox-replay");
+    let w = inbox_db("drill-inbox-rejected");
+    let topic = format!("{}orders", w.topic_prefix);
+    create_topic(&topic, 1);
+    // Offsets 0-4 and 8-9 carry `id`; 5-7 only `event-id`.
+    produce(&w.kafka_bootstrap, &topic, &json_records("n", 0, 5, 2));
+    produce_with_id_header(&w.kafka_bootstrap, &topic, "event-id", &["x-0", "x-1", "x-2"]);
+    produce(&w.kafka_bootstrap, &topic, &json_records("n", 5, 2, 2));
+    let next = format!("SELECT next_offset FROM inbox.offsets WHERE group_id = 'svc' AND topic = '{topic}'");
+    let mut p = start_inbox(&inbox_args(&w, &topic, "svc", &["--create-schema", "--on-invalid", "reject"]), &[]);
+    assert!(testkit::wait_until(WAIT, || w.try_sql(&next).is_ok_and(|n| n.trim() == "10")), "{}", p.log_text());
+    assert!(p.terminate(WAIT).is_some_and(|s| s.success()), "{}", p.log_text());
+    assert_eq!(messages(&w), 7);
+    let causes = w.sql(&rb.block("rejected").fill(&[]));
+    assert!(causes.trim().starts_with(&format!("{topic}|0|5|3|no_event_id")), "{causes}");
+
+    w.sql(&rb.block("rewind").fill(&[("offset", "5"), ("group", "svc"), ("topic", &topic), ("partition", "0")]));
+    let port = testkit::free_port();
+    let mut args = inbox_args(&w, &topic, "svc", &["--on-invalid", "reject"]);
+    args.extend(["--event-id-header".into(), "id,ce_id,event-id".into()]);
+    args.extend(["--metrics-addr".into(), format!("127.0.0.1:{port}")]);
+    let p = start_inbox(&args, &[]);
+    wait_for_messages(&w, 10, &p);
+    assert!(testkit::wait_until(WAIT, || w.try_sql(&next).is_ok_and(|n| n.trim() == "10")), "{}", p.log_text());
+    let records =
+        |result: &str| metric(port, &format!("walpost_inbox_records_total{{result=\"{result}\",topic=\"{topic}\"}}"));
+    assert!(testkit::wait_until(WAIT, || records("duplicate") == Some(2.0)), "{:?}", records("duplicate"));
+    assert_eq!(records("stored"), Some(3.0));
+    assert_eq!(records("rejected"), None, "the normal records read again are not rejected");
+    assert_eq!(count(&w, "SELECT count(*) FROM inbox.messages WHERE event_id LIKE 'x-%'"), 3);
+
+    w.sql(&rb.block("clean-rejected").fill(&[]));
+    assert_eq!(count(&w, "SELECT count(*) FROM inbox.rejected"), 0);
+    assert!(w.sql(&rb.block("rejected").fill(&[])).trim().is_empty());
 }
