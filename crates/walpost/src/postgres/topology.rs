@@ -35,6 +35,28 @@ pub(crate) async fn in_recovery(sql: &mut ReplicationClient) -> Result<bool, Pip
     }
 }
 
+/// Whether `e` is `target_session_attrs=standby` finding no standby: a host answered as
+/// a primary and every other one did not answer at all (down, unreachable). A host that
+/// answered with an error (a standby starting up) may yet be the standby: not counted.
+pub(crate) fn found_no_standby(e: &PipelineError) -> bool {
+    use replication::Error as E;
+    let Some(cause) = std::error::Error::source(e).and_then(|c| c.downcast_ref::<E>()) else {
+        return false;
+    };
+    // The only mismatch `standby` reports is a primary.
+    let primary = |e: &E| matches!(e, E::SessionAttrs { wanted: "standby", .. });
+    let silent = |e: &E| matches!(e, E::Connect { .. } | E::ConnectTimeout { .. } | E::Io(_));
+    match cause {
+        e if primary(e) => true,
+        E::NoUsableHost { failures, not_tried } => {
+            not_tried.is_empty()
+                && failures.iter().any(|f| primary(&f.error))
+                && failures.iter().all(|f| primary(&f.error) || silent(&f.error))
+        }
+        _ => false,
+    }
+}
+
 /// Whether walpost decodes on a standby now: the settings ask for one and the server
 /// behind `sql` (the one the slot is read on) is in recovery. `prefer-standby` may have
 /// settled on a primary, and a standby may have been promoted since.
@@ -142,5 +164,46 @@ pub(crate) async fn nudge_running_xacts(s: Settings) {
             }
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use replication::{Error as E, HostFailure};
+
+    use super::*;
+
+    fn primary(host: &str) -> E {
+        E::SessionAttrs {
+            host: host.into(),
+            wanted: "standby",
+            found: "a primary (not in recovery)",
+            needs: "a standby",
+        }
+    }
+
+    fn down(host: &str) -> E {
+        E::Connect { target: host.into(), source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused) }
+    }
+
+    fn hosts(errors: Vec<E>) -> PipelineError {
+        let failures = errors.into_iter().map(|error| HostFailure { host: "h".into(), error }).collect();
+        PipelineError::from(E::NoUsableHost { failures, not_tried: Vec::new() })
+    }
+
+    #[test]
+    fn no_standby_is_a_primary_with_the_other_hosts_silent() {
+        assert!(found_no_standby(&PipelineError::from(primary("a:5432"))), "the one host is a primary");
+        assert!(found_no_standby(&hosts(vec![down("a"), primary("b")])), "the old primary down, the standby promoted");
+        assert!(found_no_standby(&hosts(vec![primary("a"), primary("b")])));
+        assert!(!found_no_standby(&hosts(vec![down("a"), down("b")])), "nothing answers: an outage");
+        let starting = E::Protocol("the database system is starting up".into());
+        assert!(!found_no_standby(&hosts(vec![primary("a"), starting])), "a standby may be starting up");
+        assert!(!found_no_standby(&PipelineError::from(down("a"))));
+        assert!(!found_no_standby(&PipelineError::transient(ErrorKind::Postgres, "x")), "no cause");
+        let read_write = E::SessionAttrs { host: "a".into(), wanted: "read-write", found: "read-only", needs: "w" };
+        assert!(!found_no_standby(&PipelineError::from(read_write)));
+        let wrapped = PipelineError::from(primary("a")).context("connecting");
+        assert!(found_no_standby(&wrapped), "context keeps the cause");
     }
 }

@@ -423,6 +423,9 @@ pub struct PipelineFile {
     pub max_message_bytes: Option<u64>,
     /// After a halt, serve `walpost_halted 1` on /metrics this long before exiting 1.
     pub halt_linger_secs: Option<Seconds>,
+    /// With `target_session_attrs=standby`: stop (exit 1) once the hosts have answered
+    /// only as primaries (or not at all) this long, in seconds.
+    pub no_standby_timeout_secs: Option<Seconds>,
 }
 
 impl PipelineFile {
@@ -436,6 +439,7 @@ impl PipelineFile {
             && self.unready_after_secs.is_none()
             && self.max_message_bytes.is_none()
             && self.halt_linger_secs.is_none()
+            && self.no_standby_timeout_secs.is_none()
     }
 }
 

@@ -192,6 +192,9 @@ pub struct StreamSettings {
     pub max_message_bytes: usize,
     /// After a halt, how long `walpost_halted 1` is served before the exit (0: none).
     pub halt_linger: Duration,
+    /// With `target_session_attrs=standby`: how long the hosts may answer only as
+    /// primaries (or not at all) before walpost stops, advising `prefer-standby`.
+    pub no_standby_timeout: Duration,
 }
 
 /// The initial snapshot.

@@ -32,12 +32,14 @@ pub(crate) mod start;
 
 use std::time::{Duration, Instant};
 
+use replication::TargetSessionAttrs;
 use tokio::sync::watch;
 
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::DeliveryMemo;
 use crate::otlp::Exporter;
 use crate::postgres::lineage::Lineage;
+use crate::postgres::{messages, topology};
 use crate::settings::Settings;
 use crate::telemetry::metrics::ReconnectCause;
 use crate::telemetry::Metrics;
@@ -55,6 +57,7 @@ pub(crate) async fn run(
     let mut memo = DeliveryMemo::default();
     let mut lineage = Lineage::default();
     let mut last_waiting_note: Option<Instant> = None;
+    let mut no_standby = NoStandby::default();
     loop {
         let started = Instant::now();
         let (result, culprit) = session(s, metrics, spans, &mut memo, &mut lineage, &mut shutdown).await;
@@ -68,6 +71,13 @@ pub(crate) async fn run(
             Ok(SessionEnd::Shutdown) => return Ok(()),
             Err(e) if !e.is_transient() => return Err(e),
             Err(e) => {
+                let standby_only = s.postgres.target_session_attrs == TargetSessionAttrs::Standby;
+                if no_standby.gives_up(standby_only && topology::found_no_standby(&e), s.stream.no_standby_timeout) {
+                    let hosts: Vec<String> = s.postgres.hosts.iter().map(|h| h.label()).collect();
+                    let secs = s.stream.no_standby_timeout.as_secs();
+                    let message = messages::no_standby_found(&hosts.join(", "), secs);
+                    return Err(PipelineError::definite(ErrorKind::Postgres, message).caused_by(e));
+                }
                 if started.elapsed() > Duration::from_secs(30) {
                     backoff.reset();
                 }
@@ -140,6 +150,31 @@ async fn session(
     Session::new(s, metrics, parts, memo).run(shutdown).await
 }
 
+/// Since when `target_session_attrs=standby` has found no standby, session after
+/// session: a standby that was promoted never comes back as one, so past a bound walpost
+/// stops and says to use `prefer-standby` instead of retrying forever.
+#[derive(Debug, Default)]
+struct NoStandby {
+    since: Option<Instant>,
+}
+
+impl NoStandby {
+    /// One failed session: whether it found no standby (`none_found`); `true` once that
+    /// has lasted `limit` without a session that found one or failed otherwise.
+    fn gives_up(&mut self, none_found: bool, limit: Duration) -> bool {
+        self.gives_up_at(none_found, limit, Instant::now())
+    }
+
+    fn gives_up_at(&mut self, none_found: bool, limit: Duration, now: Instant) -> bool {
+        if !none_found {
+            self.since = None;
+            return false;
+        }
+        let since = *self.since.get_or_insert(now);
+        now.saturating_duration_since(since) >= limit
+    }
+}
+
 /// Capped exponential backoff: 250 ms, 500 ms, 1 s, ... up to `max`.
 #[derive(Debug)]
 struct Backoff {
@@ -168,6 +203,26 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: after the standby was promoted, a walpost restarted with
+    /// `target_session_attrs=standby` retried forever. Past the bound it gives up; any
+    /// other outcome in between starts the count again.
+    #[test]
+    fn regression_no_standby_gives_up_after_the_bound_only() {
+        let limit = Duration::from_secs(120);
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let mut n = NoStandby::default();
+        assert!(!n.gives_up_at(true, limit, at(0)));
+        assert!(!n.gives_up_at(true, limit, at(119)));
+        assert!(n.gives_up_at(true, limit, at(120)));
+        let mut n = NoStandby::default();
+        assert!(!n.gives_up_at(true, limit, at(0)));
+        assert!(!n.gives_up_at(false, limit, at(100)), "a standby answered, or another error");
+        assert!(!n.gives_up_at(true, limit, at(130)));
+        assert!(!n.gives_up_at(true, limit, at(249)));
+        assert!(n.gives_up_at(true, limit, at(250)));
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_resets() {

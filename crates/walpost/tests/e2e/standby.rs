@@ -306,7 +306,11 @@ fn failover_standby_decoding_slot_invalidated_by_a_conflict_and_the_runbook_reco
     let rb = Runbook::open("standby-decoding");
     let physical = format!("walpost_{}", w.slot);
     primary.psql(&rb.block("physical-slot").fill(&[("name", &physical)])).expect("the physical slot");
-    standby.psql(&rb.block("feedback").fill(&[("name", &physical)])).expect("feedback on");
+    // As an operator runs it: psql commands, one statement each (ALTER SYSTEM refuses a
+    // transaction block, which a psql -c of several statements is).
+    sh_ok(&with_psql(standby, &rb.block("feedback").fill(&[("name", &physical), ("standby", &standby.url())])));
+    assert_eq!(standby.psql("SHOW hot_standby_feedback").unwrap(), "on");
+    assert_eq!(standby.psql("SHOW primary_slot_name").unwrap(), physical);
     // The filter's start, as slot-lost.md finds it: the newest record's time.
     let newest = sh_ok(
         &Runbook::open("slot-lost")
@@ -321,6 +325,55 @@ fn failover_standby_decoding_slot_invalidated_by_a_conflict_and_the_runbook_reco
     assert_clean(&a);
     assert_gap_from_snapshot(&records, &gap);
     assert!(recover.terminate(Duration::from_secs(30)).unwrap().success(), "{}", recover.log_text());
+}
+
+/// `script` with the harness's psql first in `PATH`.
+fn with_psql(pg: &Postgres, script: &str) -> String {
+    let psql = pg.psql_path();
+    let dir = psql.parent().expect("psql's directory");
+    format!("PATH='{}':\"$PATH\"\n{script}", dir.display())
+}
+
+/// Regression (issue 41): walpost restarted with `target_session_attrs=standby` after its
+/// standby was promoted retried forever with a warning. Past
+/// `pipeline.no_standby_timeout_secs` (5 s here) it exits 1 with the text that says to use
+/// `prefer-standby`; following it, walpost streams on from the promoted server.
+#[test]
+fn failover_standby_decoding_restarted_with_standby_after_a_promotion_stops_and_names_prefer_standby() {
+    let primary = cluster(Some(17));
+    let w = world(primary, "sb-nostandby");
+    let standby = decoding_standby(primary, &[]);
+    let sw = on(&w, standby);
+    let config = std::env::temp_dir().join(format!("{}.toml", testkit::unique_name("nostandby")));
+    std::fs::write(&config, "[pipeline]\nno_standby_timeout_secs = 5\n").unwrap();
+    let env = [("WALPOST_CONFIG", config.to_str().unwrap())];
+    let standby_args = args(&w, &[standby.port()], "standby", Some(primary));
+    let mut p = Walpost::start(&standby_args, &env);
+    assert!(sw.wait_for_slot(WAIT), "{}", p.log_text());
+    insert_batches(&w, 0, 3, 20, 20, &["order"]);
+    wait_for_every_committed(&w, WAIT);
+    assert!(p.terminate(Duration::from_secs(30)).unwrap().success(), "{}", p.log_text());
+    standby.wait_caught_up(primary).expect("the standby catches up");
+    primary.stop(StopMode::Immediate).expect("stop the primary");
+    standby.promote().expect("promote");
+
+    // The service restarted as it was configured: only a primary answers.
+    let started = Instant::now();
+    let mut p = Walpost::start(&standby_args, &env);
+    let status = p
+        .wait_exit(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("walpost kept waiting for a standby:\n{}", p.log_text()));
+    assert_eq!(status.code(), Some(1), "{}", p.log_text());
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    let expected = walpost::postgres::messages::no_standby_found(&format!("127.0.0.1:{}", standby.port()), 5);
+    assert!(p.log_text().contains(&expected), "{expected}\n{}", p.log_text());
+    assert!(expected.contains("target_session_attrs=prefer-standby"), "{expected}");
+
+    // What it says: prefer-standby. The slot kept its position on the promoted server.
+    let mut p = Walpost::start(&args(&w, &[standby.port()], "prefer-standby", Some(primary)), &env);
+    insert_batches(&sw, 3, 3, 20, 20, &["order"]);
+    assert_all_delivered(&sw, &p);
+    assert!(p.terminate(Duration::from_secs(30)).unwrap().success(), "{}", p.log_text());
 }
 
 /// An LSN in PostgreSQL's text form.

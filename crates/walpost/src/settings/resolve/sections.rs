@@ -73,6 +73,12 @@ pub(super) fn resolve_stream(
         .unwrap_or(usize::MAX),
         // Two scrapes of a 30 s interval see it.
         halt_linger: p.halt_linger_secs.map_or(Duration::from_secs(60), |s| s.0),
+        // Long enough for a standby's restart, short enough that a promotion is noticed.
+        no_standby_timeout: positive_duration(
+            "pipeline.no_standby_timeout_secs",
+            p.no_standby_timeout_secs.map(|s| s.0),
+            Duration::from_secs(120),
+        )?,
     })
 }
 
