@@ -178,7 +178,8 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
         other => resolve_metrics_addr(other)?,
     };
     let password_file = file.postgres_password_file.take();
-    let config = postgres_config(o.postgres_on_argv, password_file.as_deref(), &postgres)?;
+    let on_argv = o.postgres_on_argv.then_some(secrets::POSTGRES_PASSWORD_ON_ARGV);
+    let config = postgres_config(on_argv, password_file.as_deref(), &postgres)?;
     let (postgres, primary) = decoding_server(config, &postgres)?;
     let primary = match (primary, file.postgres_primary.take()) {
         (None, Some(text)) => {
@@ -191,7 +192,8 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
         (None, None) => None,
         (Some(derived), None) => Some(derived),
         (Some(_), Some(text)) => {
-            let mut config = postgres_config(o.postgres_primary_on_argv, password_file.as_deref(), &text)?;
+            let on_argv = o.postgres_primary_on_argv.then_some(secrets::POSTGRES_PRIMARY_PASSWORD_ON_ARGV);
+            let mut config = postgres_config(on_argv, password_file.as_deref(), &text)?;
             config.target_session_attrs = replication::TargetSessionAttrs::ReadWrite;
             Some(config)
         }
@@ -263,13 +265,17 @@ pub(super) fn resolve_metrics_addr(text: Option<String>) -> Result<Option<std::n
 }
 
 /// The connection string with its password file, warning about a password on argv.
+/// `postgres` with the password file applied. `argv_warning`: the connection string came
+/// from the command line, and this is the warning (naming its flag) for a password in it.
 fn postgres_config(
-    on_argv: bool,
+    argv_warning: Option<&'static str>,
     password_file: Option<&std::path::Path>,
     postgres: &str,
 ) -> Result<replication::Config, ConfigError> {
-    if on_argv && replication::Config::parse_with_env(postgres, &|_| None).is_ok_and(|c| c.password().is_some()) {
-        tracing::warn!("{}", secrets::POSTGRES_PASSWORD_ON_ARGV);
+    if let Some(warning) = argv_warning {
+        if replication::Config::parse_with_env(postgres, &|_| None).is_ok_and(|c| c.password().is_some()) {
+            tracing::warn!("{warning}");
+        }
     }
     let postgres = match password_file {
         None => replication::Config::from_url(postgres)?,
@@ -289,7 +295,8 @@ fn postgres_config(
 pub(super) fn resolve_postgres(o: &Overrides, file: &mut FileConfig) -> Result<replication::Config, ConfigError> {
     let text =
         file.postgres.take().ok_or(ConfigError::Missing { key: "postgres", flag: "postgres", env: "POSTGRES" })?;
-    let config = postgres_config(o.postgres_on_argv, file.postgres_password_file.take().as_deref(), &text)?;
+    let on_argv = o.postgres_on_argv.then_some(secrets::POSTGRES_PASSWORD_ON_ARGV);
+    let config = postgres_config(on_argv, file.postgres_password_file.take().as_deref(), &text)?;
     match decoding_server(config, &text)? {
         (config, None) => Ok(config),
         (config, Some(_)) => Err(ConfigError::Invalid {

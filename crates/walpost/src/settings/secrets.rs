@@ -25,6 +25,10 @@ pub const KAFKA_SECRET_PROPERTIES: &[&str] =
 /// The warning for a PostgreSQL password in the `--postgres` flag.
 pub const POSTGRES_PASSWORD_ON_ARGV: &str = "the PostgreSQL password was given in --postgres, on the command line, where other users of this machine can read it (/proc/<pid>/cmdline): put it in a password file (--postgres-password-file, WALPOST_POSTGRES_PASSWORD_FILE or PGPASSFILE) or pass the URL in WALPOST_POSTGRES instead";
 
+/// The warning for a PostgreSQL password in the `--postgres-primary` flag (decoding on a
+/// standby: where walpost writes).
+pub const POSTGRES_PRIMARY_PASSWORD_ON_ARGV: &str = "the PostgreSQL password was given in --postgres-primary, on the command line, where other users of this machine can read it (/proc/<pid>/cmdline): put it in a password file (--postgres-password-file, WALPOST_POSTGRES_PASSWORD_FILE or PGPASSFILE) or pass the URL in WALPOST_POSTGRES_PRIMARY instead";
+
 /// `WALPOST_KAFKA_SASL_PASSWORD` for `sasl.password`.
 pub fn kafka_secret_env_var(property: &str) -> String {
     format!("WALPOST_KAFKA_{}", property.to_ascii_uppercase().replace('.', "_"))

@@ -334,3 +334,62 @@ fn the_command_line_is_layered_onto_the_file_once() {
     let s = Settings::resolve(&base(), file(text)).unwrap();
     assert_eq!((s.source.slot.as_str(), s.source.heartbeat_interval), ("from_file", Some(Duration::from_secs(30))));
 }
+
+/// What `f` logs at WARN and above, as text.
+fn warnings_of(f: impl FnOnce()) -> String {
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let sink = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || Capture(sink.clone()))
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let text = buf.lock().unwrap().clone();
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Regression: a password in `--postgres-primary` drew the warning for `--postgres`,
+/// sending the operator to the wrong flag. The warning names the flag holding it.
+#[test]
+fn regression_a_password_on_the_command_line_is_warned_about_under_its_own_flag() {
+    let standby = "postgres://u@standby/d?target_session_attrs=standby";
+    let with_password = "postgres://u:CANARY-pw@primary/d";
+    let logs = warnings_of(|| {
+        let o = Overrides {
+            postgres: Some(standby.into()),
+            postgres_primary: Some(with_password.into()),
+            postgres_primary_on_argv: true,
+            ..base()
+        };
+        Settings::resolve(&o, FileConfig::default()).unwrap();
+    });
+    assert!(logs.contains(secrets::POSTGRES_PRIMARY_PASSWORD_ON_ARGV), "{logs}");
+    assert!(!logs.contains("given in --postgres,") && !logs.contains("CANARY"), "{logs}");
+    // In --postgres: that flag's warning, and only it.
+    let logs = warnings_of(|| {
+        let o = Overrides {
+            postgres: Some(format!("{with_password}?target_session_attrs=standby")),
+            postgres_on_argv: true,
+            postgres_primary: Some("postgres://u@primary/d".into()),
+            postgres_primary_on_argv: true,
+            ..base()
+        };
+        Settings::resolve(&o, FileConfig::default()).unwrap();
+    });
+    assert!(logs.contains(secrets::POSTGRES_PASSWORD_ON_ARGV), "{logs}");
+    assert!(!logs.contains("--postgres-primary,") && !logs.contains("CANARY"), "{logs}");
+}
