@@ -32,7 +32,9 @@ pub(crate) async fn run(s: Settings, interval: Duration) {
             }
         }
         if let Some(conn) = sql.as_mut() {
-            if let Err(e) = conn.simple_query("SELECT pg_logical_emit_message(true, 'walpost.heartbeat', '')").await {
+            if let Err(e) =
+                conn.simple_query("SELECT pg_catalog.pg_logical_emit_message(true, 'walpost.heartbeat', '')").await
+            {
                 tracing::debug!("heartbeat failed: {e}");
                 sql = None;
             }

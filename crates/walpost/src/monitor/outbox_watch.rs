@@ -29,7 +29,10 @@ impl OutboxWatch {
         let mut oids = Vec::with_capacity(s.source.outboxes.len());
         for outbox in &s.source.outboxes {
             let r = sql
-                .simple_query(&format!("SELECT to_regclass({})::oid::text AS oid", literal(&outbox.table.quoted())))
+                .simple_query(&format!(
+                    "SELECT pg_catalog.to_regclass({})::oid::text AS oid",
+                    literal(&outbox.table.quoted())
+                ))
                 .await?;
             match r.first("oid") {
                 Some(oid) => oids.push(oid.to_owned()),

@@ -90,22 +90,22 @@ pub(crate) async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<Slo
             "SELECT w.current::text AS current, w.recovery::text AS recovery,
                     s.plugin, s.active::text AS active, s.active_pid::text AS pid, s.wal_status,
                     s.restart_lsn::text AS restart, s.confirmed_flush_lsn::text AS confirmed,
-                    greatest(pg_wal_lsn_diff(w.current, s.restart_lsn), 0)::bigint::text AS retained,
-                    greatest(pg_wal_lsn_diff(w.current, s.confirmed_flush_lsn), 0)::bigint::text AS unconfirmed,
-                    to_jsonb(s) ->> 'conflicting' AS conflicting,
-                    to_jsonb(s) ->> 'invalidation_reason' AS invalidation_reason,
+                    greatest(pg_catalog.pg_wal_lsn_diff(w.current, s.restart_lsn), 0)::bigint::text AS retained,
+                    greatest(pg_catalog.pg_wal_lsn_diff(w.current, s.confirmed_flush_lsn), 0)::bigint::text AS unconfirmed,
+                    pg_catalog.to_jsonb(s) ->> 'conflicting' AS conflicting,
+                    pg_catalog.to_jsonb(s) ->> 'invalidation_reason' AS invalidation_reason,
                     s.safe_wal_size::text AS safe,
-                    current_setting('max_slot_wal_keep_size') AS keep,
-                    CASE WHEN current_setting('max_slot_wal_keep_size') = '-1' THEN NULL
-                         ELSE pg_size_bytes(current_setting('max_slot_wal_keep_size'))::text END AS keep_bytes,
+                    pg_catalog.current_setting('max_slot_wal_keep_size') AS keep,
+                    CASE WHEN pg_catalog.current_setting('max_slot_wal_keep_size') = '-1' THEN NULL
+                         ELSE pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size'))::text END AS keep_bytes,
                     o.pid::text AS oldest_pid, coalesce(o.application_name, '') AS oldest_app,
-                    coalesce(host(o.client_addr), 'local') AS oldest_client,
-                    greatest(extract(epoch FROM clock_timestamp() - o.xact_start), 0)::float8::text AS oldest_age
-             FROM (SELECT pg_is_in_recovery() AS recovery,
-                          CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS current) AS w
+                    coalesce(pg_catalog.host(o.client_addr), 'local') AS oldest_client,
+                    greatest(extract(epoch FROM pg_catalog.clock_timestamp() - o.xact_start), 0)::float8::text AS oldest_age
+             FROM (SELECT pg_catalog.pg_is_in_recovery() AS recovery,
+                          CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_lsn() END AS current) AS w
              LEFT JOIN pg_replication_slots s ON s.slot_name = {}
              LEFT JOIN LATERAL (SELECT a.pid, a.application_name, a.client_addr, a.xact_start FROM pg_stat_activity a
-                 WHERE a.xact_start IS NOT NULL AND a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+                 WHERE a.xact_start IS NOT NULL AND a.backend_xid IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()
                    AND a.backend_type = 'client backend'
                  ORDER BY a.xact_start LIMIT 1) o ON true",
             literal(slot)

@@ -124,7 +124,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     {
         let max: i64 = setting(sql, name).await.and_then(|v| v.parse().ok()).unwrap_or(0);
         let used: i64 = sql
-            .simple_query(&format!("SELECT count(*) AS n FROM {view}"))
+            .simple_query(&format!("SELECT pg_catalog.count(*) AS n FROM {view}"))
             .await
             .ok()
             .and_then(|r| r.first("n").and_then(|n| n.parse().ok()))
@@ -142,7 +142,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     // By oid, so the check works even without USAGE on the schema (which it also needs).
     let select = sql
         .simple_query(&format!(
-            "SELECT (has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT'))::text AS ok
+            "SELECT (pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_table_privilege(c.oid, 'SELECT'))::text AS ok
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = {} AND c.relname = {}",
             literal(&table.schema),
             literal(&table.name)
@@ -213,7 +213,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     let keep_bytes = match keep.as_deref() {
         Some("-1") | None => None,
         Some(v) => sql
-            .simple_query(&format!("SELECT pg_size_bytes({})::text AS b", literal(v)))
+            .simple_query(&format!("SELECT pg_catalog.pg_size_bytes({})::text AS b", literal(v)))
             .await
             .ok()
             .and_then(|r| r.first("b").and_then(|b| b.parse::<u64>().ok())),
@@ -231,7 +231,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     // pg_stat_activity shows xact_start of other roles' sessions only to these.
     let sees_all = sql
         .simple_query(
-            "SELECT (pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
+            "SELECT (pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
                      OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user))::text AS ok",
         )
         .await
@@ -259,7 +259,7 @@ async fn progress_check(sql: &mut ReplicationClient, s: &Settings, topic: &str) 
     );
     let readable = sql
         .simple_query(&format!(
-            "SELECT (to_regclass({t}) IS NOT NULL AND has_table_privilege(to_regclass({t}), 'SELECT, UPDATE'))::text AS ok",
+            "SELECT (pg_catalog.to_regclass({t}) IS NOT NULL AND pg_catalog.has_table_privilege(pg_catalog.to_regclass({t}), 'SELECT, UPDATE'))::text AS ok",
             t = literal(&table)
         ))
         .await

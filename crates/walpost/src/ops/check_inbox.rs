@@ -83,20 +83,20 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
     let q = |t: &str| literal(&format!("{}.{t}", crate::postgres::sql::ident(&s.schema)));
     let rights = sql
         .simple_query(&format!(
-            "SELECT has_table_privilege({m}, 'INSERT, SELECT'), has_table_privilege({r}, 'INSERT'),
-                    has_table_privilege({o}, 'INSERT, UPDATE, SELECT'),
-                    (SELECT bool_and(pg_has_role(c.relowner, 'USAGE')) FROM pg_class c
+            "SELECT pg_catalog.has_table_privilege({m}, 'INSERT, SELECT'), pg_catalog.has_table_privilege({r}, 'INSERT'),
+                    pg_catalog.has_table_privilege({o}, 'INSERT, UPDATE, SELECT'),
+                    (SELECT pg_catalog.bool_and(pg_catalog.pg_has_role(c.relowner, 'USAGE')) FROM pg_class c
                      WHERE c.oid IN ({m}::regclass, {d}::regclass, {rc}::regclass)),
-                    has_table_privilege({d}, 'INSERT'),
-                    (SELECT count(*) FROM {schema_ident}.offsets WHERE group_id = {group}),
-                    (SELECT count(*) FROM {schema_ident}.handlers),
-                    (SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                    pg_catalog.has_table_privilege({d}, 'INSERT'),
+                    (SELECT pg_catalog.count(*) FROM {schema_ident}.offsets WHERE group_id = {group}),
+                    (SELECT pg_catalog.count(*) FROM {schema_ident}.handlers),
+                    (SELECT pg_catalog.count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                      WHERE i.inhparent = {m}::regclass),
                     EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                             WHERE i.inhparent = {m}::regclass
-                              AND (pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
-                                   OR now() BETWEEN (regexp_match(pg_get_expr(c.relpartbound, c.oid), '^FOR VALUES FROM \\(''(.+)''\\) TO')) [1]::timestamptz
-                                            AND (regexp_match(pg_get_expr(c.relpartbound, c.oid), ' TO \\(''(.+)''\\)$')) [1]::timestamptz))",
+                              AND (pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+                                   OR pg_catalog.now() BETWEEN (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), '^FOR VALUES FROM \\(''(.+)''\\) TO')) [1]::timestamptz
+                                            AND (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), ' TO \\(''(.+)''\\)$')) [1]::timestamptz))",
             m = q("messages"),
             r = q("rejected"),
             rc = q("receipts"),

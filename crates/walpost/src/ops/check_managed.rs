@@ -104,17 +104,17 @@ pub(crate) fn evaluate(c: &Catalog, wal_level: &str) -> Vec<Check> {
 pub(crate) async fn gather(sql: &mut ReplicationClient) -> Result<(Catalog, String), String> {
     let r = sql
         .simple_query(
-            "SELECT (SELECT string_agg(name, ',') FROM (
+            "SELECT (SELECT pg_catalog.string_agg(name, ',') FROM (
                        SELECT name FROM pg_settings WHERE name ~ '^(rds|cloudsql|alloydb|azure|neon|supautils)\\.'
-                       UNION SELECT n FROM unnest(ARRAY['rds.extensions', 'rds.logical_replication',
+                       UNION SELECT n FROM pg_catalog.unnest(ARRAY['rds.extensions', 'rds.logical_replication',
                            'cloudsql.logical_decoding', 'cloudsql.iam_authentication', 'alloydb.logical_decoding',
                            'azure.extensions', 'neon.timeline_id', 'neon.tenant_id', 'neon.endpoint_id',
-                           'supautils.privileged_extensions']) AS n WHERE current_setting(n, true) IS NOT NULL) s) AS settings,
-                    (SELECT string_agg(rolname, ',') FROM pg_roles
+                           'supautils.privileged_extensions']) AS n WHERE pg_catalog.current_setting(n, true) IS NOT NULL) s) AS settings,
+                    (SELECT pg_catalog.string_agg(rolname, ',') FROM pg_roles
                      WHERE rolname IN ('rds_superuser', 'cloudsqlsuperuser', 'alloydbsuperuser', 'azure_pg_admin',
                                        'neon_superuser', 'supabase_admin')) AS roles,
                     EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'aurora_version')::text AS aurora,
-                    current_setting('wal_level') AS wal_level",
+                    pg_catalog.current_setting('wal_level') AS wal_level",
         )
         .await
         .map_err(|e| e.to_string())?;

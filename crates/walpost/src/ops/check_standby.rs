@@ -50,9 +50,9 @@ pub(crate) struct PrimaryFacts {
 pub(crate) async fn gather(sql: &mut ReplicationClient, s: &Settings) -> Result<StandbyFacts, String> {
     let r = sql
         .simple_query(
-            "SELECT current_setting('server_version_num') AS v, pg_is_in_recovery()::text AS r,
-                    current_setting('hot_standby_feedback') AS f, current_setting('primary_slot_name') AS p,
-                    current_setting('max_standby_streaming_delay') AS d",
+            "SELECT pg_catalog.current_setting('server_version_num') AS v, pg_catalog.pg_is_in_recovery()::text AS r,
+                    pg_catalog.current_setting('hot_standby_feedback') AS f, pg_catalog.current_setting('primary_slot_name') AS p,
+                    pg_catalog.current_setting('max_standby_streaming_delay') AS d",
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -64,9 +64,9 @@ pub(crate) async fn gather(sql: &mut ReplicationClient, s: &Settings) -> Result<
             let host = primary.connected_host().label();
             let asked = primary
                 .simple_query(&format!(
-                    "SELECT current_setting('wal_level') AS w,
+                    "SELECT pg_catalog.current_setting('wal_level') AS w,
                             EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_type = 'physical' AND slot_name = {})::text AS slot,
-                            coalesce(has_function_privilege('pg_catalog.pg_log_standby_snapshot()', 'EXECUTE'), false)::text AS log",
+                            coalesce(pg_catalog.has_function_privilege('pg_catalog.pg_log_standby_snapshot()', 'EXECUTE'), false)::text AS log",
                     literal(&primary_slot_name)
                 ))
                 .await;

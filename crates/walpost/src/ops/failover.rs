@@ -70,7 +70,7 @@ pub(crate) async fn gather(s: &Settings) -> Vec<HostFacts> {
 
 async fn server_facts(sql: &mut ReplicationClient, slot: &str) -> Result<Server, String> {
     let r = sql
-        .simple_query("SELECT pg_is_in_recovery()::text AS standby, current_setting('server_version_num') AS v")
+        .simple_query("SELECT pg_catalog.pg_is_in_recovery()::text AS standby, pg_catalog.current_setting('server_version_num') AS v")
         .await
         .map_err(|e| e.to_string())?;
     let version_num: u32 = r.first("v").and_then(|v| v.parse().ok()).unwrap_or(0);

@@ -75,10 +75,10 @@ pub(crate) async fn command(s: &Settings, spec: &ReplaySpec) -> Result<(), Pipel
 async fn oldest_partition_start(sql: &mut ReplicationClient, table: &str, since: &str) -> Option<String> {
     let r = sql
         .simple_query(&format!(
-            "WITH b AS (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound \
+            "WITH b AS (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS bound \
                         FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = {t}::regclass), \
-                  lo AS (SELECT min((regexp_match(bound, '^FOR VALUES FROM \\(''([^'']+)''\\)'))[1]::timestamptz) AS oldest, \
-                                bool_or(bound LIKE 'FOR VALUES FROM (MINVALUE)%' OR bound = 'DEFAULT') AS unbounded FROM b) \
+                  lo AS (SELECT pg_catalog.min((pg_catalog.regexp_match(bound, '^FOR VALUES FROM \\(''([^'']+)''\\)'))[1]::timestamptz) AS oldest, \
+                                pg_catalog.bool_or(bound LIKE 'FOR VALUES FROM (MINVALUE)%' OR bound = 'DEFAULT') AS unbounded FROM b) \
              SELECT oldest::text AS oldest FROM lo WHERE NOT coalesce(unbounded, true) AND oldest > {since}::timestamptz",
             t = literal(table),
             since = literal(since)

@@ -64,7 +64,7 @@ pub(crate) async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<
         sql,
         &format!(
             "SELECT plugin, slot_type, database, active_pid::text AS pid, wal_status, confirmed_flush_lsn::text AS confirmed, \
-             to_jsonb(s) ->> 'conflicting' AS conflicting, to_jsonb(s) ->> 'invalidation_reason' AS invalidation_reason \
+             pg_catalog.to_jsonb(s) ->> 'conflicting' AS conflicting, pg_catalog.to_jsonb(s) ->> 'invalidation_reason' AS invalidation_reason \
              FROM pg_replication_slots s WHERE slot_name = {}",
             literal(slot)
         ),
@@ -87,7 +87,7 @@ pub(crate) async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<
 
 /// Drops an inactive slot.
 pub(crate) async fn drop_slot(sql: &mut ReplicationClient, slot: &str) -> Result<(), PipelineError> {
-    query(sql, &format!("SELECT pg_drop_replication_slot({})", literal(slot))).await?;
+    query(sql, &format!("SELECT pg_catalog.pg_drop_replication_slot({})", literal(slot))).await?;
     tracing::info!(slot, "dropped replication slot");
     Ok(())
 }
@@ -177,7 +177,7 @@ pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings)
         let covered = query(
             sql,
             &format!(
-                "SELECT count(*) AS n FROM pg_publication_tables WHERE pubname = {pubname} AND schemaname = {} AND tablename = {}",
+                "SELECT pg_catalog.count(*) AS n FROM pg_publication_tables WHERE pubname = {pubname} AND schemaname = {} AND tablename = {}",
                 literal(&table.schema),
                 literal(&table.name)
             ),
@@ -195,7 +195,7 @@ pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings)
     let via_root_missing = query(
         sql,
         &format!(
-            "SELECT string_agg(n.nspname || '.' || c.relname, ', ') AS t FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            "SELECT pg_catalog.string_agg(n.nspname || '.' || c.relname, ', ') AS t FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              JOIN pg_publication p ON p.pubname = {pubname}
              WHERE c.relkind = 'p' AND NOT p.pubviaroot AND (n.nspname, c.relname) IN ({})",
             s.source
@@ -225,7 +225,7 @@ pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings)
 pub(crate) async fn wal_end(sql: &mut ReplicationClient) -> Result<Lsn, PipelineError> {
     let r = sql
         .simple_query(
-            "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_insert_lsn() END::text AS lsn",
+            "SELECT CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_receive_lsn() ELSE pg_catalog.pg_current_wal_insert_lsn() END::text AS lsn",
         )
         .await?;
     let text = r.first("lsn").unwrap_or_default();

@@ -22,7 +22,7 @@
 //! type      := one of [`TYPES`]
 //! ```
 //!
-//! Invariants: the SQL made from a [`Condition`] names no function but `now()` (and
+//! Invariants: the SQL made from a [`Condition`] names no function but `pg_catalog.now()` (and
 //! the two SQL constants), no relation, no operator outside the grammar; column names
 //! are quoted identifiers and strings quoted literals (standard conforming strings,
 //! which walpost's connections force). Nesting is bounded by [`MAX_DEPTH`] and the text
@@ -178,7 +178,7 @@ impl Value {
             Value::Text { text, cast: None } => literal(text),
             Value::Text { text, cast: Some(t) } => format!("{}::{t}", literal(text)),
             Value::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
-            Value::Now => "now()".into(),
+            Value::Now => "pg_catalog.now()".into(),
             Value::CurrentTimestamp => "CURRENT_TIMESTAMP".into(),
             Value::CurrentDate => "CURRENT_DATE".into(),
             Value::Null => "NULL".into(),

@@ -129,7 +129,8 @@ impl Lineage {
         }
         self.streamed = Some(Origin { system_id: now.system_id.clone(), timeline: now.timeline, created_at: None });
         let t = table(s);
-        let row = format!("({}, {}, {}, now())", literal(&s.source.slot), literal(&now.system_id), now.timeline);
+        let row =
+            format!("({}, {}, {}, pg_catalog.now())", literal(&s.source.slot), literal(&now.system_id), now.timeline);
         let conflict = if created {
             "DO UPDATE SET system_identifier = EXCLUDED.system_identifier, timeline = EXCLUDED.timeline, created_at = EXCLUDED.created_at"
         } else {
@@ -173,10 +174,12 @@ pub enum Record {
 /// The lineage record of the slot.
 pub async fn record_of(sql: &mut ReplicationClient, s: &Settings) -> Record {
     let t = table(s);
-    let present = match sql.simple_query(&format!("SELECT to_regclass({}) IS NOT NULL AS present", literal(&t))).await {
-        Ok(r) => r.first("present") == Some("t"),
-        Err(e) => return Record::Unreadable(e.to_string()),
-    };
+    let present =
+        match sql.simple_query(&format!("SELECT pg_catalog.to_regclass({}) IS NOT NULL AS present", literal(&t))).await
+        {
+            Ok(r) => r.first("present") == Some("t"),
+            Err(e) => return Record::Unreadable(e.to_string()),
+        };
     if !present {
         return Record::NoTable;
     }
@@ -275,7 +278,8 @@ pub async fn progress_key(
 /// `walpost slot drop`: the operator chose to start over; forget the slot.
 pub async fn forget(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     let t = table(s);
-    let present = sql.simple_query(&format!("SELECT to_regclass({}) IS NOT NULL AS present", literal(&t))).await?;
+    let present =
+        sql.simple_query(&format!("SELECT pg_catalog.to_regclass({}) IS NOT NULL AS present", literal(&t))).await?;
     if present.first("present") == Some("t") {
         sql.simple_query(&format!("DELETE FROM {t} WHERE slot = {}", literal(&s.source.slot))).await?;
     }

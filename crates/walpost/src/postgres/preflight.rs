@@ -36,11 +36,11 @@ pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Setting
     let r = query(
         sql,
         &format!(
-            "SELECT has_table_privilege('public', c.oid, 'INSERT')::text AS public,
-                    (SELECT string_agg(r.rolname, ', ' ORDER BY r.rolname) FROM pg_roles r
-                     WHERE NOT r.rolsuper AND r.rolname <> current_user AND left(r.rolname, 3) <> 'pg_'
-                       AND has_table_privilege(r.oid, c.oid, 'INSERT')) AS roles
-             FROM pg_class c WHERE c.oid = to_regclass({regclass})"
+            "SELECT pg_catalog.has_table_privilege('public', c.oid, 'INSERT')::text AS public,
+                    (SELECT pg_catalog.string_agg(r.rolname, ', ' ORDER BY r.rolname) FROM pg_roles r
+                     WHERE NOT r.rolsuper AND r.rolname <> current_user AND pg_catalog.left(r.rolname, 3) <> 'pg_'
+                       AND pg_catalog.has_table_privilege(r.oid, c.oid, 'INSERT')) AS roles
+             FROM pg_class c WHERE c.oid = pg_catalog.to_regclass({regclass})"
         ),
     )
     .await?;
@@ -70,8 +70,8 @@ pub(crate) async fn check_emit_message_rights(sql: &mut ReplicationClient, s: &S
     }
     let r = query(
         sql,
-        "SELECT string_agg(p.oid::regprocedure::text, '; ' ORDER BY p.oid) FILTER (WHERE has_function_privilege('public', p.oid, 'EXECUTE')) AS public_fns,
-                string_agg(p.oid::regprocedure::text, '; ' ORDER BY p.oid) AS fns
+        "SELECT pg_catalog.string_agg(p.oid::regprocedure::text, '; ' ORDER BY p.oid) FILTER (WHERE pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')) AS public_fns,
+                pg_catalog.string_agg(p.oid::regprocedure::text, '; ' ORDER BY p.oid) AS fns
          FROM pg_proc p WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace",
     )
     .await?;
@@ -90,10 +90,10 @@ pub(crate) async fn check_emit_message_rights(sql: &mut ReplicationClient, s: &S
     }
     let others = query(
         sql,
-        "SELECT string_agg(DISTINCT r.rolname, ', ' ORDER BY r.rolname) AS roles FROM pg_roles r JOIN pg_proc p
+        "SELECT pg_catalog.string_agg(DISTINCT r.rolname, ', ' ORDER BY r.rolname) AS roles FROM pg_roles r JOIN pg_proc p
            ON p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace
-         WHERE NOT r.rolsuper AND r.rolname <> current_user AND left(r.rolname, 3) <> 'pg_'
-           AND has_function_privilege(r.oid, p.oid, 'EXECUTE')",
+         WHERE NOT r.rolsuper AND r.rolname <> current_user AND pg_catalog.left(r.rolname, 3) <> 'pg_'
+           AND pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE')",
     )
     .await?;
     let unexpected: Vec<&str> = others
@@ -228,13 +228,13 @@ async fn create_on_the_primary(
             ))
             .caused_by(e)
         })?;
-        let r = query(&mut primary, "SELECT pg_current_wal_insert_lsn()::text AS lsn").await?;
+        let r = query(&mut primary, "SELECT pg_catalog.pg_current_wal_insert_lsn()::text AS lsn").await?;
         Ok::<_, PipelineError>(r.first("lsn").unwrap_or("0/0").to_owned())
     }
     .await;
     primary.close().await;
     let lsn = created?;
-    let wait = format!("SELECT (pg_last_wal_replay_lsn() >= {})::text AS done", super::sql::literal(&lsn));
+    let wait = format!("SELECT (pg_catalog.pg_last_wal_replay_lsn() >= {})::text AS done", super::sql::literal(&lsn));
     let deadline = std::time::Instant::now() + REPLAY_WAIT;
     while query(standby, &wait).await?.first("done") != Some("true") {
         if std::time::Instant::now() >= deadline {

@@ -26,7 +26,7 @@ pub(crate) async fn query(sql: &mut ReplicationClient, text: &str) -> Result<Que
 
 /// `current_setting(name)`, or `None` when it cannot be read.
 pub(crate) async fn setting(sql: &mut ReplicationClient, name: &str) -> Option<String> {
-    sql.simple_query(&format!("SELECT current_setting({}) AS v", literal(name)))
+    sql.simple_query(&format!("SELECT pg_catalog.current_setting({}) AS v", literal(name)))
         .await
         .ok()
         .and_then(|r| r.first("v").map(str::to_owned))

@@ -56,7 +56,7 @@ pub(super) async fn root(sql: &mut ReplicationClient, t: &Target) -> Result<Root
     let r = sql
         .simple_query(&format!(
             "SELECT c.oid::text AS oid, c.relkind::text AS kind, pt.partstrat::text AS strat, \
-                    pt.partnatts::text AS natts, format_type(a.atttypid, a.atttypmod) AS keytype \
+                    pt.partnatts::text AS natts, pg_catalog.format_type(a.atttypid, a.atttypmod) AS keytype \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              LEFT JOIN pg_partitioned_table pt ON pt.partrelid = c.oid \
              LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = pt.partattrs[0] \
@@ -83,8 +83,8 @@ pub(super) async fn root(sql: &mut ReplicationClient, t: &Target) -> Result<Root
 fn bound_micros_sql(expr: &str) -> String {
     format!(
         "CASE WHEN {expr} IS NULL OR {expr} IN ('MINVALUE', 'MAXVALUE') THEN NULL \
-              WHEN NOT isfinite(btrim({expr}, '''')::timestamptz) THEN NULL \
-              ELSE floor(extract(epoch FROM btrim({expr}, '''')::timestamptz) * 1000000)::bigint::text END"
+              WHEN NOT pg_catalog.isfinite(pg_catalog.btrim({expr}, '''')::timestamptz) THEN NULL \
+              ELSE pg_catalog.floor(extract(epoch FROM pg_catalog.btrim({expr}, '''')::timestamptz) * 1000000)::bigint::text END"
     )
 }
 
@@ -92,17 +92,17 @@ pub(crate) async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> R
     let r = sql
         .simple_query(&format!(
             "SELECT n.nspname AS schema, c.relname AS name, \
-                    (pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT')::text AS is_default, \
+                    (pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT')::text AS is_default, \
                     {lo} AS lo, {hi} AS hi, \
-                    coalesce((to_jsonb(i) ->> 'inhdetachpending')::boolean, false)::text AS pending, \
-                    (s.oid IS NOT NULL)::text AS sealed, obj_description(s.oid, 'pg_constraint') AS seal \
+                    coalesce((pg_catalog.to_jsonb(i) ->> 'inhdetachpending')::boolean, false)::text AS pending, \
+                    (s.oid IS NOT NULL)::text AS sealed, pg_catalog.obj_description(s.oid, 'pg_constraint') AS seal \
              FROM pg_inherits i \
              JOIN pg_class c ON c.oid = i.inhrelid \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
-             LEFT JOIN LATERAL (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid), \
+             LEFT JOIN LATERAL (SELECT pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), \
                  '^FOR VALUES FROM \\((.+)\\) TO \\((.+)\\)$') AS m) b ON true \
              LEFT JOIN LATERAL (SELECT k.oid FROM pg_constraint k WHERE k.conrelid = c.oid \
-                 AND k.conname = {seal} AND k.contype = 'c' AND pg_get_constraintdef(k.oid) LIKE 'CHECK (false)%') s ON true \
+                 AND k.conname = {seal} AND k.contype = 'c' AND pg_catalog.pg_get_constraintdef(k.oid) LIKE 'CHECK (false)%') s ON true \
              WHERE i.inhparent = {root_oid} \
              ORDER BY n.nspname, c.relname",
             lo = bound_micros_sql("b.m[1]"),
@@ -165,7 +165,9 @@ pub(super) fn seal_comment(w: Lsn, slot: &str) -> String {
 
 /// The server's `now()`, in microseconds since the Unix epoch (what every pass plans by).
 pub(crate) async fn server_now_micros(sql: &mut ReplicationClient) -> Result<i64, PipelineError> {
-    let r = sql.simple_query("SELECT floor(extract(epoch FROM now()) * 1000000)::bigint::text AS now").await?;
+    let r = sql
+        .simple_query("SELECT pg_catalog.floor(extract(epoch FROM pg_catalog.now()) * 1000000)::bigint::text AS now")
+        .await?;
     r.first("now")
         .and_then(|n| n.parse().ok())
         .ok_or_else(|| PipelineError::definite(crate::error::ErrorKind::Postgres, "cannot read now() from PostgreSQL"))

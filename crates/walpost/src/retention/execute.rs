@@ -211,7 +211,7 @@ async fn seal(sql: &mut ReplicationClient, t: &Target, p: &Partition) -> Result<
                 sql.simple_query(add).await?;
             }
             // Read after the lock: every writer of the partition has ended.
-            let r = sql.simple_query("SELECT pg_current_wal_insert_lsn()::text AS w").await?;
+            let r = sql.simple_query("SELECT pg_catalog.pg_current_wal_insert_lsn()::text AS w").await?;
             let w: Lsn = r
                 .first("w")
                 .and_then(|w| w.parse().ok())
@@ -245,10 +245,10 @@ async fn drop_partition(
             sql.simple_query(&format!("LOCK TABLE {quoted} IN ACCESS EXCLUSIVE MODE")).await?;
             let r = sql
                 .simple_query(&format!(
-                    "SELECT obj_description(k.oid, 'pg_constraint') AS seal FROM pg_constraint k \
+                    "SELECT pg_catalog.obj_description(k.oid, 'pg_constraint') AS seal FROM pg_constraint k \
                      JOIN pg_inherits i ON i.inhrelid = k.conrelid AND i.inhparent = {}::regclass \
                      WHERE k.conrelid = {}::regclass AND k.conname = {} AND k.contype = 'c' \
-                     AND pg_get_constraintdef(k.oid) LIKE 'CHECK (false)%'",
+                     AND pg_catalog.pg_get_constraintdef(k.oid) LIKE 'CHECK (false)%'",
                     literal(&root),
                     literal(&quoted),
                     literal(SEAL_CONSTRAINT)

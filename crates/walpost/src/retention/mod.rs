@@ -267,9 +267,10 @@ async fn pass_on(
         }
         Root::Range { oid } => oid,
     };
-    let lock_key = format!("hashtextextended('walpost retention ' || {}, 0)", literal(&root_oid));
+    let lock_key = format!("pg_catalog.hashtextextended('walpost retention ' || {}, 0)", literal(&root_oid));
     if !dry_run {
-        let lock = sql.simple_query(&format!("SELECT pg_try_advisory_lock({lock_key})::text AS got")).await?;
+        let lock =
+            sql.simple_query(&format!("SELECT pg_catalog.pg_try_advisory_lock({lock_key})::text AS got")).await?;
         if lock.first("got") != Some("true") {
             return Ok(Outcome::Busy);
         }
@@ -294,7 +295,7 @@ async fn pass_on(
     }
     .await;
     if !dry_run {
-        let _ = sql.simple_query(&format!("SELECT pg_advisory_unlock({lock_key})")).await;
+        let _ = sql.simple_query(&format!("SELECT pg_catalog.pg_advisory_unlock({lock_key})")).await;
     }
     Ok(Outcome::Done(result?))
 }

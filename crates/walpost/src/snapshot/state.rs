@@ -14,14 +14,15 @@ fn state_table(s: &Settings) -> String {
 
 /// Whether an earlier snapshot for this slot started and never finished.
 pub(crate) async fn unfinished(sql: &mut ReplicationClient, s: &Settings) -> Result<bool, PipelineError> {
-    let exists =
-        sql.simple_query(&format!("SELECT to_regclass({}) IS NOT NULL AS present", literal(&state_table(s)))).await?;
+    let exists = sql
+        .simple_query(&format!("SELECT pg_catalog.to_regclass({}) IS NOT NULL AS present", literal(&state_table(s))))
+        .await?;
     if exists.first("present") != Some("t") {
         return Ok(false);
     }
     let r = sql
         .simple_query(&format!(
-            "SELECT count(*) AS n FROM {} WHERE slot = {} AND finished_at IS NULL",
+            "SELECT pg_catalog.count(*) AS n FROM {} WHERE slot = {} AND finished_at IS NULL",
             state_table(s),
             literal(&s.source.slot)
         ))
@@ -37,7 +38,7 @@ pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> R
             "CREATE TABLE IF NOT EXISTS {table} (slot text PRIMARY KEY, started_at timestamptz NOT NULL, finished_at timestamptz, rows bigint)"
         ),
         format!(
-            "INSERT INTO {table} (slot, started_at) VALUES ({slot}, now()) ON CONFLICT (slot) DO UPDATE SET started_at = now(), finished_at = NULL, rows = NULL",
+            "INSERT INTO {table} (slot, started_at) VALUES ({slot}, pg_catalog.now()) ON CONFLICT (slot) DO UPDATE SET started_at = pg_catalog.now(), finished_at = NULL, rows = NULL",
             slot = literal(&s.source.slot)
         ),
     ];
@@ -55,7 +56,7 @@ pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> R
 
 pub(crate) async fn mark_finished(sql: &mut ReplicationClient, s: &Settings, rows: u64) -> Result<(), PipelineError> {
     sql.simple_query(&format!(
-        "UPDATE {} SET finished_at = now(), rows = {rows} WHERE slot = {}",
+        "UPDATE {} SET finished_at = pg_catalog.now(), rows = {rows} WHERE slot = {}",
         state_table(s),
         literal(&s.source.slot)
     ))
@@ -68,7 +69,7 @@ pub(super) async fn estimate_rows(sql: &mut ReplicationClient, table: &TableName
     let rel = literal(&table.quoted());
     let r = sql
         .simple_query(&format!(
-            "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS n FROM pg_class c
+            "SELECT coalesce(pg_catalog.sum(greatest(c.reltuples, 0)), 0)::bigint AS n FROM pg_class c
              WHERE c.oid = {rel}::regclass OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = {rel}::regclass)"
         ))
         .await?;

@@ -12,7 +12,10 @@ fn conditions_users_write_become_quoted_sql() {
         sql("aggregate_type = 'order' AND (id > 10 OR \"Event Type\" LIKE 'Order%')"),
         "((\"aggregate_type\" = 'order') AND ((\"id\" > 10) OR (\"Event Type\" LIKE 'Order%')))"
     );
-    assert_eq!(sql("occurred_at >= now() - interval '1 hour'"), "(\"occurred_at\" >= (now() - '1 hour'::interval))");
+    assert_eq!(
+        sql("occurred_at >= now() - interval '1 hour'"),
+        "(\"occurred_at\" >= (pg_catalog.now() - '1 hour'::interval))"
+    );
     assert_eq!(sql("done = true"), "(\"done\" = TRUE)");
     assert_eq!(
         sql("occurred_at BETWEEN '2026-11-28' AND '2026-11-29'::timestamptz"),
