@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 
 use super::ingest::Partition;
 use super::record::Record;
+use crate::kafka::throttle::{left_out_note, LogThrottle};
 use crate::settings::inbox::{InboxSettings, Subscription};
 use crate::telemetry::metrics::InboxMetrics;
 
@@ -158,7 +159,7 @@ pub(crate) fn start(
     metrics: InboxMetrics,
 ) -> Result<ConsumerThread, String> {
     let cfg = client_config(s)?;
-    let context = InboxContext { events: events.clone(), metrics, last_warning: Default::default() };
+    let context = InboxContext { events: events.clone(), metrics, throttle: LogThrottle::default() };
     let consumer: BaseConsumer<InboxContext> =
         cfg.create_with_context(context).map_err(|e| format!("cannot create the Kafka consumer: {e}"))?;
     let subscription: Vec<String> = match &s.subscription {
@@ -251,21 +252,19 @@ fn fatal_message(e: &KafkaError) -> Option<String> {
 struct InboxContext {
     events: mpsc::Sender<Event>,
     metrics: InboxMetrics,
-    /// When each kind of consumer error was last logged (they repeat every poll).
-    last_warning: std::sync::Mutex<HashMap<String, Instant>>,
+    /// Consumer errors (they repeat every poll) and librdkafka's log lines (a failure that
+    /// lasts, such as a refused SASL handshake, every few hundred ms): each kind logged
+    /// once per window, as the producer's are.
+    throttle: LogThrottle,
 }
 
 impl InboxContext {
     fn warn_rarely(&self, e: &KafkaError) {
-        let key = format!("{:?}", e.rdkafka_error_code());
-        if let Ok(mut last) = self.last_warning.lock() {
-            let due = last.get(&key).is_none_or(|t| t.elapsed() > Duration::from_secs(30));
-            if due {
-                last.insert(key, Instant::now());
-                // A deleted topic's partitions report UnknownTopicOrPartition here; the
-                // group drops them at its next rebalance.
-                tracing::warn!("Kafka consumer: {e}");
-            }
+        let kind = format!("{:?}", e.rdkafka_error_code());
+        if let Some(n) = self.throttle.admit("poll", &kind, Instant::now()) {
+            // A deleted topic's partitions report UnknownTopicOrPartition here; the
+            // group drops them at its next rebalance.
+            tracing::warn!("Kafka consumer: {e}{}", left_out_note(n));
         }
     }
 
@@ -331,12 +330,21 @@ impl InboxContext {
 
 impl ClientContext for InboxContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-                tracing::error!(facility = fac, "librdkafka: {log_message}")
+        let loud = matches!(
+            level,
+            RDKafkaLogLevel::Emerg
+                | RDKafkaLogLevel::Alert
+                | RDKafkaLogLevel::Critical
+                | RDKafkaLogLevel::Error
+                | RDKafkaLogLevel::Warning
+        );
+        let admitted = if loud { self.throttle.admit(fac, log_message, Instant::now()) } else { None };
+        match (level, admitted) {
+            (_, None) => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
+            (RDKafkaLogLevel::Warning, Some(n)) => {
+                tracing::warn!(facility = fac, "librdkafka: {log_message}{}", left_out_note(n))
             }
-            RDKafkaLogLevel::Warning => tracing::warn!(facility = fac, "librdkafka: {log_message}"),
-            _ => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
+            (_, Some(n)) => tracing::error!(facility = fac, "librdkafka: {log_message}{}", left_out_note(n)),
         }
     }
 
@@ -345,7 +353,10 @@ impl ClientContext for InboxContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!("Kafka consumer: {error}: {reason}");
+        match self.throttle.admit("error", reason, Instant::now()) {
+            Some(n) => tracing::warn!("Kafka consumer: {error}: {reason}{}", left_out_note(n)),
+            None => tracing::debug!("Kafka consumer: {error}: {reason}"),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! its delivery reports ([`sink`]), the hand-over of each record to librdkafka with its
 //! kept topic handles ([`produce`]), a record's headers read as bytes ([`headers`]; these
 //! two are the modules with `unsafe` calls into librdkafka), which errors mean "never"
-//! ([`rejection`]), the one
+//! ([`rejection`]), librdkafka's repeated log lines throttled ([`throttle`]), the one
 //! produce window the stream and the snapshot share ([`window`]) with its barriers
 //! ([`barrier`]: when a record may go), the one
 //! permanent-error policy ([`policy`]) and what a restarted producer must know of the
@@ -19,6 +19,7 @@ pub(crate) mod produce;
 pub mod progress;
 pub(crate) mod rejection;
 pub(crate) mod sink;
+pub(crate) mod throttle;
 pub mod transaction;
 pub(crate) mod window;
 

@@ -9,12 +9,11 @@
 //! - [`Outcome::Rejected`]: Kafka will never take it (too large, not authorised, ...);
 //!   the permanent-error policy halts or dead-letters it.
 //!
-//! librdkafka's log lines go to `tracing`; identical lines within [`LOG_REPEAT_WINDOW`]
-//! are logged once, and its warnings about configuration walpost set itself (not the
+//! librdkafka's log lines go to `tracing`; lines of one kind are logged once per
+//! [`super::throttle::WINDOW`] (see [`super::throttle`]), and its warnings about configuration walpost set itself (not the
 //! user) are debug lines ([`super::config::log_defaults`] says what walpost sets, once).
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
@@ -29,6 +28,7 @@ use super::barrier::Placement;
 use super::config::SinkError;
 use super::produce::Handoff;
 use super::rejection::{classify, Rejection};
+use super::throttle::{left_out_note, LogThrottle};
 use crate::telemetry::metrics::KafkaMetrics;
 use crate::telemetry::now_ms;
 
@@ -42,9 +42,6 @@ pub(crate) const IMPLICIT_ACK: &str = "IMPLICITACK";
 /// The sequence number of a report about no record of walpost's (e.g.
 /// [`Outcome::ImplicitlyAcked`]).
 pub(crate) const NO_RECORD: u64 = u64::MAX;
-
-/// Identical librdkafka log lines within this window are logged once.
-pub(crate) const LOG_REPEAT_WINDOW: Duration = Duration::from_secs(30);
 
 /// What happened to record `seq`.
 #[derive(Debug)]
@@ -114,22 +111,10 @@ pub(crate) struct SinkContext {
     /// Topics whose records are not events (the exactly-once progress topic): not counted
     /// in `walpost_events_published_total`.
     not_events: Vec<String>,
-    last_log: Mutex<Option<(String, Instant)>>,
+    throttle: LogThrottle,
 }
 
 impl SinkContext {
-    /// True when the same line was logged within the window.
-    fn repeated(&self, line: &str) -> bool {
-        let Ok(mut last) = self.last_log.lock() else { return false };
-        if let Some((text, at)) = last.as_ref() {
-            if text == line && at.elapsed() < LOG_REPEAT_WINDOW {
-                return true;
-            }
-        }
-        *last = Some((line.to_owned(), Instant::now()));
-        false
-    }
-
     /// A configuration warning about a property the user did not set.
     fn about_our_own_setting(&self, facility: &str, line: &str) -> bool {
         facility == "CONFWARN"
@@ -156,16 +141,18 @@ impl ClientContext for SinkContext {
                 .reports
                 .send(Report { seq: NO_RECORD, outcome: Outcome::ImplicitlyAcked { line: log_message.to_owned() } });
         }
-        let noisy = matches!(level, RDKafkaLogLevel::Debug | RDKafkaLogLevel::Info | RDKafkaLogLevel::Notice)
+        let quiet = matches!(level, RDKafkaLogLevel::Debug | RDKafkaLogLevel::Info | RDKafkaLogLevel::Notice)
             || self.about_our_own_setting(fac, log_message)
-            || transient_start_up(log_message)
-            || self.repeated(log_message);
-        match level {
-            _ if noisy => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-                tracing::error!(facility = fac, "librdkafka: {log_message}")
-            }
-            _ => tracing::warn!(facility = fac, "librdkafka: {log_message}"),
+            || transient_start_up(log_message);
+        // A failure that lasts (a refused SASL handshake) is logged every few hundred ms.
+        let admitted = if quiet { None } else { self.throttle.admit(fac, log_message, Instant::now()) };
+        match (level, admitted) {
+            (_, None) => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
+            (
+                RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error,
+                Some(n),
+            ) => tracing::error!(facility = fac, "librdkafka: {log_message}{}", left_out_note(n)),
+            (_, Some(n)) => tracing::warn!(facility = fac, "librdkafka: {log_message}{}", left_out_note(n)),
         }
     }
 
@@ -179,10 +166,10 @@ impl ClientContext for SinkContext {
         if logged_already {
             self.metrics.produce_error("connection");
         }
-        if logged_already || self.repeated(reason) {
-            tracing::debug!(error = %error, "Kafka client error: {reason}");
-        } else {
-            tracing::warn!(error = %error, "Kafka client error: {reason}");
+        let admitted = if logged_already { None } else { self.throttle.admit("error", reason, Instant::now()) };
+        match admitted {
+            None => tracing::debug!(error = %error, "Kafka client error: {reason}"),
+            Some(n) => tracing::warn!(error = %error, "Kafka client error: {reason}{}", left_out_note(n)),
         }
     }
 }
@@ -358,7 +345,7 @@ impl KafkaSink {
         metrics: KafkaMetrics,
     ) -> Result<(KafkaSink, mpsc::UnboundedReceiver<Report>), SinkError> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let context = SinkContext { reports: tx, metrics, user_keys, not_events, last_log: Mutex::new(None) };
+        let context = SinkContext { reports: tx, metrics, user_keys, not_events, throttle: LogThrottle::default() };
         let producer = config.create_with_context(context).map_err(SinkError::Create)?;
         let bootstrap = config.get("bootstrap.servers").and_then(|b| std::ffi::CString::new(b).ok());
         let partitioner = config.get("partitioner").unwrap_or("murmur2_random");
