@@ -8,8 +8,10 @@
 //!   Kafka commits, made after each PostgreSQL commit, are for lag dashboards only;
 //! - a revocation returns to librdkafka only after the ingest wrote every record of the
 //!   revoked partitions it had (the next owner reads the offsets written with them);
-//! - the channel is bounded and librdkafka's prefetch queue too
-//!   (`queued.max.messages.kbytes`), so memory stays bounded under any backlog;
+//! - the channel is bounded, in records and in bytes (each record holds its key, headers
+//!   and value of a [`ByteBudget`] until the ingest dropped it), and librdkafka's prefetch
+//!   queue too (`queued.min.messages` = 1: one fetch at most), so memory stays bounded
+//!   under any backlog and whatever the records' sizes;
 //! - nothing of a record's key, value or headers is logged.
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +29,7 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
+use super::budget::{ByteBudget, Held};
 use super::ingest::Partition;
 use super::record::Record;
 use crate::kafka::throttle::{left_out_note, LogThrottle};
@@ -48,7 +51,8 @@ pub(crate) enum Start {
 /// What the consumer thread tells the ingest.
 #[derive(Debug)]
 pub(crate) enum Event {
-    Record(Record),
+    /// A record, holding its bytes of the channel's budget until it is dropped.
+    Record(Record, Held),
     /// Partitions are being assigned: answer where each starts.
     Assigned {
         partitions: Vec<Partition>,
@@ -78,6 +82,12 @@ pub(crate) const DEFAULTS: &[(&str, &str)] = &[
     // against 28.2k at 44.0 MB; the ingest waits on PostgreSQL, not on Kafka).
     ("queued.max.messages.kbytes", "2048"),
     ("fetch.max.bytes", "2097152"),
+    // librdkafka counts only values in queued.max.messages.kbytes, not keys or headers:
+    // 800 records with 250 KB keys and 2-byte values were all prefetched (200 MB). So it
+    // fetches again only once its queue is empty: one fetch (fetch.max.bytes, or one
+    // larger record) per broker is queued at most, whatever the keys. The channel to the
+    // ingest (2,048 records, batch_max_bytes) keeps the ingest busy meanwhile.
+    ("queued.min.messages", "1"),
     // librdkafka waits this long (default 1 s) before fetching again once its queue was
     // full: with a bounded queue the consumer then ran dry for up to 1 s at a time
     // (bench/inbox.sh: 17k records/s before, 19k after, on 2 shared cores).
@@ -156,6 +166,7 @@ pub(crate) fn client_config(s: &InboxSettings) -> Result<ClientConfig, String> {
 pub(crate) fn start(
     s: &InboxSettings,
     events: mpsc::Sender<Event>,
+    budget: Arc<ByteBudget>,
     metrics: InboxMetrics,
 ) -> Result<ConsumerThread, String> {
     let cfg = client_config(s)?;
@@ -174,7 +185,7 @@ pub(crate) fn start(
     let thread_stop = stop.clone();
     let handle = std::thread::Builder::new()
         .name("walpost-inbox-consumer".into())
-        .spawn(move || poll_loop(consumer, events, commit_rx, thread_stop))
+        .spawn(move || poll_loop(consumer, events, &budget, commit_rx, thread_stop))
         .map_err(|e| format!("cannot start the consumer thread: {e}"))?;
     Ok(ConsumerThread { stop, handle: Some(handle), commits })
 }
@@ -182,6 +193,7 @@ pub(crate) fn start(
 fn poll_loop(
     consumer: BaseConsumer<InboxContext>,
     events: mpsc::Sender<Event>,
+    budget: &Arc<ByteBudget>,
     commits: std_mpsc::Receiver<Vec<(Partition, i64)>>,
     stop: Arc<AtomicBool>,
 ) {
@@ -224,7 +236,9 @@ fn poll_loop(
                     headers,
                     timestamp_ms: m.timestamp().to_millis(),
                 };
-                if events.blocking_send(Event::Record(record)).is_err() {
+                // Waits while the records in flight hold the whole budget.
+                let Some(held) = budget.acquire(record.bytes(), &stop) else { break };
+                if events.blocking_send(Event::Record(record, held)).is_err() {
                     break;
                 }
             }

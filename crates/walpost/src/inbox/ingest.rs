@@ -62,7 +62,9 @@ pub(crate) struct Batch {
     pub(crate) rewound: std::collections::BTreeSet<Partition>,
     /// Records taken per topic (stored or duplicates; the store tells which).
     pub(crate) taken: BTreeMap<Arc<str>, u64>,
-    pub(crate) value_bytes: usize,
+    /// Bytes of the records taken (key, headers, value): the batch's memory, bounded by
+    /// `batch_max_bytes`.
+    pub(crate) bytes: usize,
     /// The earliest record timestamp in the batch (ms since the Unix epoch), for latency.
     pub(crate) oldest_timestamp_ms: Option<i64>,
     records: usize,
@@ -132,7 +134,7 @@ impl Ingest {
         match fields(r, &self.names, self.max_value_bytes) {
             Ok(f) => {
                 self.batch.rows.push(r, &f);
-                self.batch.value_bytes += r.value_len();
+                self.batch.bytes += r.bytes();
             }
             Err(why) => {
                 let refused = Refused { topic: r.topic.clone(), partition: r.partition, offset: r.offset, why };
@@ -161,7 +163,7 @@ impl Ingest {
 
     /// The batch is at a limit of records or bytes: write it now.
     pub(crate) fn full(&self) -> bool {
-        self.batch.records >= self.limits.max_records || self.batch.value_bytes >= self.limits.max_bytes
+        self.batch.records >= self.limits.max_records || self.batch.bytes >= self.limits.max_bytes
     }
 
     /// When the open batch must be written at the latest (`None`: it is empty).
@@ -259,6 +261,31 @@ mod tests {
         assert!(b.rewound.contains(&(t.clone(), 0)));
         i.committed(&b);
         assert_eq!(i.stored(&(t, 0)), Some(2));
+    }
+
+    /// Regression: a batch was full at `batch_max_bytes` of values alone, so records with
+    /// large keys and small values (500 KB keys while the inbox's tables were locked)
+    /// filled 2,000-record batches holding a gigabyte. Keys and headers count now.
+    #[test]
+    fn regression_a_batch_is_bounded_by_its_keys_and_headers_too() {
+        let t: Arc<str> = "t".into();
+        let limits = BatchLimits { max_records: 2_000, max_bytes: 1 << 20, max_wait: Duration::from_millis(10) };
+        let mut i = Ingest::new(limits, HeaderNames::default(), 1 << 20, OnInvalid::Reject);
+        i.assign((t.clone(), 0), 0);
+        let mut r = rec(&t, 0, 0, true);
+        r.key = Some(Bytes::from(vec![b'k'; 300 << 10]));
+        for offset in 0..4 {
+            r.offset = offset;
+            assert!(!i.full(), "{offset} records of 300 KiB keys");
+            assert_eq!(i.offer(&r, Instant::now()), Offer::Taken);
+        }
+        assert!(i.full(), "4 records of 300 KiB keys are over 1 MiB");
+        assert!(i.take().bytes > 1200 << 10);
+        // Headers count as well.
+        let mut r = rec(&t, 0, 4, true);
+        r.headers.push((Bytes::from_static(b"big"), Some(Bytes::from(vec![b'h'; 1 << 20]))));
+        assert_eq!(i.offer(&r, Instant::now()), Offer::Taken);
+        assert!(i.full());
     }
 
     #[test]

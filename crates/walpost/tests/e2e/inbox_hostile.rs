@@ -129,3 +129,94 @@ fn regression_a_consumer_thread_that_ends_unasked_exits_non_zero_with_the_reason
         }
     }
 }
+
+/// The process's peak resident memory (VmHWM), in MiB.
+fn peak_rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in {status}"));
+    kb / 1024
+}
+
+/// Regression: the inbox's memory was bounded by records, not bytes: 2,100 records with
+/// 500 KB keys while an inbox table was locked took its RSS to 1.04 GB. Now the channel
+/// and the batches are bounded by bytes (key, headers, value): 800 records with 250 KB
+/// keys (200 MB) behind a locked `inbox.messages` leave the peak far below their size.
+#[test]
+fn regression_memory_is_bounded_in_bytes_while_the_inbox_table_is_locked() {
+    const RECORDS: usize = 800;
+    const KEY_BYTES: usize = 250_000;
+    const PEAK_MIB: u64 = 100;
+    let inbox = inbox_db("inbox-hostile-mem");
+    let topic = format!("{}big", inbox.topic_prefix);
+    create_topic(&topic, 1);
+    let mut p = start_inbox(&inbox_args(&inbox, &topic, "mem", &["--create-schema"]), &[]);
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || inbox.try_sql("SELECT 1 FROM inbox.messages").is_ok()),
+        "{}",
+        p.log_text()
+    );
+    // A session holds inbox.messages until the test says so (a row in release_lock).
+    inbox.sql("CREATE TABLE public.release_lock (x int)");
+    let holder = {
+        let (pg, db) = (inbox.pg, inbox.db.clone());
+        std::thread::spawn(move || {
+            pg.psql_db(
+                &db,
+                "BEGIN; LOCK TABLE inbox.messages IN ACCESS EXCLUSIVE MODE;
+                 DO $$ BEGIN FOR i IN 1..1200 LOOP
+                   EXIT WHEN EXISTS (SELECT 1 FROM public.release_lock); PERFORM pg_sleep(0.05);
+                 END LOOP; END $$;
+                 COMMIT;",
+            )
+        })
+    };
+    let locked = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                  WHERE c.relname = 'messages' AND l.mode = 'AccessExclusiveLock' AND l.granted";
+    assert!(testkit::wait_until(Duration::from_secs(10), || inbox.sql(locked).trim() == "1"));
+
+    // Keys that are not UTF-8 (no aggregate_id), values of a few bytes.
+    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+        ClientConfig::new()
+            .set("bootstrap.servers", &inbox.kafka_bootstrap)
+            .set("linger.ms", "5")
+            .create()
+            .expect("producer");
+    for i in 0..RECORDS {
+        let mut key = vec![b'k'; KEY_BYTES];
+        key[0] = 0xff;
+        key[1..9].copy_from_slice(&(i as u64).to_be_bytes());
+        let id = format!("m-{i}");
+        let headers = rdkafka::message::OwnedHeaders::new()
+            .insert(rdkafka::message::Header { key: "id", value: Some(id.as_bytes()) });
+        let mut record = rdkafka::producer::BaseRecord::to(&topic).key(&key).payload(b"{}").headers(headers);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+    // Before the fix every record was in memory by now.
+    std::thread::sleep(Duration::from_secs(3));
+    let while_locked = peak_rss_mib(p.pid());
+    inbox.sql("INSERT INTO public.release_lock VALUES (1)");
+    holder.join().unwrap().expect("the lock holder");
+    assert!(
+        testkit::wait_until(Duration::from_secs(60), || messages(&inbox) == RECORDS as i64),
+        "{} of {RECORDS} stored:\n{}",
+        messages(&inbox),
+        p.log_text()
+    );
+    let peak = peak_rss_mib(p.pid());
+    eprintln!("walpost inbox peak RSS: {while_locked} MiB while locked, {peak} MiB in all");
+    assert!(peak < PEAK_MIB, "peak RSS {peak} MiB for {} MB of keys", RECORDS * KEY_BYTES / 1_000_000);
+    assert_eq!(p.terminate(Duration::from_secs(30)).and_then(|s| s.code()), Some(0));
+}
