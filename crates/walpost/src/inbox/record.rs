@@ -42,13 +42,6 @@ impl Record {
         key + headers + self.value_len()
     }
 
-    /// The bytes it holds (key, header names and values, value): what bounds memory.
-    pub(crate) fn bytes(&self) -> usize {
-        let key = self.key.as_ref().map_or(0, Bytes::len);
-        let headers: usize = self.headers.iter().map(|(n, v)| n.len() + v.as_ref().map_or(0, Bytes::len)).sum();
-        key + headers + self.value_len()
-    }
-
     fn header(&self, name: &str) -> Option<&[u8]> {
         // The last one wins, as in a JSON object of the headers.
         self.headers.iter().rev().find(|(n, _)| n == name.as_bytes()).and_then(|(_, v)| v.as_deref())
