@@ -204,7 +204,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "walpost inbox: records in Kafka past the consumer's position, by topic and partition (from librdkafka's statistics).",
     ),
-    (INBOX_BACKLOG, "gauge", "walpost inbox: messages a handler has no receipt for and that are pending, by handler."),
+    (
+        INBOX_BACKLOG,
+        "gauge",
+        "walpost inbox: messages a handler has no receipt for and that are pending, by handler (at most 100 handlers, then \"(other)\").",
+    ),
     (INBOX_OLDEST_PENDING, "gauge", "walpost inbox: age of a handler's oldest pending message, by handler."),
     (INBOX_OPEN_ATTEMPTS, "gauge", "walpost inbox: failed attempts on a handler's open messages, by handler."),
     (INBOX_REVIEW_REQUIRED, "gauge", "walpost inbox: a handler's messages in review_required, by handler."),

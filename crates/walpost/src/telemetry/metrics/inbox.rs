@@ -8,6 +8,11 @@ use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, IntGauge
 use super::{now_ms, MAX_TOPIC_SERIES, OTHER_TOPICS};
 use crate::telemetry::Health;
 
+/// Handlers with series of their own; the rest share [`OTHER_HANDLERS`]'s.
+pub const MAX_HANDLER_SERIES: usize = 100;
+/// The `handler` label of the handlers past [`MAX_HANDLER_SERIES`].
+pub const OTHER_HANDLERS: &str = "(other)";
+
 /// `walpost inbox`'s metrics.
 #[derive(Debug, Clone)]
 pub struct InboxMetrics {
@@ -102,28 +107,74 @@ impl InboxMetrics {
     }
 
     /// The handlers' statistics, just read; handlers no longer registered lose their series.
+    ///
+    /// Handler names are data (any service may register one): at most
+    /// [`MAX_HANDLER_SERIES`] handlers have series of their own (one that has them keeps
+    /// them; new ones take free places in the order given), the others are summed into
+    /// the [`OTHER_HANDLERS`] series (its oldest pending age is their oldest).
     pub fn set_handler_stats(&self, stats: &[HandlerStats]) {
         self.stats_read_ms.store(now_ms(), Ordering::Relaxed);
         let Ok(mut known) = self.handlers.lock() else { return };
-        let now: std::collections::BTreeSet<String> = stats.iter().map(|s| s.handler.clone()).collect();
-        for gone in known.difference(&now) {
-            let _ = self.backlog.remove_label_values(&[gone]);
-            let _ = self.oldest_pending.remove_label_values(&[gone]);
-            let _ = self.open_attempts.remove_label_values(&[gone]);
-            let _ = self.review_required.remove_label_values(&[gone]);
-            let _ = self.leases_lost.remove_label_values(&[gone]);
-        }
+        let present: std::collections::BTreeSet<&str> = stats.iter().map(|s| s.handler.as_str()).collect();
+        let mut own: std::collections::BTreeSet<String> =
+            known.iter().filter(|h| present.contains(h.as_str())).cloned().collect();
         for s in stats {
-            let h = [s.handler.as_str()];
-            self.backlog.with_label_values(&h).set(s.backlog);
-            self.oldest_pending.with_label_values(&h).set(s.oldest_pending_seconds);
-            self.open_attempts.with_label_values(&h).set(s.open_attempts);
-            self.review_required.with_label_values(&h).set(s.review_required);
-            if let Some(lost) = s.leases_lost {
-                self.set_leases_lost(&h, lost);
+            if own.len() >= MAX_HANDLER_SERIES {
+                break;
+            }
+            if s.handler != OTHER_HANDLERS {
+                own.insert(s.handler.clone());
             }
         }
-        *known = now;
+        for gone in known.difference(&own) {
+            self.remove_handler(gone);
+        }
+        let mut other: Option<HandlerStats> = None;
+        for s in stats {
+            if own.contains(&s.handler) {
+                self.set_handler(s);
+                continue;
+            }
+            let o = other.get_or_insert_with(|| HandlerStats {
+                handler: OTHER_HANDLERS.to_owned(),
+                backlog: 0,
+                oldest_pending_seconds: 0.0,
+                open_attempts: 0,
+                review_required: 0,
+                leases_lost: None,
+            });
+            o.backlog = o.backlog.saturating_add(s.backlog);
+            o.oldest_pending_seconds = o.oldest_pending_seconds.max(s.oldest_pending_seconds);
+            o.open_attempts = o.open_attempts.saturating_add(s.open_attempts);
+            o.review_required = o.review_required.saturating_add(s.review_required);
+            if let Some(lost) = s.leases_lost {
+                o.leases_lost = Some(o.leases_lost.unwrap_or(0).saturating_add(lost));
+            }
+        }
+        match other {
+            Some(o) => self.set_handler(&o),
+            None => self.remove_handler(OTHER_HANDLERS),
+        }
+        *known = own;
+    }
+
+    fn set_handler(&self, s: &HandlerStats) {
+        let h = [s.handler.as_str()];
+        self.backlog.with_label_values(&h).set(s.backlog);
+        self.oldest_pending.with_label_values(&h).set(s.oldest_pending_seconds);
+        self.open_attempts.with_label_values(&h).set(s.open_attempts);
+        self.review_required.with_label_values(&h).set(s.review_required);
+        if let Some(lost) = s.leases_lost {
+            self.set_leases_lost(&h, lost);
+        }
+    }
+
+    fn remove_handler(&self, handler: &str) {
+        let _ = self.backlog.remove_label_values(&[handler]);
+        let _ = self.oldest_pending.remove_label_values(&[handler]);
+        let _ = self.open_attempts.remove_label_values(&[handler]);
+        let _ = self.review_required.remove_label_values(&[handler]);
+        let _ = self.leases_lost.remove_label_values(&[handler]);
     }
 
     /// The counter follows the database's cumulative count; a count that went down (the
@@ -159,5 +210,62 @@ impl InboxMetrics {
         let read = self.stats_read_ms.load(Ordering::Relaxed);
         let age = if read == 0 { 0.0 } else { (now_ms() - read).max(0) as f64 / 1000.0 };
         self.stats_age.set(age);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::telemetry::Metrics;
+
+    fn handler(name: &str, backlog: i64) -> HandlerStats {
+        HandlerStats {
+            handler: name.to_owned(),
+            backlog,
+            oldest_pending_seconds: backlog as f64,
+            open_attempts: 1,
+            review_required: 0,
+            leases_lost: Some(2),
+        }
+    }
+
+    fn series(text: &str, metric: &str) -> Vec<String> {
+        text.lines().filter(|l| l.starts_with(&format!("{metric}{{"))).map(str::to_owned).collect()
+    }
+
+    /// Regression: handler names are data, and 5,000 registered handlers made 20,012
+    /// series. At most MAX_HANDLER_SERIES have their own; the rest are summed in (other).
+    #[test]
+    fn regression_handler_series_are_capped_with_the_rest_as_other() {
+        let m = Metrics::new(Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60)))).unwrap();
+        let many: Vec<HandlerStats> = (0..5_000).map(|i| handler(&format!("h{i:04}"), 1)).collect();
+        m.inbox.set_handler_stats(&many);
+        let text = m.encode();
+        for metric in [
+            "walpost_inbox_handler_backlog",
+            "walpost_inbox_handler_oldest_pending_seconds",
+            "walpost_inbox_handler_open_attempts",
+            "walpost_inbox_handler_review_required",
+            "walpost_inbox_leases_lost_total",
+        ] {
+            assert_eq!(series(&text, metric).len(), MAX_HANDLER_SERIES + 1, "{metric}");
+        }
+        assert!(text.contains("walpost_inbox_handler_backlog{handler=\"h0000\"} 1"), "the first come keep theirs");
+        assert!(text.contains("walpost_inbox_handler_backlog{handler=\"(other)\"} 4900"), "summed");
+        assert!(text.contains("walpost_inbox_handler_open_attempts{handler=\"(other)\"} 4900"));
+        assert!(text.contains("walpost_inbox_leases_lost_total{handler=\"(other)\"} 9800"));
+
+        // A handler that has its series keeps it when new ones come first; a place freed
+        // goes to the next; with room for all, (other) goes.
+        let mut next: Vec<HandlerStats> = vec![handler("new", 7)];
+        next.extend((1..100).map(|i| handler(&format!("h{i:04}"), 3)));
+        m.inbox.set_handler_stats(&next);
+        let text = m.encode();
+        assert_eq!(series(&text, "walpost_inbox_handler_backlog").len(), 100, "{text}");
+        assert!(text.contains("walpost_inbox_handler_backlog{handler=\"h0099\"} 3"));
+        assert!(text.contains("walpost_inbox_handler_backlog{handler=\"new\"} 7"));
+        assert!(!text.contains("handler=\"(other)\"") && !text.contains("handler=\"h0000\""), "{text}");
     }
 }
