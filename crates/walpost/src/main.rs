@@ -46,7 +46,10 @@ fn exit_on_panic() {
     std::panic::set_hook(Box::new(move |info| {
         default(info);
         let thread = std::thread::current().name().unwrap_or("unnamed").to_owned();
-        tracing::error!(thread, "walpost panicked, {info}; exiting with status 101 (a bug: please report it with this line)");
+        tracing::error!(
+            thread,
+            "walpost panicked, {info}; exiting with status 101 (a bug: please report it with this line)"
+        );
         std::process::exit(PANIC_EXIT_CODE);
     }));
 }

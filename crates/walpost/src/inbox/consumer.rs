@@ -54,15 +54,9 @@ pub(crate) enum Event {
     /// A record, holding its bytes of the channel's budget until it is dropped.
     Record(Record, Held),
     /// Partitions are being assigned: answer where each starts.
-    Assigned {
-        partitions: Vec<Partition>,
-        reply: std_mpsc::SyncSender<Vec<(Partition, Start)>>,
-    },
+    Assigned { partitions: Vec<Partition>, reply: std_mpsc::SyncSender<Vec<(Partition, Start)>> },
     /// Partitions are being revoked: answer once their records are written.
-    Revoked {
-        partitions: Vec<Partition>,
-        reply: std_mpsc::SyncSender<()>,
-    },
+    Revoked { partitions: Vec<Partition>, reply: std_mpsc::SyncSender<()> },
     /// The consumer cannot go on (a fatal librdkafka error, an assignment it cannot make).
     Fatal(String),
 }

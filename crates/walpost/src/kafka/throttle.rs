@@ -112,7 +112,14 @@ mod tests {
         // Each kind at 0 s, 30 s and 60 s; the repeats say how many were left out.
         assert_eq!(
             logged,
-            vec![(0, "FAIL", 0), (1, "ERROR", 0), (120, "FAIL", 59), (121, "ERROR", 59), (240, "FAIL", 59), (241, "ERROR", 59)]
+            vec![
+                (0, "FAIL", 0),
+                (1, "ERROR", 0),
+                (120, "FAIL", 59),
+                (121, "ERROR", 59),
+                (240, "FAIL", 59),
+                (241, "ERROR", 59)
+            ]
         );
         assert_eq!(left_out_note(59), " (59 more like it in the last 30 s not shown)");
         assert_eq!(left_out_note(0), "");
@@ -126,7 +133,8 @@ mod tests {
         let now = Instant::now();
         for i in 0..(MAX_KINDS * 3) {
             // Letters, not digits: each its own kind.
-            let line: String = format!("{i:x}").chars().map(|c| (b'a' + c.to_digit(16).unwrap_or(0) as u8) as char).collect();
+            let line: String =
+                format!("{i:x}").chars().map(|c| (b'a' + c.to_digit(16).unwrap_or(0) as u8) as char).collect();
             assert_eq!(t.admit("F", &line, now), Some(0));
         }
         assert!(t.seen.lock().unwrap().len() <= MAX_KINDS);

@@ -179,12 +179,11 @@ fn regression_memory_is_bounded_in_bytes_while_the_inbox_table_is_locked() {
     assert!(testkit::wait_until(Duration::from_secs(10), || inbox.sql(locked).trim() == "1"));
 
     // Keys that are not UTF-8 (no aggregate_id), values of a few bytes.
-    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
-        ClientConfig::new()
-            .set("bootstrap.servers", &inbox.kafka_bootstrap)
-            .set("linger.ms", "5")
-            .create()
-            .expect("producer");
+    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &inbox.kafka_bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
     for i in 0..RECORDS {
         let mut key = vec![b'k'; KEY_BYTES];
         key[0] = 0xff;
