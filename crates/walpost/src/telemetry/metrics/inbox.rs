@@ -9,9 +9,9 @@ use super::{now_ms, MAX_TOPIC_SERIES, OTHER_TOPICS};
 use crate::telemetry::Health;
 
 /// Handlers with series of their own; the rest share [`OTHER_HANDLERS`]'s.
-pub const MAX_HANDLER_SERIES: usize = 100;
+pub(super) const MAX_HANDLER_SERIES: usize = 100;
 /// The `handler` label of the handlers past [`MAX_HANDLER_SERIES`].
-pub const OTHER_HANDLERS: &str = "(other)";
+pub(super) const OTHER_HANDLERS: &str = "(other)";
 
 /// `walpost inbox`'s metrics.
 #[derive(Debug, Clone)]
