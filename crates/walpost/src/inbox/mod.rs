@@ -367,8 +367,8 @@ async fn handler_stats(s: InboxSettings, metrics: InboxMetrics, mut shutdown: wa
 const STATS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One read: each handler's statistics, and the partitions the group has stored offsets
-/// for. `leases_lost` is read when the view has it (an inbox migrated before it counted
-/// lost leases has not).
+/// for. `leases_lost` is read from `handlers` when it has it (an inbox migrated before
+/// migrations/0005_inbox_hardening.sql has not).
 async fn read_handler_stats(
     s: &InboxSettings,
     sql: &mut Option<replication::ReplicationClient>,
@@ -379,8 +379,9 @@ async fn read_handler_stats(
     };
     let schema = crate::postgres::sql::ident(&s.schema);
     let text = format!(
-        "SELECT handler, backlog, oldest_pending_seconds, open_attempts, review_required, \
-         pg_catalog.to_jsonb(s) ->> 'leases_lost' AS leases_lost FROM {schema}.handler_stats s"
+        "SELECT s.handler, s.backlog, s.oldest_pending_seconds, s.open_attempts, s.review_required, \
+         pg_catalog.to_jsonb(h) OPERATOR(pg_catalog.->>) 'leases_lost' AS leases_lost \
+         FROM {schema}.handler_stats s JOIN {schema}.handlers h ON h.name OPERATOR(pg_catalog.=) s.handler"
     );
     let r = client.simple_query(&text).await.map_err(|e| e.to_string())?;
     let stats: Vec<HandlerStats> = (0..r.rows.len())
