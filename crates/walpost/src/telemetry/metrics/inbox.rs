@@ -29,7 +29,7 @@ pub struct InboxMetrics {
     pub(super) oldest_pending: prometheus::GaugeVec,
     pub(super) open_attempts: IntGaugeVec,
     pub(super) review_required: IntGaugeVec,
-    /// `inbox.handler_stats.leases_lost` (cumulative in the database), as a counter.
+    /// `inbox.handlers.leases_lost` (cumulative in the database), as a counter.
     pub(super) leases_lost: IntCounterVec,
     pub(super) handlers: Arc<Mutex<std::collections::BTreeSet<String>>>,
     /// Seconds since the handler statistics were last read (set at scrape time).
