@@ -302,12 +302,13 @@ fn regression_replay_where_is_a_condition_unless_unsafe_where() {
 /// Issue 40, H3: a role with CREATE on `public` (every role's right on PostgreSQL 14,
 /// and on clusters upgraded from it) planted overloads of built-ins that match walpost's
 /// calls more exactly than the built-ins do (`to_jsonb` of the slots view's row type,
-/// `left(name, integer)`, `has_table_privilege(text, oid, text)`, ...). Before every
-/// walpost connection fixed its search_path they ran as walpost's role at start-up: with
-/// walpost a superuser, `ALTER ROLE mallory SUPERUSER` went through. Migration 0002's
-/// `format(...)` call was caught the same way. Now walpost runs (preflight with a signal
-/// table, an initial snapshot, retention, the slot monitor), checks and drops its slot, and
-/// 0002 is applied, and nothing planted runs.
+/// `left(name, integer)`, `has_table_privilege(text, oid, text)`, an `=(oid, regclass)`
+/// operator, ...). Before every walpost connection fixed its search_path they ran as
+/// walpost's role at start-up: with walpost a superuser, `ALTER ROLE mallory SUPERUSER`
+/// went through. Migration 0002's `format(...)` call was caught the same way. Now walpost
+/// runs (preflight with a signal table, an initial snapshot, retention, the slot monitor),
+/// checks and drops its slot, and 0002 is applied, and nothing planted runs. The operator
+/// is reached by no function name, so it tests the connections' search_path alone.
 #[test]
 fn regression_functions_planted_in_public_never_run_as_walpost() {
     let w = World::new("sec-path");
@@ -329,6 +330,9 @@ fn regression_functions_planted_in_public_never_run_as_walpost() {
         ("format", "f text, a text, b text, c text", "text", "pg_catalog.format(f, a, b, c)"),
         ("quote_ident", "s name", "text", "pg_catalog.quote_ident(s::text)"),
         ("cardinality", "a text[]", "integer", "pg_catalog.cardinality(a)"),
+        // Behind the operator below: no function name in walpost's SQL leads to it, only
+        // the session's search_path keeps it out.
+        ("oid_eq_regclass", "a oid, b regclass", "boolean", "a OPERATOR(pg_catalog.=) b::oid"),
     ];
     for (name, params, result, builtin) in planted {
         let body = format!(
@@ -342,6 +346,13 @@ fn regression_functions_planted_in_public_never_run_as_walpost() {
         );
         w.pg.psql_as(&mallory, &w.db, &body).unwrap_or_else(|e| panic!("planting {name}: {e}"));
     }
+    // `c.oid = <...>::regclass` (preflight, snapshot estimate) takes it over oid = oid.
+    w.pg.psql_as(
+        &mallory,
+        &w.db,
+        "CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regclass, FUNCTION = public.oid_eq_regclass)",
+    )
+    .unwrap();
     // The partitioned outbox, applied as its owner (least-privilege recipe B).
     let migration = std::fs::read_to_string(crate::retention::MIGRATION_0002).unwrap();
     w.pg.psql_as(&w.role, &w.db, &migration).unwrap_or_else(|e| panic!("migration 0002: {e}"));
@@ -356,8 +367,13 @@ fn regression_functions_planted_in_public_never_run_as_walpost() {
     .unwrap();
     let mut args = w.superuser_args();
     args.extend(["--snapshot", "initial", "--config", &config.display().to_string()].map(String::from));
+    // What the planted functions recorded: empty unless one ran.
+    let calls = || {
+        w.sql("SELECT coalesce(string_agg(DISTINCT fn || ' as ' || by_role::text, ', '), '') FROM public.planted_calls")
+    };
     let mut p = Walpost::start(&args, &[]);
-    assert!(w.wait_for_slot(WAIT), "{}", p.log_text());
+    testkit::wait_until(WAIT, || w.confirmed_flush_lsn().is_some() || !p.is_running());
+    assert!(p.is_running(), "planted functions ran: {}\n{}", calls(), p.log_text());
     insert_batches(&w, 1, 1, 10, 5, &["order"]);
     consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 20, WAIT);
     let ran = |what: &str| p.log_text().contains(what);
@@ -376,6 +392,6 @@ fn regression_functions_planted_in_public_never_run_as_walpost() {
     let dropped = sub(&["slot", "drop", "--yes"]);
     assert!(w.confirmed_flush_lsn().is_none(), "{dropped}");
 
-    assert_eq!(w.sql("SELECT string_agg(DISTINCT fn || ' as ' || by_role, ', ') FROM public.planted_calls"), "");
+    assert_eq!(calls(), "", "planted functions ran");
     assert_eq!(w.sql(&format!("SELECT rolsuper FROM pg_roles WHERE rolname = '{mallory}'")), "f");
 }
