@@ -387,7 +387,7 @@ impl Snapshot<'_> {
                     Err(error) => {
                         crate::error::contract_unavailable(&error)?;
                         let mut breached =
-                            crate::stream::route::breached_record(&error, || router.route_unchecked(rel, &tuple));
+                            crate::error::breached_record(&error, || router.route_unchecked(rel, &tuple));
                         if let Some(record) = breached.as_mut() {
                             match &self.s.snapshot.replay {
                                 Some(mark) => record

@@ -198,7 +198,7 @@ impl Routing {
                     Ok(record) => Routed::Record(record),
                     Err(error) => {
                         crate::error::contract_unavailable(&error)?;
-                        match breached_record(&error, || o.router.route_unchecked(rel, tuple)) {
+                        match crate::error::breached_record(&error, || o.router.route_unchecked(rel, tuple)) {
                             Some(record) => breach(error, &record),
                             None => {
                                 let (id, key, value) = o.router.salvage(rel, tuple);
@@ -338,7 +338,7 @@ impl Routing {
             Ok(record) => Routed::Record(record),
             Err(error) => {
                 crate::error::contract_unavailable(&error)?;
-                match breached_record(&error, || {
+                match crate::error::breached_record(&error, || {
                     config.router.route_json_unchecked(&m.content, &source, commit_time_ms)
                 }) {
                     Some(record) => breach(error, &record),
@@ -374,20 +374,6 @@ fn unroutable(error: RouteError, id: Option<Bytes>, key: Option<Bytes>, value: O
     let event_id = id.or_else(|| error.event_id().map(|e| Bytes::copy_from_slice(e.as_bytes()))).unwrap_or_default();
     let salvage = Original { key: key.map(|k| k.to_vec()), value: value.map(|v| v.to_vec()), headers: Vec::new() };
     Routed::Unroutable { error, salvage: Box::new(salvage), event_id, original_topic: String::new() }
-}
-
-/// For a contract breach, the record the row would have been without the contract
-/// (`unchecked` routes it so): its dead letter then carries the original topic, key,
-/// headers (`id`, the event type, ...) and value like a dead letter of a record Kafka
-/// refused. `None` for other errors, which routing without the contract would repeat.
-pub(crate) fn breached_record(
-    error: &RouteError,
-    unchecked: impl FnOnce() -> Result<Record, RouteError>,
-) -> Option<Record> {
-    if !matches!(error, RouteError::ContractBroken { .. }) {
-        return None;
-    }
-    unchecked().ok()
 }
 
 fn breach(error: RouteError, record: &Record) -> Routed {
