@@ -234,7 +234,13 @@ pub struct InboxArgs {
 
     /// The headers holding the event id, tried in order, comma-separated ([inbox]
     /// event_id_header) [default: id,ce_id]; they replace the defaults.
-    #[arg(long, env = "WALPOST_INBOX_EVENT_ID_HEADER", hide_env_values = true, value_name = "H1,H2", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "WALPOST_INBOX_EVENT_ID_HEADER",
+        hide_env_values = true,
+        value_name = "H1,H2",
+        value_delimiter = ','
+    )]
     pub event_id_header: Option<Vec<String>>,
 
     /// What makes a record a duplicate: its event id within its topic (topic), or the event

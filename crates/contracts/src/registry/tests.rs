@@ -75,8 +75,7 @@ fn json_schema_frames_valid_payloads_and_refuses_the_rest_by_pointer() {
     let c = contracts(&m, Format::JsonSchema, SubjectStrategy::RecordName, Duration::from_secs(60));
     let framed = c.check(event("OrderPlaced", "t"), br#"{"amount": 5}"#).unwrap();
     assert_eq!(framed, Checked::Encoded(Bytes::from_static(b"\0\0\0\0\x07{\"amount\": 5}")));
-    let ContractError::Breach(b) = c.check(event("OrderPlaced", "t"), br#"{"amount": "SECRET"}"#).unwrap_err()
-    else {
+    let ContractError::Breach(b) = c.check(event("OrderPlaced", "t"), br#"{"amount": "SECRET"}"#).unwrap_err() else {
         panic!("a breach")
     };
     assert_eq!(
@@ -195,13 +194,12 @@ fn the_cache_keeps_at_most_max_subjects() {
     }
     let hits = Arc::new(AtomicUsize::new(0));
     let seen = hits.clone();
-    let c = contracts(&m, Format::JsonSchema, SubjectStrategy::RecordName, Duration::from_secs(60)).observed(
-        move |l| {
+    let c =
+        contracts(&m, Format::JsonSchema, SubjectStrategy::RecordName, Duration::from_secs(60)).observed(move |l| {
             if l == Lookup::Hit {
                 seen.fetch_add(1, Ordering::SeqCst);
             }
-        },
-    );
+        });
     for s in ["A", "B", "C", "C", "A"] {
         c.check(event(s, "t"), b"{}").unwrap();
     }
@@ -215,12 +213,7 @@ fn hostile_schemas_and_payloads_are_breaches_within_the_limits() {
     let m = Arc::new(Memory::default());
     let cyclic = r#"{"type":"record","name":"R","fields":[{"name":"f","type":["R",{"type":"map","values":"int"}],"default":{}}]}"#;
     m.put("cyclic-value", 1, "AVRO", cyclic);
-    m.put(
-        "any-value",
-        2,
-        "AVRO",
-        r#"{"type": "map", "values": ["null", "int", {"type": "map", "values": "int"}]}"#,
-    );
+    m.put("any-value", 2, "AVRO", r#"{"type": "map", "values": ["null", "int", {"type": "map", "values": "int"}]}"#);
     let c = contracts(&m, Format::Avro, SubjectStrategy::TopicName, Duration::from_secs(60));
     let ContractError::Breach(b) = c.check(event("X", "cyclic"), b"{}").unwrap_err() else { panic!() };
     assert_eq!(b.reason, BreachReason::NotAvro { pointer: "/f".into(), reason: crate::avro::TOO_DEEP });

@@ -30,14 +30,14 @@ use std::sync::Arc;
 use replication::{sqlstate, ReplicationClient};
 
 use super::copy::{Encoded, COLUMNS};
+use super::ingest::Refused;
 use super::ingest::{Batch, Partition};
+use super::record::Invalid;
 use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::messages::{
     inbox_migration_failed, inbox_partition_missing, inbox_schema_incomplete, inbox_write_lock_waited,
 };
 use crate::postgres::sql::{ident, literal, query};
-use super::ingest::Refused;
-use super::record::Invalid;
 use crate::settings::inbox::{Dedup, InboxSettings, OnInvalid};
 
 /// The inbox migrations, applied in order by `--create-schema` (schema `inbox` renamed to
@@ -266,7 +266,10 @@ impl Store {
         let mut text = String::new();
         // Past a halt, its partition's records are read again at the next start.
         let read_again = |topic: &str, partition: i32, offset: i64| {
-            written.halted.as_ref().is_some_and(|h| &*h.topic == topic && h.partition == partition && offset >= h.offset)
+            written
+                .halted
+                .as_ref()
+                .is_some_and(|h| &*h.topic == topic && h.partition == partition && offset >= h.offset)
         };
         let rejected: Vec<String> = batch
             .rejected
@@ -407,8 +410,11 @@ impl Store {
         // Another session holds a lock that conflicts with the write lock (a role that may
         // write the offsets table, a long transaction, an ALTER): said, then retried.
         if e.sqlstate() == Some(sqlstate::LOCK_NOT_AVAILABLE) {
-            return PipelineError::transient(ErrorKind::Postgres, inbox_write_lock_waited(&self.schema, WRITE_LOCK_TIMEOUT_MS))
-                .caused_by(e);
+            return PipelineError::transient(
+                ErrorKind::Postgres,
+                inbox_write_lock_waited(&self.schema, WRITE_LOCK_TIMEOUT_MS),
+            )
+            .caused_by(e);
         }
         if schema_gone {
             let what = e.to_string();

@@ -354,20 +354,39 @@ mod tests {
         assert_eq!(s.start_from, StartFrom::Earliest);
     }
 
+    #[test]
+    fn dedup_is_per_topic_unless_set_global() {
+        let base =
+            |line: &str, o: Overrides| resolve(&format!("{BASE}[inbox]\ntopics = [\"a\"]\ngroup = \"g\"\n{line}\n"), o);
+        assert_eq!(base("", Overrides::default()).unwrap().dedup, Dedup::Topic);
+        assert_eq!(base("dedup = \"global\"", Overrides::default()).unwrap().dedup, Dedup::Global);
+        let flag = Overrides { inbox_dedup: Some("topic".into()), ..Overrides::default() };
+        assert_eq!(base("dedup = \"global\"", flag).unwrap().dedup, Dedup::Topic, "the flag wins");
+        let e = base("dedup = \"id\"", Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("inbox.dedup") && e.contains("topic or global"), "{e}");
+    }
+
     /// The replay runbook's fix: a record whose id is in another header is stored, and so
     /// are the normal records read with it (a single header replaced id and ce_id).
     #[test]
     fn event_id_headers_are_a_list_tried_in_order() {
-        let with = |line: &str, o: Overrides| resolve(&format!("{BASE}[inbox]\ntopics = [\"a\"]\ngroup = \"g\"\n{line}\n"), o);
+        let with =
+            |line: &str, o: Overrides| resolve(&format!("{BASE}[inbox]\ntopics = [\"a\"]\ngroup = \"g\"\n{line}\n"), o);
         let list = with("event_id_header = [\"id\", \"ce_id\", \"event-id\"]", Overrides::default()).unwrap();
         assert_eq!(list.headers.event_id, ["id", "ce_id", "event-id"]);
         let one = with("event_id_header = \"msg_id\"", Overrides::default()).unwrap();
         assert_eq!(one.headers.event_id, ["msg_id"], "one string: that header alone, as before");
         let commas = with("event_id_header = \"id, event-id\"", Overrides::default()).unwrap();
         assert_eq!(commas.headers.event_id, ["id", "event-id"]);
-        let flag = Overrides { inbox_event_id_header: Some(vec!["event-id".into(), "id".into()]), ..Overrides::default() };
+        let flag =
+            Overrides { inbox_event_id_header: Some(vec!["event-id".into(), "id".into()]), ..Overrides::default() };
         assert_eq!(with("event_id_header = \"msg_id\"", flag).unwrap().headers.event_id, ["event-id", "id"]);
-        for bad in ["event_id_header = []", "event_id_header = \"id,,ce_id\"", "event_id_header = 5", "event_id_header = [\"id\", 1]"] {
+        for bad in [
+            "event_id_header = []",
+            "event_id_header = \"id,,ce_id\"",
+            "event_id_header = 5",
+            "event_id_header = [\"id\", 1]",
+        ] {
             let e = with(bad, Overrides::default()).unwrap_err().to_string();
             assert!(e.contains("inbox.event_id_header") && e.contains("tried in order"), "{bad}: {e}");
         }

@@ -90,7 +90,8 @@ fn drill_inbox_backlog_a_stuck_worker_and_a_lease_storm_then_a_drain() {
     // handler's claims kept in inbox.handlers.
     let lost: f64 = w.sql("SELECT leases_lost FROM inbox.handlers WHERE name = 'billing'").trim().parse().unwrap();
     assert!(lost >= 20.0, "the 20 leases of the storm: {lost}");
-    let exported = testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_leases_lost_total", "billing") == Some(lost));
+    let exported =
+        testkit::wait_until(WAIT, || gauge(port, "walpost_inbox_leases_lost_total", "billing") == Some(lost));
     assert!(exported, "{:?} exported, {lost} counted", gauge(port, "walpost_inbox_leases_lost_total", "billing"));
     let row = w.sql(&rb.block("leases-lost").fill(&[]));
     assert!(row.lines().any(|l| l.starts_with(&format!("billing|{lost}|"))), "{row}");
@@ -99,9 +100,7 @@ fn drill_inbox_backlog_a_stuck_worker_and_a_lease_storm_then_a_drain() {
     // Every walpost_inbox_* metric the runbook and docs/metrics.md name is on the endpoint.
     let mut missing = Vec::new();
     let all = testkit::wait_until(Duration::from_secs(20), || {
-        missing = missing_metrics(&http_get(port, "/metrics").1, |name| {
-            name.starts_with("walpost_inbox_")
-        });
+        missing = missing_metrics(&http_get(port, "/metrics").1, |name| name.starts_with("walpost_inbox_"));
         missing.is_empty()
     });
     assert!(all, "walpost inbox does not export {missing:?}");
@@ -350,7 +349,8 @@ fn drill_inbox_backlog_one_message_crashes_the_handler() {
     }
     assert_eq!(count(&w, "SELECT count(*) FROM effects"), 7, "every other message handled once");
     assert_eq!(
-        w.sql("SELECT state || '|' || attempts || '|' || last_error_code FROM inbox.deliveries WHERE event_id = 'c-2'").trim(),
+        w.sql("SELECT state || '|' || attempts || '|' || last_error_code FROM inbox.deliveries WHERE event_id = 'c-2'")
+            .trim(),
         "review_required|3|lease_expired"
     );
     let lost = testkit::wait_until(WAIT, || {

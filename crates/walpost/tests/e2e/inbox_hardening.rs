@@ -75,10 +75,8 @@ fn inbox_a_message_that_crashes_its_worker_reaches_review_and_spares_its_batch()
     let mut crashes = 0;
     for _ in 0..20 {
         let claimed = claim(&w, "h", 10, "200 milliseconds");
-        if claimed.is_empty() {
-            if w.sql("SELECT count(*) FROM inbox.deliveries WHERE state = 'pending'").trim() == "0" {
-                break;
-            }
+        if claimed.is_empty() && w.sql("SELECT count(*) FROM inbox.deliveries WHERE state = 'pending'").trim() == "0" {
+            break;
         }
         for (id, _, token, _) in &claimed {
             if id == "poison" {
@@ -163,7 +161,10 @@ fn inbox_the_same_event_id_in_two_topics_is_two_messages() {
     for (id, _, token, _) in &got {
         assert!(complete(&w, "h", id, token));
     }
-    assert_eq!(w.sql("SELECT string_agg(topic, ',' ORDER BY topic) FROM inbox.receipts").trim(), "outbox.event.orders,outbox.event.payments");
+    assert_eq!(
+        w.sql("SELECT string_agg(topic, ',' ORDER BY topic) FROM inbox.receipts").trim(),
+        "outbox.event.orders,outbox.event.payments"
+    );
 }
 
 /// inbox.fail past 50 attempts: the backoff is computed in seconds and capped, so the
@@ -182,9 +183,8 @@ fn inbox_fail_counts_every_attempt_up_to_a_bounded_max_attempts() {
         assert_eq!(state.trim(), want, "attempt {attempt}");
     }
     assert_eq!(delivery(&w, "h", "e1"), "review_required|100|boom");
-    let err = w
-        .try_sql("SELECT inbox.register_handler('h2', '{}', '{}', 1001, '1 second', '1 day', false)")
-        .unwrap_err();
+    let err =
+        w.try_sql("SELECT inbox.register_handler('h2', '{}', '{}', 1001, '1 second', '1 day', false)").unwrap_err();
     assert!(err.contains("max_attempts must be between 1 and 1000"), "{err}");
 }
 
@@ -222,14 +222,14 @@ fn inbox_a_worker_acts_only_for_the_handlers_its_role_was_granted() {
     let got = as_worker("SELECT event_id || '|' || lease_token FROM inbox.claim('pay', 10, '1 hour')").unwrap();
     let (id, token) = got.trim().split_once('|').unwrap();
     assert_eq!(id, "e1");
-    assert_eq!(
-        as_worker(&format!("SELECT inbox.extend('pay', 'e1', '{token}', '2 hours')")).unwrap().trim(),
-        "t"
-    );
+    assert_eq!(as_worker(&format!("SELECT inbox.extend('pay', 'e1', '{token}', '2 hours')")).unwrap().trim(), "t");
     assert_eq!(as_worker(&format!("SELECT inbox.complete('pay', 'e1', '{token}')")).unwrap().trim(), "t");
 
     let refused = as_worker("SELECT * FROM inbox.claim('billing', 10, '1 hour')").unwrap_err();
-    assert!(refused.contains(&format!("role \"{worker}\" may not call inbox.claim for inbox handler \"billing\"")), "{refused}");
+    assert!(
+        refused.contains(&format!("role \"{worker}\" may not call inbox.claim for inbox handler \"billing\"")),
+        "{refused}"
+    );
     let billing = w.sql("SELECT lease_token FROM inbox.claim('billing', 1, '1 hour')");
     let refused = as_worker(&format!("SELECT inbox.complete('billing', 'e1', '{}')", billing.trim())).unwrap_err();
     assert!(refused.contains("may not call inbox.complete"), "{refused}");

@@ -346,9 +346,7 @@ fn inbox_without_its_schema_stops_with_the_fix() {
     let expected = walpost::postgres::messages::inbox_migration_failed("inbox");
     assert!(log.contains(&format!("{expected}: ")) && log.contains("SQLSTATE 42501"), "{log}");
 
-    inbox.sql(
-        &crate::support::inbox_migrations(),
-    );
+    inbox.sql(&crate::support::inbox_migrations());
     inbox.sql("ALTER TABLE inbox.messages DROP COLUMN aggregate_id CASCADE");
     let mut p = start_inbox(&inbox_args(&inbox, &topic, "g", &[]), &[]);
     assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1));
@@ -411,9 +409,7 @@ fn inbox_check_names_what_is_missing_and_passes_once_it_is_there() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("FAIL  the inbox schema is incomplete (missing: table inbox.messages"), "{out}");
     assert!(out.contains(&format!("ok    topic {topic}: 2 partition(s)")), "{out}");
-    inbox.sql(
-        &crate::support::inbox_migrations(),
-    );
+    inbox.sql(&crate::support::inbox_migrations());
     let (code, out) = run(&[]);
     assert_eq!(code, Some(0), "{out}");
     for line in [

@@ -14,8 +14,11 @@ use crate::drills::metric;
 use crate::inbox_ingest::{count, create_topic, inbox_args, inbox_db, produce, start_inbox, stored_offsets, WAIT};
 use crate::support::{strip_ansi, World};
 
-/// Produces (key, [(header, value)], value) records to partition 0 of `topic`.
-fn produce_raw(bootstrap: &str, topic: &str, records: &[(Vec<u8>, Vec<(&str, Vec<u8>)>, Vec<u8>)]) {
+/// A record to produce: key, headers (name, value), value.
+type Raw = (Vec<u8>, Vec<(&'static str, Vec<u8>)>, Vec<u8>);
+
+/// Produces records to partition 0 of `topic`.
+fn produce_raw(bootstrap: &str, topic: &str, records: &[Raw]) {
     let p: ThreadedProducer<DefaultProducerContext> =
         ClientConfig::new().set("bootstrap.servers", bootstrap).set("acks", "all").create().expect("producer");
     for (key, headers, value) in records {
@@ -29,17 +32,15 @@ fn produce_raw(bootstrap: &str, topic: &str, records: &[(Vec<u8>, Vec<(&str, Vec
     p.flush(Duration::from_secs(60)).expect("flush");
 }
 
-fn ok(id: &str) -> (Vec<u8>, Vec<(&'static str, Vec<u8>)>, Vec<u8>) {
+fn ok(id: &str) -> Raw {
     (b"agg".to_vec(), vec![("id", id.as_bytes().to_vec())], br#"{"ok": true}"#.to_vec())
 }
 
 /// A LATIN1 database of the same cluster, created with the inbox's migrations.
 fn latin1_inbox(w: &World) -> (String, String) {
     let db = format!("{}_latin1", w.db);
-    w.pg.psql(&format!(
-        "CREATE DATABASE \"{db}\" ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
-    ))
-    .unwrap();
+    w.pg.psql(&format!("CREATE DATABASE \"{db}\" ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"))
+        .unwrap();
     w.pg.psql_db(&db, &crate::support::inbox_migrations()).unwrap();
     w.pg.psql_db(&db, "SELECT inbox.register_handler('h', '{}', '{}', 3, '1 second', '1 minute', true)").unwrap();
     let url = w.superuser_url.replace(&format!("/{}", w.db), &format!("/{db}"));
@@ -78,7 +79,10 @@ fn inbox_a_record_postgres_refuses_fails_only_itself() {
     assert!(testkit::wait_until(WAIT, || stored() == 4), "stored {}:\n{}", stored(), p.log_text());
     assert!(p.is_running(), "one refused record does not stop the inbox:\n{}", p.log_text());
     assert_eq!(
-        sql("SELECT string_agg(event_id || ':' || (payload_json IS NULL), ',' ORDER BY \"offset\") FROM inbox.messages").trim(),
+        sql(
+            "SELECT string_agg(event_id || ':' || (payload_json IS NULL), ',' ORDER BY \"offset\") FROM inbox.messages"
+        )
+        .trim(),
         "r0:false,r1:true,r2:false,r4:false"
     );
     assert_eq!(
@@ -117,7 +121,10 @@ fn inbox_a_record_postgres_refuses_fails_only_itself() {
             "attempt {attempt}: {log}"
         );
         assert_eq!(
-            sql(&format!("SELECT string_agg(event_id, ',' ORDER BY \"offset\") FROM inbox.messages WHERE topic = '{topic2}'")).trim(),
+            sql(&format!(
+                "SELECT string_agg(event_id, ',' ORDER BY \"offset\") FROM inbox.messages WHERE topic = '{topic2}'"
+            ))
+            .trim(),
             "h0,h1",
             "attempt {attempt}"
         );

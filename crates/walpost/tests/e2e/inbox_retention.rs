@@ -53,7 +53,7 @@ fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maxim
     let w = inbox_db("inbox-retention");
     let topic = format!("{}t", w.topic_prefix);
     create_topic(&topic, 1);
-    w.sql(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap());
+    w.sql(&crate::support::inbox_migrations());
     w.sql("SELECT inbox.register_handler('h', '{}', '{}', 3, '1 second', '1 minute', false)");
     // Ten days ago: open (past the maximum of 9). Eight days ago: one done, one open.
     // Three days ago: done, but inside the dedup window of 7 days.
@@ -143,7 +143,7 @@ fn inbox_retention_drops_a_day_beside_a_busy_ingest_and_busy_workers() {
     let w = Arc::new(inbox_db("inbox-retention-busy"));
     let topic = format!("{}t", w.topic_prefix);
     create_topic(&topic, 2);
-    w.sql(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0004_inbox.sql")).unwrap());
+    w.sql(&crate::support::inbox_migrations());
     w.sql("SELECT inbox.register_handler('h', '{}', '{}', 3, '1 second', '1 minute', false)");
     let config = w.pg.dir().join(format!("{}-busy.toml", w.db));
     std::fs::write(&config, "[inbox]\nretention_interval_secs = 1\nbatch_max_records = 50\n").unwrap();

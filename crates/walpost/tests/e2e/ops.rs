@@ -290,7 +290,7 @@ fn runbook_sql_runs_against_a_real_server() {
     let pg = own_pg(&[]);
     let w = World::on(pg, &testkit::shared_kafka().bootstrap(), "ops-runbooks");
     // The inbox runbooks query the inbox's tables.
-    w.sql(&crate::support::inbox_migrations());
+    w.sql(&inbox_migrations());
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runbooks");
     let mut ran = 0;
     let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();

@@ -69,8 +69,7 @@ fn nothing_configured_is_no_contract_and_mistakes_name_the_key_or_file() {
     assert!(resolve_contracts(&ContractsFile::default()).unwrap().is_none());
     let lonely = ContractsFile { unknown: Some("refuse".into()), ..ContractsFile::default() };
     assert!(resolve_contracts(&lonely).unwrap_err().to_string().contains("contracts.unknown"));
-    let typo =
-        ContractsFile { dir: Some("/nonexistent".into()), unknown: Some("deny".into()), ..Default::default() };
+    let typo = ContractsFile { dir: Some("/nonexistent".into()), unknown: Some("deny".into()), ..Default::default() };
     assert!(resolve_contracts(&typo).unwrap_err().to_string().contains("expected allow or refuse"));
     let missing = ContractsFile { dir: Some("/nonexistent/contracts".into()), ..Default::default() };
     let e = resolve_contracts(&missing).unwrap_err().to_string();
@@ -103,9 +102,8 @@ fn a_registry_format_needs_a_url_and_refuses_what_cannot_be_framed() {
     assert_eq!(r.auth, RegistryAuth::None);
     assert!(resolve("").unwrap().registry.is_none(), "json by default: no registry");
     assert_eq!(r.options.key_format, None, "string keys by default");
-    let keyed = resolve(
-        "[contracts]\nvalue_format = \"json-schema\"\nkey_format = \"avro\"\n[registry]\nurl = \"http://r\"\n",
-    );
+    let keyed =
+        resolve("[contracts]\nvalue_format = \"json-schema\"\nkey_format = \"avro\"\n[registry]\nurl = \"http://r\"\n");
     assert_eq!(keyed.unwrap().registry.unwrap().options.key_format, Some(Format::Avro));
     let refused = [
         ("[contracts]\nkey_format = \"avro\"\n[registry]\nurl = \"http://r\"\n", "string unless contracts.value_format is json-schema or avro"),

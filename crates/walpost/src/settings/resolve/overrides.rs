@@ -131,7 +131,8 @@ impl Overrides {
         over(&self.inbox_on_invalid, &mut inbox.on_invalid);
         over(&self.inbox_dedup, &mut inbox.dedup);
         if let Some(headers) = &self.inbox_event_id_header {
-            inbox.event_id_header = Some(toml::Value::Array(headers.iter().cloned().map(toml::Value::String).collect()));
+            inbox.event_id_header =
+                Some(toml::Value::Array(headers.iter().cloned().map(toml::Value::String).collect()));
         }
         // The router flags set the first outbox's [router]; [[outbox]] tables and
         // [messages] inherit the result.
