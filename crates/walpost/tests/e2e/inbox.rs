@@ -17,7 +17,7 @@ fn inbox_world(name: &str) -> World {
 }
 
 /// Stores a message as the ingest does: (event id, topic, aggregate, event type).
-fn store(w: &World, rows: &[(&str, &str, &str, &str)]) {
+pub(crate) fn store(w: &World, rows: &[(&str, &str, &str, &str)]) {
     let values: Vec<String> = rows
         .iter()
         .enumerate()

@@ -14,20 +14,11 @@ fn inbox_world(name: &str) -> World {
     w
 }
 
-/// Stores messages as the ingest does: (event id, topic, aggregate).
+/// Stores messages as the ingest does: (event id, topic, aggregate), of type `T`.
 fn store(w: &World, rows: &[(&str, &str, &str)]) {
-    let values: Vec<String> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, (id, topic, aggregate))| {
-            format!("('{id}', '{topic}', 0, {i}, '{{}}', convert_to('{{}}', 'UTF8'), 'T', '{aggregate}')")
-        })
-        .collect();
-    w.sql(&format!(
-        "INSERT INTO inbox.messages (event_id, topic, \"partition\", \"offset\", headers, payload, event_type, aggregate_id)
-         VALUES {}",
-        values.join(", ")
-    ));
+    let rows: Vec<(&str, &str, &str, &str)> =
+        rows.iter().map(|(id, topic, aggregate)| (*id, *topic, *aggregate, "T")).collect();
+    crate::inbox::store(w, &rows);
 }
 
 fn register(w: &World, name: &str, max_attempts: u32, ordered: bool) {
