@@ -25,12 +25,12 @@
 --     without charge, and each is offered alone from then on, until it completes or fails,
 --     so the one that crashes is found and the others go on. Lost leases are counted per
 --     handler (inbox.handlers.leases_lost).
---   * A delivery always points at a stored message: a message stored again (after its row
---     was deleted by hand, then replayed) takes its open deliveries back, keeping their
---     place (seq) in arrival order; a delivery whose message is gone is never leased
---     blind: claim sets it aside in review_required with last_error_code
---     'message_missing' (it goes back to pending by itself once the message is stored
---     again).
+--   * An open delivery is never leased blind: claim finds its message by (event id,
+--     topic), so one stored again (after its row was deleted by hand, then replayed) is
+--     followed there, the delivery keeping its place (seq) in arrival order; one whose
+--     message is gone is set aside in review_required with last_error_code
+--     'message_missing', and goes back to pending by itself once the message is stored
+--     again.
 --   * inbox.extend(handler, event_id, lease_token, lease) lengthens a held lease;
 --     inbox.dismiss also closes a pending message; inbox.fail's backoff never overflows,
 --     and max_attempts is at most 1000.
@@ -69,8 +69,19 @@ END $$;
 -- Rows without a topic (stored before this migration, or while 0004's functions were
 -- applied again without this file) take their message's. The partial index keeps this
 -- cheap when there are none.
+-- The leases claim takes back (a range of the few leased rows, not a scan of the
+-- backlog), and the deliveries set aside for a missing message (what a message stored
+-- again looks for).
 DO $$
 BEGIN
+    IF to_regclass('inbox.deliveries_leased') IS NULL THEN
+        CREATE INDEX deliveries_leased ON inbox.deliveries (handler, lease_until)
+            WHERE state = 'pending' AND lease_until IS NOT NULL;
+    END IF;
+    IF to_regclass('inbox.deliveries_message_missing') IS NULL THEN
+        CREATE INDEX deliveries_message_missing ON inbox.deliveries (event_id, topic)
+            WHERE last_error_code = 'message_missing';
+    END IF;
     IF to_regclass('inbox.deliveries_without_topic') IS NULL THEN
         CREATE INDEX deliveries_without_topic ON inbox.deliveries (event_id) WHERE topic = '';
     END IF;
@@ -153,23 +164,20 @@ BEGIN
 END $$;
 
 -- New messages become deliveries of every handler they match (one statement per batch).
--- A message stored again after its row was deleted takes back its deliveries (they keep
--- their seq, so an ordered handler keeps arrival order; a done or dismissed one stays so:
--- its receipt or review decision stands); a handler that has a delivery of it already
--- gets no second one.
--- Runs as the role that stores messages (walpost inbox's).
+-- A delivery set aside because its message was gone takes the message stored again, back
+-- to pending at its old place (seq); a handler that has a delivery of it already gets no
+-- second one (its receipt or review decision stands). Runs as the role that stores
+-- messages (walpost inbox's). Only the set-aside deliveries are looked up by event id
+-- (a partial index holds just those): the ingest pays nothing for this otherwise.
 CREATE OR REPLACE FUNCTION inbox.deliver_new_messages() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     UPDATE inbox.deliveries d
-    SET received_at = m.received_at,
-        state = CASE WHEN d.state = 'review_required' AND d.last_error_code = 'message_missing'
-                     THEN 'pending' ELSE d.state END,
-        last_error_code = CASE WHEN d.last_error_code = 'message_missing' THEN NULL ELSE d.last_error_code END,
-        next_attempt_at = CASE WHEN d.last_error_code = 'message_missing' THEN pg_catalog.now() ELSE d.next_attempt_at END
+    SET received_at = m.received_at, state = 'pending', last_error_code = NULL, next_attempt_at = pg_catalog.now()
     FROM new_messages m
-    WHERE d.event_id = m.event_id AND d.topic = m.topic AND d.received_at <> m.received_at;
+    WHERE d.last_error_code = 'message_missing' AND d.state = 'review_required'
+      AND d.event_id = m.event_id AND d.topic = m.topic;
     INSERT INTO inbox.deliveries (handler, event_id, topic, received_at, seq, aggregate_id)
     SELECT h.name, m.event_id, m.topic, m.received_at, m.seq, inbox.aggregate_key(m.aggregate_id)
     FROM new_messages m
@@ -288,8 +296,10 @@ BEGIN
     RETURN QUERY
     WITH candidates AS (
         SELECT d.handler, d.event_id, d.topic, d.received_at, d.seq, d.isolated,
-               EXISTS (SELECT FROM inbox.messages m
-                       WHERE m.event_id = d.event_id AND m.topic = d.topic AND m.received_at = d.received_at) AS stored
+               -- Where its message is: the same row, or the one stored again after it was
+               -- deleted (NULL: gone).
+               (SELECT pg_catalog.max(m.received_at) FROM inbox.messages m
+                WHERE m.event_id = d.event_id AND m.topic = d.topic) AS message_at
         FROM inbox.deliveries d
         WHERE d.handler = p_handler
           AND d.state = 'pending'
@@ -302,15 +312,18 @@ BEGIN
         ORDER BY d.seq
         LIMIT p_max_rows
         FOR UPDATE OF d SKIP LOCKED
+    ), checked AS (
+        SELECT c.*, c.message_at IS NOT NULL AS stored FROM candidates c
     ), picked AS (
         -- A message whose earlier lease ran out in a larger claim goes alone.
-        SELECT c.* FROM candidates c
-        WHERE NOT EXISTS (SELECT FROM candidates i WHERE i.isolated AND i.stored)
-           OR c.seq = (SELECT min(i.seq) FROM candidates i WHERE i.isolated AND i.stored)
+        SELECT c.* FROM checked c
+        WHERE NOT EXISTS (SELECT FROM checked i WHERE i.isolated AND i.stored)
+           OR c.seq = (SELECT pg_catalog.min(i.seq) FROM checked i WHERE i.isolated AND i.stored)
            OR NOT c.stored
     ), leased AS (
         UPDATE inbox.deliveries d
-        SET lease_token = CASE WHEN p.stored THEN pg_catalog.gen_random_uuid() END,
+        SET received_at = coalesce(p.message_at, d.received_at),
+            lease_token = CASE WHEN p.stored THEN pg_catalog.gen_random_uuid() END,
             lease_until = CASE WHEN p.stored THEN pg_catalog.now() + p_lease END,
             lease_rows = CASE WHEN p.stored THEN (SELECT count(*) FROM picked q WHERE q.stored)::integer END,
             state = CASE WHEN p.stored THEN d.state ELSE 'review_required' END,

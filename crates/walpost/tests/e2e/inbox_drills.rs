@@ -287,14 +287,19 @@ fn drill_inbox_replay_from_a_time_stores_and_handles_nothing_twice() {
     assert_eq!(count(&w, "SELECT count(*) FROM effects WHERE handler = 'h'"), 30);
     // The handler that had not handled them acts on every one once, each aggregate in the
     // order its events were first stored: its open deliveries followed the new rows.
-    assert_eq!(
-        count(&w, "SELECT count(*) FROM inbox.deliveries d WHERE NOT EXISTS (SELECT FROM inbox.messages m WHERE m.event_id = d.event_id AND m.topic = d.topic AND m.received_at = d.received_at)"),
-        0,
-        "no delivery points at a message that is gone"
-    );
     for _ in 0..40 {
         drain(&w, "late");
     }
+    assert_eq!(
+        count(
+            &w,
+            "SELECT count(*) FROM inbox.deliveries d WHERE d.state IN ('pending', 'review_required') \
+             AND NOT EXISTS (SELECT FROM inbox.messages m \
+             WHERE m.event_id = d.event_id AND m.topic = d.topic AND m.received_at = d.received_at)"
+        ),
+        0,
+        "no open delivery points at a message that is gone"
+    );
     assert_eq!(count(&w, "SELECT count(*) FROM effects WHERE handler = 'late'"), 30);
     let order = w.sql(
         "SELECT string_agg(event_id, ',' ORDER BY n) FROM effects WHERE handler = 'late' \
