@@ -171,7 +171,12 @@ END $$;
 -- (a partial index holds just those): the ingest pays nothing for this otherwise.
 CREATE OR REPLACE FUNCTION inbox.deliver_new_messages() RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp
+-- A batch's messages times the handlers, each looked up on the deliveries' primary key:
+-- with no statistics for the transition table, PostgreSQL otherwise planned a merge join
+-- over every delivery (400 ms a batch at 200k deliveries, against 80 ms).
+SET enable_mergejoin = off
+SET enable_hashjoin = off AS $$
 BEGIN
     UPDATE inbox.deliveries d
     SET received_at = m.received_at, state = 'pending', last_error_code = NULL, next_attempt_at = pg_catalog.now()
