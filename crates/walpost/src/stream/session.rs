@@ -115,6 +115,8 @@ pub(crate) struct Session<'a, R: Source = ReplicationStream, S: Sink = KafkaSink
     culprit: Culprit,
     frozen: bool,
     frozen_after: Duration,
+    /// When the loop last checked it was not frozen ([`Session::beat`]).
+    last_beat: Instant,
     /// `--delivery exactly-once`.
     exactly_once: Option<ExactlyOnceState>,
     /// Spans (`OTEL_EXPORTER_OTLP_ENDPOINT`); `None`: nothing is traced.
@@ -160,6 +162,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             culprit: Culprit::Postgres,
             frozen: false,
             frozen_after,
+            last_beat: Instant::now(),
             exactly_once,
             tracer,
             replays: Replays::default(),
@@ -198,19 +201,10 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
     async fn stream_loop(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<SessionEnd, PipelineError> {
         let mut tick = tokio::time::interval(MIN_STATUS_GAP);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_turn = Instant::now();
+        self.last_beat = Instant::now();
         let mut last_trace = Instant::now();
         loop {
-            let now = Instant::now();
-            let since = now.saturating_duration_since(last_turn);
-            if since >= self.frozen_after {
-                self.frozen = true;
-                return Err(PipelineError::transient(ErrorKind::Session, format!(
-                    "walpost did not run for {} s (the process was stopped or starved); the slot may have passed to another instance meanwhile, so what was read and not yet acknowledged is dropped, not published late; reconnecting",
-                    since.as_secs()
-                )));
-            }
-            last_turn = now;
+            self.beat()?;
             let handed_over = self.window.handed_over();
             // This turn stopped reading with messages perhaps still buffered.
             let mut more_buffered = false;
@@ -252,6 +246,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
                     // The rest of a burst the socket delivered at once, in this turn: one
                     // turn of this loop per message costs more than the message.
                     for _ in 0..BURST {
+                        self.beat()?;
                         if let Some(event) = self.window.pump() {
                             self.on_event(event)?;
                         }
@@ -271,6 +266,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             // Hand what was just routed to librdkafka now: the next turn's conditions are
             // evaluated before any branch runs, and a queued record would keep WAL from
             // being read until an acknowledgement came (one record per round trip).
+            self.beat()?;
             if let Some(event) = self.window.pump() {
                 self.on_event(event)?;
             }

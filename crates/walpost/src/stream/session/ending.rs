@@ -1,15 +1,33 @@
 //! How a session ends: a shutdown or halt drains what is in flight and confirms what
 //! was delivered; a restart closes the producer and remembers what Kafka has.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{refused_as_a_batch, Culprit, Session, Tag, LOG_TARGET, RESTART_FLUSH};
-use crate::error::PipelineError;
+use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::sink::Sink;
 use crate::kafka::Event;
 use crate::stream::source::Source;
 
 impl<R: Source, S: Sink> Session<'_, R, S> {
+    /// Fails the session as frozen when this moment comes `frozen_after` or more after the
+    /// previous beat. Beats come before each hand-over to librdkafka, not only at a
+    /// turn's start: a process stopped in the middle of a burst resumes in it, with the
+    /// socket's buffer full of WAL the standby has published meanwhile.
+    pub(super) fn beat(&mut self) -> Result<(), PipelineError> {
+        let now = Instant::now();
+        let since = now.saturating_duration_since(self.last_beat);
+        self.last_beat = now;
+        if since < self.frozen_after {
+            return Ok(());
+        }
+        self.frozen = true;
+        Err(PipelineError::transient(ErrorKind::Session, format!(
+            "walpost did not run for {} s (the process was stopped or starved); the slot may have passed to another instance meanwhile, so what was read and not yet acknowledged is dropped, not published late; reconnecting",
+            since.as_secs()
+        )))
+    }
+
     /// Shutdown or halt: waits (bounded) for what is in flight, confirms what was
     /// delivered and closes the stream.
     pub(super) async fn finish(mut self, why: &str) {
