@@ -1,5 +1,5 @@
 //! Event contracts: one schema per event type, checked on every outbox payload before
-//! walpost hands it to Kafka (issue 31). Two kinds implement the router's
+//! walpost hands it to Kafka. Two kinds implement the router's
 //! [`PayloadContract`]: [`Contracts`] (JSON Schema files) and
 //! [`registry::RegistryContracts`] (a schema registry's subjects, with the Confluent wire
 //! format; its I/O is the caller's [`registry::SchemaSource`]).

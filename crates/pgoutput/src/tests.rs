@@ -744,8 +744,8 @@ fn zero_copy_for_every_sample() {
     }
 }
 
-/// Issue 27, M4: the first bytes of an Insert too large to buffer: the relation and the
-/// columns that are whole, never a panic on any cut.
+/// The first bytes of an Insert too large to buffer (a 200 MB payload must not be held
+/// whole): the relation and the columns that are whole, never a panic on any cut.
 #[test]
 fn insert_prefix_reads_the_whole_leading_columns_of_a_cut_insert() {
     use bytes::BytesMut;

@@ -1,4 +1,4 @@
-//! No password to an unverified server (issue 19): a fake PostgreSQL server asks for a
+//! No password to an unverified server: a fake PostgreSQL server asks for a
 //! cleartext password, an MD5 hash or SCRAM, with no TLS, with a self-signed certificate
 //! or with a certificate from a CA the test made, and reports what the client sent.
 

@@ -1,4 +1,4 @@
-//! Multi-host connection strings (issue 15) against fake servers: hosts tried in order,
+//! Multi-host connection strings against fake servers: hosts tried in order,
 //! `target_session_attrs`, one error naming every host, `PG*` defaults and the password
 //! file, and SQL connections pinned to the host a replication connection chose.
 

@@ -1,4 +1,4 @@
-//! `sslrootcert` alone decides trust (issue 19): with the system store trusting one CA
+//! `sslrootcert` alone decides trust: with the system store trusting one CA
 //! (OpenSSL's `SSL_CERT_FILE`), a certificate from that CA is still refused when
 //! `sslrootcert` names another CA's file; `sslrootcert=system` uses the system store.
 //!

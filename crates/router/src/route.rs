@@ -401,7 +401,7 @@ impl Router {
             })?;
             let subject = rr.required(rel.key, &c.key_field, "table.field.event.key", Form::Header)?;
             // Not the commit time when the row has none: a snapshot or replayed copy of the
-            // event could not carry it, and every copy must look the same (issue 29).
+            // event could not carry it, and every copy must look the same.
             let attributes = Attributes { id: &event_id, event_type: &event_type, time, subject: &subject };
             let data = value.as_ref().map(|v| {
                 let json = self.envelope || matches!(payload, Some(Cell::Text(_)) if rel.payload.kind == Kind::Json);

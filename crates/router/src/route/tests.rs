@@ -456,7 +456,7 @@ fn salvage_reads_what_it_can() {
     );
 }
 
-/// Regression (issue 18, found end to end): a row of an outbox table whose placement
+/// Regression (found end to end): a row of an outbox table whose placement
 /// column was dropped while streaming was dead-lettered without its event id, key and
 /// value, though the table still had them: nothing identified the event.
 #[test]
@@ -478,7 +478,7 @@ fn regression_salvage_of_a_relation_that_does_not_resolve() {
     assert_eq!((id, key.as_deref()), (None, Some(&b"k"[..])));
 }
 
-// ---- regressions of issue 18 (written before the fixes) ----
+// ---- regressions of the Debezium conformance review (written before the fixes) ----
 
 const BYTEA: u32 = 17;
 
@@ -595,7 +595,7 @@ fn regression_empty_additional_placement_is_refused() {
     }
 }
 
-// ---- regressions of issue 19 ----
+// ---- regressions of the security review: what a row may choose ----
 
 #[test]
 fn regression_a_row_cannot_route_outside_topics_allow() {
@@ -624,7 +624,7 @@ fn regression_a_row_cannot_route_outside_topics_allow() {
     assert_eq!(&*rec.topic, "billing.payments");
 }
 
-/// Regression (issue 27, M3): 300 distinct route values created 300 topics. A router
+/// Regression: 300 distinct route values created 300 topics. A router
 /// opens at most `topics.max` topics; a row that would open one more is a routing error
 /// (halt or dead letter), and the topics already open keep working.
 #[test]
@@ -640,7 +640,7 @@ fn regression_rows_cannot_open_topics_without_bound() {
     assert_eq!(&*r.route(&rel, &seed_row(text("b"), text("k"), text("{}"))).unwrap().topic, "outbox.event.b");
 }
 
-/// Issue 27 (low): with `topics.allow = ["*"]` a row could route to walpost's own
+/// Regression: with `topics.allow = ["*"]` a row could route to walpost's own
 /// dead-letter or progress topic.
 #[test]
 fn regression_a_row_cannot_route_to_walposts_own_topics() {
@@ -659,7 +659,7 @@ fn regression_a_row_cannot_route_to_walposts_own_topics() {
     assert!(r.route(&rel, &seed_row(text("orders"), text("k"), text("{}"))).is_ok());
 }
 
-/// Issue 27 (low): a headers column could add a second `id`, `eventType` or `walpost.*`
+/// Regression: a headers column could add a second `id`, `eventType` or `walpost.*`
 /// header, or a value with a line break.
 #[test]
 fn regression_a_headers_column_cannot_shadow_walposts_headers() {

@@ -47,7 +47,7 @@ fn binary_mode_adds_attribute_headers_and_keeps_key_value_and_partition() {
     );
 }
 
-/// Regression (issue 29): a live record carried the commit time as `time` and a replayed
+/// Regression: a live record carried the commit time as `time` and a replayed
 /// copy of the same event none. `time` is the timestamp column's, on every copy, or none.
 #[test]
 fn regression_time_is_the_timestamp_column_on_every_copy_or_none() {
