@@ -8,15 +8,15 @@
 //!    aggregate. So the first record for a topic goes alone *in its topic* (nothing else
 //!    of the topic in flight, nothing of it sent after it until its report). First
 //!    records of different new topics go out together: a burst of new topics costs one
-//!    round trip, not one each (issue 27, M3).
+//!    round trip, not one each (a burst of 300 new topics must not take 300 round trips).
 //! 2. A partition where the broker holds no state for this producer id accepts a batch
 //!    with any sequence number. When the partition's first batch fails with a retriable
 //!    error (`NOT_LEADER_OR_FOLLOWER` while the broker is still creating the partition's
 //!    log, or while leadership moves) and a later batch of the same partition succeeds,
 //!    librdkafka reports the first one delivered ("implicitly acked by subsequent batch
 //!    success") although it was never written: the record is lost and its WAL position
-//!    confirmed (issue 26: one event of a new topic, seen under CPU load;
-//!    confluent-kafka-go#921 reports the same during leader elections). So the first
+//!    confirmed (seen as one event of a new topic missing in a test run under CPU
+//!    load; confluent-kafka-go#921 reports the same during leader elections). So the first
 //!    record for a *partition* goes alone in its partition: nothing else for that
 //!    partition is handed over until its report, and a failed first record is retried by
 //!    librdkafka with nothing behind it to be acknowledged in its place.

@@ -5,10 +5,11 @@
 //! model partitions a record by its key (or its own partition) once it has seen the
 //! topic, and writes each partition's records in the order they were handed over. A
 //! partition where the modelled producer has not written yet behaves as a real broker
-//! and librdkafka together do (issue 26): its first batch fails with a retriable error;
-//! if a later record of the partition was handed over meanwhile, that later batch is
-//! written and the first is reported delivered without being written (librdkafka's
-//! implicit acknowledgement); if not, the first is retried and written.
+//! and librdkafka together do (docs/decisions/0001-first-record-alone.md): its first batch
+//! fails with a retriable error; if a later record of the partition was handed over
+//! meanwhile, that later batch is written and the first is reported delivered without
+//! being written (librdkafka's implicit acknowledgement); if not, the first is retried
+//! and written.
 //!
 //! Scripts: [`ModelSink::refuse`] makes a record be refused for good (its event id).
 

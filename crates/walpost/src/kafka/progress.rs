@@ -14,8 +14,8 @@
 //! system identifier): a second or zombie instance is fenced by the broker.
 //!
 //! Trust: any Kafka client allowed to write the progress topic could produce a record
-//! with a position ahead of the truth, and walpost would skip every event up to it (issue
-//! 27, M1). So walpost signs each record (HMAC-SHA256, [`ProgressKey`]) with a key kept
+//! with a position ahead of the truth, and walpost would skip every event up to it. So walpost
+//! signs each record (HMAC-SHA256, [`ProgressKey`]) with a key kept
 //! beside the slot's lineage in PostgreSQL (`events.walpost_slots.progress_key`), and a
 //! session trusts the last record only when its signature holds and its position is not
 //! ahead of the server's WAL ([`Progress::check`]); anything else stops walpost with
@@ -302,7 +302,7 @@ pub async fn read(
 
 /// The progress reader's client context: the end of a partition is how the reader knows
 /// it has read everything (`enable.partition.eof`), not an error to log (it was logged
-/// at ERROR at every exactly-once start: issue 28, item 7).
+/// at ERROR at every exactly-once start).
 #[derive(Debug, Clone, Copy)]
 struct QuietContext;
 
@@ -393,7 +393,7 @@ mod tests {
         assert_eq!(id().key(), "shop/walpost");
     }
 
-    /// Issue 27, M1: a record any Kafka client can produce (the key is public: the
+    /// Regression: a record any Kafka client can produce (the key is public: the
     /// database's system identifier is readable by every role) must not be trusted.
     #[test]
     fn only_a_record_signed_with_the_key_and_not_ahead_of_the_wal_is_trusted() {

@@ -91,7 +91,7 @@ fn code_name(code: RDKafkaErrorCode) -> &'static str {
 mod tests {
     use super::*;
 
-    /// Issue 15: what brokers answer during elections, restarts, reassignments and while
+    /// What brokers answer during elections, restarts, reassignments and while
     /// `min.insync.replicas` cannot be met is "later": retried (inside librdkafka, or by
     /// a new session), never halted on and never dead-lettered.
     #[test]

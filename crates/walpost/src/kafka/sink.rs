@@ -448,7 +448,7 @@ impl KafkaSink {
 mod tests {
     use super::*;
 
-    /// Issue 29 (small defect): every start on a fresh broker logged
+    /// Regression: every start on a fresh broker logged
     /// `WARN librdkafka: Failed to acquire idempotence PID ... Coordinator load in
     /// progress: retrying`. Those retries are debug lines now; other lines are not.
     #[test]

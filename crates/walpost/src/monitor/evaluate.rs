@@ -345,7 +345,7 @@ mod tests {
         }
     }
 
-    /// Regression (issue 28, item 2): during a Kafka outage the alarm said "the process
+    /// Regression: during a Kafka outage the alarm said "the process
     /// streaming from it (server pid 3942) may be stuck" while walpost was healthy (and the
     /// pid stale). What walpost knows comes first, and no pid is named for its own stream.
     #[test]
@@ -362,7 +362,7 @@ mod tests {
         assert!(!reason(base).contains("pid"));
     }
 
-    /// Regression (issue 28, item 4): `walpost slot status` said "ok" for a slot nothing
+    /// Regression: `walpost slot status` said "ok" for a slot nothing
     /// streamed from, while slot-check.sql called it a warning. One rule: a warning (the
     /// monitor after confirm_stalled_secs, a one-off look at once).
     #[test]
@@ -384,7 +384,7 @@ mod tests {
     #[test]
     fn lost_is_its_own_verdict() {
         assert_eq!(evaluate(&status(0, "lost"), lag(0.0), &t()), Verdict::Lost);
-        // Issue 32: a slot on a standby invalidated by a recovery conflict is lost too,
+        // A slot on a standby invalidated by a recovery conflict is lost too,
         // whatever wal_status says (16: conflicting; 17+: invalidation_reason).
         let conflicted = SlotStatus { conflicting: true, ..status(0, "reserved") };
         assert_eq!(evaluate(&conflicted, lag(0.0), &t()), Verdict::Lost);

@@ -517,7 +517,7 @@ mod tests {
         Durability { replication_factor: rf, min_insync_replicas: isr }
     }
 
-    /// Issue 15: RF 1 or min.insync.replicas 1 with acks=all is a warning (never a
+    /// RF 1 or min.insync.replicas 1 with acks=all is a warning (never a
     /// failure) that names the topic, what is weak and the fix.
     #[test]
     fn weak_replication_is_a_durability_warning_with_the_fix() {

@@ -1,4 +1,4 @@
-//! `walpost check`, decoding on a standby (issue 32): what the topology needs, each
+//! `walpost check`, decoding on a standby: what the topology needs, each
 //! missing piece with its fix.
 //!
 //! [`gather`] asks the decoding server and the primary; [`evaluate`] (pure) judges:

@@ -241,7 +241,7 @@ pub(crate) async fn wal_end(sql: &mut ReplicationClient) -> Result<Lsn, Pipeline
 mod tests {
     use super::*;
 
-    /// Issue 29: a malformed catalog value was `.parse().ok()`, so `None`, as if the
+    /// Regression: a malformed catalog value was `.parse().ok()`, so `None`, as if the
     /// column were NULL: an unreadable confirmed position read as "no position".
     #[test]
     fn regression_a_malformed_catalog_value_is_an_error_not_none() {

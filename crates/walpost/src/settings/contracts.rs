@@ -1,5 +1,5 @@
 //! `[contracts]`: a JSON Schema per event type, checked on every payload before it
-//! reaches Kafka (issue 31; the checking is the `contracts` crate's, run by the router).
+//! reaches Kafka (the checking is the `contracts` crate's, run by the router).
 //!
 //! ```toml
 //! [contracts]

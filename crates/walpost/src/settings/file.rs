@@ -507,7 +507,7 @@ impl RetentionFile {
 mod tests {
     use super::*;
 
-    /// Issue 27 (low): a TOML type error echoed the value (a misplaced secret printed).
+    /// Regression: a TOML type error echoed the value (a misplaced secret printed).
     #[test]
     fn regression_type_errors_do_not_show_the_value() {
         let e = FileConfig::parse("slot_failover = \"CANARY-secret\"").unwrap_err();

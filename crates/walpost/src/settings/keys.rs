@@ -1,7 +1,7 @@
 //! Every key the TOML file takes, read off the file's own types ([`super::FileConfig`]):
 //! the configuration reference (docs/configuration.md) is checked against this list, so
 //! a key the code reads cannot be missing from it, nor a key it lists be one the code
-//! does not read (issue 28, item 6).
+//! does not read (`on_permanent_error` and `dead_letter_topic` were once missing from it).
 //!
 //! How: the types are deserialized from a walker that answers every struct with its
 //! field names (serde hands them over), every option with "some", every sequence with

@@ -369,7 +369,7 @@ mod tests {
         OtelSettings::from_env(&|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
     }
 
-    /// Issue 27 (low): the endpoint was echoed with its user:password and query, and
+    /// Regression: the endpoint was echoed with its user:password and query, and
     /// headers (a token) went in cleartext to a remote collector.
     #[test]
     fn regression_endpoint_credentials_are_not_echoed_nor_sent_in_cleartext() {

@@ -8,7 +8,7 @@
 //! transient error (a hot standby waits); a lost slot is definite, unless
 //! `--snapshot when_needed` re-creates it.
 //!
-//! Decoding on a standby (issue 32) the slot, its exported snapshot and the rows read in
+//! Decoding on a standby, the slot, its exported snapshot and the rows read in
 //! it are the standby's (PostgreSQL 16+ exports a snapshot during recovery), while the
 //! lineage record, the snapshot's progress row and the progress key are written on the
 //! primary ([`Writes`]). Creating the slot there waits for a running-transactions

@@ -80,7 +80,7 @@ mod barriers {
         delivered
     }
 
-    /// Regression (issue 26, part 2): one event of a 30-row transaction to a new
+    /// Regression: one event of a 30-row transaction to a new
     /// topic was reported delivered and never written. The first batch of a
     /// partition failed (the broker was still creating the partition) while the
     /// second batch of the same partition, handed over before that answer, was
@@ -100,7 +100,7 @@ mod barriers {
     }
 
     /// The model loses records when nothing holds a partition's later records back,
-    /// so the regression test above can fail (what the window did before issue 26).
+    /// so the regression test above can fail (what the window did before it held them).
     #[tokio::test]
     async fn the_model_loses_a_first_batch_when_a_later_one_follows_it() {
         let (sink, _reports) = ModelSink::new();
@@ -163,7 +163,7 @@ mod barriers {
     }
 }
 
-/// Issue 27, M3: the first records of many new topics go out together (one round
+/// The first records of many new topics go out together (one round
 /// trip for the burst, not one each); a topic's second record still waits for its
 /// first one's report.
 #[tokio::test]
@@ -203,7 +203,7 @@ async fn first_record_for_a_topic_goes_alone_and_the_watchdog_fires() {
     assert_eq!(left, vec![2], "the queued record is returned for re-sending");
 }
 
-/// Regression (issue 13, defect 6): dropping a producer flushes it, which blocked the
+/// Regression: dropping a producer flushes it, which blocked the
 /// runtime's only thread; closing now runs that on a blocking thread while the
 /// runtime goes on (here a ticker on the same single-threaded runtime).
 #[tokio::test(flavor = "current_thread")]
@@ -228,7 +228,7 @@ async fn regression_closing_a_stuck_producer_does_not_block_the_runtime() {
     ticker.abort();
 }
 
-/// Regression (issue 14): an exactly-once commit began while a record waited behind
+/// Regression: an exactly-once commit began while a record waited behind
 /// the first-for-its-topic barrier, and that record went out after the commit,
 /// outside any transaction. `send_queue` returns `None` only with the queue empty:
 /// here the barrier never lifts, so the watchdog ends it.

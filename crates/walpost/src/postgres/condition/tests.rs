@@ -27,7 +27,7 @@ fn conditions_users_write_become_quoted_sql() {
     assert_eq!(sql("Aggregate_Type NOT IN ('a','b')"), "(\"aggregate_type\" NOT IN ('a', 'b'))");
 }
 
-/// Issue 27, H1: what a role with INSERT on the signal table put in a filter ran as
+/// Regression: what a role with INSERT on the signal table put in a filter ran as
 /// walpost's role. None of it parses.
 #[test]
 fn function_calls_subqueries_and_statements_are_refused() {

@@ -46,7 +46,7 @@ pub(super) fn resolve_stream(
     Ok(StreamSettings {
         // 8 MiB: librdkafka holds a copy of every unacknowledged payload, so this bounds
         // walpost's memory in a drain; 16 MiB raised the peak RSS of a 1M-event drain by
-        // ~10-20 MB without a measurable gain in rate (bench/results/analysis.md, issue 16).
+        // ~10-20 MB without a measurable gain in rate (bench/results/analysis.md, the 8 MiB window).
         max_in_flight_bytes: positive("pipeline.max_in_flight_bytes", p.max_in_flight_bytes, 8 << 20)?,
         max_in_flight_records: positive("pipeline.max_in_flight_records", p.max_in_flight_records, 50_000)?,
         status_interval: secs("pipeline.status_interval_secs", p.status_interval_secs, 10)?,

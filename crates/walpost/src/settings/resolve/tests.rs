@@ -74,7 +74,7 @@ fn walpost_connects_to_a_primary_whatever_the_host_order() {
     }
 }
 
-/// Issue 32: `standby` and `prefer-standby` decode on a standby and write on the primary:
+/// `standby` and `prefer-standby` decode on a standby and write on the primary:
 /// `postgres_primary` when given (always `read-write`), else the same hosts `read-write`.
 #[test]
 fn a_standby_target_decodes_there_and_writes_on_the_primary() {
@@ -271,7 +271,7 @@ fn readiness_drops_before_the_producer_restarts() {
     assert_eq!(s.stream.unready_after, Duration::from_secs(5));
 }
 
-/// Issue 29: every duration key takes a string with a unit beside its old number.
+/// Every duration key takes a string with a unit beside its old number.
 #[test]
 fn durations_take_units_and_keep_their_old_numbers() {
     let text = "heartbeat_interval_secs = \"1min\"\ndelivery = \"exactly-once\"\n\
@@ -308,7 +308,7 @@ fn durations_take_units_and_keep_their_old_numbers() {
     assert!(!err.contains("ten seconds"), "a file's error shows no value: {err}");
 }
 
-/// Issue 29: the command line is layered onto the file once; every flag-backed key then
+/// The command line is layered onto the file once; every flag-backed key then
 /// comes from that one layer (flag over file over default).
 #[test]
 fn the_command_line_is_layered_onto_the_file_once() {
