@@ -1,4 +1,4 @@
-//! docs/configuration.md against the code (issue 28, item 6: `on_permanent_error` and
+//! docs/configuration.md against the code (`on_permanent_error` and
 //! `dead_letter_topic` were missing from the README's table). Every key the file takes
 //! (read off the file's types by `settings::keys`) is on the page; every key the page's
 //! tables name is one the file takes; every flag and variable of `walpost run` is there.

@@ -225,7 +225,7 @@ fn no_module_import_circle_in_the_workspace() {
     assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
 }
 
-/// Issue 26, part 1: `walpost slot create` made a new slot without the lineage check
+/// `walpost slot create` made a new slot without the lineage check
 /// `walpost run` applies, and 10 events were lost. Every slot walpost makes goes through
 /// `postgres::lineage::Lineage::create_slot`, the one caller of `create_logical_slot`.
 #[test]
@@ -239,7 +239,7 @@ fn only_the_lineage_rule_creates_slots() {
     assert_eq!(callers, vec!["postgres/lineage.rs".to_owned()], "slots are created only by Lineage::create_slot");
 }
 
-/// Issue 29: a source file over 600 lines says in its doc comment why it is one file.
+/// A source file over 600 lines says in its doc comment why it is one file.
 #[test]
 fn a_file_over_600_lines_says_why() {
     let mut checked = 0;

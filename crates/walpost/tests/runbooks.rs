@@ -44,7 +44,7 @@ fn every_runbook_named_in_the_code_exists() {
     }
 }
 
-/// Issue 30: `walpost inbox`'s fatal errors, with placeholders for what differs.
+/// `walpost inbox`'s fatal errors, with placeholders for what differs.
 #[test]
 fn inbox_errors_are_quoted_verbatim_in_the_inbox_backlog_runbook() {
     let runbook = read("runbooks/inbox-backlog.md");
@@ -125,7 +125,7 @@ fn grafana_dashboard_uses_only_exported_metrics() {
     assert!(used >= 8, "the dashboard should chart the main metrics");
 }
 
-/// Issue 27, H1: who may write the signal table; the texts are in the replay runbook.
+/// Who may write the signal table; the texts are in the replay runbook.
 #[test]
 fn signal_table_rights_errors_are_quoted_verbatim_in_the_replay_runbook() {
     let table = walpost::settings::TableName { schema: "events".into(), name: "debezium_signal".into() };
@@ -139,7 +139,7 @@ fn signal_table_rights_errors_are_quoted_verbatim_in_the_replay_runbook() {
     }
 }
 
-/// Issue 26: the error for a slot that was dropped or lost in a failover points to
+/// The error for a slot that was dropped or lost in a failover points to
 /// slot-lost.md (it pointed to upgrade-and-failover.md, whose steps fail for a dropped
 /// slot), which quotes it and the other missing-slot texts verbatim.
 #[test]
@@ -237,7 +237,7 @@ fn tracing_and_cloudevents_refusals_are_quoted_verbatim_in_their_runbook() {
     }
 }
 
-/// Issue 15: runbooks/kafka-maintenance.md quotes `walpost check`'s durability warnings
+/// runbooks/kafka-maintenance.md quotes `walpost check`'s durability warnings
 /// and the watchdog's line as walpost writes them.
 #[test]
 fn kafka_maintenance_runbook_quotes_the_durability_warnings_and_the_watchdog() {
@@ -273,7 +273,7 @@ fn kafka_maintenance_runbook_quotes_the_durability_warnings_and_the_watchdog() {
     assert!(read("docs/runbooks.md").contains("[runbooks/kafka-maintenance.md](../runbooks/kafka-maintenance.md)"));
 }
 
-/// Issue 31: a contract breach's texts, with placeholders, are quoted in the poison-record
+/// A contract breach's texts, with placeholders, are quoted in the poison-record
 /// runbook (the halt line around them is the one every unroutable row has).
 #[test]
 fn contract_breaches_are_quoted_verbatim_in_the_poison_record_runbook() {
@@ -328,7 +328,7 @@ fn contract_breaches_are_quoted_verbatim_in_the_poison_record_runbook() {
     assert!(runbook.contains(&text), "runbooks/poison-record.md must quote:\n{text}");
 }
 
-/// Issue 32: decoding on a standby: the conflict's fatal error (each reason) and every
+/// Decoding on a standby: the conflict's fatal error (each reason) and every
 /// warning about the primary are quoted in runbooks/standby-decoding.md.
 #[test]
 fn standby_decoding_texts_are_quoted_verbatim_in_their_runbook() {

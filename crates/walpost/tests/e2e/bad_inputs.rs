@@ -495,7 +495,7 @@ fn payload_over_the_brokers_topic_limit_halts_then_is_delivered_after_the_fix() 
     assert!(a.lost.is_empty() && a.phantoms.is_empty() && a.reordered.is_empty(), "{a:?}");
 }
 
-/// Regression (issue 13, defect 1; issue 20, finding 3): in dead-letter mode a record
+/// Regression: in dead-letter mode a record
 /// the broker refuses (topic max.message.bytes below it) stopped the producer (the
 /// gap-less guarantee), the dead letter waited on the dead producer, and walpost
 /// restarted every 60 s re-sending the same transaction. Now the refused record goes to
@@ -562,7 +562,7 @@ fn regression_dead_letter_mode_with_a_broker_side_rejection_does_not_livelock() 
     assert!(metrics.contains("walpost_dead_letters_total{class=\"message_size_too_large\"} 1"), "{metrics}");
 }
 
-/// Regression (found by issue 20's poison-record drill): the broker refuses a whole
+/// Regression (found by the poison-record drill): the broker refuses a whole
 /// batch when one record in it is over the topic's max.message.bytes, and librdkafka
 /// reports every record of the batch refused; in dead-letter mode the small records that
 /// only shared the batch were dead-lettered too (without their values: lost to their

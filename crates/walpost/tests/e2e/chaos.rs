@@ -1,4 +1,4 @@
-//! Issue 7: the chaos run. Several writers insert outbox events (transactions of 1 to
+//! The chaos run. Several writers insert outbox events (transactions of 1 to
 //! 50 rows, about one in seven rolled back, each writer on its own aggregates) while
 //! faults are injected one after the other, in random order, after random pauses:
 //!

@@ -1,4 +1,4 @@
-//! `envelope = "cloudevents"` end to end (issue 17, part 2): walpost writes CloudEvents,
+//! `envelope = "cloudevents"` end to end: walpost writes CloudEvents,
 //! and the real CloudEvents SDK (Python `cloudevents`, Kafka binding, through
 //! `confluent-kafka`; installed by scripts/fetch-test-tools.sh) decodes every record, in
 //! binary and structured mode, tombstones included. The test then checks the SDK's
@@ -127,7 +127,7 @@ fn check(
 }
 
 /// Binary mode without a timestamp column: no `time` (a replayed copy could not carry the
-/// commit time, issue 29); the record's own timestamp is still the commit time.
+/// commit time); the record's own timestamp is still the commit time.
 #[test]
 fn cloudevents_binary_mode_decodes_with_the_sdk() {
     let w = World::new("ce-binary");
@@ -179,7 +179,7 @@ source = "urn:walpost:e2e"
     println!("structured mode, as the SDK decodes it: {}", serde_json::to_string_pretty(&events[0]).unwrap());
 }
 
-/// Regression (issue 29): a live record carried the commit time as `time` and the
+/// Regression: a live record carried the commit time as `time` and the
 /// replayed copy of the same event none, so a consumer saw one event in two shapes. Every
 /// copy now carries the same attributes, with a timestamp column (its time) and without
 /// (no time), as the CloudEvents SDK decodes them.

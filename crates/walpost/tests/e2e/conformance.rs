@@ -1,4 +1,4 @@
-//! Conformance with Debezium's Outbox Event Router, end to end (issue 18): outbox rows
+//! Conformance with Debezium's Outbox Event Router, end to end: outbox rows
 //! inserted into a real PostgreSQL, streamed by the walpost binary, and read back from a
 //! real Kafka broker with a real client, compared with what Debezium's consumer reads.
 //!
@@ -1811,7 +1811,7 @@ fn options_walpost_does_not_implement_are_refused_at_start_up() {
         }
     }
     let invalid: &[(&str, &str, &str, &str)] = &[
-        // EventRouterTest.shouldFailOnInvalidConfigurationForAdditionalFieldsEmpty (issue 18, item 6).
+        // EventRouterTest.shouldFailOnInvalidConfigurationForAdditionalFieldsEmpty.
         (
             "an empty placement",
             "table.fields.additional.placement",

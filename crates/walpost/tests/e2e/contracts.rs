@@ -1,4 +1,4 @@
-//! Event contracts from files (issue 31, item 1 and 3): every payload is checked against
+//! Event contracts from files: every payload is checked against
 //! its event type's JSON Schema before it reaches Kafka; a breach halts walpost with
 //! nothing confirmed past it, or is dead-lettered once, and valid events keep their
 //! per-aggregate order. The snapshot path checks the same way.
@@ -255,10 +255,10 @@ fn contracts_dead_letter_each_breach_once_keep_order_and_check_the_snapshot() {
     assert!(pre_slot_breaches.iter().all(|id| dead.contains_key(*id)), "the snapshot checks the same way");
 }
 
-/// Issue 31, bad input: a 10 MB payload against a schema 40 objects deep. The valid one
+/// Bad input: a 10 MB payload against a schema 40 objects deep. The valid one
 /// is published byte for byte, the one that breaks the schema at the bottom is
 /// dead-lettered once with the whole pointer and no value, and the event after them
-/// keeps its place. Issue 40: 41 levels need `contracts.max_depth` raised (48 here, from
+/// keeps its place. 41 levels need `contracts.max_depth` raised (48 here, from
 /// the file); a payload of 60 levels is past it, a breach dead-lettered like the others.
 #[test]
 fn contracts_a_10_mb_payload_against_a_deep_schema_is_checked_and_its_breach_named_by_pointer() {

@@ -46,7 +46,7 @@ fn regression_every_compression_codec_delivers() {
     }
 }
 
-/// Issue 16: a backlog waits up to linger.ms (50 ms by default) to be sent in large
+/// A backlog waits up to linger.ms (50 ms by default) to be sent in large
 /// batches; a transaction read as it commits is sent at once, and so is a topic's first
 /// record (sent alone). With linger.ms at 30 s, live transactions, the first one included,
 /// are acknowledged within seconds: each would otherwise have waited the 30 s.
@@ -70,7 +70,7 @@ fn live_transactions_do_not_wait_for_linger() {
     assert!(status.success(), "exit status {status:?}\n{}", walpost.log_text());
 }
 
-/// Issue 2, test 1: 10,000 events over 100 aggregates in transactions of 1, 10 and 500
+/// 10,000 events over 100 aggregates in transactions of 1, 10 and 500
 /// rows arrive exactly once, in commit order per aggregate, with the right topic, key,
 /// value bytes, headers, partition (murmur2, as Java clients) and commit timestamp.
 #[test]
@@ -105,7 +105,7 @@ fn streams_10k_events_exactly_once_in_commit_order() {
     );
 }
 
-/// Issue 2, test 2: a rolled-back transaction, UPDATE, DELETE, TRUNCATE and writes to
+/// A rolled-back transaction, UPDATE, DELETE, TRUNCATE and writes to
 /// other tables publish nothing.
 #[test]
 fn rollback_update_delete_truncate_and_other_tables_publish_nothing() {
@@ -162,7 +162,7 @@ impl Lcg {
     }
 }
 
-/// Issue 2, test 3: kill -9 at 5 random moments while events stream. Nothing is lost,
+/// `kill -9` at 5 random moments while events stream. Nothing is lost,
 /// per-aggregate order holds after dropping duplicates, and every duplicate is a re-send
 /// by the run after a crash of a transaction that the crash had not confirmed.
 #[test]
@@ -287,7 +287,7 @@ impl WorldRef {
     }
 }
 
-/// Issue 2, test 4: the Kafka broker stops for 10 s mid-stream and comes back: nothing
+/// The Kafka broker stops for 10 s mid-stream and comes back: nothing
 /// lost, order kept, walpost resumes by itself.
 #[test]
 fn kafka_outage_of_10s_loses_nothing() {
@@ -357,7 +357,7 @@ fn regression_silent_producer_is_restarted_after_the_delivery_timeout() {
     assert_clean(&audit(&w, &records), true);
 }
 
-/// Issue 2, test 5: PostgreSQL restarts (fast shutdown) mid-stream; walpost reconnects
+/// PostgreSQL restarts (fast shutdown) mid-stream; walpost reconnects
 /// by itself and loses nothing.
 #[test]
 fn postgres_fast_restart_reconnects_and_loses_nothing() {
@@ -383,7 +383,7 @@ fn postgres_fast_restart_reconnects_and_loses_nothing() {
     assert!(walpost.log_text().contains("reconnecting"), "no reconnect logged:\n{}", walpost.log_text());
 }
 
-/// Regression (issue 41): after a PostgreSQL outage of about 20 s, walpost reconnected
+/// Regression: after a PostgreSQL outage of about 20 s, walpost reconnected
 /// 28 s after the server was back (its backoff had grown meanwhile). It asks the server
 /// during the wait and reconnects within seconds once it answers.
 #[test]
@@ -412,7 +412,7 @@ fn regression_postgres_outage_of_18s_reconnects_within_10s_of_its_end() {
     eprintln!("reconnected {took:?} after an 18 s outage");
 }
 
-/// Issue 2, test 6: ALTER TABLE ... ADD COLUMN mid-stream: streaming continues and the
+/// ALTER TABLE ... ADD COLUMN mid-stream: streaming continues and the
 /// columns are still found by name.
 #[test]
 fn add_column_mid_stream_keeps_streaming() {
@@ -429,7 +429,7 @@ fn add_column_mid_stream_keeps_streaming() {
     assert_clean(&audit(&w, &records), false);
 }
 
-/// Issue 2, test 7: the outbox is idle while another table takes writes: keepalive
+/// The outbox is idle while another table takes writes: keepalive
 /// positions are confirmed, so the slot does not pin that WAL.
 #[test]
 fn idle_outbox_confirms_while_other_tables_write() {
@@ -487,15 +487,15 @@ fn crash_after_ack_before_confirm_resends_instead_of_losing() {
     assert_eq!(a.duplicates, acked.len(), "every record acked before the crash is sent again");
 }
 
-/// Regression (issue 26, part 2): one event of a 30-row transaction, the first records
+/// Regression: one event of a 30-row transaction, the first records
 /// of a topic written right after the slot was created, never reached Kafka while the
 /// slot was confirmed past it. Under CPU load the broker answered the first batch of a
 /// new topic's partition with NOT_LEADER_OR_FOLLOWER (its log was still being created)
 /// and wrote the next batch of the same partition, and librdkafka then counted the
 /// first as delivered. The produce window now sends a partition's first record with
 /// nothing else of its partition in flight (`kafka::barrier`). Each round is a new
-/// topic; `WALPOST_E2E_NEW_TOPIC_ROUNDS` (default 3) sets how many (the issue's check
-/// ran 50 under two busy loops).
+/// topic; `WALPOST_E2E_NEW_TOPIC_ROUNDS` (default 3) sets how many (the fix was
+/// checked with 50 under two busy loops).
 #[test]
 fn regression_the_first_records_of_a_new_topic_after_slot_creation_all_arrive() {
     let rounds: u32 = std::env::var("WALPOST_E2E_NEW_TOPIC_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);

@@ -1,8 +1,8 @@
 //! Runbook drills: each test creates a runbook's incident on real servers, follows the
 //! runbook's steps with the commands taken from the runbook file, and checks the
 //! outcome (slot kept or recovered, nothing lost, per-aggregate order kept, duplicates
-//! counted and bounded). Plus the regression tests of issue 20's findings that need a
-//! server.
+//! counted and bounded). Plus the regression tests of the first operations drill's
+//! findings that need a server.
 //!
 //! How a runbook step becomes machine-readable: a fenced code block whose info string
 //! carries `drill=<name>`, e.g. ```` ```sql drill=buy-time ```` or
@@ -372,7 +372,7 @@ fn drill_poison_record() {
          COMMIT;"
     ));
     let big: i64 = ids.lines().nth(1).unwrap().parse().unwrap();
-    // Issue 28, item 3: the halt is visible to metrics-based alerting before the exit.
+    // The halt is visible to metrics-based alerting before the exit.
     let halted = testkit::wait_until(WAIT, || metric(port, "walpost_halted") == Some(1.0));
     assert!(halted, "walpost_halted never read 1:\n{}", p.log_text());
     let rejected = metric(port, "walpost_produce_errors_total{class=\"rejected\"}").unwrap_or(0.0);
@@ -551,7 +551,7 @@ fn writer(
 
 // ---- slot-wal-buildup.md ----
 
-/// runbooks/slot-wal-buildup.md, `wal_status = unreserved` (issue 20, finding 1: the old
+/// runbooks/slot-wal-buildup.md, `wal_status = unreserved` (the old
 /// runbook's `CHECKPOINT` first invalidated the slot). walpost is stopped with events
 /// waiting and the slot retains more than `max_slot_wal_keep_size` (64 MB). Following the
 /// runbook: the diagnosis shows `unreserved`; buy time (ALTER SYSTEM, reload); watch until
@@ -838,7 +838,7 @@ fn drill_long_transaction_is_ended_by_its_pid() {
     );
 }
 
-/// Issue 20, finding 7: the long-transaction alarm (log line and structured fields) names
+/// The long-transaction alarm (log line and structured fields) names
 /// the server pid, application_name and client address of the oldest transaction, so the
 /// runbook can end exactly that one.
 #[test]
@@ -907,7 +907,7 @@ pub(crate) fn assert_gap_from_snapshot(records: &[Consumed], gap: &[i64]) {
     assert!(missing.is_empty(), "the gap must come from the snapshot; not from it: {missing:?}");
 }
 
-/// runbooks/slot-lost.md (issue 20, finding 2: the old runbook's `id > <last id>` cut lost
+/// runbooks/slot-lost.md (the old runbook's `id > <last id>` cut lost
 /// an event and streaming before the backfill reordered aggregates). A transaction inserts
 /// before the last published event and commits after walpost stopped; more events commit;
 /// the slot is lost. Following the runbook: walpost's error and `slot status` (exit 4);
@@ -1000,7 +1000,7 @@ fn drill_slot_lost_recovers_without_loss_or_reordering() {
     assert!(recover.terminate(Duration::from_secs(30)).unwrap().success(), "{}", recover.log_text());
 }
 
-/// Regression (issue 26, part 1): an on-call drill dropped the slot while walpost was
+/// Regression: an on-call drill dropped the slot while walpost was
 /// stopped; `walpost slot status` then said "walpost run or walpost slot create makes it",
 /// `walpost slot create` made a new slot without looking at the lineage, and the 10 events
 /// written meanwhile never reached Kafka. Now `slot status` exits 4 with the missing-slot
@@ -1061,7 +1061,7 @@ fn slot_count(w: &World) -> u32 {
     w.sql(&format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{}'", w.slot)).parse().unwrap()
 }
 
-/// Issue 20, finding 9: `walpost slot status` exits 4 for a lost slot (0 ok, 2 warning,
+/// `walpost slot status` exits 4 for a lost slot (0 ok, 2 warning,
 /// 3 critical, 4 lost) and says the retained WAL is unknown instead of 0. And what
 /// runbooks/slot-lost.md says of `--snapshot when_needed`: it drops a lost slot by itself
 /// and streams from a new one.
@@ -1081,7 +1081,7 @@ fn regression_slot_status_exits_4_for_a_lost_slot() {
     let created =
         Command::new(env!("CARGO_BIN_EXE_walpost")).args(["slot", "create", "--config", &config]).output().unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
-    // Issue 28, item 4: a slot nothing streams from is a warning, as slot-check.sql says.
+    // A slot nothing streams from is a warning, as slot-check.sql says.
     let idle = status(false);
     let text = String::from_utf8_lossy(&idle.stdout).into_owned();
     assert_eq!(idle.status.code(), Some(2), "a slot nothing streams from:\n{text}");
@@ -1107,9 +1107,9 @@ fn regression_slot_status_exits_4_for_a_lost_slot() {
     assert_eq!(status(false).status.code(), Some(0), "the new slot is ok");
 }
 
-// ---- issue 20, finding 6: a frozen instance ----
+// ---- a frozen instance ----
 
-/// Issue 20, finding 6: an active instance frozen (SIGSTOP) while events flow, with
+/// An active instance frozen (SIGSTOP) while events flow, with
 /// `wal_sender_timeout = 5s`: the server ends its connection, the hot standby takes the
 /// slot and streams; writes go on; then the frozen instance resumes (SIGCONT). It must
 /// publish nothing it had read before the freeze late (a frozen instance once published
@@ -1224,7 +1224,7 @@ fn drill_replay_resets_the_group_or_republishes_a_range_resuming_after_a_poison_
     let rb = Runbook::open("replay");
     let w = World::new("drill-replay");
     // The service's real configuration, metrics port included: the runbook's backfills
-    // run with it beside the service (issue 28, item 1: they took its port and failed).
+    // run with it beside the service (they took its port and failed).
     let config = service_config(&w, &format!("metrics_addr = \"127.0.0.1:{}\"", testkit::free_port()));
     let _service = service(&config, &[]);
     assert!(w.wait_for_slot(WAIT));
@@ -1460,7 +1460,7 @@ fn drill_kafka_outage_readiness_drops_and_walpost_recovers_by_itself() {
     eprintln!("[drill] kafka outage: not ready {not_ready_after:?} after the broker stopped, Kafka silent {silent} s at the producer restart");
 }
 
-/// Issue 20, finding 4: a Kafka outage was invisible (readiness 200 throughout, lag
+/// A Kafka outage was invisible (readiness 200 throughout, lag
 /// constant, errors counted only 60 s later). With the defaults: `/readyz` answers 503
 /// within 30 s of records waiting and before the producer restart at
 /// `delivery_timeout_secs` (60 s); `walpost_lag_seconds` grows while the reader is stuck;
@@ -1505,7 +1505,7 @@ fn regression_kafka_outage_shows_in_readiness_lag_and_connection_errors() {
     assert!(answer.1.contains("Kafka has acknowledged nothing for"), "{}", answer.1);
     assert!(!p.log_text().contains("restarting the producer"), "readiness dropped only after the producer restart");
     eprintln!("[regression] Kafka outage: /readyz 503 {after:?} after records started waiting; lag {lag1} -> {lag2}");
-    // Issue 28, item 2: the stalled-confirm alarm says what walpost knows (Kafka is
+    // The stalled-confirm alarm says what walpost knows (Kafka is
     // silent), names no server pid, and carries no transaction's fields.
     let alarm = || {
         strip_ansi(&p.log_text())
@@ -1573,9 +1573,9 @@ fn drill_outbox_left_the_publication_and_came_back() {
     eprintln!("[drill] outbox left the publication: {} records, {} duplicates", records.len(), a.duplicates);
 }
 
-// ---- issue 20, finding 12 ----
+// ---- log noise while a standby waits ----
 
-/// Issue 20, finding 12: a healthy hot standby logged a WARN line on every retry, and the
+/// A healthy hot standby logged a WARN line on every retry, and the
 /// producer's `enable.gapless.guarantee is experimental` warning came with every
 /// reconnect. At the default log level, a standby waiting through several retries logs
 /// the wait once, at INFO, and no WARN line about waiting or the gap-less setting.

@@ -178,7 +178,7 @@ fn walpost_output(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) 
     (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
-/// Regression (issue 27, M5): `walpost import-debezium` printed `database.sslpassword`'s
+/// Regression: `walpost import-debezium` printed `database.sslpassword`'s
 /// value, the JAAS line with its password, `notification.sink.password`, echoed a
 /// `key value` properties line whole, and pasted a `database.dbname` of
 /// `shop?sslmode=disable&require_auth=password` into the URL as options. Secrets are now
@@ -225,7 +225,7 @@ fn regression_import_debezium_never_prints_a_secret() {
     assert!(!out.contains(CANARY) && out.contains("line 3 is not key=value"), "{out}");
 }
 
-/// Regression (issue 27, M6): a password in `--postgres` is readable by any local user
+/// Regression: a password in `--postgres` is readable by any local user
 /// from /proc/PID/cmdline; walpost warned about `sasl.password` on the command line but
 /// not about this. Now it warns (and never prints the password); the same URL in
 /// `WALPOST_POSTGRES` draws no warning.
@@ -241,7 +241,7 @@ fn regression_a_postgres_password_on_the_command_line_is_warned_about() {
     assert!(!out.contains("on the command line") && !out.contains(CANARY), "{out}");
 }
 
-/// Regression (issue 28, item 9): `walpost replay --help` listed options of `run` only
+/// Regression: `walpost replay --help` listed options of `run` only
 /// (`--snapshot`, `--slot-failover`, `--signal-table`, `--heartbeat-interval`,
 /// `--delivery`), which replay ignores.
 #[test]

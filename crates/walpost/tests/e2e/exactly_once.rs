@@ -1,4 +1,4 @@
-//! `--delivery exactly-once` (issue 14) against the real broker: Kafka transactions,
+//! `--delivery exactly-once` against the real broker: Kafka transactions,
 //! progress in a compacted topic, the slot gated by it, fencing of a zombie, and the
 //! faults around the progress topic.
 
@@ -76,7 +76,7 @@ fn progress_lsn(w: &World) -> Option<u64> {
         .max()
 }
 
-/// No line of `log` is an ERROR about the end of a partition (issue 28, item 7: every
+/// No line of `log` is an ERROR about the end of a partition (every
 /// exactly-once start logged `ERROR rdkafka::client: ... PartitionEOF`).
 fn assert_no_partition_eof_error(log: &str) {
     let noisy: Vec<&str> = log.lines().filter(|l| l.contains("ERROR") && l.contains("PartitionEOF")).collect();
@@ -102,7 +102,7 @@ fn exactly_once_streams_in_transactions_and_the_slot_never_leads_the_progress() 
     assert_eq!(read_all(&w.kafka_bootstrap, &w.topic_prefix).len(), 1000);
     assert!(p.terminate(Duration::from_secs(30)).unwrap().success(), "{}", p.log_text());
     assert_no_partition_eof_error(&p.log_text());
-    // Issue 28, item 8: progress records are not counted as events.
+    // Progress records are not counted as events.
     assert!(!p.log_text().contains("PartitionEOF (Broker: No more messages)"), "{}", p.log_text());
 }
 
@@ -302,7 +302,7 @@ fn drill_exactly_once_progress_record_from_another_cluster() {
     assert!(testkit::wait_until(WAIT, progressed), "no progress record in {own_topic}:\n{}", p.log_text());
 }
 
-/// Regression (issue 27, M1): a progress record produced by a plain Kafka client under
+/// Regression: a progress record produced by a plain Kafka client under
 /// this slot's key, with a position ahead of the events in the slot (any role can read
 /// the system identifier with pg_control_system()), made walpost skip those events and
 /// confirm the slot past them, silently. Now it stops with the runbook's error, confirms

@@ -1,4 +1,4 @@
-//! Issue 15, PostgreSQL side: a primary and a physical standby started by the harness;
+//! Failovers, the PostgreSQL side: a primary and a physical standby started by the harness;
 //! walpost given both hosts. A promotion with a synchronized failover slot (17, 18) is
 //! streamed through; without one (16) walpost stops with the runbook's error and the
 //! runbook's recovery delivers every event. Multi-host strings settle on the primary.

@@ -1,4 +1,4 @@
-//! Issue 19's findings, each a regression test against the real servers: row-chosen
+//! The security review's findings, each a regression test against the real servers: row-chosen
 //! topics outside the allowed set, SQL through settings, secrets and column values in
 //! logs.
 
@@ -197,7 +197,7 @@ fn regression_no_secret_or_column_value_in_any_log_line() {
     }
 }
 
-/// Regression (issue 27, M3): 300 distinct `aggregate_type` values within the allowed
+/// Regression: 300 distinct `aggregate_type` values within the allowed
 /// prefix created 300 topics, and a row behind them arrived after 31 s, because the first
 /// record per topic was sent alone. Now the first records of new topics go out together
 /// (each alone in its topic) and the number of topics rows may open is capped
@@ -236,7 +236,7 @@ fn regression_a_thousand_new_topics_do_not_stall_the_row_behind_them() {
     assert!(p.is_running(), "{}", p.log_text());
 }
 
-/// Issue 27, M3: a row that would open one topic more than `topics.max` is a routing
+/// A row that would open one topic more than `topics.max` is a routing
 /// error: walpost halts on it (nothing after it confirmed), or dead-letters it.
 #[test]
 fn rows_beyond_topics_max_halt_or_are_dead_lettered() {
@@ -283,7 +283,7 @@ fn peak_rss(pid: u32) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// Regression (issue 27, M4): a 200 MB payload took walpost from 14.5 MB to 422 MB RSS,
+/// Regression: a 200 MB payload took walpost from 14.5 MB to 422 MB RSS,
 /// and frames up to 1 GiB were read whole, so an out-of-memory kill could re-read the
 /// same row forever. A WAL message over `[pipeline] max_message_bytes` is now read and
 /// dropped as it arrives: in halt mode walpost stops naming the event, its size and the

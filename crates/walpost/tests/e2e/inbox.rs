@@ -1,5 +1,5 @@
 //! The inbox's SQL API (migrations/0004_inbox.sql) against a real PostgreSQL: what a
-//! consuming service's handlers call, from any language (issue 30, item 3). Messages are
+//! consuming service's handlers call, from any language. Messages are
 //! inserted here as `walpost inbox` will store them.
 
 use std::collections::BTreeMap;

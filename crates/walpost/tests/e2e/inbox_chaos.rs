@@ -1,4 +1,4 @@
-//! The whole design under faults (issue 30): outbox -> `walpost run` -> Kafka -> `walpost
+//! The whole design under faults: outbox -> `walpost run` -> Kafka -> `walpost
 //! inbox` -> handler workers that call only the SQL API and write one effect per message
 //! in the transaction of `inbox.complete`. kill -9 of `walpost run`, of `walpost inbox`
 //! and of workers (12 kills), one Kafka restart and one restart of the inbox's

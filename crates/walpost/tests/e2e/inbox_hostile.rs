@@ -1,5 +1,5 @@
-//! `walpost inbox` (and `walpost run`) against hostile records and their own failures
-//! (issue 40): a header name that is not UTF-8 is stored, not a silent stop; a thread or
+//! `walpost inbox` (and `walpost run`) against hostile records and their own failures:
+//! a header name that is not UTF-8 is stored, not a silent stop; a thread or
 //! task that panics, or a consumer thread that ends unasked, exits non-zero with the
 //! reason; memory stays bounded in bytes whatever the records' keys.
 

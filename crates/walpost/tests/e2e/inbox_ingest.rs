@@ -1,4 +1,4 @@
-//! `walpost inbox` against a real Kafka and PostgreSQL (issue 30, items 1 and 2): records
+//! `walpost inbox` against a real Kafka and PostgreSQL: records
 //! into `inbox.messages` once per event id, with their offsets in the same transaction;
 //! kill -9, rebalances and replays neither lose nor duplicate a row; records that cannot
 //! be stored halt or are rejected with the reason; a missing schema is a clear error.

@@ -1,4 +1,4 @@
-//! The inbox's retention against a real PostgreSQL and Kafka (issue 30, item 5): days
+//! The inbox's retention against a real PostgreSQL and Kafka: days
 //! ahead are made; a day is dropped, with its deliveries and receipts, only once it is
 //! older than retention_keep_days and every handler is done with it, or once it is older
 //! than retention_max_days (reported); a copy of an event stored on an earlier day is

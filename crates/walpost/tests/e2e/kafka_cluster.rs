@@ -1,4 +1,4 @@
-//! Issue 15, the Kafka half: walpost against a 3-broker KRaft cluster (every node a
+//! Failovers, the Kafka half: walpost against a 3-broker KRaft cluster (every node a
 //! broker and a controller; outbox topics with replication factor 3 and
 //! `min.insync.replicas=2`) while a partition leader is killed, every broker is restarted
 //! in turn (runbooks/kafka-maintenance.md), or too few brokers remain for `acks=all`.
@@ -495,7 +495,7 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
-/// The silent producer after a single-broker restart (issue 15): once the broker is back,
+/// The silent producer after a single-broker restart: once the broker is back,
 /// the producer resumes within librdkafka's reconnect backoff (walpost caps it at 1 s,
 /// `reconnect.backoff.max.ms`; librdkafka's own cap of 10 s left the producer waiting up to
 /// 10 s after the broker was back), without a session restart and far from the 60 s

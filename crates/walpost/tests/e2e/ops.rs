@@ -1,4 +1,4 @@
-//! Operations (issue 5): slot alarms, lost slot, bounded retained WAL, walpost check,
+//! Operations: slot alarms, lost slot, bounded retained WAL, walpost check,
 //! metrics scrape, slot CLI, and the runbooks' SQL against a real server.
 
 use std::io::{Read, Write};
@@ -62,7 +62,7 @@ fn write_wal(w: &World, megabytes: u32) {
     ));
 }
 
-/// Issue 5, test 1: walpost paused (SIGSTOP) while writes continue: retained bytes grow,
+/// walpost paused (SIGSTOP) while writes continue: retained bytes grow,
 /// the warning then the critical alarm fire (log, metric; `slot status` agrees), and
 /// resuming clears them; /readyz is 200 again once streaming and clear.
 #[test]
@@ -115,7 +115,7 @@ fn paused_walpost_raises_warning_then_critical_and_resume_clears() {
     assert!(testkit::wait_until(Duration::from_secs(30), || http_get(pa, "/readyz").0 == 200));
 }
 
-/// Issue 5, test 2: a small max_slot_wal_keep_size and a stopped walpost invalidate the
+/// A small max_slot_wal_keep_size and a stopped walpost invalidate the
 /// slot; walpost then exits with the slot-lost error naming the runbook, and following
 /// the runbook (drop the slot, start with `--snapshot when_needed`) recovers.
 #[test]
@@ -149,7 +149,7 @@ fn lost_slot_is_fatal_with_the_runbook_and_the_runbook_recovers() {
     consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 10, WAIT);
 }
 
-/// Issue 5, test 3: the outbox is idle and another table busy: retained WAL stays bounded.
+/// The outbox is idle and another table busy: retained WAL stays bounded.
 #[test]
 fn idle_outbox_busy_database_keeps_retained_wal_bounded() {
     let pg = own_pg(&[]);
@@ -175,7 +175,7 @@ fn idle_outbox_busy_database_keeps_retained_wal_bounded() {
     assert!(bounded, "after ~60 MB of other writes the slot still retains {} bytes", retained());
 }
 
-/// Issue 5, test 4: `walpost check` passes on a good server and names each problem on
+/// `walpost check` passes on a good server and names each problem on
 /// misconfigured ones (wal_level=replica, role without REPLICATION, missing table).
 #[test]
 fn check_passes_on_a_good_server_and_names_each_problem() {
@@ -211,7 +211,7 @@ fn check_passes_on_a_good_server_and_names_each_problem() {
     assert!(!ok);
     assert!(out.contains("FAIL  wal_level is 'replica' but walpost needs 'logical'"), "{out}");
     assert!(!out.contains("managed PostgreSQL"), "a self-run server is no service:\n{out}");
-    // Issue 32: a server with a service's own setting (here as a database's placeholder)
+    // A server with a service's own setting (here as a database's placeholder)
     // is told the service's way to turn logical decoding on, not ALTER SYSTEM.
     w2.sql(&format!("ALTER DATABASE \"{}\" SET cloudsql.logical_decoding = 'off'", w2.db));
     let (ok, out) = walpost_cmd(&sub_args(&w2, &["check"]));

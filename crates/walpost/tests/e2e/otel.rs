@@ -1,4 +1,4 @@
-//! OpenTelemetry end to end (issue 17, part 3), against a real trace backend started here:
+//! OpenTelemetry end to end, against a real trace backend started here:
 //! walpost-otelcol, the OpenTelemetry Collector with its OTLP/HTTP receiver and file
 //! exporter (tools/otelcol, built by scripts/fetch-test-tools.sh). A service span made by
 //! the test is exported to the collector and its `traceparent` written with the outbox

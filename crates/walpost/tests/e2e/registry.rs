@@ -1,4 +1,4 @@
-//! Event contracts with a real schema registry (issue 31, items 2 to 4): Apicurio Registry
+//! Event contracts with a real schema registry: Apicurio Registry
 //! (its Confluent-compatible API, built and started by testkit), records in the Confluent
 //! wire format decoded by Confluent's own Python deserializers, `walpost contracts
 //! check|push` against the same registry, a schema evolved while walpost runs, and a
@@ -310,7 +310,7 @@ fn register_avro(registry: &str, subject: &str, schema: &str) -> u32 {
     u32::try_from(answer["id"].as_u64().unwrap()).unwrap()
 }
 
-/// Issue 31: `contracts.key_format = avro` writes every key by the subject `<topic>-key`
+/// `contracts.key_format = avro` writes every key by the subject `<topic>-key`
 /// (Confluent's deserializer reads it back as the aggregate id), `walpost check` asks the
 /// registry, and payloads the Avro schema cannot hold (a missing field without default,
 /// an array for a record) are dead-lettered with the pointer and no value, while the

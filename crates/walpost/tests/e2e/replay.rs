@@ -1,4 +1,4 @@
-//! Issue 17, part 1: `walpost replay` and Debezium-format signal rows republish outbox
+//! `walpost replay` and Debezium-format signal rows republish outbox
 //! rows through the same router while `walpost run` keeps streaming.
 
 use std::collections::{BTreeMap, HashSet};

@@ -1,4 +1,4 @@
-//! Issue 6: the partitioned outbox (migration 0002) and partition retention.
+//! The partitioned outbox (migration 0002) and partition retention.
 //!
 //! The rule under test (crates/walpost/src/retention.rs): a partition whose whole range
 //! is older than the retention period is sealed (read-only, WAL position W recorded
@@ -281,7 +281,7 @@ fn migrations_on_an_empty_database_build_the_partitioned_outbox() {
     assert_eq!(got, format!("1|events.{}", expected[0]));
 }
 
-/// Issue 6, test 1: after a pass the partitions ahead exist (a dry run creates nothing);
+/// After a pass the partitions ahead exist (a dry run creates nothing);
 /// rows at a range boundary land in the partition whose range starts there.
 #[test]
 fn pass_creates_partitions_ahead_and_boundary_rows_land_in_the_right_partition() {
@@ -324,7 +324,7 @@ fn pass_creates_partitions_ahead_and_boundary_rows_land_in_the_right_partition()
     );
 }
 
-/// Issue 6, test 2 (the rule's edge, exactly): an expired partition is sealed, kept while
+/// The rule's edge, exactly: an expired partition is sealed, kept while
 /// the slot's confirmed_flush_lsn is W - 1 and dropped at W. A partition whose range ends
 /// less than keep_days ago is not touched; without a usable slot nothing is dropped.
 #[test]
@@ -373,7 +373,7 @@ fn expired_partition_is_dropped_exactly_when_the_slot_confirms_its_seal() {
     w.sql(&format!("SELECT pg_drop_replication_slot('{slot}')"));
 }
 
-/// Issue 6, tests 2 and 3 with walpost itself: rows in an expired partition that walpost
+/// The rule with walpost itself: rows in an expired partition that walpost
 /// has not confirmed (it is paused with SIGSTOP) keep the partition; after SIGCONT it
 /// catches up and the next pass drops it. Writers keep inserting across every drop and
 /// every event reaches Kafka exactly once.
@@ -537,7 +537,7 @@ fn busy_partition_is_skipped_on_lock_timeout_and_default_partition_is_reported()
     assert_eq!(w.sql("SELECT count(*) FROM events.outbox_default"), "3");
 }
 
-/// Issue 6, migration path: walpost streams while writers insert and migration 0002
+/// The migration path: walpost streams while writers insert and migration 0002
 /// converts the populated 0001 table (one writer's transaction even spans the start of
 /// the conversion): every event is published exactly once, the old rows stay readable
 /// through events.outbox in the attached legacy partition, and an application role keeps

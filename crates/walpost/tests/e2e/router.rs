@@ -1,4 +1,4 @@
-//! Event Router end to end (issue 3): outbox shapes by column mapping alone, Debezium
+//! Event Router end to end: outbox shapes by column mapping alone, Debezium
 //! options, several outbox tables, dead letters, and the table-less outbox.
 
 use std::time::Duration;
@@ -236,7 +236,7 @@ allowed_roles = ["app_writer"]
 [messages.router]
 "table.field.event.type.header" = "type"
 "#;
-    // Regression (issue 19): pg_logical_emit_message is executable by PUBLIC by default,
+    // Regression: pg_logical_emit_message is executable by PUBLIC by default,
     // so any role that can log in could publish events: walpost refuses to start.
     let cfg = config(&w, toml);
     let mut args = vec!["--config".to_string(), cfg];

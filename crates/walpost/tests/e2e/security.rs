@@ -158,7 +158,7 @@ fn kafka_sasl_plain_through_kafka_properties() {
     assert!(a.lost.is_empty() && a.phantoms.is_empty() && a.reordered.is_empty(), "{a:?}");
 }
 
-/// Issue 27, H1: a role with INSERT on the signal table and nothing else put SQL into a
+/// A role with INSERT on the signal table and nothing else put SQL into a
 /// signal's filter, and walpost ran it as its REPLICATION role: it dropped another slot,
 /// ended walpost's walsender, read pg_stat_activity through error texts, froze
 /// confirmation with pg_sleep and forged events with pg_logical_emit_message. Now a
@@ -257,7 +257,7 @@ fn regression_a_signal_filter_cannot_run_sql_as_walpost() {
     assert_eq!(replayed, 10, "the payment events replayed");
     assert!(!records.iter().any(|r| r.topic.ends_with("forged")), "a forged event");
     w.sql(&format!("SELECT pg_drop_replication_slot('{victim}')"));
-    // Issue 27 (low): the rights are checked while walpost runs too, not only at start.
+    // The rights are checked while walpost runs too, not only at start.
     w.sql("GRANT INSERT ON events.debezium_signal TO PUBLIC");
     assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
     let expected =
@@ -265,7 +265,7 @@ fn regression_a_signal_filter_cannot_run_sql_as_walpost() {
     assert!(p.log_text().contains(&expected), "{}", p.log_text());
 }
 
-/// Issue 27, H1: `walpost replay --where` takes the same grammar unless `--unsafe-where`,
+/// `walpost replay --where` takes the same grammar unless `--unsafe-where`,
 /// and a replay's statements run under a statement timeout.
 #[test]
 fn regression_replay_where_is_a_condition_unless_unsafe_where() {
@@ -299,7 +299,7 @@ fn regression_replay_where_is_a_condition_unless_unsafe_where() {
     assert!(started.elapsed() < Duration::from_secs(30), "the timeout did not end it: {:?}", started.elapsed());
 }
 
-/// Issue 40, H3: a role with CREATE on `public` (every role's right on PostgreSQL 14,
+/// A role with CREATE on `public` (every role's right on PostgreSQL 14,
 /// and on clusters upgraded from it) planted overloads of built-ins that match walpost's
 /// calls more exactly than the built-ins do (`to_jsonb` of the slots view's row type,
 /// `left(name, integer)`, `has_table_privilege(text, oid, text)`, an `=(oid, regclass)`

@@ -1,5 +1,5 @@
 //! `--snapshot`: rows that exist before the slot are published once, consistently with
-//! the stream (issue 4).
+//! the stream.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -20,7 +20,7 @@ fn is_snapshot(r: &Consumed) -> bool {
     r.header("walpost.snapshot") == Some(&b"true"[..])
 }
 
-/// Issue 4, test 1: 50,000 existing rows and writers inserting during the snapshot:
+/// 50,000 existing rows and writers inserting during the snapshot:
 /// every row arrives exactly once and per-aggregate order holds across the boundary.
 #[test]
 fn initial_snapshot_of_50k_rows_with_concurrent_writers_is_exactly_once() {
@@ -49,7 +49,7 @@ fn initial_snapshot_of_50k_rows_with_concurrent_writers_is_exactly_once() {
     assert!(p.terminate(Duration::from_secs(60)).unwrap().success());
 }
 
-/// Issue 4, test 2: `--snapshot-filter "published_at IS NULL"` publishes only the rows a
+/// `--snapshot-filter "published_at IS NULL"` publishes only the rows a
 /// polling relay never published, then streams.
 #[test]
 fn snapshot_filter_publishes_only_unpublished_rows_then_streams() {
@@ -82,7 +82,7 @@ fn invalid_snapshot_filter_is_refused_at_start() {
     assert!(w.confirmed_flush_lsn().is_none(), "no slot may be created");
 }
 
-/// Issue 4, test 3: kill -9 during the snapshot, start again: the snapshot starts over
+/// `kill -9` during the snapshot, start again: the snapshot starts over
 /// on a new slot and nothing is missing.
 #[test]
 fn kill9_during_snapshot_then_restart_loses_nothing() {
@@ -115,7 +115,7 @@ fn kill9_during_snapshot_then_restart_loses_nothing() {
     assert!(second.log_text().contains("an earlier snapshot did not finish"), "{}", second.log_text());
 }
 
-/// Issue 4, test 4: `initial_only` exits 0 after publishing every row (and creates no
+/// `initial_only` exits 0 after publishing every row (and creates no
 /// slot); `never` publishes no existing row.
 #[test]
 fn initial_only_backfills_and_exits_0_never_skips_existing_rows() {

@@ -1,4 +1,4 @@
-//! Issue 32: decoding on a physical standby (PostgreSQL 16+). The harness starts a
+//! Decoding on a physical standby (PostgreSQL 16+). The harness starts a
 //! primary and a streaming standby (hot_standby_feedback, a physical slot); walpost reads
 //! its slot on the standby (`target_session_attrs=standby` or `prefer-standby`) and writes
 //! on the primary (`--postgres-primary`). Every test is audited against the committed
@@ -334,7 +334,7 @@ fn with_psql(pg: &Postgres, script: &str) -> String {
     format!("PATH='{}':\"$PATH\"\n{script}", dir.display())
 }
 
-/// Regression (issue 41): walpost restarted with `target_session_attrs=standby` after its
+/// Regression: walpost restarted with `target_session_attrs=standby` after its
 /// standby was promoted retried forever with a warning. Past
 /// `pipeline.no_standby_timeout_secs` (5 s here) it exits 1 with the text that says to use
 /// `prefer-standby`; following it, walpost streams on from the promoted server.
