@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# Metrics the rules use before walpost exports them (issue 20: the slot monitor's confirm
+# Metrics the rules use before walpost exports them (e.g. once the slot monitor's confirm
 # stall and the Kafka acknowledgement gauge). Remove a name once metrics::METRICS has it.
 PENDING_METRICS=()
 

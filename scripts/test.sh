@@ -44,8 +44,8 @@ WALPOST_SUPPLY_CHAIN_ADVISORIES="${WALPOST_SUPPLY_CHAIN_ADVISORIES:-skip}" bash 
 
 # Step 3: failover (a primary and a physical standby: promotion with failover slots on
 # PostgreSQL 17 and 18, without them on 16, multi-host strings), decoding on a standby
-# (issue 32: its tests are named failover_standby_...) and the 3-broker Kafka cluster
-# (leader loss, rolling restart), on PostgreSQL 17 (issue 15).
+# (its tests are named failover_standby_...) and the 3-broker Kafka cluster
+# (leader loss, rolling restart), on PostgreSQL 17.
 pg17="$(bash scripts/fetch-postgres.sh 17 | tail -n 1)"
 WALPOST_PG_BINDIR="$pg17" cargo test --locked --features walpost/failpoints -p walpost --test e2e -- failover_ kafka_cluster::
 
