@@ -4,15 +4,15 @@
 # time until its slot confirmed the backlog's end, its CPU time (user + system, from
 # /proc), CPU per event, events per second and peak RSS (VmHWM), and the CPU per event of
 # the walsender decoding for it and of the broker's process (wsnd_us, brkr_us). A BIN may be a wrapper
-# script that execs walpost with other settings (environment, --config). What issue 16's before/after tables use;
-# bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
+# script that execs walpost with other settings (environment, --config). What the before/after tables of
+# bench/results/analysis.md use; bench/run.sh is the full benchmark against pg_recvlogical and Debezium.
 #
 #   bash bench/ab-drain.sh [-n EVENTS] [-t TXN_SIZE] [-r ROUNDS] [-s PAD] [-p] [-c] [-k BROKERS [-x CMD]] [-g DIR] [-y] BIN [BIN...]
 #
 #   -n  events in the backlog (default 200000), in transactions of -t rows (default 100)
 #   -r  drains per binary, alternating the binaries (default 3; the table shows each)
-#   -s  characters of padding in each payload (default 200: ~250-byte payloads; 1000 gives
-#       the ~1 KB payloads of bench/run.sh)
+#   -s  hex characters in each payload (0 to 768; default 0: ~300-byte payloads; 768 gives
+#       the ~1.1 KB payloads of bench/run.sh)
 #   -p  record each binary's first drain with `perf record -g` (perf.<i>.data in the work
 #       directory; `perf report -i ...` or inferno-flamegraph make the flame graph)
 #   -c  run every drain under valgrind's callgrind and report instructions per event
@@ -40,13 +40,13 @@
 # walpost's publication): the walsender's own pace, the ceiling for any pgoutput client.
 #
 # Each binary gets its own slot, created before the backlog is written, so every drain
-# reads the same WAL. The backlog's payloads are JSON (~250 bytes by default), 3 aggregate
-# types.
+# reads the same WAL. The backlog is bench/workload.py's (run.py's rows, JSON payloads of
+# ~300 bytes by default), 3 aggregate types; CPU and memory are read by bench/procstat.py.
 # BIN_DIR (default target/release) must hold walpost-devservers.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-events=200000 txn=100 rounds=3 perf=0 pad=200 cg=0 brokers="" before="" schemas="" standby=0
+events=200000 txn=100 rounds=3 perf=0 pad=0 cg=0 brokers="" before="" schemas="" standby=0
 while getopts "n:t:r:s:pck:x:g:y" o; do
     case "$o" in
         n) events=$OPTARG ;;
@@ -139,8 +139,7 @@ if [[ -n "$schemas" ]]; then
     done
 fi
 # Warm the broker (a fresh JVM answers slowly at first): one small drain, not reported.
-psql -c "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
-         SELECT 'warm', gen_random_uuid(), 'E', '{}' FROM generate_series(1, 5000)" >/dev/null
+python3 bench/workload.py --events 5000 --types 1 --trace-chars 0 --seed 2 | psql -v ON_ERROR_STOP=1 >/dev/null
 create_slot warm || true
 [[ -n "$before" ]] && $before warm
 # shellcheck disable=SC2046
@@ -156,11 +155,7 @@ for slot in "${slots[@]}"; do
 done
 
 echo "backlog: $events events in transactions of $txn" >&2
-psql -c "DO \$\$ BEGIN FOR i IN 1..($events/$txn) LOOP
-  INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
-  SELECT (ARRAY['order','payment','shipment'])[1 + g % 3], gen_random_uuid(), 'Created',
-         jsonb_build_object('g', g, 'i', i, 'pad', repeat('x', $pad))
-  FROM generate_series(1, $txn) g; COMMIT; END LOOP; END \$\$;" >/dev/null
+python3 bench/workload.py --events "$events" --tx-rows "$txn" --types 3 --trace-chars "$pad" | psql -v ON_ERROR_STOP=1 >/dev/null
 end=$(psql -tAc "SELECT pg_current_wal_lsn()")
 if ((standby)); then
     until [[ $(spsql -tAc "SELECT pg_last_wal_replay_lsn() >= '$end'") == t ]]; do sleep 0.1; done
@@ -173,16 +168,7 @@ psql -c "CHECKPOINT" >/dev/null
 
 # CPU per event by thread: walpost's own (the runtime thread: decode, route, hand over),
 # librdkafka's broker threads (requests, compression) and the delivery-report thread.
-thread_cpu() { # $1: pid
-    for t in /proc/"$1"/task/*/stat; do
-        # comm may hold spaces: take it from between the parentheses.
-        sed -E "s/^$1 \\((.*)\\) [A-Za-z] /@main|/; s/^[0-9]+ \\((.*)\\) [A-Za-z] /\\1|/" "$t"
-    done | awk -F'|' -v hz="$(getconf CLK_TCK)" -v n="$events" '
-        { split($2, f, " "); cpu = (f[11] + f[12]) / hz * 1e6 / n
-          if ($1 == "@main") m += cpu; else if ($1 ~ /^rdk:broker/) b += cpu
-          else if ($1 ~ /^producer/) p += cpu; else o += cpu }
-        END { printf "%6.2f %6.2f %6.2f %6.2f", m, b, p, o }'
-}
+thread_cpu() { python3 bench/procstat.py threads "$1" "$events"; } # $1: pid
 # The other two processes on the cores: the walsender that decodes for the drain, and the
 # broker. Their CPU per event is what the drain costs the machine beside the client's own.
 # The Kafka-protocol broker's process (Apache Kafka's JVM, or -k's, e.g. bench/tansu.sh's
@@ -191,12 +177,8 @@ broker_port=${KAFKA_BROKERS%%,*}
 broker_port=${broker_port##*:}
 broker_pid=$(ss -Hltnp "sport = :$broker_port" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2 || true)
 [[ -n "$broker_pid" ]] || echo "cannot find the broker's process (port $broker_port): brkr_us is 0" >&2
-ticks() { # $1: pid -> TICKS = its utime + stime in clock ticks; fails once it is gone
-    local line f
-    read -r line 2>/dev/null < "/proc/$1/stat" || return 1
-    # comm may hold spaces: the fields after ")", from the state (field 3) on.
-    read -ra f <<< "${line##*) }"
-    TICKS=$((f[11] + f[12]))
+ticks() { # $@: pids -> TICKS = their utime + stime in clock ticks; fails once all are gone
+    TICKS=$(python3 bench/procstat.py ticks "$@") || { TICKS=0; return 1; }
 }
 broker_ticks() { # TICKS = the broker process's CPU ticks so far (0 when it is unknown)
     TICKS=0
@@ -204,21 +186,16 @@ broker_ticks() { # TICKS = the broker process's CPU ticks so far (0 when it is u
 }
 # Follows the walsender serving slot $1 and writes its CPU ticks to $2 every 20 ms until
 # it exits (pg_recvlogical ends it at --endpos; walpost's ends when walpost stops), so the
-# last value is within 20 ms of its total. Built-ins only, and a read with a timeout on a
-# pipe that never has data is the sleep: no process per sample on the measured cores.
+# last value is within 20 ms of its total: one process sampling, not one per sample.
 follow_walsender() {
-    local pid="" nap
+    local pid=""
     for _ in $(seq 1 250); do
         pid=$(spsql -tAc "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$1' AND active_pid IS NOT NULL")
         [[ -n "$pid" ]] && break
         sleep 0.02
     done
     [[ -n "$pid" ]] || return 0
-    exec {nap}<> <(:)
-    while ticks "$pid"; do
-        echo "$TICKS" > "$2"
-        read -r -t 0.02 -u "$nap" _ || true
-    done
+    python3 bench/procstat.py follow "$pid" "$2" 0.02
 }
 us_per_event() { # $1: clock ticks
     awk -v t="$1" -v hz="$(getconf CLK_TCK)" -v n="$events" 'BEGIN {printf "%6.2f", t / hz * 1e6 / n}'
@@ -236,11 +213,8 @@ drain_costs() { # $1 $2: bin index, round -> wsnd, brkr (, prim): us/event
 # -y: the primary's postmaster and its children (the CPU ticks of those alive now).
 primary_pid=$(ss -Hltnp "sport = :$PG_PORT" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2 || true)
 primary_ticks() { # TICKS = the primary's processes' CPU ticks so far
-    local total=0 p
-    for p in $primary_pid $(pgrep -P "$primary_pid" 2>/dev/null); do
-        ticks "$p" && total=$((total + TICKS))
-    done
-    TICKS=$total
+    # shellcheck disable=SC2046
+    ticks $primary_pid $(pgrep -P "$primary_pid" 2>/dev/null) || TICKS=0
 }
 printf "%-4s %-40s %5s %9s %8s %12s %12s %8s %7s %7s %6s %6s %6s %6s%s%s\n" bin binary round secs cpu_s "events/s" "cpu_us/event" "rss_mb" \
     "wsnd_us" "brkr_us" main broker dr other "$([[ $cg == 1 ]] && printf " %9s" Ir/event)" "$( ((standby)) && printf " %7s" prim_us)"
@@ -305,7 +279,7 @@ for r in $(seq 1 "$rounds"); do
         secs=$(echo "$(date +%s.%N) - $start" | bc)
         ticks "$wp"
         cpu=$(echo "$TICKS / $(getconf CLK_TCK)" | bc -l)
-        hwm=$(awk '/^VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$wp/status")
+        hwm=$(python3 bench/procstat.py hwm-mb "$wp")
         threads=$(thread_cpu "$wp")
         drain_costs "$i" "$r"
         kill -TERM "$wp"

@@ -3,7 +3,7 @@
 No PostgreSQL, no CDC: every 100 / rate seconds, 100 records of ~1 KB (the shape of one
 outbox transaction, keys over 1,000 aggregates, 5 topics) are produced by librdkafka with
 an ordinary durable producer's settings (acks=all, idempotence, lz4, linger.ms=5 (walpost's
-default until issue 16, which now sends live transactions at once), murmur2_random). The
+default until it began to send live transactions at once), murmur2_random). The
 wall clock just before the burst stands in for the commit time. The same latency consumer
 measures it, so this row shows what the broker (and the measurement) add on this machine
 whatever the system in front of it. run.py runs the PostgreSQL insert load of the same rate

@@ -1,4 +1,4 @@
-"""walpost inbox benchmark (issue 30): ingest rate against a plain COPY of the same rows,
+"""walpost inbox benchmark: ingest rate against a plain COPY of the same rows,
 claim+complete throughput with 1, 4 and 16 workers, Kafka -> inbox latency at 1,000
 records/s, and walpost inbox's peak RSS. Driven by bench/inbox.sh (which starts the
 servers and builds walpost); not part of the test suite.
@@ -17,6 +17,8 @@ import time
 import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+import procstat
 
 PG = os.environ["POSTGRES_URL"]
 BROKERS = os.environ["KAFKA_BROKERS"]
@@ -70,26 +72,8 @@ def produce(topic, first, n, rate=None, p=None):
     p.flush(60)
 
 
-def proc_cpu(pid):
-    """utime + stime of a process, seconds."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def stored():
     return sql("SELECT count(*) FROM inbox.messages")[0][0]
-
-
-def vmhwm_kb(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 METRICS_PORT = int(os.environ.get("METRICS_PORT", "19188"))
@@ -126,12 +110,12 @@ def ingest(topic, group, n):
             first = time.time()
         if now_stored >= n:
             break
-        peak = max(peak, vmhwm_kb(proc.pid))
+        peak = max(peak, procstat.hwm_kb(proc.pid) or 0)
         if proc.poll() is not None:
             sys.exit("walpost inbox exited: see /tmp/walpost-inbox-bench-%s.log" % group)
         time.sleep(0.05)
     done = time.time()
-    peak = max(peak, vmhwm_kb(proc.pid))
+    peak = max(peak, procstat.hwm_kb(proc.pid) or 0)
     write = scrape("walpost_inbox_write_seconds_sum")
     print("batches: %d" % scrape("walpost_inbox_batches_total"), flush=True)
     return proc, done - started, done - first, write, peak / 1024
@@ -172,7 +156,7 @@ def pgbench(handler, clients, seconds):
 
 
 def main():
-    machine = "%d cores, %s" % (os.cpu_count(), open("/proc/loadavg").read().split()[:3])
+    machine = "%d cores, load %s" % (os.cpu_count(), procstat.loadavg())
     lines = ["# walpost inbox benchmark", "", "machine: " + machine, ""]
     topic = "bench.orders"
     subprocess.run([os.path.join(PG_BINDIR, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", PG, "-f",
@@ -182,7 +166,7 @@ def main():
     produce(topic, 0, RECORDS)
 
     proc, secs, steady, write, rss = ingest(topic, "bench", RECORDS)
-    cpu = proc_cpu(proc.pid)
+    cpu = procstat.cpu_s(proc.pid)
     proc.terminate()
     proc.wait(30)
     rate = RECORDS / secs
@@ -226,7 +210,7 @@ def main():
     # is taken when it is handed to the producer, so a producer's first records wait for
     # its metadata and idempotent producer id (~0.5 s here): with a new producer per run
     # those 300-500 records were over 1 % of the run, and were the p99 (bench/results/
-    # analysis.md, issue 30's latency).
+    # analysis.md, the inbox's 1k/s latency tail).
     before = stored()
     p = producer()
     p.produce(topic, key=b"warm", value=b'{"warm": true}', headers=[("id", b"warm-latency"), ("eventType", b"Warm")])
@@ -237,9 +221,9 @@ def main():
     peak = 0
     produce(topic, RECORDS, 20000, rate=1000, p=p)
     while stored() - base < 20000:
-        peak = max(peak, vmhwm_kb(proc.pid))
+        peak = max(peak, procstat.hwm_kb(proc.pid) or 0)
         time.sleep(0.1)
-    peak = max(peak, vmhwm_kb(proc.pid))
+    peak = max(peak, procstat.hwm_kb(proc.pid) or 0)
     proc.terminate()
     proc.wait(30)
     p50, p99, pmax = sql(

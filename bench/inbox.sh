@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# walpost inbox benchmark (issue 30): ingest records/s against a plain COPY of the same
+# walpost inbox benchmark: ingest records/s against a plain COPY of the same
 # rows, claim+complete with 1, 4 and 16 workers (pgbench), Kafka -> inbox latency at
 # 1,000 records/s, peak RSS. Writes bench/results/inbox.md. Not part of the test suite.
 #

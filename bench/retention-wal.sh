@@ -4,7 +4,8 @@
 #
 # Starts a throwaway PostgreSQL (and Kafka, unused) with the test harness's
 # walpost-devservers, applies migrations 0001 and 0002, fills two past daily partitions
-# with the same 1,000,000 rows each, and measures pg_current_wal_lsn() before and after:
+# with the same 1,000,000 rows each (bench/workload.py's, ~300-byte payloads), and
+# measures pg_current_wal_lsn() before and after:
 #   - DELETE FROM events.outbox WHERE occurred_at in day A   (and the VACUUM it later needs)
 #   - `walpost retention` passes that seal and drop day B's partition
 # full_page_writes is turned on (the harness turns it off) and a CHECKPOINT precedes each
@@ -43,14 +44,8 @@ for d in "$day_a" "$day_b"; do
 CREATE TABLE events.$name PARTITION OF events.outbox
     FOR VALUES FROM ('$d 00:00:00+00') TO (('$d 00:00:00+00'::timestamptz + interval '24 hours'))
     WITH (autovacuum_enabled = false);
-INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload, occurred_at)
-SELECT (ARRAY['order','payment','shipment'])[1 + g % 3],
-       ('00000000-0000-4000-8000-' || lpad((g % 10000)::text, 12, '0'))::uuid,
-       'OrderPlaced',
-       jsonb_build_object('orderId', g, 'amount', g % 100000, 'currency', 'EUR', 'note', repeat('x', 40)),
-       '$d 00:00:00+00'::timestamptz + (g % 86400) * interval '1 second'
-FROM generate_series(1, $ROWS) g;
 SQL
+    python3 bench/workload.py --events "$ROWS" --tx-rows "$ROWS" --types 3 --trace-chars 0 --day "$d" | psql >/dev/null
 done
 psql -c "ANALYZE events.outbox" >/dev/null
 part_a="outbox_p${day_a//-/}"

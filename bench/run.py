@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""walpost benchmark driver (issue 8). Run it through bench/run.sh; see bench/README.md.
+"""walpost benchmark driver. Run it through bench/run.sh; see bench/README.md.
 
 One run, one PostgreSQL (wal_level=logical) and one Kafka broker (started by
 target/release/walpost-devservers), one backlog that every system drains:
@@ -25,9 +25,10 @@ Kafka system's live phase opens with one unreported period (at least 30 s) at it
 whichever system comes first (measured: walpost's first 5k/s period had p99 250-570 ms,
 the next ones 46-86 ms).
 
-Outputs bench/results/{results.md,results.csv,chart.png,machine.txt} (and a copy under
-bench/results/<profile>/, so the last quick and full runs both stay; a --results-dir of its
-own holds one run, without the copy).
+Outputs bench/results/{results.md,chart.png} (and a copy under bench/results/<profile>/,
+so the last quick and full runs both stay; a --results-dir of its own holds one run,
+without the copy). The raw rows (results.csv), the machine description (machine.txt) and
+every process's log go to bench/out/<date>/ (not committed).
 """
 
 import argparse
@@ -48,13 +49,14 @@ import psycopg
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+import procstat
 import workload
+from procstat import Tree, cmdline, descendants, loadavg, thread_cpu
+from procstat import cpu_s as proc_cpu
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 PY = sys.executable
-CLK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 TYPES = workload.TYPES
 SEED = 42
 PARTITIONS = 3
@@ -71,90 +73,6 @@ PROFILES = {
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-# ---------------------------------------------------------------- /proc sampling
-
-
-def proc_cpu(pid: int) -> float | None:
-    """utime + stime of a live process, in seconds (all its threads)."""
-    try:
-        s = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    f = s[s.rindex(")") + 2 :].split()
-    return (int(f[11]) + int(f[12])) / CLK
-
-
-def proc_hwm_kb(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            s = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(s[s.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for c in children.get(p, []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-class Tree:
-    """CPU and peak RSS of a process and its descendants, sampled while they run."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.cpu: dict[int, float] = {}
-        self.hwm: dict[int, int] = {}
-        self.last_scan = 0.0
-        self.pids = [pid]
-
-    def sample(self) -> None:
-        now = time.monotonic()
-        if now - self.last_scan > 1.0:
-            self.pids = [self.pid] + descendants(self.pid)
-            self.last_scan = now
-        for p in self.pids:
-            c = proc_cpu(p)
-            if c is not None:
-                self.cpu[p] = c
-            h = proc_hwm_kb(p)
-            if h is not None:
-                self.hwm[p] = max(h, self.hwm.get(p, 0))
-
-    def cpu_s(self) -> float:
-        return sum(self.cpu.values())
-
-    def peak_rss_mb(self) -> float:
-        return sum(self.hwm.values()) / 1024
 
 
 # ---------------------------------------------------------------- servers, SQL, Kafka
@@ -448,19 +366,6 @@ def drop_slot(conn, slot: str) -> None:
     conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
-def thread_cpu(pid: int, name: str) -> float:
-    """CPU seconds of the threads of `pid` named `name` (e.g. walpost-otlp)."""
-    total = 0.0
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            if (task / "comm").read_text().strip() == name:
-                f = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
-
-
 def drain(ctx: Ctx, system: str, argv, env=None, slot=None, prefix=None, exits_itself=False,
           window=None, note="", until_lsn=None, thread=None) -> Row:
     """Starts a system on the backlog and measures until the last record is acknowledged
@@ -698,9 +603,6 @@ def machine_description(ctx: Ctx) -> str:
         except Exception as e:  # noqa: BLE001
             return f"({e})"
 
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), "?")
-    mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
     with psycopg.connect(ctx.url) as c:
         pgv = c.execute("SHOW server_version").fetchone()[0]
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
@@ -709,8 +611,8 @@ def machine_description(ctx: Ctx) -> str:
     dirty = run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "crates"])
     return "\n".join([
         f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-        f"cpu: {cpu}, {os.cpu_count()} cores (shared by PostgreSQL, Kafka, the system under test and the driver)",
-        f"memory: {int(mem) // 1024} MB",
+        f"cpu: {procstat.cpu_model()}, {os.cpu_count()} cores (shared by PostgreSQL, Kafka, the system under test and the driver)",
+        f"memory: {procstat.memory_mb()} MB",
         f"kernel: {platform.release()}",
         f"postgresql: {pgv} (walpost-devservers: fsync=off, synchronous_commit=on, wal_level=logical)",
         f"kafka: Apache Kafka 4.1.1 KRaft single node (walpost-devservers, -Xmx512m)",
@@ -734,7 +636,9 @@ def write_results(ctx: Ctx, machine: str) -> None:
     out = Path(ctx.args.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = ctx.rows
-    with open(out / "results.csv", "w", newline="") as f:
+    # The raw rows and the machine description stay with the run's logs (bench/out/, not
+    # committed): results.md carries the figures and the machine block.
+    with open(ctx.workdir / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()))
         w.writeheader()
         for r in rows:
@@ -743,7 +647,7 @@ def write_results(ctx: Ctx, machine: str) -> None:
                 if isinstance(v, float):
                     d[k] = round(v, 3)
             w.writerow(d)
-    (out / "machine.txt").write_text(machine + "\n")
+    (ctx.workdir / "machine.txt").write_text(machine + "\n")
 
     by = {(r.system, r.mode, r.rate_target): r for r in rows}
     drains = [r for r in rows if r.mode == "drain"]
@@ -772,7 +676,7 @@ def write_results(ctx: Ctx, machine: str) -> None:
                       f"{r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.max_ms:.1f} | {fmt(r.cpu_s_per_m, 1)} | {fmt(r.peak_rss_mb, 1)} | {r.load1} | {r.notes} |")
 
     # targets
-    md += ["", "## Targets (issue 8), from this run", ""]
+    md += ["", "## Targets, from this run", ""]
     wp = by.get(("walpost", "drain", 0))
     # the ceiling: the faster of the two pg_recvlogical drains (before and after walpost's)
     rv = max((r for r in (by.get(("recv", "drain", 0)), by.get(("recv-again", "drain", 0))) if r),
@@ -804,11 +708,11 @@ def write_results(ctx: Ctx, machine: str) -> None:
         eo = by.get(("walpost-eos", "drain", 0))
         if eo:
             ratio = eo.events_per_s / wp.events_per_s
-            lines.append(f"- exactly-once drain ≥ 0.8 × at-least-once (issue 14): {eo.events_per_s:,.0f} / "
+            lines.append(f"- exactly-once drain ≥ 0.8 × at-least-once: {eo.events_per_s:,.0f} / "
                          f"{wp.events_per_s:,.0f} = {ratio:.2f} × → {verdict(ratio >= 0.8)}")
         ot = by.get(("walpost-otel", "drain", 0))
         if ot:
-            lines.append(f"- tracing (issue 17): a span per event costs {ot.cpu_s_per_m - wp.cpu_s_per_m:,.1f} CPU s / M events "
+            lines.append(f"- tracing: a span per event costs {ot.cpu_s_per_m - wp.cpu_s_per_m:,.1f} CPU s / M events "
                          f"({ot.cpu_s_per_m:,.1f} with `OTEL_EXPORTER_OTLP_ENDPOINT`, {wp.cpu_s_per_m:,.1f} without); "
                          f"{ot.events_per_s:,.0f} events/s against {wp.events_per_s:,.0f}; {ot.notes}")
         dzf = f" (Debezium: {dz.first_ack_ms:,.0f} ms)" if dz else ""
@@ -826,13 +730,13 @@ def write_results(ctx: Ctx, machine: str) -> None:
         lines.append(f"- live p99 commit → ack ≤ 20 ms at 5k events/s: commit → append p99 {l5.p99_append_ms:.1f} ms, "
                      f"commit → receive p99 {l5.p99_ms:.1f} ms (achieved {l5.rate_achieved:,.0f} events/s){fls} → {verdict(ok)}")
     md += lines
-    md += ["", "Method: bench/README.md. Chart: chart.png. Raw rows: results.csv.", ""]
+    md += ["", "Method: bench/README.md. Chart: chart.png. Raw rows: results.csv in the run's bench/out/ folder.", ""]
     (out / "results.md").write_text("\n".join(md))
     chart(ctx, out / "chart.png")
     if out.resolve() == (BENCH / "results").resolve():
         arch = out / ctx.args.profile
         arch.mkdir(exist_ok=True)
-        for n in ["results.md", "results.csv", "chart.png", "machine.txt"]:
+        for n in ["results.md", "chart.png"]:
             shutil.copy(out / n, arch / n)
     log(f"results written to {out}")
 
@@ -908,7 +812,7 @@ def main() -> int:
     rates = [float(x) for x in args.live_rates.split(",") if x]
     relay_rates = [float(x) for x in args.relay_live_rates.split(",") if x]
 
-    workdir = BENCH / "results/tmp" / time.strftime("%Y%m%d-%H%M%S")
+    workdir = BENCH / "out" / time.strftime("%Y%m%d-%H%M%S")
     workdir.mkdir(parents=True)
     log(f"profile {args.profile}: {args.events:,} events; logs in {workdir}; load {args.load_start}")
     for attempt in range(3):  # the harness occasionally fails to start on a loaded machine

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The walpost benchmark in one command (issue 8): see bench/README.md.
+# The walpost benchmark in one command: see bench/README.md.
 #
 #   bash bench/run.sh              # quick profile: 100,000-event backlog (~10 min)
 #   bash bench/run.sh full         # 1,000,000-event backlog (~20 min)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Snapshot throughput and memory: `walpost run --snapshot initial_only` (read every row in
 # one REPEATABLE READ snapshot, publish to Kafka with acks=all, wait for every ack, exit)
-# over ROWS existing outbox rows (default 1,000,000, ~1 KB payloads over 1,000 aggregates).
+# over ROWS existing outbox rows (default 1,000,000, bench/workload.py's ~1 KB payloads over
+# 1,000 aggregates, in transactions of 10,000 rows).
 # Prints rows/s and peak RSS (from /usr/bin/time -v). Not part of the test suite.
 #
 #   bash bench/snapshot.sh             # ROWS=1000000
@@ -21,12 +22,8 @@ psql() { "$PG_BINDIR/psql" -X -q -At -v ON_ERROR_STOP=1 "$POSTGRES_URL" "$@"; }
 
 psql -f migrations/0001_events_outbox.sql >/dev/null
 echo "inserting $ROWS rows..."
-psql -c "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
-         SELECT 'type' || (g % 5),
-                ('00000000-0000-4000-8000-' || lpad((g % 1000)::text, 12, '0'))::uuid,
-                'Created',
-                jsonb_build_object('n', g, 'body', repeat('x', 980))
-         FROM generate_series(1, $ROWS) g" -c "VACUUM ANALYZE events.outbox"
+python3 bench/workload.py --events "$ROWS" --tx-rows 10000 | psql >/dev/null
+psql -c "VACUUM ANALYZE events.outbox"
 
 /usr/bin/time -v target/release/walpost run --postgres "$POSTGRES_URL" --kafka-brokers "$KAFKA_BROKERS" \
     --snapshot initial_only 2> "$work/walpost.log"

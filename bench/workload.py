@@ -11,17 +11,32 @@ which the latency consumer reads back to join a record with its commit time.
 
 Rows are generated server-side (INSERT ... SELECT over generate_series), so the load
 generator costs almost no client CPU, and every system sees the same rows.
+
+The benchmarks' one backlog generator: run.py and livegen.py import it, the shell
+scripts (ab-drain.sh, snapshot.sh, retention-wal.sh) pipe its SQL into psql:
+
+    python3 bench/workload.py --events N [--tx-rows 100] [--seed 1] [--types 5]
+        [--trace-chars 768] [--day YYYY-MM-DD] | psql
+
+`--types K` uses the first K aggregate types (K topics); `--trace-chars C` cuts the hex
+string to C characters (0 to 768: payloads of ~300 B to ~1.1 KB); `--day` sets
+`occurred_at` within that UTC day (one partition of a partitioned outbox) instead of
+now().
 """
+
+import argparse
+import sys
+import time
 
 TYPES = ["order", "payment", "shipment", "customer", "invoice"]
 
 # %(seed)s, %(t)s (transaction number), %(g0)s (first event number of the transaction)
 # and %(n)s (rows in the transaction) are bound by psycopg (or formatted in by
 # backlog_sql for the server-side DO loop).
-ROW_SELECT = """
-SELECT (ARRAY['order','payment','shipment','customer','invoice'])[1 + a.agg %% 5],
+_ROW_TEMPLATE = """
+SELECT (ARRAY['order','payment','shipment','customer','invoice'])[1 + a.agg %% @TYPES@],
        md5(%(seed)s::text || ':' || a.agg)::uuid,
-       initcap((ARRAY['order','payment','shipment','customer','invoice'])[1 + a.agg %% 5])
+       initcap((ARRAY['order','payment','shipment','customer','invoice'])[1 + a.agg %% @TYPES@])
            || (ARRAY['Created','Updated','Confirmed','Closed'])[1 + g %% 4],
        jsonb_build_object(
            't', %(t)s::bigint,
@@ -36,16 +51,36 @@ SELECT (ARRAY['order','payment','shipment','customer','invoice'])[1 + a.agg %% 5
                'lines', jsonb_build_array(
                    jsonb_build_object('sku', 'SKU-' || (g %% 977), 'qty', 1 + g %% 7),
                    jsonb_build_object('sku', 'SKU-' || (g %% 1931), 'qty', 1 + g %% 3)),
-               'trace', f.s))
+               'trace', @TRACE@))@OCCURRED@
 FROM generate_series(%(g0)s::bigint, %(g0)s::bigint + %(n)s - 1) g
      CROSS JOIN LATERAL (SELECT ((g * 7919 + %(seed)s) %% 1000)::int AS agg) a
      JOIN public.bench_filler f ON f.i = g %% 4096
 """
 
-INSERT_TX = (
-    "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)"
-    + ROW_SELECT
-)
+FILLER_CHARS = 768
+
+
+def row_select(types: int = 5, trace_chars: int = FILLER_CHARS, day: str | None = None) -> str:
+    """The SELECT of a transaction's rows (psycopg placeholders), shaped as the options say."""
+    if not 1 <= types <= len(TYPES):
+        raise ValueError(f"types: 1 to {len(TYPES)}")
+    if not 0 <= trace_chars <= FILLER_CHARS:
+        raise ValueError(f"trace characters: 0 to {FILLER_CHARS}")
+    trace = "f.s" if trace_chars == FILLER_CHARS else f"left(f.s, {int(trace_chars)})"
+    occurred = ""
+    if day is not None:
+        time.strptime(day, "%Y-%m-%d")  # a date, nothing else reaches the SQL
+        occurred = f",\n       '{day} 00:00:00+00'::timestamptz + (g %% 86400) * interval '1 second'"
+    return _ROW_TEMPLATE.replace("@TYPES@", str(int(types))).replace("@TRACE@", trace).replace("@OCCURRED@", occurred)
+
+
+def insert_tx(types: int = 5, trace_chars: int = FILLER_CHARS, day: str | None = None) -> str:
+    columns = "aggregate_type, aggregate_id, event_type, payload" + (", occurred_at" if day else "")
+    return f"INSERT INTO events.outbox ({columns})" + row_select(types, trace_chars, day)
+
+
+ROW_SELECT = row_select()
+INSERT_TX = insert_tx()
 
 
 FILLER_SQL = """
@@ -63,13 +98,14 @@ def filler_sql(seed: int) -> str:
     return FILLER_SQL.replace("%(seed)s", str(int(seed)))
 
 
-def backlog_sql(events: int, seed: int, tx_rows: int = 100, t_base: int = 0) -> str:
+def backlog_sql(events: int, seed: int, tx_rows: int = 100, t_base: int = 0, types: int = 5,
+                trace_chars: int = FILLER_CHARS, day: str | None = None) -> str:
     """A DO block inserting `events` rows in transactions of `tx_rows` (COMMIT in the loop).
 
     Run it outside a transaction block (autocommit), so its COMMITs are allowed.
     """
     ntx = (events + tx_rows - 1) // tx_rows
-    body = INSERT_TX.replace("%%", "%")
+    body = insert_tx(types, trace_chars, day).replace("%%", "%")
     body = (
         body.replace("%(seed)s", str(int(seed)))
         .replace("%(t)s", f"({int(t_base)} + k)")
@@ -80,3 +116,27 @@ def backlog_sql(events: int, seed: int, tx_rows: int = 100, t_base: int = 0) -> 
         "DO $bench$ DECLARE k bigint; BEGIN\n"
         f"FOR k IN 0..{ntx - 1} LOOP\n{body};\nCOMMIT;\nEND LOOP;\nEND $bench$"
     )
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description="Prints the SQL of a backlog of outbox events (pipe it into psql).")
+    ap.add_argument("--events", type=int, required=True)
+    ap.add_argument("--tx-rows", type=int, default=100, help="rows per transaction (default 100)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--types", type=int, default=len(TYPES), help="aggregate types, = topics (1 to 5; default 5)")
+    ap.add_argument("--trace-chars", type=int, default=FILLER_CHARS,
+                    help=f"hex characters in each payload (0 to {FILLER_CHARS}; default {FILLER_CHARS}: ~1.1 KB payloads)")
+    ap.add_argument("--day", help="occurred_at within this UTC day (YYYY-MM-DD) instead of now()")
+    ap.add_argument("--t-base", type=int, default=0, help="the first transaction's number")
+    args = ap.parse_args(argv)
+    try:
+        sql = backlog_sql(args.events, args.seed, args.tx_rows, args.t_base, args.types, args.trace_chars, args.day)
+    except ValueError as e:
+        ap.error(str(e))
+    print(filler_sql(args.seed).strip())
+    print(sql + ";")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
