@@ -2,7 +2,8 @@
 //! (docs/), the runbooks and the other markdown files points at a file that exists and,
 //! with a `#fragment`, at a heading that file has (GitHub's anchors, which mdBook's
 //! match for these headings). Every chapter of docs/ is in the book's table of contents.
-//! `scripts/book.sh` builds the book itself and checks the rendered pages' links.
+//! `scripts/book.sh` builds the book itself and checks the rendered pages' links. And no
+//! comment or page cites a tracker the repository does not hold.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -220,4 +221,142 @@ fn the_link_and_heading_parsers_read_what_github_does() {
     assert!(!found.contains("not"));
     assert!(!is_fence("```` ```text drill=x ```` block holds"), "a paragraph starting with a code span");
     assert!(is_fence("```sh drill=recover") && is_fence("   ```") && is_fence("````"));
+}
+
+/// Projects whose public trackers a comment or page may cite by number ("librdkafka issue
+/// 4401"): the word before "issue" or "(#N)" names one of them, or is an `owner/repo`.
+const OTHER_PROJECTS: &str = "apache apicurio cargo clap confluent debezium github hyper jsonschema kafka kip \
+    librdkafka mdbook namastack-outbox opentelemetry postgres postgresql rdkafka rust rust-rdkafka sequin serde tansu tokio";
+
+/// The references in `text` to a tracker that is not in the repository: the word issue
+/// or issues, then a number (after a space, a `#`, or a comment's line break), and a
+/// number in parentheses after `#`, unless the word before names another project. The
+/// word and the number run together (a folder's name in git history) are not one.
+fn tracker_references(text: &str) -> Vec<String> {
+    let lower = text.to_ascii_lowercase();
+    let bytes = lower.as_bytes();
+    let word_before = |at: usize| -> String {
+        let before = lower[..at].trim_end();
+        let word = before.rsplit(|c: char| c.is_whitespace() || c == '(').next().unwrap_or_default();
+        let word = word.trim_end_matches("'s");
+        word.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '/' && c != '-').to_owned()
+    };
+    // `owner/repo`: a name on each side of the slash (not a comment's `///`).
+    let repository = |word: &str| word.split_once('/').is_some_and(|(o, r)| !o.is_empty() && !r.is_empty());
+    let other_project = |word: &str| repository(word) || OTHER_PROJECTS.split_whitespace().any(|p| p == word);
+    let mut found = Vec::new();
+    for (at, _) in lower.match_indices("issue") {
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || b"_-/".contains(&bytes[at - 1])) {
+            continue;
+        }
+        let mut i = at + "issue".len();
+        if bytes.get(i) == Some(&b's') {
+            i += 1;
+        }
+        let spaced_from = i;
+        loop {
+            while bytes.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+                i += 1;
+            }
+            // A comment continued on the next line.
+            let rest = &lower[i..];
+            let marker = ["//!", "///", "//", "#", "--", "*"].iter().find(|m| rest.starts_with(**m));
+            match marker {
+                Some(m)
+                    if lower[spaced_from..i].contains('\n')
+                        && !rest[m.len()..].starts_with(|c: char| c.is_ascii_digit()) =>
+                {
+                    i += m.len()
+                }
+                _ => break,
+            }
+        }
+        let spaced = i > spaced_from;
+        let hash = bytes.get(i) == Some(&b'#');
+        if hash {
+            i += 1;
+        }
+        if (spaced || hash) && bytes.get(i).is_some_and(u8::is_ascii_digit) && !other_project(&word_before(at)) {
+            let line_start = lower[..at].rfind('\n').map_or(0, |n| n + 1);
+            let line_end = text[at..].find('\n').map_or(text.len(), |n| at + n);
+            found.push(text[line_start..line_end].trim().to_owned());
+        }
+    }
+    for (at, _) in lower.match_indices("(#") {
+        let digits = lower[at + 2..].chars().take_while(char::is_ascii_digit).count();
+        if digits > 0 && bytes.get(at + 2 + digits) == Some(&b')') && !other_project(&word_before(at)) {
+            found.push(lower[at..at + 3 + digits].to_owned());
+        }
+    }
+    found
+}
+
+/// The repository's own text files: sources, docs, scripts, configuration. Build output,
+/// git's files, fetched tools' caches, benchmark output and test fixtures are not ours to
+/// word (a fixture may hold any text on purpose).
+fn text_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    const SKIP_DIRS: &[&str] =
+        &["target", ".git", "node_modules", ".venv", ".cache", "out", "fixtures", "corpus", "proptest-regressions"];
+    const EXTENSIONS: &[&str] =
+        &["rs", "md", "sql", "sh", "py", "toml", "yml", "yaml", "txt", "java", "go", "json", "service", "env"];
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !SKIP_DIRS.contains(&name.as_str()) && !name.starts_with(".walpost") {
+                text_files(&path, out);
+            }
+        } else if name == "Dockerfile" || path.extension().is_some_and(|e| EXTENSIONS.iter().any(|x| e == *x)) {
+            out.push(path);
+        }
+    }
+}
+
+/// Comments and docs say why, not a number in a tracker the repository does not hold: it
+/// tells a reader nothing. History that matters is a record in docs/decisions/.
+#[test]
+fn no_text_points_at_a_tracker_outside_the_repository() {
+    let root = root();
+    let mut files = Vec::new();
+    text_files(&root, &mut files);
+    assert!(files.len() > 100, "found only {} text files under {}", files.len(), root.display());
+    let mut found = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else { continue };
+        for reference in tracker_references(&text) {
+            found.push(format!("{}: {reference}", file.strip_prefix(&root).unwrap_or(&file).display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "{} references to a tracker outside the repository (say the reason, or write docs/decisions/NNNN-*.md):\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+/// The matcher above, on known input (a scan that finds nothing passes).
+#[test]
+fn the_tracker_reference_matcher_finds_what_it_should() {
+    let word = concat!("Iss", "ue");
+    for text in [
+        format!("/// {word} 27, M3: the first records"),
+        format!("// ---- regressions of {} 18 ----", word.to_lowercase()),
+        format!("## Loss paths ({}s 26 and 27)", word.to_lowercase()),
+        format!("skip every event ({}\n//! 27, M1)", word.to_lowercase()),
+        format!("see {} #581 here", word.to_lowercase()),
+        concat!("fixed in (", "#12)").to_owned(),
+    ] {
+        assert_eq!(tracker_references(&text).len(), 1, "{text:?}");
+    }
+    for text in [
+        format!("sequin {} #581 and librdkafka's {} 4401", word.to_lowercase(), word.to_lowercase()),
+        format!("confluentinc/librdkafka {} 1700", word.to_lowercase()),
+        "git show f87ff1c:bench/results/issue16-1m/flame.svg, issue16/ and issue32-standby".to_owned(),
+        "unable to get local issuer certificate; ca.issue(\"db\"); the issue's setting".to_owned(),
+        "confluent-kafka-go#921; ipv4#127.0.0.1; color #999999".to_owned(),
+    ] {
+        assert_eq!(tracker_references(&text), Vec::<String>::new(), "{text:?}");
+    }
 }
