@@ -210,10 +210,11 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
         }
         let (settings, metrics, shutdown) = side;
         tokio::time::sleep(BACKGROUND_START_DELAY).await;
-        tokio::spawn(monitor::run(settings.clone(), metrics.clone(), fatal_tx));
+        tokio::spawn(monitor::run(settings.clone(), metrics.clone(), fatal_tx, shutdown.clone()));
+        let heartbeat_shutdown = shutdown.clone();
         tokio::spawn(retention::task(settings.clone(), metrics.retention.clone(), shutdown));
         if let Some(every) = settings.source.heartbeat_interval {
-            tokio::spawn(monitor::heartbeat::run(settings, every));
+            tokio::spawn(monitor::heartbeat::run(settings, every, heartbeat_shutdown));
         }
     });
     let result = tokio::select! {

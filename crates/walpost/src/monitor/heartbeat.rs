@@ -5,18 +5,18 @@
 
 use std::time::Duration;
 
+use backoff::sleep_or_shutdown;
 use replication::ReplicationClient;
+use tokio::sync::watch;
 
 use crate::postgres::topology::{connect_writer, PrimaryNotice};
 use crate::settings::Settings;
 
-/// Runs until the process ends; failures are logged at debug level and retried.
-pub(crate) async fn run(s: Settings, interval: Duration) {
+/// Runs until `shutdown`; failures are logged at debug level and retried.
+pub(crate) async fn run(s: Settings, interval: Duration, mut shutdown: watch::Receiver<bool>) {
     let mut sql: Option<ReplicationClient> = None;
     let notice = PrimaryNotice::default();
-    let mut tick = tokio::time::interval(interval);
     loop {
-        tick.tick().await;
         if sql.is_none() {
             match connect_writer(&s).await {
                 Ok(c) => {
@@ -38,6 +38,9 @@ pub(crate) async fn run(s: Settings, interval: Duration) {
                 tracing::debug!("heartbeat failed: {e}");
                 sql = None;
             }
+        }
+        if sleep_or_shutdown(interval, &mut shutdown).await {
+            return;
         }
     }
 }

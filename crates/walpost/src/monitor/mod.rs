@@ -25,6 +25,7 @@ pub(crate) mod status;
 
 use std::time::{Duration, Instant};
 
+use backoff::sleep_or_shutdown;
 use replication::ReplicationClient;
 use tokio::sync::watch;
 
@@ -35,9 +36,14 @@ use crate::telemetry::{AlarmLevel, Metrics};
 pub(crate) use evaluate::{evaluate, ConfirmWatch, Observed, Verdict};
 pub(crate) use status::{query, SlotStatus};
 
-/// Runs until the process ends; sends a fatal error (slot lost, outbox changed) on
-/// `fatal` and returns.
-pub(crate) async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Option<String>>) {
+/// Runs until `shutdown`; sends a fatal error (slot lost, outbox changed) on `fatal` and
+/// returns.
+pub(crate) async fn run(
+    s: Settings,
+    metrics: Metrics,
+    fatal: watch::Sender<Option<String>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut level = AlarmLevel::Ok;
     let mut last_shapes: Vec<String> = Vec::new();
     let mut last_log = Instant::now();
@@ -47,7 +53,9 @@ pub(crate) async fn run(s: Settings, metrics: Metrics, fatal: watch::Sender<Opti
     let mut inactive_since: Option<Instant> = None;
     let mut pause = Duration::ZERO;
     loop {
-        tokio::time::sleep(pause).await;
+        if sleep_or_shutdown(pause, &mut shutdown).await {
+            return;
+        }
         pause = s.monitor.interval;
         if sql.is_none() {
             match ReplicationClient::connect_sql(&s.postgres).await {

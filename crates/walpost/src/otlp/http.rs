@@ -10,6 +10,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use backoff::Backoff;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -36,8 +37,8 @@ pub(crate) enum ExportError {
 }
 
 /// The first wait before an export is tried again, and the longest.
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 
 impl ExportError {
     /// Whether the OTLP specification has the exporter try again: the endpoint could
@@ -101,7 +102,7 @@ impl Client {
     pub(crate) async fn export(&mut self, body: Vec<u8>) -> Result<(), ExportError> {
         let body = Bytes::from(if self.gzip { gzip(&body) } else { body });
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_RETRY_DELAY, MAX_RETRY_DELAY);
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let error = match tokio::time::timeout(left, self.post(body.clone())).await {
@@ -111,11 +112,11 @@ impl Client {
             };
             self.sender = None;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if !error.is_retryable() || left <= backoff {
+            let wait = backoff.next_delay();
+            if !error.is_retryable() || left <= wait {
                 return Err(error);
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            tokio::time::sleep(wait).await;
         }
     }
 

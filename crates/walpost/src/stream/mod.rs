@@ -21,7 +21,6 @@
 pub(crate) mod checkpoint;
 pub(crate) mod confirm;
 pub(crate) mod decode;
-pub(crate) mod exactly_once;
 pub(crate) mod live;
 pub(crate) mod probe;
 pub(crate) mod route;
@@ -32,6 +31,7 @@ pub(crate) mod start;
 
 use std::time::{Duration, Instant};
 
+use backoff::Backoff;
 use replication::TargetSessionAttrs;
 use tokio::sync::watch;
 
@@ -46,6 +46,11 @@ use crate::telemetry::Metrics;
 use session::{Culprit, Session, SessionEnd};
 use start::Begun;
 
+/// The wait before the first restart after a session that failed; it doubles at each
+/// further failure, up to `max_backoff_secs`, and starts again here after a session
+/// that lasted (or once PostgreSQL answers again).
+const FIRST_RESTART_DELAY: Duration = Duration::from_millis(250);
+
 /// Streams until shutdown (Ok) or a definite error; `spans`: the span exporter, if any.
 pub(crate) async fn run(
     s: &Settings,
@@ -53,7 +58,7 @@ pub(crate) async fn run(
     spans: Option<&Exporter>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
-    let mut backoff = Backoff::new(s.stream.max_backoff);
+    let mut backoff = Backoff::new(FIRST_RESTART_DELAY, s.stream.max_backoff);
     let mut memo = DeliveryMemo::default();
     let mut lineage = Lineage::default();
     let mut last_waiting_note: Option<Instant> = None;
@@ -175,31 +180,6 @@ impl NoStandby {
     }
 }
 
-/// Capped exponential backoff: 250 ms, 500 ms, 1 s, ... up to `max`.
-#[derive(Debug)]
-struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(250);
-
-    fn new(max: Duration) -> Backoff {
-        Backoff { next: Self::FIRST, max }
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let d = self.next.min(self.max);
-        self.next = (self.next * 2).min(self.max);
-        d
-    }
-
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,14 +202,5 @@ mod tests {
         assert!(!n.gives_up_at(true, limit, at(130)));
         assert!(!n.gives_up_at(true, limit, at(249)));
         assert!(n.gives_up_at(true, limit, at(250)));
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_and_resets() {
-        let mut b = Backoff::new(Duration::from_secs(2));
-        let delays: Vec<_> = (0..6).map(|_| b.next_delay().as_millis()).collect();
-        assert_eq!(delays, vec![250, 500, 1000, 2000, 2000, 2000]);
-        b.reset();
-        assert_eq!(b.next_delay(), Duration::from_millis(250));
     }
 }

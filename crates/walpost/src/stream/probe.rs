@@ -17,6 +17,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use backoff::sleep_or_shutdown;
 use replication::{Config, Host, HostSpec};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -72,9 +73,8 @@ where
     let probing = every.filter(|every| wait > *every);
     loop {
         let next = probing.map_or(deadline, |every| (Instant::now() + every).min(deadline));
-        tokio::select! {
-            _ = tokio::time::sleep_until(next) => {}
-            _ = shutdown.changed() => return Waited::Shutdown,
+        if sleep_or_shutdown(next.saturating_duration_since(Instant::now()), shutdown).await {
+            return Waited::Shutdown;
         }
         if Instant::now() >= deadline {
             return Waited::Elapsed;
