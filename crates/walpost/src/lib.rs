@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | 0 | [`error`], [`http_client`] | the transient/definite split; outbound HTTP connections |
 //! | 1 | [`settings`], [`telemetry`] | configuration; metrics, health, HTTP |
-//! | 2 | [`postgres`], [`kafka`], [`otlp`], [`registry`] | catalog queries and checks; producer, produce window, permanent-error policy; span export; the schema registry |
+//! | 2 | [`postgres`], [`kafka`], [`otlp`], [`registry`] | catalog queries and checks; producer, produce window, permanent-error policy, exactly-once; span export; the schema registry |
 //! | 3 | [`snapshot`] | the initial snapshot |
 //! | 4 | [`stream`], [`monitor`], [`retention`] | THE DATA PATH; slot alarms; partition retention |
 //! | 5 | [`inbox`] | `walpost inbox`: Kafka into a consuming service's inbox tables |

@@ -168,20 +168,20 @@ fn slot_missing_errors_are_quoted_verbatim_in_slot_lost() {
 #[test]
 fn exactly_once_errors_are_quoted_verbatim_in_their_runbook() {
     let runbook = read("runbooks/exactly-once.md");
-    let forged = walpost::kafka::progress::forged_message(
+    let forged = walpost::kafka::exactly_once::progress::forged_message(
         "walpost.progress",
         "app/walpost",
         "it carries no signature, and walpost signs every progress record it writes",
     );
     assert!(runbook.contains(&forged), "runbooks/exactly-once.md must quote:\n{forged}");
-    let fenced = walpost::kafka::transaction::fenced_message();
+    let fenced = walpost::kafka::exactly_once::transaction::fenced_message();
     assert!(runbook.contains(&fenced), "runbooks/exactly-once.md must quote:\n{fenced}");
-    let id = walpost::kafka::progress::SlotIdentity {
+    let id = walpost::kafka::exactly_once::progress::SlotIdentity {
         system_id: "7409876543210987654".into(),
         database: "app".into(),
         slot: "walpost".into(),
     };
-    let foreign = walpost::kafka::progress::Progress {
+    let foreign = walpost::kafka::exactly_once::progress::Progress {
         system_id: "7301234567890123456".into(),
         database: "app".into(),
         slot: "walpost".into(),

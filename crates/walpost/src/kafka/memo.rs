@@ -23,6 +23,7 @@ use pgoutput::Lsn;
 
 use bytes::Bytes;
 
+use super::exactly_once::progress::Position;
 use super::Failure;
 
 /// Names a record across sessions.
@@ -60,7 +61,7 @@ struct TxnRecords {
 pub struct DeliveryMemo {
     /// Exactly-once: what the progress topic says is committed (it replaces the
     /// in-process knowledge of acknowledgements, which do not mean committed there).
-    committed: Option<super::progress::Position>,
+    committed: Option<Position>,
     acknowledged: HashMap<Lsn, TxnRecords>,
     poisoned: HashMap<RecordId, Failure>,
     /// Records of a batch the broker refused as a whole (size): sent alone next time.
@@ -121,7 +122,7 @@ impl DeliveryMemo {
 
     /// Exactly-once: every record up to `position` is committed in Kafka (the last
     /// committed progress record); forgets what sessions remembered of acknowledgements.
-    pub fn set_committed(&mut self, position: Option<super::progress::Position>) {
+    pub fn set_committed(&mut self, position: Option<Position>) {
         self.committed = position;
         self.acknowledged.clear();
     }
@@ -222,7 +223,7 @@ mod tests {
     fn committed_progress_covers_transactions_and_a_split_ones_first_records() {
         let mut m = DeliveryMemo::default();
         m.remember([(Lsn(100), 3)], &[]);
-        m.set_committed(Some(super::super::progress::Position { lsn: Lsn(500), partial: Some((Lsn(600), 2)) }));
+        m.set_committed(Some(Position { lsn: Lsn(500), partial: Some((Lsn(600), 2)) }));
         assert_eq!(m.lookup(id(499, 9)), Known::Acknowledged, "committed before the position");
         assert_eq!(m.lookup(id(500, 0)), Known::Nothing);
         assert_eq!(m.lookup(id(600, 1)), Known::Acknowledged, "the split transaction's first two");

@@ -1,26 +1,26 @@
 //! Everything about Kafka: the producer's configuration ([`config`]), the producer and
 //! its delivery reports ([`sink`]), the hand-over of each record to librdkafka with its
-//! kept topic handles ([`produce`]), a record's headers read as bytes ([`headers`]; these
+//! kept topic handles ([`handoff`]), a record's headers read as bytes ([`headers`]; these
 //! two are the modules with `unsafe` calls into librdkafka), which errors mean "never"
 //! ([`rejection`]), librdkafka's repeated log lines throttled ([`throttle`]), the one
 //! produce window the stream and the snapshot share ([`window`]) with its barriers
 //! ([`barrier`]: when a record may go), the one
-//! permanent-error policy ([`policy`]) and what a restarted producer must know of the
-//! last one's deliveries ([`memo`]).
+//! permanent-error policy ([`policy`]), what a restarted producer must know of the
+//! last one's deliveries ([`memo`]), and `--delivery exactly-once` ([`exactly_once`]:
+//! Kafka transactions, progress records, the confirm gate).
 
 pub(crate) mod barrier;
 pub(crate) mod config;
+pub mod exactly_once;
+pub(crate) mod handoff;
 pub(crate) mod headers;
 pub(crate) mod memo;
 #[cfg(test)]
 pub(crate) mod model_sink;
 pub(crate) mod policy;
-pub(crate) mod produce;
-pub mod progress;
 pub(crate) mod rejection;
 pub(crate) mod sink;
 pub(crate) mod throttle;
-pub mod transaction;
 pub(crate) mod window;
 
 use std::sync::Arc;

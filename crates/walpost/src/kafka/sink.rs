@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use super::barrier::Placement;
 use super::config::SinkError;
-use super::produce::Handoff;
+use super::handoff::Handoff;
 use super::rejection::{classify, Rejection};
 use super::throttle::{left_out_note, LogThrottle};
 use crate::telemetry::metrics::KafkaMetrics;
@@ -395,7 +395,7 @@ impl KafkaSink {
         self.handoff.send_alone_now();
     }
 
-    /// The record sent alone has its report ([`super::produce::Handoff::alone_answered`]).
+    /// The record sent alone has its report ([`super::handoff::Handoff::alone_answered`]).
     pub fn alone_answered(&self) {
         self.handoff.alone_answered();
     }

@@ -51,8 +51,8 @@ use progress::Progress as SnapshotProgress;
 use router::Record;
 
 use crate::kafka::config::Transactional;
-use crate::kafka::progress::Progress;
-use crate::kafka::transaction::transaction_error;
+use crate::kafka::exactly_once::progress::Progress;
+use crate::kafka::exactly_once::transaction::transaction_error;
 pub(crate) use state::{mark_finished, mark_started, unfinished};
 
 /// Header marking a record that came from the snapshot rather than the stream.

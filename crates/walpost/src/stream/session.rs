@@ -18,10 +18,10 @@ use crate::kafka::KafkaSink;
 use super::checkpoint::TxnSeq;
 use super::confirm::{Confirmer, MIN_STATUS_GAP};
 use super::decode::{Change, Decoding, OpenTxn};
-use super::exactly_once::ExactlyOnceState;
 use super::route::{unroutable_halt, Routed, Routing};
 use super::signal::Replays;
 use crate::error::{ErrorKind, PipelineError};
+use crate::kafka::exactly_once::ExactlyOnceState;
 use crate::kafka::{
     DeliveryMemo, Event, Failure, Known, Original, Outgoing, PermanentErrorPolicy, ProduceWindow, RecordId,
 };

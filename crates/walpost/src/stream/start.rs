@@ -20,12 +20,12 @@ use std::time::Duration;
 use pgoutput::Lsn;
 use replication::{ReplicationClient, ReplicationStream, SlotSnapshot};
 
-use super::exactly_once::ExactlyOnceState;
 use super::session::Tag;
 use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::config::Transactional;
-use crate::kafka::progress::{self, Position, Progress, ProgressKey, SlotIdentity};
-use crate::kafka::transaction::transaction_error;
+use crate::kafka::exactly_once::progress::{self, Position, Progress, ProgressKey, SlotIdentity};
+use crate::kafka::exactly_once::transaction::transaction_error;
+use crate::kafka::exactly_once::ExactlyOnceState;
 use crate::kafka::{self, DeliveryMemo, ProduceWindow};
 use crate::postgres::lineage::{self, Lineage};
 use crate::postgres::{catalog, messages, preflight, sql, topology};

@@ -16,8 +16,8 @@ use proptest::prelude::*;
 use tokio::sync::watch;
 
 use super::*;
+use crate::kafka::exactly_once::progress::SlotIdentity;
 use crate::kafka::model_sink::{ModelSink, Written};
-use crate::kafka::progress::SlotIdentity;
 use crate::kafka::WindowLimits;
 use crate::settings::{ExactlyOnce, FileConfig, OnPermanentError, Overrides};
 use crate::stream::source::memory::MemorySource;

@@ -3,10 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::super::exactly_once::Due;
-use super::{Culprit, Session};
+use pgoutput::Lsn;
+
+use super::{Culprit, Session, Tag};
 use crate::error::PipelineError;
+use crate::kafka::exactly_once::Due;
 use crate::kafka::sink::Sink;
+use crate::kafka::RecordId;
 use crate::stream::source::Source;
 
 impl<R: Source, S: Sink> Session<'_, R, S> {
@@ -35,7 +38,9 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
         let Due::At(position) = due else { return Ok(()) };
         let Some(eos) = self.exactly_once.as_mut() else { return Ok(()) };
         eos.before_record(self.window.sink())?;
-        self.window.enqueue(eos.progress_outgoing(position));
+        // The progress record is no event: no transaction, id or span of the stream's.
+        let tag = Tag { txn: None, id: RecordId { txn: Lsn::ZERO, ordinal: 0 }, span: None };
+        self.window.enqueue(eos.progress_outgoing(position, tag));
         // Everything routed so far, the progress record last, goes into this
         // transaction: a record left queued would be sent after the commit.
         while let Some(event) = self.window.send_queue().await.map_err(|e| self.kafka_failed(e))? {

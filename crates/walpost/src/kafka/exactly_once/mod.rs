@@ -1,19 +1,32 @@
-//! The stream's side of `--delivery exactly-once`: the open Kafka transaction, when it
-//! is committed (the pure rule is `kafka::transaction::decide`), the progress record
-//! every commit carries (`kafka::progress`), and the confirm gate: the slot's confirmed
-//! position never passes the last committed progress record.
+//! `--delivery exactly-once`, all of it: Kafka transactions that each carry a progress
+//! record, and a slot confirmed only up to what a committed transaction holds.
+//!
+//! - [`transaction`]: when to commit (the pure rule, [`transaction::decide`]), and what
+//!   a transactional producer's errors mean (fenced, transactions refused).
+//! - [`progress`]: the progress record (which WAL position the last committed Kafka
+//!   transaction of a slot reached), its signature, the transactional id, the topic.
+//! - this module: the session's side, [`ExactlyOnceState`]: the open Kafka
+//!   transaction, when it is committed, the progress record every commit carries, and
+//!   the confirm gate.
+//!
+//! The stream ([`crate::stream`]) drives the state; the snapshot
+//! ([`crate::snapshot`]) commits its own transactions with a progress record.
 //!
 //! Invariants:
 //! - A record is handed over only inside an open Kafka transaction.
 //! - A commit carries a progress record naming the last PostgreSQL transaction it holds
 //!   completely (and, for a split one, how many of its records it holds), so a restart
 //!   skips exactly what is committed.
-//! - The gate moves only after `commit_transaction` returned, and only forward.
+//! - The gate (the slot's confirmed position never passes the last committed progress
+//!   record) moves only after `commit_transaction` returned, and only forward.
 //! - A quiet outbox on a busy database still lets the slot advance: when nothing is
 //!   pending, an empty Kafka transaction with a progress record moves the gate (at most
 //!   once per status interval).
 //! - A producer fenced by another instance (same transactional id) is a definite error:
 //!   this instance stops instead of fencing the other one back.
+
+pub mod progress;
+pub mod transaction;
 
 use std::time::{Duration, Instant};
 
@@ -21,14 +34,12 @@ use bytes::Bytes;
 use pgoutput::Lsn;
 use router::Record;
 
+use super::sink::Sink;
+use super::{Outgoing, ProduceWindow};
 use crate::error::{ErrorKind, PipelineError};
-use crate::kafka::progress::{Position, Progress, ProgressKey, SlotIdentity};
-use crate::kafka::sink::Sink;
-use crate::kafka::transaction::{decide, is_fenced, transaction_error, Bounds, Decision, OpenTransaction};
-use crate::kafka::{Outgoing, ProduceWindow, RecordId};
 use crate::settings::ExactlyOnce;
-
-use super::session::Tag;
+use progress::{Position, Progress, ProgressKey, SlotIdentity};
+use transaction::{decide, is_fenced, transaction_error, Bounds, Decision, OpenTransaction};
 
 /// How long an abort may take when a session ends.
 const ABORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -139,8 +150,9 @@ impl ExactlyOnceState {
         }
     }
 
-    /// The progress record for `position`, queued in the open transaction.
-    pub(crate) fn progress_outgoing(&self, position: Position) -> Outgoing<Tag> {
+    /// The progress record for `position`, to queue in the open transaction; `tag`: the
+    /// caller's identity for a record that is no event.
+    pub(crate) fn progress_outgoing<T>(&self, position: Position, tag: T) -> Outgoing<T> {
         let record = Record {
             topic: self.topic.clone(),
             key: Bytes::from(self.identity.key()),
@@ -151,19 +163,14 @@ impl ExactlyOnceState {
             partition: None,
             trace: router::TraceOutcome::default(),
         };
-        Outgoing {
-            record,
-            timestamp_ms: None,
-            tag: Tag { txn: None, id: RecordId { txn: Lsn::ZERO, ordinal: 0 }, span: None },
-            dead_letter: None,
-        }
+        Outgoing { record, timestamp_ms: None, tag, dead_letter: None }
     }
 
     /// Commits the open transaction (opening an empty one for an idle position); the
     /// progress record for `position` must be queued already. The gate moves on success.
-    pub(crate) async fn commit<S: Sink>(
+    pub(crate) async fn commit<T, S: Sink>(
         &mut self,
-        window: &ProduceWindow<Tag, S>,
+        window: &ProduceWindow<T, S>,
         position: Position,
     ) -> Result<(), PipelineError> {
         let sink =

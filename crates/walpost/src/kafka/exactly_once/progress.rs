@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use super::config::client_config;
 use crate::error::{ErrorKind, PipelineError};
+use crate::kafka::config::client_config;
 
 /// The key progress records are signed with (see the module docs).
 #[derive(Clone, PartialEq, Eq)]
