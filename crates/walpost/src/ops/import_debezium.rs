@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use java_properties::{LineContent, PropertiesIter};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::settings::secrets::{kafka_secret_env_var, KAFKA_SECRET_PROPERTIES};
@@ -105,21 +106,25 @@ fn parse_input(text: &str) -> Result<BTreeMap<String, String>, String> {
             .map(|(k, v)| (k.clone(), v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
             .collect());
     }
-    // Debezium Server application.properties: `key=value`, `key: value` or `key value`
-    // (Java's properties format). A line is never echoed: it may hold a secret.
+    // Debezium Server application.properties, in Java's properties format (`key=value`,
+    // `key: value` or `key value`, `\` continuations and escapes), read as UTF-8 as
+    // Quarkus reads it. A line is never echoed: it may hold a secret.
+    let raw: Vec<&str> = text.split("\r\n").flat_map(|l| l.split(['\r', '\n'])).collect();
     let mut out = BTreeMap::new();
-    for (number, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-            continue;
+    for line in PropertiesIter::new_with_encoding(text.as_bytes(), encoding_rs::UTF_8) {
+        let line = line.map_err(|e| match e.line_number() {
+            Some(n) => format!("line {n} has a malformed \\uXXXX escape (its text is not shown: it may hold a secret)"),
+            None => format!("cannot read the properties: {e}"),
+        })?;
+        let number = line.line_number();
+        let LineContent::KVPair(k, v) = line.consume_content() else { continue };
+        // Java takes a lone word for a key with an empty value; in a connector's
+        // configuration it is a line pasted wrong.
+        if v.is_empty() && !raw.get(number - 1).is_some_and(|l| has_separator(l)) {
+            return Err(format!("line {number} is not key=value (its text is not shown: it may hold a secret)"));
         }
-        let (k, v) = line
-            .split_once(|c: char| c == '=' || c == ':' || c.is_whitespace())
-            .map(|(k, v)| (k, v.trim_start().trim_start_matches(['=', ':'])))
-            .ok_or_else(|| {
-                format!("line {} is not key=value (its text is not shown: it may hold a secret)", number + 1)
-            })?;
-        let (k, v) = (k.trim(), v.trim().to_owned());
+        // Trailing blanks are part of a Java value; none of Debezium's options wants them.
+        let v = v.trim_end().to_owned();
         let key = if let Some(rest) = k.strip_prefix("debezium.source.") {
             rest.to_owned()
         } else if let Some(rest) = k.strip_prefix("debezium.transforms") {
@@ -132,6 +137,21 @@ fn parse_input(text: &str) -> Result<BTreeMap<String, String>, String> {
         out.insert(key, v);
     }
     Ok(out)
+}
+
+/// Whether a properties line (the first of a logical line) has a separator after its
+/// key: an unescaped `=`, `:` or blank, or a continuation (its key goes on).
+fn has_separator(line: &str) -> bool {
+    let mut chars = line.trim_start_matches([' ', '\t', '\x0c']).chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.next().is_none() => return true,
+            '\\' => {}
+            '=' | ':' | ' ' | '\t' | '\x0c' => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// The value of `field="..."` in a JAAS line.
@@ -521,6 +541,34 @@ mod tests {
         let f = parse(&c.toml);
         assert_eq!(f.kafka.brokers.as_deref(), Some("kafka:9092"));
         assert_eq!(f.kafka.properties["acks"], "all");
+    }
+
+    /// Regression: a value continued on the next line with `\` was cut at the backslash
+    /// (and the continuation read as a key of its own); escapes were kept as written.
+    #[test]
+    fn regression_properties_continuations_and_escapes_are_read_as_java_reads_them() {
+        let props = "debezium.source.connector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+            debezium.source.database.hostname=pg\n\
+            debezium.source.database.user=app\n\
+            debezium.source.database.dbname=caf\\u00e9\n\
+            debezium.sink.kafka.producer.bootstrap.servers=kafka-1:9092,\\\n\
+            \x20   kafka-2:9092\n\
+            debezium.sink.kafka.producer.client.id=a\\=b\\:c\n\
+            debezium.sink.kafka.producer.client.rack: \\\n\
+            \x20 eu\\u00e9\n\
+            debezium.transforms=outbox\n\
+            debezium.transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n";
+        let c = convert(props).unwrap();
+        let f = parse(&c.toml);
+        assert_eq!(f.kafka.brokers.as_deref(), Some("kafka-1:9092,kafka-2:9092"), "{}", c.toml);
+        assert_eq!(f.kafka.properties["client.id"], "a=b:c");
+        assert_eq!(f.kafka.properties["client.rack"], "eu\u{e9}");
+        assert!(c.toml.contains("caf%C3%A9"), "the database name, decoded then URL-encoded: {}", c.toml);
+        // A continued line counts as one: the line numbers of errors stay the file's.
+        let e = convert("a=1\nb=2,\\\n  3\nlonely\n").unwrap_err();
+        assert_eq!(e, "line 4 is not key=value (its text is not shown: it may hold a secret)");
+        let e = convert("a=1\nsecret=\\u00zz\n").unwrap_err();
+        assert!(e.starts_with("line 2 ") && !e.contains("00zz"), "{e}");
     }
 
     #[test]
