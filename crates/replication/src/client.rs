@@ -1,7 +1,8 @@
 //! The client side of a session: startup and authentication over an open transport,
-//! simple queries, the replication commands, and the CopyBoth stream
-//! ([`ReplicationStream`]) that START_REPLICATION turns the connection into. Opening
-//! the transport and choosing the host are `connect.rs`'s.
+//! simple queries (statements with bind parameters: `client/extended.rs`), the
+//! replication commands, and the CopyBoth stream ([`ReplicationStream`]) that
+//! START_REPLICATION turns the connection into. Opening the transport and choosing the
+//! host are `connect.rs`'s.
 //!
 //! Why one file over 600 lines: startup (authentication itself is `auth.rs`'s), simple
 //! queries, the replication commands and the CopyBoth stream share one connection's
@@ -23,6 +24,9 @@ use crate::error::Error;
 use crate::frame;
 use crate::sql::{self, quote_ident, InvalidName};
 use crate::transport::{Opened, Transport};
+
+mod extended;
+pub use extended::{MAX_PARAMS, MAX_PARAMS_BYTES};
 
 /// What IDENTIFY_SYSTEM reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +55,8 @@ pub struct CreatedSlot {
     pub output_plugin: String,
 }
 
-/// Rows of a simple query: text-format values as `Bytes` slices of the wire frames.
+/// Rows of a statement (simple or extended protocol): text-format values as `Bytes`
+/// slices of the wire frames.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueryResult {
     pub columns: Vec<String>,
@@ -277,6 +282,12 @@ impl ReplicationClient {
     pub async fn simple_query(&mut self, sql: &str) -> Result<QueryResult, Error> {
         frontend::query(sql, &mut self.out).map_err(Error::Io)?;
         self.flush_out().await?;
+        self.read_result().await
+    }
+
+    /// The rows of a statement, up to ReadyForQuery (read past an error, so the
+    /// connection is ready for the next statement); simple and extended protocol alike.
+    async fn read_result(&mut self) -> Result<QueryResult, Error> {
         let mut result = QueryResult::default();
         let mut error = None;
         loop {
@@ -290,7 +301,9 @@ impl ReplicationClient {
                     }
                 }
                 b'D' => result.rows.push(frame::parse_data_row(&frame.body)?),
-                b'C' | b'I' | b'N' | b'S' => {}
+                // CommandComplete, EmptyQueryResponse, notices, parameter status; and of
+                // the extended protocol ParseComplete, BindComplete, NoData.
+                b'C' | b'I' | b'N' | b'S' | b'1' | b'2' | b'n' => {}
                 b'E' => error = Some(frame::parse_server_message(b'E', &frame.body)?),
                 b'Z' => {
                     return match error {

@@ -55,6 +55,11 @@ pub enum Error {
     Server(ServerMessage),
     #[error("PostgreSQL protocol violation: {0}")]
     Protocol(String),
+    /// A statement walpost will not send as asked (a NUL byte in its text, more
+    /// parameters or bytes than a statement takes): nothing was sent, the connection is
+    /// as it was.
+    #[error("cannot send the statement to PostgreSQL: {0}")]
+    Unsendable(String),
     /// A replication message larger than the stream's limit (see
     /// [`ReplicationStream::set_max_message_len`](crate::ReplicationStream::set_max_message_len)):
     /// read and dropped without being buffered whole. The stream goes on after it.
@@ -154,6 +159,7 @@ impl Error {
             | Error::AuthRefused { .. }
             | Error::Name(_)
             | Error::Protocol(_)
+            | Error::Unsendable(_)
             | Error::MessageTooLarge(_) => false,
         }
     }

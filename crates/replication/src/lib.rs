@@ -7,6 +7,8 @@
 //! SCRAM-SHA-256[-PLUS]) under an explicit policy, runs the replication commands walpost
 //! needs (IDENTIFY_SYSTEM, CREATE_REPLICATION_SLOT, DROP_REPLICATION_SLOT, plain SQL such
 //! as SHOW, COPY FROM STDIN for bulk writes) and then turns into a [`ReplicationStream`] of XLogData and keepalive messages.
+//! On an ordinary SQL connection, [`ReplicationClient::query`] runs a statement with bind
+//! parameters (the extended query protocol): values never become SQL text.
 //!
 //! Authentication policy (details in `auth.rs`): with `require_auth` given, libpq's rules
 //! apply as written. Without it, walpost never sends a cleartext password or an MD5
@@ -20,6 +22,11 @@
 //! Invariants:
 //! - Nothing secret is sent before the policy allows the server's request: the password
 //!   (or an MD5 hash of it) never reaches an unverified server by default.
+//! - Values reach SQL as bind parameters ([`ReplicationClient::query`]). The only values
+//!   written into command text are those no parameter can carry, each quoted or checked
+//!   in one named place here: the options of START_REPLICATION (`replication_literal`)
+//!   and the snapshot of SET TRANSACTION SNAPSHOT
+//!   ([`ReplicationClient::set_transaction_snapshot`]).
 //! - Every session starts with `standard_conforming_strings=on`, so quoted literals
 //!   ([`quote_literal`]) cannot be reinterpreted by a server setting.
 //! - Every session starts with `search_path` = [`SEARCH_PATH`] (`pg_catalog, pg_temp`),
@@ -50,7 +57,8 @@ mod tls;
 mod transport;
 
 pub use client::{
-    CreatedSlot, QueryResult, ReplicationClient, ReplicationStream, SlotSnapshot, SystemInfo, COPY_CHUNK,
+    CreatedSlot, QueryResult, ReplicationClient, ReplicationStream, SlotSnapshot, SystemInfo, COPY_CHUNK, MAX_PARAMS,
+    MAX_PARAMS_BYTES,
 };
 pub use config::{
     AuthMethod, ChannelBinding, Config, ConfigError, Host, HostSpec, Keepalives, RequireAuth, RootCert, SslMode,
