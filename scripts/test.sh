@@ -19,6 +19,8 @@
 #      whose PostgreSQL side is the same on every major (OTLP, CloudEvents, Debezium
 #      conformance, the inbox's ingest, refusals and retention: its SQL API runs on each
 #      major).
+# WALPOST_TEST_STEPS picks steps by name (default "suite checks failover majors": 1 to 4);
+# `cargo xtask test STEP...` sets it. This file is the one definition of the steps.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,9 +29,16 @@ if [[ $# -gt 0 ]]; then
     # Arguments: a plain `cargo test` with them, nothing else.
     exec cargo test --workspace --locked --features walpost/failpoints "$@"
 fi
+steps=" ${WALPOST_TEST_STEPS:-suite checks failover majors} "
+for s in $steps; do
+    [[ " suite checks failover majors " == *" $s "* ]] || { echo "unknown step: $s (suite, checks, failover, majors)" >&2; exit 2; }
+done
+step() { [[ $steps == *" $1 "* ]]; }
 # Step 1: unit, property and end-to-end tests on the default PostgreSQL (15) and one
 # broker. The failover and 3-broker tests start clusters of their own: step 3.
-cargo test --workspace --locked --features walpost/failpoints -- --skip failover_ --skip kafka_cluster::
+if step suite; then
+    cargo test --workspace --locked --features walpost/failpoints -- --skip failover_ --skip kafka_cluster::
+fi
 
 # Step 2: alerting rules (promtool check + unit tests, runbook links, metric names) and the
 # PostgreSQL-side slot check; then licences, sources and bans of every dependency
@@ -37,17 +46,21 @@ cargo test --workspace --locked --features walpost/failpoints -- --skip failover
 # (WALPOST_ADVISORY_DB, ../shared/advisory-db/, /var/cache/walpost/advisory-db/: made by
 # scripts/refresh-advisory-db.sh; the database is on no package registry). With none,
 # advisories are skipped with a warning rather than failing the run.
-bash scripts/check-alerts.sh
-# The book (docs/, an mdBook): built, and a broken link or anchor fails the run.
-bash scripts/book.sh
-WALPOST_SUPPLY_CHAIN_ADVISORIES="${WALPOST_SUPPLY_CHAIN_ADVISORIES:-skip}" bash scripts/supply-chain.sh
+if step checks; then
+    bash scripts/check-alerts.sh
+    # The book (docs/, an mdBook): built, and a broken link or anchor fails the run.
+    bash scripts/book.sh
+    WALPOST_SUPPLY_CHAIN_ADVISORIES="${WALPOST_SUPPLY_CHAIN_ADVISORIES:-skip}" bash scripts/supply-chain.sh
+fi
 
 # Step 3: failover (a primary and a physical standby: promotion with failover slots on
 # PostgreSQL 17 and 18, without them on 16, multi-host strings), decoding on a standby
 # (its tests are named failover_standby_...) and the 3-broker Kafka cluster
 # (leader loss, rolling restart), on PostgreSQL 17.
-pg17="$(bash scripts/fetch-postgres.sh 17 | tail -n 1)"
-WALPOST_PG_BINDIR="$pg17" cargo test --locked --features walpost/failpoints -p walpost --test e2e -- failover_ kafka_cluster::
+if step failover; then
+    pg17="$(bash scripts/fetch-postgres.sh 17 | tail -n 1)"
+    WALPOST_PG_BINDIR="$pg17" cargo test --locked --features walpost/failpoints -p walpost --test e2e -- failover_ kafka_cluster::
+fi
 
 # Step 4: the end-to-end suite against the oldest and the newest supported majors
 # (WALPOST_TEST_MAJORS, default "14 18"; "" skips), without what runs once above: the
@@ -56,7 +69,7 @@ WALPOST_PG_BINDIR="$pg17" cargo test --locked --features walpost/failpoints -p w
 # CloudEvents, the Debezium conformance cases, the schema registry, the inbox's ingest
 # and retention (the inbox's SQL API, `inbox::`, does run on each major).
 majors="${WALPOST_TEST_MAJORS-14 18}"
-if [[ -n "$majors" ]]; then
+if step majors && [[ -n "$majors" ]]; then
     # shellcheck disable=SC2086 # a list of majors
     WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos --skip drills:: --skip failover_ --skip kafka_cluster:: \
         --skip otel:: --skip cloudevents:: --skip conformance:: --skip inbox_ingest:: --skip inbox_refusals:: --skip inbox_retention:: --skip registry::
