@@ -10,7 +10,8 @@ use tokio::sync::watch;
 
 use crate::cli::{CheckArgs, CheckTarget, Cli, Command, ContractsAction, SlotAction};
 use crate::error::{ErrorKind, PipelineError};
-use crate::settings::inbox::InboxSettings;
+use inbox::metrics::InboxMetrics;
+use inbox::settings::InboxSettings;
 use crate::settings::{FileConfig, Settings};
 use crate::telemetry::{http, Health, Metrics};
 use crate::{kafka, monitor, ops, otlp, registry, retention, stream};
@@ -39,7 +40,7 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
         Command::Check(check) => {
             let checks = match *check {
                 CheckArgs { target: Some(CheckTarget::Inbox(args)), .. } => {
-                    ops::check_inbox::check(&InboxSettings::resolve(&args.overrides(), file)?).await
+                    inbox::check::check(&crate::settings::inbox::resolve(&args.overrides(), file)?).await
                 }
                 CheckArgs { target: None, run } => ops::check::check(&Settings::resolve(&run.overrides(), file)?).await,
             };
@@ -133,7 +134,7 @@ async fn inbox(settings: InboxSettings) -> Result<(), PipelineError> {
     let shutdown = shutdown_signal()?;
     spawn_beat(health.clone());
     let stopped = shutdown.clone();
-    match crate::inbox::run(&settings, &metrics, shutdown).await {
+    match inbox::run(&settings, &metrics, shutdown).await {
         // A stop during a PostgreSQL outage: the unwritten batch is read again next time.
         Err(e) if e.is_transient() && *stopped.borrow() => {
             tracing::warn!("{e}");
@@ -270,7 +271,10 @@ async fn linger_halted(
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `addr`, when one is configured.
-fn serve_metrics(addr: Option<std::net::SocketAddr>, metrics: &Metrics) -> Result<Option<http::Server>, PipelineError> {
+fn serve_metrics(
+    addr: Option<std::net::SocketAddr>,
+    metrics: &(impl service::telemetry::Exporter + Clone),
+) -> Result<Option<http::Server>, PipelineError> {
     let Some(addr) = addr else { return Ok(None) };
     http::serve(addr, metrics.clone()).map(Some).map_err(|e| {
         PipelineError::definite(ErrorKind::Host, format!("cannot serve metrics on {addr}: {e}")).caused_by(e)

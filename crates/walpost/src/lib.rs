@@ -44,8 +44,6 @@ pub(crate) mod monitor;
 pub(crate) mod retention;
 pub(crate) mod stream;
 
-pub(crate) mod inbox;
-
 pub mod ops;
 
 pub mod cli;

@@ -48,12 +48,12 @@ fn every_runbook_named_in_the_code_exists() {
 #[test]
 fn inbox_errors_are_quoted_verbatim_in_the_inbox_backlog_runbook() {
     let runbook = read("runbooks/inbox-backlog.md");
-    let refused = walpost::postgres::messages::inbox_record_refused("<topic>", 7, 9, "<reason>")
+    let refused = inbox::messages::inbox_record_refused("<topic>", 7, 9, "<reason>")
         .replace("/7@9", "/<partition>@<offset>");
-    let schema = walpost::postgres::messages::inbox_schema_incomplete("<schema>", "<what>");
-    let migration = walpost::postgres::messages::inbox_migration_failed("<schema>");
-    let partition = walpost::postgres::messages::inbox_partition_missing("<schema>");
-    let lock = walpost::postgres::messages::inbox_write_lock_waited("<schema>", 10_000);
+    let schema = inbox::messages::inbox_schema_incomplete("<schema>", "<what>");
+    let migration = inbox::messages::inbox_migration_failed("<schema>");
+    let partition = inbox::messages::inbox_partition_missing("<schema>");
+    let lock = inbox::messages::inbox_write_lock_waited("<schema>", 10_000);
     for message in [refused, schema, migration, partition, lock] {
         assert!(message.contains("runbooks/inbox-backlog.md"), "{message}");
         assert!(runbook.contains(&message), "runbooks/inbox-backlog.md must quote:\n{message}");

@@ -13,14 +13,14 @@ pub(crate) mod barrier;
 pub(crate) mod config;
 pub mod exactly_once;
 pub(crate) mod handoff;
-pub(crate) mod headers;
+pub(crate) use kafka_common::headers;
 pub(crate) mod memo;
 #[cfg(test)]
 pub(crate) mod model_sink;
 pub(crate) mod policy;
 pub(crate) mod rejection;
 pub(crate) mod sink;
-pub(crate) mod throttle;
+pub(crate) use kafka_common::throttle;
 pub(crate) mod window;
 
 use std::sync::Arc;

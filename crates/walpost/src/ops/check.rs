@@ -17,23 +17,8 @@ use crate::postgres::sql::{ident, literal, setting};
 use crate::postgres::{catalog, preflight};
 use crate::settings::{OnPermanentError, Settings};
 
-/// One line of `walpost check`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Check {
-    Ok(String),
-    Warn(String),
-    Fail(String),
-}
-
-impl Check {
-    pub fn line(&self) -> String {
-        match self {
-            Check::Ok(m) => format!("ok    {m}"),
-            Check::Warn(m) => format!("warn  {m}"),
-            Check::Fail(m) => format!("FAIL  {m}"),
-        }
-    }
-}
+/// One line of `walpost check` (and of `walpost check inbox`).
+pub use service::check::{any_failed, Check};
 
 fn from_result(ok: String, r: Result<(), PipelineError>) -> Check {
     match r {
@@ -113,10 +98,6 @@ async fn registry_check(r: &crate::settings::RegistrySettings) -> Check {
 }
 
 /// Whether any check failed.
-pub fn any_failed(checks: &[Check]) -> bool {
-    checks.iter().any(|c| matches!(c, Check::Fail(_)))
-}
-
 async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check> {
     let mut out = Vec::new();
     out.push(from_result("wal_level = logical".into(), preflight::check_wal_level(sql).await));

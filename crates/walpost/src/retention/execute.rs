@@ -3,17 +3,13 @@
 //! partition. Only DDL errors that say "try again" (a lock timeout, a conflict) become
 //! a kept line; a lost connection ends the pass.
 
-use replication::sqlstate;
-use std::future::Future;
-use std::pin::Pin;
-
+use daypart::catalog::{parse_seal, seal_comment, Partition, Seal, SEAL_CONSTRAINT};
+use daypart::ddl::{create_partition, in_transaction, keep_after};
+use daypart::{Action, Line, Reason};
 use pgoutput::Lsn;
-use replication::{QueryResult, ReplicationClient};
+use replication::ReplicationClient;
 
-use super::catalog::{seal_comment, Partition, Seal, SEAL_CONSTRAINT};
 use super::plan::{blocked_detail, drop_rule, Step};
-use super::report::{Action, Line, Reason};
-use super::time::literal_ts;
 use super::Target;
 use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::sql::{ident, literal};
@@ -112,91 +108,6 @@ fn partition_line(p: &Partition, action: Action, reason: Reason) -> Line {
     }
 }
 
-/// A failed DDL: a kept line when the server said no, the pass's error when the
-/// connection failed.
-pub(crate) fn keep_after(line: &mut Line, e: replication::Error, what: &str) -> Result<(), PipelineError> {
-    if e.is_transient() {
-        return Err(e.into());
-    }
-    line.reason = match e.sqlstate() {
-        Some(sqlstate::LOCK_NOT_AVAILABLE) => Reason::LockTimeout,
-        // duplicate_table, invalid_object_definition (overlap), check_violation (default partition rows)
-        Some(sqlstate::DUPLICATE_TABLE | sqlstate::INVALID_OBJECT_DEFINITION | sqlstate::CHECK_VIOLATION) => {
-            Reason::Conflict
-        }
-        _ => Reason::Error,
-    };
-    line.detail = format!("{what}: {e}");
-    Ok(())
-}
-
-type Work<'a, T> = Pin<Box<dyn Future<Output = Result<T, replication::Error>> + Send + 'a>>;
-
-/// Runs `work` in one transaction with `lock_timeout`; rolls back when it fails (or
-/// returns `Ok(None)`: nothing to commit), commits otherwise.
-pub(crate) async fn in_transaction<T>(
-    sql: &mut ReplicationClient,
-    lock_timeout: std::time::Duration,
-    work: impl for<'c> FnOnce(&'c mut ReplicationClient) -> Work<'c, Option<T>>,
-) -> Result<Option<T>, replication::Error> {
-    sql.simple_query("BEGIN").await?;
-    let result = async {
-        sql.simple_query(&format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis())).await?;
-        work(sql).await
-    }
-    .await;
-    match result {
-        Ok(Some(value)) => {
-            sql.simple_query("COMMIT").await?;
-            Ok(Some(value))
-        }
-        Ok(None) => {
-            sql.simple_query("ROLLBACK").await?;
-            Ok(None)
-        }
-        Err(e) => {
-            if !e.is_transient() {
-                let _ = sql.simple_query("ROLLBACK").await;
-            }
-            Err(e)
-        }
-    }
-}
-
-async fn run_all(sql: &mut ReplicationClient, statements: &[String]) -> Result<Vec<QueryResult>, replication::Error> {
-    let mut results = Vec::with_capacity(statements.len());
-    for s in statements {
-        results.push(sql.simple_query(s).await?);
-    }
-    Ok(results)
-}
-
-/// Creates partition `quoted` of table `root` (both quoted and qualified) for `[lo, hi)`.
-pub(crate) async fn create_partition(
-    sql: &mut ReplicationClient,
-    root: &str,
-    quoted: &str,
-    (lo, hi): (i64, i64),
-    lock_timeout: std::time::Duration,
-) -> Result<(), replication::Error> {
-    // CREATE TABLE ... PARTITION OF would take ACCESS EXCLUSIVE on the table; ATTACH
-    // takes SHARE UPDATE EXCLUSIVE, which inserts do not wait for.
-    let statements = vec![
-        format!(
-            "CREATE TABLE {quoted} (LIKE {root} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED \
-             INCLUDING IDENTITY INCLUDING STORAGE INCLUDING COMMENTS)"
-        ),
-        format!(
-            "ALTER TABLE {root} ATTACH PARTITION {quoted} FOR VALUES FROM ({}) TO ({})",
-            literal(&literal_ts(lo)),
-            literal(&literal_ts(hi))
-        ),
-    ];
-    in_transaction(sql, lock_timeout, |sql| Box::pin(async move { run_all(sql, &statements).await.map(Some) }))
-        .await
-        .map(|_| ())
-}
-
 /// Seals `p` and returns W (see the module docs of [`super`]).
 async fn seal(sql: &mut ReplicationClient, t: &Target, p: &Partition) -> Result<Lsn, replication::Error> {
     let lock = format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", p.quoted);
@@ -254,7 +165,7 @@ async fn drop_partition(
                     literal(SEAL_CONSTRAINT)
                 ))
                 .await?;
-            if r.rows.is_empty() || super::catalog::parse_seal(r.first("seal")) != Seal::At(w) {
+            if r.rows.is_empty() || parse_seal(r.first("seal")) != Seal::At(w) {
                 return Ok(None);
             }
             sql.simple_query(&format!("DROP TABLE {quoted}")).await?;

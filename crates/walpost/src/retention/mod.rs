@@ -52,23 +52,21 @@
 //! partition bounds, MINVALUE lower bounds (the legacy partition of migration 0002)
 //! and partitions not named by walpost are handled alike: only the bounds count.
 
-pub(crate) mod catalog;
 pub(crate) mod execute;
 pub(crate) mod plan;
-pub(crate) mod report;
-pub(crate) mod time;
 
 use std::time::Duration;
 
+use daypart::catalog::{self, Root};
+use daypart::{Line, Outcome, Reason, RetentionMetrics};
+use pgoutput::Lsn;
 use replication::ReplicationClient;
 use tokio::sync::watch;
 
 use crate::error::{ErrorKind, PipelineError};
+use crate::postgres::catalog::slot_row;
 use crate::postgres::sql::literal;
 use crate::settings::{RetentionSettings, Settings, TableName};
-use crate::telemetry::metrics::RetentionMetrics;
-use catalog::Root;
-pub(crate) use report::{Action, Line, Outcome, Reason};
 
 /// What a pass works on.
 #[derive(Debug, Clone)]
@@ -165,7 +163,7 @@ pub(crate) async fn task(settings: Settings, metrics: RetentionMetrics, mut shut
                 told_unpartitioned = false;
                 for line in &lines {
                     line.count(&metrics);
-                    log_line(line);
+                    daypart::log_line(line);
                 }
                 if failed {
                     cfg.interval.min(Duration::from_secs(60))
@@ -202,24 +200,6 @@ pub(crate) async fn task(settings: Settings, metrics: RetentionMetrics, mut shut
     }
 }
 
-pub(crate) fn log_line(l: &Line) {
-    let (p, r, d) = (&l.partition, &l.range, &l.detail);
-    match (l.action, l.reason) {
-        (Action::Keep, Reason::NotOldEnough | Reason::DefaultEmpty) => {
-            tracing::debug!(partition = %p, range = %r, "retention: kept, {}", l.reason.as_str())
-        }
-        (Action::Keep, Reason::LockTimeout | Reason::SlotBehind)
-        | (Action::Seal, _)
-        | (Action::Create, _)
-        | (Action::Drop, _) => {
-            tracing::info!(partition = %p, range = %r, reason = l.reason.as_str(), detail = %d, "retention: {}", l.action_word())
-        }
-        (Action::Keep, _) => {
-            tracing::warn!(partition = %p, range = %r, reason = l.reason.as_str(), detail = %d, "retention: kept, {}", l.reason.as_str())
-        }
-    }
-}
-
 /// Runs one pass on its own connection. `dry_run` reads only.
 pub(crate) async fn pass(t: &Target, dry_run: bool) -> Result<Outcome, PipelineError> {
     let mut sql = ReplicationClient::connect_sql(&t.postgres).await?;
@@ -251,7 +231,7 @@ async fn pass_on(
     sql.simple_query("SET TimeZone = 'UTC'").await?;
     sql.simple_query("SET DateStyle = 'ISO, YMD'").await?;
     sql.simple_query("SET search_path = pg_catalog, pg_temp").await?;
-    let root_oid = match catalog::root(sql, t).await? {
+    let root_oid = match catalog::root(sql, &t.table.schema, &t.table.name).await? {
         Root::Missing => {
             return Err(PipelineError::definite(ErrorKind::Outbox, format!(
                 "table {} does not exist in database {}: apply migrations/0001_events_outbox.sql and 0002_outbox_partitioned.sql, or pass --table",
@@ -279,8 +259,8 @@ async fn pass_on(
         let now = catalog::server_now_micros(sql).await?;
         let partitions = catalog::partitions(sql, &root_oid).await?;
         let slot = match slot_sql {
-            Some(standby) => catalog::slot_position(standby, t).await?,
-            None => catalog::slot_position(sql, t).await?,
+            Some(standby) => slot_position(standby, t).await?,
+            None => slot_position(sql, t).await?,
         };
         let steps = plan::plan(&plan::PlanInput {
             table: &t.table,
@@ -298,4 +278,17 @@ async fn pass_on(
         let _ = sql.simple_query(&format!("SELECT pg_catalog.pg_advisory_unlock({lock_key})")).await;
     }
     Ok(Outcome::Done(result?))
+}
+
+/// The slot's confirmed position, or why no partition may be dropped.
+async fn slot_position(
+    sql: &mut ReplicationClient,
+    t: &Target,
+) -> Result<Result<Lsn, Reason>, PipelineError> {
+    Ok(match slot_row(sql, &t.slot).await? {
+        None => Err(Reason::SlotMissing),
+        Some(r) if r.database.as_deref() != Some(t.postgres.dbname.as_str()) => Err(Reason::SlotMissing),
+        Some(r) if r.wal_status.as_deref() == Some("lost") => Err(Reason::SlotInvalidated),
+        Some(r) => r.confirmed_flush.ok_or(Reason::SlotMissing),
+    })
 }

@@ -8,7 +8,7 @@ use crate::drills::{http_get, metric, sh_ok, Runbook};
 use crate::inbox_ingest::{
     count, create_topic, inbox_args, inbox_db, json_records, messages, produce, start_inbox, wait_for_messages, WAIT,
 };
-use crate::ops::missing_metrics;
+use crate::ops::{foreign_metrics, missing_metrics};
 use crate::support::World;
 use testkit::{PgOptions, Postgres, StopMode};
 
@@ -97,13 +97,20 @@ fn drill_inbox_backlog_a_stuck_worker_and_a_lease_storm_then_a_drain() {
     assert!(row.lines().any(|l| l.starts_with(&format!("billing|{lost}|"))), "{row}");
     let blocked = w.sql(&rb.block("blocked-aggregates").fill(&[("handler", "billing")]));
     assert!(blocked.trim().is_empty(), "{blocked}");
-    // Every walpost_inbox_* metric the runbook and docs/metrics.md name is on the endpoint.
+    // Every metric of walpost inbox the runbook and docs/metrics.md name is on the
+    // endpoint, and none of walpost run's (published events, the slot, its retention).
     let mut missing = Vec::new();
     let all = testkit::wait_until(Duration::from_secs(20), || {
-        missing = missing_metrics(&http_get(port, "/metrics").1, |name| name.starts_with("walpost_inbox_"));
+        missing = missing_metrics(::inbox::metrics::METRICS, &http_get(port, "/metrics").1, |_| true);
         missing.is_empty()
     });
     assert!(all, "walpost inbox does not export {missing:?}");
+    let text = http_get(port, "/metrics").1;
+    let foreign = foreign_metrics(::inbox::metrics::METRICS, &text);
+    assert!(foreign.is_empty(), "walpost inbox exports series that are not its own: {foreign:?}");
+    for relay in ["walpost_events_published_total", "walpost_slot_retained_bytes", "walpost_retention_passes_total"] {
+        assert!(!text.contains(relay), "walpost inbox exports {relay}");
+    }
 }
 
 /// The drill's PostgreSQL outage: `/readyz` said ready all along and the handler gauges

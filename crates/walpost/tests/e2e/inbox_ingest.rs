@@ -343,7 +343,7 @@ fn inbox_without_its_schema_stops_with_the_fix() {
     let mut p = start_inbox(&args, &[]);
     assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
     let log = strip_ansi(&p.log_text());
-    let expected = walpost::postgres::messages::inbox_migration_failed("inbox");
+    let expected = ::inbox::messages::inbox_migration_failed("inbox");
     assert!(log.contains(&format!("{expected}: ")) && log.contains("SQLSTATE 42501"), "{log}");
 
     inbox.sql(&crate::support::inbox_migrations());
@@ -430,7 +430,7 @@ fn inbox_check_names_what_is_missing_and_passes_once_it_is_there() {
     ));
     let (code, out) = run(&[]);
     assert_eq!(code, Some(1), "{out}");
-    let expected = walpost::postgres::messages::inbox_partition_missing("inbox");
+    let expected = ::inbox::messages::inbox_partition_missing("inbox");
     assert!(out.contains(&format!("FAIL  {expected}")), "{out}");
 }
 

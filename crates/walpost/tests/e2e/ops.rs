@@ -224,8 +224,8 @@ fn check_passes_on_a_good_server_and_names_each_problem() {
 }
 
 /// Every documented metric of `walpost run` is exported and well formed (Prometheus text
-/// format). The `walpost_inbox_*` ones belong to `walpost inbox`: the inbox backlog drill
-/// checks them on its endpoint.
+/// format), and none of `walpost inbox`'s: the inbox backlog drill checks those on its
+/// endpoint, and that it exports none of `walpost run`'s.
 #[test]
 fn metrics_endpoint_exports_every_documented_metric() {
     let w = World::new("ops-metrics");
@@ -246,12 +246,13 @@ fn metrics_endpoint_exports_every_documented_metric() {
     // The inbox's come from `walpost inbox`; the contracts' only with [contracts]
     // (contracts::contracts_dead_letter_each_breach_once_keep_order_and_check_the_snapshot),
     // the registry's only with [registry] (registry::registry_json_schema_waits_...).
-    let missing = missing_metrics(text, |name| {
-        !name.starts_with("walpost_inbox_")
-            && !name.starts_with("walpost_contract_")
-            && !name.starts_with("walpost_registry_")
+    let missing = missing_metrics(RELAY_METRICS, text, |name| {
+        !name.starts_with("walpost_contract_") && !name.starts_with("walpost_registry_")
     });
     assert!(missing.is_empty(), "missing: {missing:?}");
+    let foreign = foreign_metrics(RELAY_METRICS, text);
+    assert!(foreign.is_empty(), "walpost run exports series that are not its own: {foreign:?}");
+    assert!(text.lines().all(|l| !l.starts_with("walpost_inbox_")), "walpost run exports inbox series:\n{text}");
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("malformed: {line}"));
         assert!(value.parse::<f64>().is_ok(), "value of {line}");
@@ -343,13 +344,32 @@ fn heartbeat_advances_the_slot_of_a_quiet_database() {
     assert!(advanced, "confirmed_flush_lsn stayed at {start:X} with heartbeats every second");
 }
 
-/// The metrics of `METRICS` that `wanted` selects and `text` (a `/metrics` body) has no
-/// `# TYPE` line for.
-pub(crate) fn missing_metrics(text: &str, wanted: impl Fn(&str) -> bool) -> Vec<&'static str> {
-    walpost::telemetry::metrics::METRICS
+/// A mode's own metrics (name, type, help).
+pub(crate) type MetricTable = &'static [(&'static str, &'static str, &'static str)];
+
+/// `walpost run`'s own metrics.
+pub(crate) const RELAY_METRICS: MetricTable = walpost::telemetry::metrics::METRICS;
+
+/// The metrics of `table` (or of every mode's common ones) that `wanted` selects and
+/// `text` (a `/metrics` body) has no `# TYPE` line for.
+pub(crate) fn missing_metrics(table: MetricTable, text: &str, wanted: impl Fn(&str) -> bool) -> Vec<&'static str> {
+    table
         .iter()
+        .chain(service::telemetry::exposition::METRICS)
         .filter(|(name, _, _)| wanted(name))
         .filter(|(name, kind, _)| !text.contains(&format!("# TYPE {name} {kind}\n")))
         .map(|(name, _, _)| *name)
+        .collect()
+}
+
+/// The metrics `text` (a `/metrics` body) has a `# TYPE` line for that are neither of
+/// `table` nor common to every mode.
+pub(crate) fn foreign_metrics(table: MetricTable, text: &str) -> Vec<String> {
+    let own = |name: &str| table.iter().chain(service::telemetry::exposition::METRICS).any(|(n, _, _)| *n == name);
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|name| !own(name))
+        .map(str::to_owned)
         .collect()
 }

@@ -29,12 +29,13 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
-use super::budget::{ByteBudget, Held};
-use super::ingest::Partition;
-use super::record::Record;
-use crate::kafka::throttle::{left_out_note, LogThrottle};
-use crate::settings::inbox::{InboxSettings, Subscription};
-use crate::telemetry::metrics::InboxMetrics;
+use crate::budget::{ByteBudget, Held};
+use crate::ingest::Partition;
+use crate::record::Record;
+use kafka_common::throttle::{left_out_note, LogThrottle};
+use kafka_common::Role;
+use crate::settings::{InboxSettings, Subscription};
+use crate::metrics::InboxMetrics;
 
 /// How long one poll waits, and so how soon a stop is seen.
 const POLL: Duration = Duration::from_millis(100);
@@ -62,7 +63,7 @@ pub(crate) enum Event {
 }
 
 /// Properties walpost sets on the consumer; the user's `[kafka.properties]` and
-/// `--kafka-property` may change them except where [`REFUSED`] says.
+/// `--kafka-property` may change them except where `kafka_common::refusal` says.
 pub(crate) const DEFAULTS: &[(&str, &str)] = &[
     ("isolation.level", "read_committed"),
     ("partition.assignment.strategy", "cooperative-sticky"),
@@ -87,16 +88,6 @@ pub(crate) const DEFAULTS: &[(&str, &str)] = &[
     // (bench/inbox.sh: 17k records/s before, 19k after, on 2 shared cores).
     ("fetch.queue.backoff.ms", "10"),
     ("reconnect.backoff.max.ms", "1000"),
-];
-
-/// Properties the inbox decides itself, with why.
-pub(crate) const REFUSED: &[(&str, &str)] = &[
-    ("group.id", "the group is --group ([inbox] group): it is also the group_id of the stored offsets"),
-    (
-        "enable.auto.commit",
-        "offsets are stored in PostgreSQL with the records; Kafka commits follow them, for dashboards only",
-    ),
-    ("enable.auto.offset.store", "offsets are stored in PostgreSQL with the records"),
 ];
 
 /// The consumer thread and what stops it.
@@ -139,20 +130,13 @@ impl ConsumerThread {
 
 /// The librdkafka configuration of the consumer, or the property refused.
 pub(crate) fn client_config(s: &InboxSettings) -> Result<ClientConfig, String> {
-    let mut cfg = ClientConfig::new();
-    for (k, v) in DEFAULTS {
+    let mut cfg =
+        kafka_common::client_config(Role::Consumer, &s.brokers, &s.properties).map_err(|e| e.to_string())?;
+    for (k, v) in DEFAULTS.iter().filter(|(k, _)| !s.properties.contains_key(*k)) {
         cfg.set(*k, *v);
     }
-    for (k, v) in &s.properties {
-        if let Some((_, why)) = REFUSED.iter().find(|(r, _)| r == k) {
-            return Err(format!("kafka property {k} is refused in walpost inbox: {why}"));
-        }
-        cfg.set(k, v);
-    }
-    cfg.set("bootstrap.servers", &s.brokers);
     cfg.set("group.id", &s.group);
     cfg.set("statistics.interval.ms", s.stats_interval.as_millis().to_string());
-    cfg.set_log_level(RDKafkaLogLevel::Warning);
     Ok(cfg)
 }
 
@@ -217,7 +201,7 @@ fn poll_loop(
                     }
                 };
                 // As bytes: rust-rdkafka's `Headers` panics on a name that is not UTF-8.
-                let headers = crate::kafka::headers::raw(&m)
+                let headers = kafka_common::headers::raw(&m)
                     .into_iter()
                     .map(|(name, value)| (Bytes::copy_from_slice(name), value.map(Bytes::copy_from_slice)))
                     .collect();
@@ -338,22 +322,7 @@ impl InboxContext {
 
 impl ClientContext for InboxContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        let loud = matches!(
-            level,
-            RDKafkaLogLevel::Emerg
-                | RDKafkaLogLevel::Alert
-                | RDKafkaLogLevel::Critical
-                | RDKafkaLogLevel::Error
-                | RDKafkaLogLevel::Warning
-        );
-        let admitted = if loud { self.throttle.admit(fac, log_message, Instant::now()) } else { None };
-        match (level, admitted) {
-            (_, None) => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
-            (RDKafkaLogLevel::Warning, Some(n)) => {
-                tracing::warn!(facility = fac, "librdkafka: {log_message}{}", left_out_note(n))
-            }
-            (_, Some(n)) => tracing::error!(facility = fac, "librdkafka: {log_message}{}", left_out_note(n)),
-        }
+        kafka_common::librdkafka_line!(self.throttle, level, fac, log_message, false);
     }
 
     fn stats_raw(&self, statistics: &[u8]) {

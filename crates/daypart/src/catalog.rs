@@ -1,24 +1,22 @@
 //! What retention reads from the catalog: the partitioned table, its partitions with
-//! their bounds and seals, and the slot's confirmed position.
+//! their bounds and seals, and the server's clock.
 
 use pgoutput::Lsn;
 use replication::ReplicationClient;
+use service::error::{ErrorKind, PipelineError};
+use service::sql::{ident, literal};
 
-use super::report::{Range, Reason};
-use super::Target;
-use crate::error::PipelineError;
-use crate::postgres::catalog::slot_row;
-use crate::postgres::sql::{ident, literal};
+use crate::report::Range;
 
 /// Name of the constraint that seals a partition; its comment holds the seal's WAL position.
-pub(crate) const SEAL_CONSTRAINT: &str = "walpost_retired";
+pub const SEAL_CONSTRAINT: &str = "walpost_retired";
 
 /// Prefix of the seal constraint's comment, followed by the LSN.
 const SEAL_PREFIX: &str = "walpost retention: sealed at WAL ";
 
 /// The partitioned table.
 #[derive(Debug)]
-pub(super) enum Root {
+pub enum Root {
     Missing,
     NotPartitioned,
     /// Partitioned some other way (the text says how).
@@ -30,7 +28,7 @@ pub(super) enum Root {
 
 /// A partition as the catalog describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Partition {
+pub struct Partition {
     /// `"schema"."name"` for SQL.
     pub quoted: String,
     /// `schema.name` for people.
@@ -45,14 +43,15 @@ pub(crate) struct Partition {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Seal {
+pub enum Seal {
     /// The constraint exists; its comment gives W.
     At(Lsn),
     /// The constraint exists but its comment is missing or unreadable: seal again.
     Unknown,
 }
 
-pub(super) async fn root(sql: &mut ReplicationClient, t: &Target) -> Result<Root, PipelineError> {
+/// The table `schema.name`, and how it is partitioned.
+pub async fn root(sql: &mut ReplicationClient, schema: &str, name: &str) -> Result<Root, PipelineError> {
     let r = sql
         .simple_query(&format!(
             "SELECT c.oid::text AS oid, c.relkind::text AS kind, pt.partstrat::text AS strat, \
@@ -61,8 +60,8 @@ pub(super) async fn root(sql: &mut ReplicationClient, t: &Target) -> Result<Root
              LEFT JOIN pg_partitioned_table pt ON pt.partrelid = c.oid \
              LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = pt.partattrs[0] \
              WHERE n.nspname = {} AND c.relname = {}",
-            literal(&t.table.schema),
-            literal(&t.table.name)
+            literal(schema),
+            literal(name)
         ))
         .await?;
     let Some(oid) = r.first("oid").map(str::to_owned) else { return Ok(Root::Missing) };
@@ -88,7 +87,7 @@ fn bound_micros_sql(expr: &str) -> String {
     )
 }
 
-pub(crate) async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> Result<Vec<Partition>, PipelineError> {
+pub async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> Result<Vec<Partition>, PipelineError> {
     let r = sql
         .simple_query(&format!(
             "SELECT n.nspname AS schema, c.relname AS name, \
@@ -135,20 +134,7 @@ pub(crate) async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> R
     Ok(out)
 }
 
-/// The slot's confirmed position, or why no partition may be dropped.
-pub(super) async fn slot_position(
-    sql: &mut ReplicationClient,
-    t: &Target,
-) -> Result<Result<Lsn, Reason>, PipelineError> {
-    Ok(match slot_row(sql, &t.slot).await? {
-        None => Err(Reason::SlotMissing),
-        Some(r) if r.database.as_deref() != Some(t.postgres.dbname.as_str()) => Err(Reason::SlotMissing),
-        Some(r) if r.wal_status.as_deref() == Some("lost") => Err(Reason::SlotInvalidated),
-        Some(r) => r.confirmed_flush.ok_or(Reason::SlotMissing),
-    })
-}
-
-pub(super) fn parse_seal(comment: Option<&str>) -> Seal {
+pub fn parse_seal(comment: Option<&str>) -> Seal {
     comment
         .and_then(|c| c.strip_prefix(SEAL_PREFIX))
         .and_then(|rest| rest.split_whitespace().next())
@@ -157,20 +143,20 @@ pub(super) fn parse_seal(comment: Option<&str>) -> Seal {
         .unwrap_or(Seal::Unknown)
 }
 
-pub(super) fn seal_comment(w: Lsn, slot: &str) -> String {
+pub fn seal_comment(w: Lsn, slot: &str) -> String {
     format!(
         "{SEAL_PREFIX}{w}; walpost drops this partition once replication slot {slot} has confirmed {w} (every row in it was committed before); drop this constraint to unseal"
     )
 }
 
 /// The server's `now()`, in microseconds since the Unix epoch (what every pass plans by).
-pub(crate) async fn server_now_micros(sql: &mut ReplicationClient) -> Result<i64, PipelineError> {
+pub async fn server_now_micros(sql: &mut ReplicationClient) -> Result<i64, PipelineError> {
     let r = sql
         .simple_query("SELECT pg_catalog.floor(extract(epoch FROM pg_catalog.now()) * 1000000)::bigint::text AS now")
         .await?;
     r.first("now")
         .and_then(|n| n.parse().ok())
-        .ok_or_else(|| PipelineError::definite(crate::error::ErrorKind::Postgres, "cannot read now() from PostgreSQL"))
+        .ok_or_else(|| PipelineError::definite(ErrorKind::Postgres, "cannot read now() from PostgreSQL"))
 }
 
 #[cfg(test)]

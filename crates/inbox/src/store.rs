@@ -29,22 +29,22 @@ use std::sync::Arc;
 
 use replication::{sqlstate, ReplicationClient};
 
-use super::copy::{Encoded, COLUMNS};
-use super::ingest::Refused;
-use super::ingest::{Batch, Partition};
-use super::record::Invalid;
-use crate::error::{ErrorKind, PipelineError};
-use crate::postgres::messages::{
+use crate::copy::{Encoded, COLUMNS};
+use crate::ingest::Refused;
+use crate::ingest::{Batch, Partition};
+use crate::record::Invalid;
+use service::error::{ErrorKind, PipelineError};
+use crate::messages::{
     inbox_migration_failed, inbox_partition_missing, inbox_schema_incomplete, inbox_write_lock_waited,
 };
-use crate::postgres::sql::{ident, literal, query};
-use crate::settings::inbox::{Dedup, InboxSettings, OnInvalid};
+use service::sql::{ident, literal, query};
+use crate::settings::{Dedup, InboxSettings, OnInvalid};
 
 /// The inbox migrations, applied in order by `--create-schema` (schema `inbox` renamed to
 /// the configured one).
 pub(crate) const MIGRATIONS: &[&str] = &[
-    include_str!("../../../../migrations/0004_inbox.sql"),
-    include_str!("../../../../migrations/0005_inbox_hardening.sql"),
+    include_str!("../../../migrations/0004_inbox.sql"),
+    include_str!("../../../migrations/0005_inbox_hardening.sql"),
 ];
 
 /// How long a batch waits for the inbox's write lock before it says so and tries again.

@@ -33,15 +33,15 @@
 use replication::ReplicationClient;
 use tokio::sync::watch;
 
-use crate::error::{ErrorKind, PipelineError};
-use crate::postgres::sql::{ident, literal};
-use crate::retention::catalog::{self, Partition};
-use crate::retention::execute::{create_partition, in_transaction, keep_after};
-use crate::retention::plan::{gaps, split_days};
-use crate::retention::report::{Action, Line, Range, Reason};
-use crate::retention::time::{day_floor, partition_name, DAY_MICROS};
-use crate::settings::inbox::{InboxRetention, InboxSettings};
-use crate::telemetry::metrics::RetentionMetrics;
+use service::error::{ErrorKind, PipelineError};
+use service::sql::{ident, literal};
+use daypart::catalog::{self, Partition};
+use daypart::ddl::{create_partition, in_transaction, keep_after};
+use daypart::plan::{gaps, split_days};
+use daypart::{Action, Line, Range, Reason};
+use daypart::time::{day_floor, partition_name, DAY_MICROS};
+use crate::settings::{InboxRetention, InboxSettings};
+use crate::metrics::InboxRetentionMetrics;
 
 /// The partitioned tables.
 pub(crate) const TABLES: [&str; 3] = ["messages", "deliveries", "receipts"];
@@ -103,31 +103,27 @@ fn line(p: &Partition, action: Action, reason: Reason, detail: String) -> Line {
 pub(crate) async fn task(
     s: InboxSettings,
     cfg: InboxRetention,
-    metrics: RetentionMetrics,
+    metrics: InboxRetentionMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    metrics.declare_skip_reasons(&Reason::SKIPPED.iter().map(|r| r.as_str()).collect::<Vec<_>>());
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(cfg.interval) => {}
-            _ = shutdown.changed() => return,
-        }
+    metrics.pass.declare_skip_reasons(&Reason::SKIPPED.iter().map(|r| r.as_str()).collect::<Vec<_>>());
+    while !backoff::sleep_or_shutdown(cfg.interval, &mut shutdown).await {
         pass_and_report(&s, &cfg, &metrics).await;
     }
 }
 
 /// One pass, its lines logged and counted; false when it failed.
-pub(crate) async fn pass_and_report(s: &InboxSettings, cfg: &InboxRetention, metrics: &RetentionMetrics) -> bool {
+pub(crate) async fn pass_and_report(s: &InboxSettings, cfg: &InboxRetention, metrics: &InboxRetentionMetrics) -> bool {
     match pass(s, cfg).await {
         Ok(Some(lines)) => {
             let failed = lines.iter().any(|(l, _)| l.reason == Reason::Error);
-            metrics.pass_finished(!failed);
+            metrics.pass.pass_finished(!failed);
             for (l, forced_open) in &lines {
                 count(l, *forced_open, metrics);
                 if *forced_open > 0 {
                     tracing::warn!(partition = %l.partition, range = %l.range, detail = %l.detail, "inbox retention: dropped a day with open deliveries");
                 } else {
-                    crate::retention::log_line(l);
+                    daypart::log_line(l);
                 }
             }
             !failed
@@ -137,7 +133,7 @@ pub(crate) async fn pass_and_report(s: &InboxSettings, cfg: &InboxRetention, met
             true
         }
         Err(e) => {
-            metrics.pass_finished(false);
+            metrics.pass.pass_finished(false);
             tracing::warn!(retry_in_s = cfg.interval.as_secs(), "inbox retention pass failed: {e}");
             false
         }
@@ -146,12 +142,12 @@ pub(crate) async fn pass_and_report(s: &InboxSettings, cfg: &InboxRetention, met
 
 /// Counts a pass's line: a day dropped past `max_days` with `forced_open` open deliveries
 /// is a forced drop, apart from the days that expired with every delivery closed.
-fn count(line: &Line, forced_open: i64, metrics: &RetentionMetrics) {
+fn count(line: &Line, forced_open: i64, metrics: &InboxRetentionMetrics) {
     if forced_open > 0 && line.done {
-        metrics.inbox_forced_drops.inc();
-        metrics.inbox_forced_open_deliveries.inc_by(forced_open.unsigned_abs());
+        metrics.forced_drops.inc();
+        metrics.forced_open_deliveries.inc_by(forced_open.unsigned_abs());
     } else {
-        line.count(metrics);
+        line.count(&metrics.pass);
     }
 }
 
@@ -352,7 +348,7 @@ pub(crate) fn inbox_not_partitioned(schema: &str, table: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retention::time::SECOND_MICROS;
+    use daypart::time::SECOND_MICROS;
 
     const D: i64 = DAY_MICROS;
     /// 2026-11-29 00:00:00 UTC.
@@ -434,11 +430,11 @@ mod tests {
     /// The drill: a day dropped with open deliveries counted as a normal expiry.
     #[test]
     fn a_forced_drop_is_counted_apart_from_a_normal_expiry() {
-        let health = std::sync::Arc::new(crate::telemetry::Health::new(
+        let health = std::sync::Arc::new(service::telemetry::Health::new(
             std::time::Duration::from_secs(30),
             std::time::Duration::from_secs(60),
         ));
-        let m = crate::telemetry::Metrics::new(health).unwrap().retention;
+        let m = crate::metrics::InboxMetrics::new(health).unwrap().retention;
         let dropped = |reason| Line {
             partition: "inbox.messages_p20261101".into(),
             range: String::new(),
@@ -449,10 +445,10 @@ mod tests {
         };
         count(&dropped(Reason::Expired), 0, &m);
         count(&dropped(Reason::MaxAge), 0, &m);
-        assert_eq!((m.dropped.get(), m.inbox_forced_drops.get()), (2, 0), "nothing open: a normal expiry");
+        assert_eq!((m.pass.dropped.get(), m.forced_drops.get()), (2, 0), "nothing open: a normal expiry");
         count(&dropped(Reason::MaxAge), 4, &m);
-        assert_eq!((m.dropped.get(), m.inbox_forced_drops.get()), (2, 1));
-        assert_eq!(m.inbox_forced_open_deliveries.get(), 4);
+        assert_eq!((m.pass.dropped.get(), m.forced_drops.get()), (2, 1));
+        assert_eq!(m.forced_open_deliveries.get(), 4);
     }
 
     #[test]

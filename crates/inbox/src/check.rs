@@ -3,17 +3,16 @@
 //! functions) and the rights the ingest needs, the brokers with the consumer's own
 //! properties, the topics and the group.
 
-use std::time::Duration;
-
+use kafka_common::reach;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use replication::ReplicationClient;
+use service::check::Check;
+use service::error::PipelineError;
+use service::sql::{ident, literal};
 
-use super::check::Check;
-use crate::error::PipelineError;
-use crate::inbox::consumer::client_config;
-use crate::postgres::messages::{inbox_partition_missing, inbox_schema_incomplete};
-use crate::postgres::sql::literal;
-use crate::settings::inbox::{InboxSettings, Subscription};
+use crate::consumer::client_config;
+use crate::messages::{inbox_partition_missing, inbox_schema_incomplete};
+use crate::settings::{InboxSettings, Subscription};
 
 /// The functions of the SQL API handlers call.
 const FUNCTIONS: &[&str] =
@@ -80,7 +79,7 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
     // What the ingest itself does: look event ids up in messages and write them, write
     // rejected rows and offsets, read offsets; and what retention does: make and drop the
     // partitions of the tables it owns. Then whether a partition covers now.
-    let q = |t: &str| literal(&format!("{}.{t}", crate::postgres::sql::ident(&s.schema)));
+    let q = |t: &str| literal(&format!("{}.{t}", ident(&s.schema)));
     let rights = sql
         .simple_query(&format!(
             "SELECT pg_catalog.has_table_privilege({m}, 'INSERT, SELECT'), pg_catalog.has_table_privilege({r}, 'INSERT'),
@@ -102,7 +101,7 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
             rc = q("receipts"),
             o = q("offsets"),
             d = q("deliveries"),
-            schema_ident = crate::postgres::sql::ident(&s.schema),
+            schema_ident = ident(&s.schema),
             group = literal(&s.group),
         ))
         .await;
@@ -165,31 +164,19 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
 async fn kafka_checks(s: &InboxSettings) -> Vec<Check> {
     let brokers = s.brokers.clone();
     let consumer: BaseConsumer = match client_config(s).and_then(|mut c| {
-        c.set("socket.timeout.ms", "5000");
-        c.create().map_err(|e| e.to_string())
+        reach::for_a_check(&mut c).create().map_err(|e| e.to_string())
     }) {
         Ok(c) => c,
         Err(e) => return vec![Check::Fail(format!("Kafka consumer for {brokers}: {e}"))],
     };
     let group = s.group.clone();
-    let fetched = tokio::task::spawn_blocking(move || {
-        let md = consumer.fetch_metadata(None, Duration::from_secs(10));
-        let groups = consumer.fetch_group_list(Some(&group), Duration::from_secs(10));
-        let groups =
-            groups.map(|g| g.groups().iter().map(|g| (g.state().to_owned(), g.members().len())).collect::<Vec<_>>());
-        (md, groups)
-    })
-    .await;
-    let Ok((md, groups)) = fetched else {
-        return vec![Check::Fail(format!("Kafka metadata request for {brokers} failed"))];
+    let groups = move |consumer: &BaseConsumer| {
+        let groups = consumer.fetch_group_list(Some(&group), reach::METADATA_TIMEOUT);
+        groups.map(|g| g.groups().iter().map(|g| (g.state().to_owned(), g.members().len())).collect::<Vec<_>>())
     };
-    let md = match md {
-        Ok(md) => md,
-        Err(e) => {
-            return vec![Check::Fail(format!(
-                "Kafka at {brokers} is not reachable: {e}; check --kafka-brokers, the network and [kafka.properties] (security.protocol, sasl.*, ssl.*)"
-            ))]
-        }
+    let (_, md, groups) = match reach::metadata(consumer, &brokers, BaseConsumer::client, groups).await {
+        Ok(answered) => answered,
+        Err(line) => return vec![Check::Fail(line)],
     };
     let mut out = vec![Check::Ok(format!("Kafka at {brokers}: {} broker(s)", md.brokers().len()))];
     let names: Vec<&str> = md.topics().iter().map(|t| t.name()).collect();
@@ -205,10 +192,12 @@ async fn kafka_checks(s: &InboxSettings) -> Vec<Check> {
             }
         }
         Subscription::Regex(r) => {
-            let matched = match regex_lite_match(r, &names) {
-                Some(n) => n,
-                None => {
-                    out.push(Check::Warn(format!("topic_regex {r}: not checked here (librdkafka compiles it)")));
+            let matched = match matching(r, &names) {
+                Ok(n) => n,
+                Err(e) => {
+                    out.push(Check::Warn(format!(
+                        "topic_regex {r}: not checked here, librdkafka's dialect may differ ({e})"
+                    )));
                     return out;
                 }
             };
@@ -232,24 +221,12 @@ async fn kafka_checks(s: &InboxSettings) -> Vec<Check> {
     out
 }
 
-/// How many of `names` a subscription regex matches, for the common forms a check can read
-/// without librdkafka's engine: a literal prefix (`^orders\.`), optionally followed by `.*`.
-fn regex_lite_match(regex: &str, names: &[&str]) -> Option<usize> {
-    let body = regex.strip_prefix('^').unwrap_or(regex);
-    let body = body.strip_suffix(".*").unwrap_or(body);
-    let literal: String = {
-        let mut out = String::new();
-        let mut chars = body.chars();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' => out.push(chars.next()?),
-                c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => out.push(c),
-                _ => return None,
-            }
-        }
-        out
-    };
-    Some(names.iter().filter(|n| n.starts_with(&literal)).count())
+/// How many of `names` a subscription regex matches (librdkafka anchors nothing: the
+/// regex finds a match anywhere in the name, `^` and `$` anchor as written), or why it is
+/// no regex here.
+fn matching(regex: &str, names: &[&str]) -> Result<usize, regex::Error> {
+    let r = regex::Regex::new(regex)?;
+    Ok(names.iter().filter(|n| r.is_match(n)).count())
 }
 
 #[cfg(test)]
@@ -257,10 +234,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_prefix_regex_is_counted_and_others_are_left_to_librdkafka() {
+    fn a_subscription_regex_is_counted_over_the_topic_names() {
         let names = ["orders.created", "orders.paid", "payments"];
-        assert_eq!(regex_lite_match("^orders\\..*", &names), Some(2));
-        assert_eq!(regex_lite_match("^pay", &names), Some(1));
-        assert_eq!(regex_lite_match("^(orders|payments)$", &names), None);
+        assert_eq!(matching("^orders\\..*", &names).unwrap(), 2);
+        assert_eq!(matching("^pay", &names).unwrap(), 1);
+        assert_eq!(matching("^(orders\\.paid|payments)$", &names).unwrap(), 2, "alternatives, which the prefix reading could not count");
+        assert_eq!(matching("created", &names).unwrap(), 1, "unanchored: anywhere in the name");
+        assert!(matching("^orders(", &names).is_err());
     }
 }

@@ -3,12 +3,12 @@
 
 use std::fmt;
 
-use super::time::display_ts;
-use crate::telemetry::metrics::RetentionMetrics;
+use crate::metrics::RetentionMetrics;
+use crate::time::display_ts;
 
 /// What a pass did with one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Action {
+pub enum Action {
     Create,
     Seal,
     Drop,
@@ -17,7 +17,7 @@ pub(crate) enum Action {
 
 /// Why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reason {
+pub enum Reason {
     /// Created to cover the days ahead.
     Ahead,
     /// The whole range is older than the retention period.
@@ -49,7 +49,7 @@ pub(crate) enum Reason {
 }
 
 impl Reason {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Reason::Ahead => "ahead",
             Reason::Expired => "expired",
@@ -67,9 +67,10 @@ impl Reason {
         }
     }
 
-    /// Reasons counted in `walpost_retention_partitions_skipped_total`: the partition
+    /// Reasons counted in the skipped series (`walpost_retention_partitions_skipped_total`,
+    /// `walpost_inbox_retention_partitions_skipped_total`): the partition
     /// was due for an action and left as it was.
-    pub(crate) const SKIPPED: &'static [Reason] = &[
+    pub const SKIPPED: &'static [Reason] = &[
         Reason::SlotBehind,
         Reason::SlotMissing,
         Reason::SlotInvalidated,
@@ -88,7 +89,7 @@ impl Reason {
 
 /// A range partition's bounds in microseconds since the Unix epoch (UTC); None = MINVALUE/MAXVALUE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Range {
+pub struct Range {
     pub lo: Option<i64>,
     pub hi: Option<i64>,
 }
@@ -102,7 +103,7 @@ impl fmt::Display for Range {
 
 /// One line of a pass report: one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Line {
+pub struct Line {
     /// `schema.name`.
     pub partition: String,
     /// `[2026-11-29, 2026-11-30)`.
@@ -115,7 +116,7 @@ pub(crate) struct Line {
 }
 
 impl Line {
-    pub(crate) fn action_word(&self) -> &'static str {
+    pub fn action_word(&self) -> &'static str {
         match (self.action, self.done) {
             (Action::Create, true) => "created",
             (Action::Create, false) => "would-create",
@@ -129,16 +130,20 @@ impl Line {
 
     /// The reason counted as a skip, if this line is one: a partition left in place
     /// although it was due (kept, or sealed and kept).
-    pub(crate) fn skipped(&self) -> Option<Reason> {
+    pub fn skipped(&self) -> Option<Reason> {
         matches!(self.action, Action::Keep | Action::Seal).then_some(self.reason).filter(|r| r.is_skip())
     }
 
     /// Counts what this line did (actions taken) and what it skipped.
-    pub(crate) fn count(&self, m: &RetentionMetrics) {
+    pub fn count(&self, m: &RetentionMetrics) {
         if self.done {
             match self.action {
                 Action::Create => m.created.inc(),
-                Action::Seal => m.sealed.inc(),
+                Action::Seal => {
+                    if let Some(sealed) = &m.sealed {
+                        sealed.inc()
+                    }
+                }
                 Action::Drop => m.dropped.inc(),
                 Action::Keep => {}
             }
@@ -161,7 +166,7 @@ impl fmt::Display for Line {
 
 /// How a pass ended.
 #[derive(Debug)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// The table is not partitioned (apply migrations/0002): nothing to do.
     NotPartitioned,
     /// Another session holds the retention lock for this table.
@@ -170,20 +175,59 @@ pub(crate) enum Outcome {
     Done(Vec<Line>),
 }
 
+/// Logs a pass's line: at DEBUG what needs nobody, at INFO what was done or waits for
+/// something that comes by itself, at WARN what an operator should look at.
+pub fn log_line(l: &Line) {
+    let (p, r, d) = (&l.partition, &l.range, &l.detail);
+    match (l.action, l.reason) {
+        (Action::Keep, Reason::NotOldEnough | Reason::DefaultEmpty) => {
+            tracing::debug!(partition = %p, range = %r, "retention: kept, {}", l.reason.as_str())
+        }
+        (Action::Keep, Reason::LockTimeout | Reason::SlotBehind)
+        | (Action::Seal, _)
+        | (Action::Create, _)
+        | (Action::Drop, _) => {
+            tracing::info!(partition = %p, range = %r, reason = l.reason.as_str(), detail = %d, "retention: {}", l.action_word())
+        }
+        (Action::Keep, _) => {
+            tracing::warn!(partition = %p, range = %r, reason = l.reason.as_str(), detail = %d, "retention: kept, {}", l.reason.as_str())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use service::telemetry::{Exposition, Health};
+
     use super::*;
-    use crate::telemetry::{Health, Metrics};
+    use crate::metrics::RetentionNames;
 
     /// Regression: skips were never counted (only lines of actions taken were, and a
     /// skip is never an action taken); the old test passed on an impossible line.
     #[test]
     fn regression_skipped_partitions_are_counted_by_reason() {
-        let metrics = Metrics::new(Arc::new(Health::new(Duration::from_secs(1), Duration::from_secs(1)))).unwrap();
-        let m = &metrics.retention;
+        const TABLE: service::telemetry::MetricTable = &[
+            ("walpost_retention_partitions_created_total", "counter", "A count."),
+            ("walpost_retention_partitions_sealed_total", "counter", "A count."),
+            ("walpost_retention_partitions_dropped_total", "counter", "A count."),
+            ("walpost_retention_partitions_skipped_total", "counter", "A count."),
+            ("walpost_retention_passes_total", "counter", "A count."),
+            ("walpost_retention_last_success_timestamp_seconds", "gauge", "A time."),
+        ];
+        let names = RetentionNames {
+            created: TABLE[0].0,
+            sealed: Some(TABLE[1].0),
+            dropped: TABLE[2].0,
+            skipped: TABLE[3].0,
+            passes: TABLE[4].0,
+            last_success: TABLE[5].0,
+        };
+        let metrics =
+            Exposition::new(Arc::new(Health::new(Duration::from_secs(1), Duration::from_secs(1))), TABLE).unwrap();
+        let m = &RetentionMetrics::register(&metrics, &names).unwrap();
         let line = |action, done, reason| Line {
             partition: "events.outbox_p20261129".into(),
             range: String::new(),

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::ingest::{Batch, Partition};
-use super::store::{Store, Written};
-use super::{reconnect, MAX_BACKOFF, MIN_BACKOFF};
-use crate::error::{ErrorKind, PipelineError};
-use crate::settings::inbox::InboxSettings;
-use crate::telemetry::metrics::InboxMetrics;
+use crate::ingest::{Batch, Partition};
+use crate::store::{Store, Written};
+use crate::{reconnect, retry_backoff};
+use service::error::{ErrorKind, PipelineError};
+use crate::settings::InboxSettings;
+use crate::metrics::InboxMetrics;
 
 /// A job for the writer.
 #[derive(Debug)]
@@ -78,7 +78,7 @@ impl Writer {
     /// Writes `batch`, retrying transient failures with the same batch until it commits.
     async fn write(&mut self, batch: &mut Batch) -> Result<Written, PipelineError> {
         let copy = batch.rows.finish();
-        let mut backoff = MIN_BACKOFF;
+        let mut backoff = retry_backoff();
         loop {
             let started = Instant::now();
             match self.store.write(batch, &copy).await {
@@ -89,18 +89,18 @@ impl Writer {
                 }
                 Err(e) if e.is_transient() => {
                     self.metrics.write_errors.inc();
+                    let delay = backoff.next_delay();
                     tracing::warn!(
-                        retry_in_ms = backoff.as_millis() as u64,
+                        retry_in_ms = delay.as_millis() as u64,
                         "cannot write a batch to the inbox (retrying the same batch): {e}"
                     );
-                    if self.sleep_or_stop(backoff).await {
+                    if self.sleep_or_stop(delay).await {
                         // Never committed: its records are read again at the next start.
                         return Err(PipelineError::transient(
                             ErrorKind::Postgres,
                             "stopped while PostgreSQL was unreachable; the unwritten batch is read again at the next start",
                         ));
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     if let Ok(Some(store)) = reconnect(&self.settings).await {
                         self.store = store;
                     }
@@ -111,16 +111,15 @@ impl Writer {
     }
 
     async fn stored_offsets(&mut self, partitions: &[Partition]) -> Result<HashMap<Partition, i64>, PipelineError> {
-        let mut backoff = MIN_BACKOFF;
+        let mut backoff = retry_backoff();
         loop {
             match self.store.stored_offsets(partitions).await {
                 Ok(o) => return Ok(o),
                 Err(e) if e.is_transient() => {
                     tracing::warn!("cannot read the stored offsets (retrying): {e}");
-                    if self.sleep_or_stop(backoff).await {
+                    if self.sleep_or_stop(backoff.next_delay()).await {
                         return Err(e);
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     if let Ok(Some(store)) = reconnect(&self.settings).await {
                         self.store = store;
                     }
@@ -132,12 +131,6 @@ impl Writer {
 
     /// Sleeps `d`; true when a stop was asked for meanwhile (or before).
     async fn sleep_or_stop(&mut self, d: Duration) -> bool {
-        if *self.shutdown.borrow() {
-            return true;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(d) => *self.shutdown.borrow(),
-            _ = self.shutdown.changed() => true,
-        }
+        backoff::sleep_or_shutdown(d, &mut self.shutdown).await
     }
 }

@@ -1,5 +1,11 @@
 //! `walpost inbox`: Kafka records into a consuming service's PostgreSQL inbox, exactly
 //! once, next to the SQL API its handlers call (migrations/0004_inbox.sql, docs/inbox.md).
+//! The walpost binary wires it ([`run`], [`check::check`] for `walpost check inbox`); it
+//! knows nothing of the relay (`walpost run`), and the relay nothing of it.
+//!
+//! Also here: its settings ([`settings`], resolved from the command line and the file by
+//! the binary), its metrics ([`metrics`], on a registry of its own), its operator texts
+//! ([`messages`]) and its retention of day partitions ([`retention`], on `daypart`).
 //!
 //! Wiring: the consumer thread ([`consumer`]) reads records and serves rebalances; the
 //! ingest ([`ingest`], pure) decides what a batch takes and where each partition stands;
@@ -18,11 +24,15 @@
 //!   at it: never skipped, and no offset passes it.
 
 mod budget;
+pub mod check;
 pub(crate) mod consumer;
 pub(crate) mod copy;
 pub(crate) mod ingest;
+pub mod messages;
+pub mod metrics;
 pub(crate) mod record;
 pub(crate) mod retention;
+pub mod settings;
 pub(crate) mod store;
 mod writer;
 
@@ -34,28 +44,45 @@ use consumer::{Event, Start};
 use ingest::{Ingest, Offer};
 use store::Store;
 
-use crate::error::{ErrorKind, PipelineError};
-use crate::postgres::messages::{inbox_consumer_ended, inbox_record_refused};
-use crate::settings::inbox::{InboxSettings, StartFrom};
-use crate::telemetry::metrics::{now_ms, HandlerStats, InboxMetrics};
-use crate::telemetry::Metrics;
+use backoff::Backoff;
+use service::error::{ErrorKind, PipelineError};
+use service::telemetry::now_ms;
+
+use crate::messages::{inbox_consumer_ended, inbox_record_refused};
+use crate::metrics::{HandlerStats, InboxMetrics};
+use crate::settings::{InboxSettings, StartFrom};
 
 /// Records in flight between the consumer thread and the ingest (at most; their bytes are
 /// bounded too: by `batch_max_bytes`, see `budget`).
 const CHANNEL_RECORDS: usize = 2048;
 /// How long the loop sleeps with nothing to write.
 const IDLE: Duration = Duration::from_millis(500);
-/// Reconnect backoff bounds for PostgreSQL.
-pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(100);
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// How the retries on PostgreSQL wait: from 100 ms, doubling, up to 10 s.
+pub(crate) fn retry_backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(10))
+}
+
+/// A crash seam for tests: with the `failpoints` feature and
+/// `FAILPOINTS=<name>=return`, the process aborts there (as a `kill -9` would stop it).
+/// Without the feature it compiles to nothing.
+macro_rules! crash_seam {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!($name, |_| {
+            eprintln!("walpost: failpoint {} reached, aborting", $name);
+            std::process::abort()
+        });
+    };
+}
+pub(crate) use crash_seam;
 
 /// Runs until `shutdown` flips (Ok) or an error an operator must fix (Err).
-pub(crate) async fn run(
+pub async fn run(
     s: &InboxSettings,
-    metrics: &Metrics,
+    metrics: &InboxMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
-    let Some(store) = connect(s, &mut shutdown, &metrics.inbox).await? else { return Ok(()) };
+    let Some(store) = connect(s, &mut shutdown, metrics).await? else { return Ok(()) };
     if let Some(cfg) = s.retention {
         // Before consuming: today's partitions exist when the first batch is written.
         retention::pass_and_report(s, &cfg, &metrics.retention).await;
@@ -63,11 +90,11 @@ pub(crate) async fn run(
     }
     let (tx, mut rx) = mpsc::channel(CHANNEL_RECORDS);
     let budget = budget::ByteBudget::new(s.batch.max_bytes);
-    let consumer = consumer::start(s, tx, budget, metrics.inbox.clone())
+    let consumer = consumer::start(s, tx, budget, metrics.clone())
         .map_err(|e| PipelineError::definite(ErrorKind::Kafka, e))?;
-    tokio::spawn(handler_stats(s.clone(), metrics.inbox.clone(), shutdown.clone()));
-    let (jobs, done) = writer::start(store, s.clone(), metrics.inbox.clone(), shutdown.clone());
-    let mut p = Pipeline { jobs, done, in_flight: 0, metrics: &metrics.inbox, consumer: &consumer };
+    tokio::spawn(handler_stats(s.clone(), metrics.clone(), shutdown.clone()));
+    let (jobs, done) = writer::start(store, s.clone(), metrics.clone(), shutdown.clone());
+    let mut p = Pipeline { jobs, done, in_flight: 0, metrics, consumer: &consumer };
     metrics.health().set_streaming(true);
     tracing::info!(group = %s.group, schema = %s.schema, "walpost inbox consuming");
     let mut ingest = Ingest::new(s.batch, s.headers.clone(), s.max_record_bytes, s.on_invalid);
@@ -295,21 +322,20 @@ async fn connect(
     shutdown: &mut watch::Receiver<bool>,
     metrics: &InboxMetrics,
 ) -> Result<Option<Store>, PipelineError> {
-    let mut backoff = MIN_BACKOFF;
+    let mut backoff = retry_backoff();
     loop {
         match Store::connect(s).await {
             Ok(store) => return Ok(Some(store)),
             Err(e) if e.is_transient() => {
                 metrics.write_errors.inc();
+                let delay = backoff.next_delay();
                 tracing::warn!(
-                    retry_in_ms = backoff.as_millis() as u64,
+                    retry_in_ms = delay.as_millis() as u64,
                     "cannot connect to the inbox database (retrying): {e}"
                 );
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.changed() => return Ok(None),
+                if backoff::sleep_or_shutdown(delay, shutdown).await {
+                    return Ok(None);
                 }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             Err(e) => return Err(e),
         }
@@ -356,9 +382,8 @@ async fn handler_stats(s: InboxSettings, metrics: InboxMetrics, mut shutdown: wa
                 sql = None;
             }
         }
-        tokio::select! {
-            () = tokio::time::sleep(s.stats_interval) => {}
-            _ = shutdown.changed() => return,
+        if backoff::sleep_or_shutdown(s.stats_interval, &mut shutdown).await {
+            return;
         }
     }
 }
@@ -377,7 +402,7 @@ async fn read_handler_stats(
         Some(client) => client,
         None => sql.insert(replication::ReplicationClient::connect_sql(&s.postgres).await.map_err(|e| e.to_string())?),
     };
-    let schema = crate::postgres::sql::ident(&s.schema);
+    let schema = service::sql::ident(&s.schema);
     let text = format!(
         "SELECT s.handler, s.backlog, s.oldest_pending_seconds, s.open_attempts, s.review_required, \
          pg_catalog.to_jsonb(h) OPERATOR(pg_catalog.->>) 'leases_lost' AS leases_lost \
@@ -398,7 +423,7 @@ async fn read_handler_stats(
         .collect();
     let offsets = format!(
         "SELECT pg_catalog.count(*) AS n FROM {schema}.offsets WHERE group_id = {}",
-        crate::postgres::sql::literal(&s.group)
+        service::sql::literal(&s.group)
     );
     let r = client.simple_query(&offsets).await.map_err(|e| e.to_string())?;
     let group_partitions = r.first("n").and_then(|n| n.parse().ok()).unwrap_or(0);

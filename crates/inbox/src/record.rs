@@ -10,7 +10,7 @@ use std::fmt;
 
 use bytes::Bytes;
 
-use crate::settings::inbox::HeaderNames;
+use crate::settings::HeaderNames;
 
 /// The longest event id stored (a btree key must stay well under a page).
 pub(crate) const MAX_EVENT_ID_BYTES: usize = 1024;

@@ -4,11 +4,11 @@
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
-pub(crate) const SECOND_MICROS: i64 = 1_000_000;
-pub(crate) const DAY_MICROS: i64 = 86_400 * SECOND_MICROS;
+pub const SECOND_MICROS: i64 = 1_000_000;
+pub const DAY_MICROS: i64 = 86_400 * SECOND_MICROS;
 
 /// The start of `t`'s UTC day.
-pub(crate) fn day_floor(t: i64) -> i64 {
+pub fn day_floor(t: i64) -> i64 {
     t.div_euclid(DAY_MICROS) * DAY_MICROS
 }
 
@@ -21,7 +21,7 @@ fn civil(t: i64) -> jiff::civil::DateTime {
 
 /// `<table>_pYYYYMMDD`, plus `_HHMMSS` when the range does not start at midnight;
 /// at most 63 bytes (PostgreSQL's limit), keeping the date part.
-pub(crate) fn partition_name(table: &str, lo: i64) -> String {
+pub fn partition_name(table: &str, lo: i64) -> String {
     let c = civil(lo);
     let suffix = if lo == day_floor(lo) {
         c.strftime("_p%Y%m%d").to_string()
@@ -36,7 +36,7 @@ pub(crate) fn partition_name(table: &str, lo: i64) -> String {
 }
 
 /// A timestamptz literal in UTC: `2026-11-29 00:00:00+00` (microseconds when present).
-pub(crate) fn literal_ts(t: i64) -> String {
+pub fn literal_ts(t: i64) -> String {
     let c = civil(t);
     let micros = t.rem_euclid(SECOND_MICROS);
     let frac = if micros == 0 { String::new() } else { format!(".{micros:06}") };
@@ -44,7 +44,7 @@ pub(crate) fn literal_ts(t: i64) -> String {
 }
 
 /// `2026-11-29` at midnight, the full UTC time otherwise.
-pub(crate) fn display_ts(t: i64) -> String {
+pub fn display_ts(t: i64) -> String {
     if t == day_floor(t) {
         civil(t).strftime("%Y-%m-%d").to_string()
     } else {

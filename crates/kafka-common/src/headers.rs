@@ -17,10 +17,10 @@ use rdkafka::bindings as rd;
 use rdkafka::message::BorrowedMessage;
 
 /// One header: its name's bytes and its value (`None`: a null value).
-pub(crate) type RawHeader<'a> = (&'a [u8], Option<&'a [u8]>);
+pub type RawHeader<'a> = (&'a [u8], Option<&'a [u8]>);
 
 /// The headers of `m`, in order (none: empty).
-pub(crate) fn raw<'a>(m: &'a BorrowedMessage<'_>) -> Vec<RawHeader<'a>> {
+pub fn raw<'a>(m: &'a BorrowedMessage<'_>) -> Vec<RawHeader<'a>> {
     let mut headers: *mut rd::rd_kafka_headers_t = ptr::null_mut();
     // SAFETY: `m.ptr()` is the message, alive for 'a; librdkafka parses its headers into
     // a list the message owns (and frees with it).

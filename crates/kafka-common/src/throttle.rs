@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Lines of one kind are logged at most once per this long.
-pub(crate) const WINDOW: Duration = Duration::from_secs(30);
+pub const WINDOW: Duration = Duration::from_secs(30);
 
 /// Kinds remembered at most: past that, kinds seen longer than [`WINDOW`] ago are
 /// forgotten (or all, if none is).
@@ -20,7 +20,7 @@ const MAX_KINDS: usize = 256;
 
 /// See the module docs.
 #[derive(Debug, Default)]
-pub(crate) struct LogThrottle {
+pub struct LogThrottle {
     seen: Mutex<HashMap<String, Seen>>,
 }
 
@@ -33,7 +33,7 @@ struct Seen {
 impl LogThrottle {
     /// Whether `line` (of `facility`) is logged now: `Some(n)` with the lines of its kind
     /// left out since it was last logged, `None` to leave it out.
-    pub(crate) fn admit(&self, facility: &str, line: &str, now: Instant) -> Option<u64> {
+    pub fn admit(&self, facility: &str, line: &str, now: Instant) -> Option<u64> {
         let kind = kind(facility, line);
         let Ok(mut seen) = self.seen.lock() else { return Some(0) };
         if let Some(s) = seen.get_mut(&kind) {
@@ -57,7 +57,7 @@ impl LogThrottle {
 }
 
 /// What a line logged after `left_out` lines of its kind were left out ends with.
-pub(crate) fn left_out_note(left_out: u64) -> String {
+pub fn left_out_note(left_out: u64) -> String {
     if left_out == 0 {
         String::new()
     } else {

@@ -33,17 +33,17 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::metrics::Metrics;
+use super::exposition::Exporter;
 
 /// Connections open at once; a new one beyond this closes the oldest.
-pub(crate) const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS: usize = 256;
 /// Time a client has to send its request headers.
-pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
 /// Time a connection may take in all (a large /metrics to a slow reader).
-pub(crate) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `POST` here asks a halted walpost to hand its port over (see the module docs).
-pub(crate) const RELEASE_PATH: &str = "/halted/release";
+pub const RELEASE_PATH: &str = "/halted/release";
 /// How long a new walpost waits for a released port to become free.
 const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
 /// Time the release request may take (connect, answer).
@@ -51,14 +51,14 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The metrics server of this process.
 #[derive(Debug)]
-pub(crate) struct Server {
+pub struct Server {
     released: watch::Receiver<bool>,
 }
 
 impl Server {
     /// Resolves once a new walpost took the port over from this (halted) one; never
     /// otherwise.
-    pub(crate) async fn released(&mut self) {
+    pub async fn released(&mut self) {
         if self.released.wait_for(|r| *r).await.is_err() {
             std::future::pending::<()>().await;
         }
@@ -68,7 +68,7 @@ impl Server {
 /// Binds `addr` (so a port in use is an error at start-up, unless a halted walpost
 /// holds it and hands it over) and serves on a new thread until the process exits or
 /// the port is handed over.
-pub(crate) fn serve(addr: SocketAddr, metrics: Metrics) -> std::io::Result<Server> {
+pub fn serve<E: Exporter>(addr: SocketAddr, metrics: E) -> std::io::Result<Server> {
     let listener = bind(addr)?;
     listener.set_nonblocking(true)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -138,7 +138,7 @@ fn ask_release(addr: SocketAddr) -> bool {
     answer.starts_with(b"HTTP/1.1 200")
 }
 
-async fn accept_loop(listener: TcpListener, metrics: Arc<Metrics>, release: watch::Sender<bool>) {
+async fn accept_loop<E: Exporter>(listener: TcpListener, metrics: Arc<E>, release: watch::Sender<bool>) {
     // Oldest first: the connections a new one may close.
     let mut open: VecDeque<tokio::task::AbortHandle> = VecDeque::new();
     let mut backoff = Duration::from_millis(10);
@@ -182,7 +182,7 @@ async fn accept_loop(listener: TcpListener, metrics: Arc<Metrics>, release: watc
             let service = service_fn(move |req| {
                 let metrics = metrics.clone();
                 let agreed = agreed.clone();
-                async move { Ok::<_, std::convert::Infallible>(respond(&req, &metrics, same_host, &agreed)) }
+                async move { Ok::<_, std::convert::Infallible>(respond(&req, metrics.as_ref(), same_host, &agreed)) }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -199,9 +199,9 @@ async fn accept_loop(listener: TcpListener, metrics: Arc<Metrics>, release: watc
     }
 }
 
-fn respond(
+fn respond<E: Exporter>(
     req: &Request<hyper::body::Incoming>,
-    metrics: &Metrics,
+    metrics: &E,
     same_host: bool,
     agreed: &AtomicBool,
 ) -> Response<Full<Bytes>> {
@@ -248,10 +248,16 @@ mod tests {
     use std::io::{Read, Write};
 
     use super::*;
-    use crate::telemetry::Health;
+    use crate::telemetry::{Exposition, Health};
+
+    type Metrics = Exposition;
+
+    fn new_metrics() -> Metrics {
+        Exposition::new(Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60))), &[]).unwrap()
+    }
 
     fn start() -> (SocketAddr, Metrics) {
-        let metrics = Metrics::new(Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60)))).unwrap();
+        let metrics = new_metrics();
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = probe.local_addr().unwrap();
         drop(probe);
@@ -298,7 +304,7 @@ mod tests {
     #[test]
     fn regression_a_new_server_takes_the_port_over_from_a_halted_one_only() {
         let (addr, running) = start();
-        let metrics = Metrics::new(Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60)))).unwrap();
+        let metrics = new_metrics();
         let refused = serve(addr, metrics.clone()).unwrap_err();
         assert_eq!(refused.kind(), std::io::ErrorKind::AddrInUse);
         assert!(refused.to_string().contains("not a halted walpost"), "{refused}");
@@ -318,7 +324,7 @@ mod tests {
     /// The halted one learns that it was released (and exits then).
     #[test]
     fn a_released_server_says_so() {
-        let metrics = Metrics::new(Arc::new(Health::new(Duration::from_secs(30), Duration::from_secs(60)))).unwrap();
+        let metrics = new_metrics();
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = probe.local_addr().unwrap();
         drop(probe);
@@ -341,7 +347,7 @@ mod tests {
         drop(idle);
     }
 
-    /// Regression (issue 27, M2): 40 idle half-sent requests made 4 of 8 health probes
+    /// Regression: 40 idle half-sent requests made 4 of 8 health probes
     /// time out (3 s), 300 made all of them fail (32 slots, a 5 s header timeout). With
     /// 300 of them open (and kept open), every probe answers within 1 s.
     #[test]

@@ -21,9 +21,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::copy::CopyRows;
-use super::record::{fields, Invalid, Record};
-use crate::settings::inbox::{BatchLimits, HeaderNames, OnInvalid};
+use crate::copy::CopyRows;
+use crate::record::{fields, Invalid, Record};
+use crate::settings::{BatchLimits, HeaderNames, OnInvalid};
 
 /// A topic partition.
 pub(crate) type Partition = (Arc<str>, i32);

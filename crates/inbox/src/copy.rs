@@ -8,7 +8,7 @@
 
 use bytes::{BufMut, BytesMut};
 
-use super::record::{text, Fields, Record};
+use crate::record::{text, Fields, Record};
 
 /// The columns of `messages` the COPY writes, with their types, in COPY order.
 pub(crate) const COLUMNS: &[(&str, &str)] = &[
@@ -221,7 +221,7 @@ mod tests {
     use super::super::record::fields;
     use super::super::record::tests::record;
     use super::*;
-    use crate::settings::inbox::HeaderNames;
+    use crate::settings::HeaderNames;
 
     #[test]
     fn a_tuple_has_every_column_and_the_stream_its_frame() {
