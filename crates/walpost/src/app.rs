@@ -115,14 +115,14 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
             )?;
             ops::replay::command(&settings, &spec).await.map(|()| 0)
         }
-        Command::Inbox(args) => inbox(InboxSettings::resolve(&args.overrides(), file)?).await.map(|()| 0),
+        Command::Inbox(args) => run_inbox(crate::settings::inbox::resolve(&args.overrides(), file)?).await.map(|()| 0),
     }
 }
 
 /// `walpost inbox`: the ingest and its metrics server, until a signal or a definite error.
-async fn inbox(settings: InboxSettings) -> Result<(), PipelineError> {
+async fn run_inbox(settings: InboxSettings) -> Result<(), PipelineError> {
     let health = Arc::new(Health::new(Duration::from_secs(30), LIVENESS_TIMEOUT));
-    let metrics = Metrics::new(health.clone()).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
+    let metrics = InboxMetrics::new(health.clone()).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
     serve_metrics(settings.metrics_addr, &metrics)?;
     tracing::info!(
         version = crate::VERSION,
