@@ -99,4 +99,3 @@ pub async fn create_partition(
         .await
         .map(|_| ())
 }
-

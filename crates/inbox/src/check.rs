@@ -163,12 +163,11 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
 
 async fn kafka_checks(s: &InboxSettings) -> Vec<Check> {
     let brokers = s.brokers.clone();
-    let consumer: BaseConsumer = match client_config(s).and_then(|mut c| {
-        reach::for_a_check(&mut c).create().map_err(|e| e.to_string())
-    }) {
-        Ok(c) => c,
-        Err(e) => return vec![Check::Fail(format!("Kafka consumer for {brokers}: {e}"))],
-    };
+    let consumer: BaseConsumer =
+        match client_config(s).and_then(|mut c| reach::for_a_check(&mut c).create().map_err(|e| e.to_string())) {
+            Ok(c) => c,
+            Err(e) => return vec![Check::Fail(format!("Kafka consumer for {brokers}: {e}"))],
+        };
     let group = s.group.clone();
     let groups = move |consumer: &BaseConsumer| {
         let groups = consumer.fetch_group_list(Some(&group), reach::METADATA_TIMEOUT);
@@ -238,7 +237,11 @@ mod tests {
         let names = ["orders.created", "orders.paid", "payments"];
         assert_eq!(matching("^orders\\..*", &names).unwrap(), 2);
         assert_eq!(matching("^pay", &names).unwrap(), 1);
-        assert_eq!(matching("^(orders\\.paid|payments)$", &names).unwrap(), 2, "alternatives, which the prefix reading could not count");
+        assert_eq!(
+            matching("^(orders\\.paid|payments)$", &names).unwrap(),
+            2,
+            "alternatives, which the prefix reading could not count"
+        );
         assert_eq!(matching("created", &names).unwrap(), 1, "unanchored: anywhere in the name");
         assert!(matching("^orders(", &names).is_err());
     }

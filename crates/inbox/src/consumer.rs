@@ -31,11 +31,11 @@ use tokio::sync::mpsc;
 
 use crate::budget::{ByteBudget, Held};
 use crate::ingest::Partition;
+use crate::metrics::InboxMetrics;
 use crate::record::Record;
+use crate::settings::{InboxSettings, Subscription};
 use kafka_common::throttle::{left_out_note, LogThrottle};
 use kafka_common::Role;
-use crate::settings::{InboxSettings, Subscription};
-use crate::metrics::InboxMetrics;
 
 /// How long one poll waits, and so how soon a stop is seen.
 const POLL: Duration = Duration::from_millis(100);
@@ -130,8 +130,7 @@ impl ConsumerThread {
 
 /// The librdkafka configuration of the consumer, or the property refused.
 pub(crate) fn client_config(s: &InboxSettings) -> Result<ClientConfig, String> {
-    let mut cfg =
-        kafka_common::client_config(Role::Consumer, &s.brokers, &s.properties).map_err(|e| e.to_string())?;
+    let mut cfg = kafka_common::client_config(Role::Consumer, &s.brokers, &s.properties).map_err(|e| e.to_string())?;
     for (k, v) in DEFAULTS.iter().filter(|(k, _)| !s.properties.contains_key(*k)) {
         cfg.set(*k, *v);
     }

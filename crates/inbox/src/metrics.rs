@@ -442,7 +442,10 @@ mod tests {
         assert!(text.contains("walpost_inbox_consumer_lag_records{partition=\"0\",topic=\"orders\"} 4"), "{text}");
         assert!(text.contains("walpost_inbox_handler_backlog{handler=\"billing\"} 2"));
         assert!(text.contains("walpost_inbox_leases_lost_total{handler=\"billing\"} 3"), "{text}");
-        assert!(text.contains("walpost_inbox_retention_partitions_skipped_total{reason=\"open_deliveries\"} 1"), "{text}");
+        assert!(
+            text.contains("walpost_inbox_retention_partitions_skipped_total{reason=\"open_deliveries\"} 1"),
+            "{text}"
+        );
         m.set_handler_stats(&[]);
         assert!(!m.encode().contains("handler=\"billing\""), "an unregistered handler's series go");
     }

@@ -33,15 +33,15 @@
 use replication::ReplicationClient;
 use tokio::sync::watch;
 
-use service::error::{ErrorKind, PipelineError};
-use service::sql::{ident, literal};
+use crate::metrics::InboxRetentionMetrics;
+use crate::settings::{InboxRetention, InboxSettings};
 use daypart::catalog::{self, Partition};
 use daypart::ddl::{create_partition, in_transaction, keep_after};
 use daypart::plan::{gaps, split_days};
-use daypart::{Action, Line, Range, Reason};
 use daypart::time::{day_floor, partition_name, DAY_MICROS};
-use crate::settings::{InboxRetention, InboxSettings};
-use crate::metrics::InboxRetentionMetrics;
+use daypart::{Action, Line, Range, Reason};
+use service::error::{ErrorKind, PipelineError};
+use service::sql::{ident, literal};
 
 /// The partitioned tables.
 pub(crate) const TABLES: [&str; 3] = ["messages", "deliveries", "receipts"];

@@ -129,4 +129,3 @@ impl Default for BatchLimits {
         BatchLimits { max_records: 2_000, max_bytes: 4 << 20, max_wait: Duration::from_millis(20) }
     }
 }
-

@@ -32,20 +32,18 @@ use replication::{sqlstate, ReplicationClient};
 use crate::copy::{Encoded, COLUMNS};
 use crate::ingest::Refused;
 use crate::ingest::{Batch, Partition};
-use crate::record::Invalid;
-use service::error::{ErrorKind, PipelineError};
 use crate::messages::{
     inbox_migration_failed, inbox_partition_missing, inbox_schema_incomplete, inbox_write_lock_waited,
 };
-use service::sql::{ident, literal, query};
+use crate::record::Invalid;
 use crate::settings::{Dedup, InboxSettings, OnInvalid};
+use service::error::{ErrorKind, PipelineError};
+use service::sql::{ident, literal, query};
 
 /// The inbox migrations, applied in order by `--create-schema` (schema `inbox` renamed to
 /// the configured one).
-pub(crate) const MIGRATIONS: &[&str] = &[
-    include_str!("../../../migrations/0004_inbox.sql"),
-    include_str!("../../../migrations/0005_inbox_hardening.sql"),
-];
+pub(crate) const MIGRATIONS: &[&str] =
+    &[include_str!("../../../migrations/0004_inbox.sql"), include_str!("../../../migrations/0005_inbox_hardening.sql")];
 
 /// How long a batch waits for the inbox's write lock before it says so and tries again.
 const WRITE_LOCK_TIMEOUT_MS: u64 = 10_000;
@@ -433,6 +431,20 @@ impl Store {
 /// of range, text the encoding cannot hold; 54xxx: an index row too long), not the batch.
 fn refuses_one_record(code: &str) -> bool {
     code.starts_with("22") || code.starts_with("54")
+}
+
+/// How the retries on PostgreSQL wait: from 100 ms, doubling, up to 10 s.
+pub(crate) fn retry_backoff() -> backoff::Backoff {
+    backoff::Backoff::new(std::time::Duration::from_millis(100), std::time::Duration::from_secs(10))
+}
+
+/// A new connection after a transient failure: `None` when it failed transiently again.
+pub(crate) async fn reconnect(s: &InboxSettings) -> Result<Option<Store>, PipelineError> {
+    match Store::connect(s).await {
+        Ok(store) => Ok(Some(store)),
+        Err(e) if e.is_transient() => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Takes the inbox's write lock until the end of the transaction: the `offsets` table of

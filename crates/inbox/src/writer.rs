@@ -14,11 +14,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::ingest::{Batch, Partition};
-use crate::store::{Store, Written};
-use crate::{reconnect, retry_backoff};
-use service::error::{ErrorKind, PipelineError};
-use crate::settings::InboxSettings;
 use crate::metrics::InboxMetrics;
+use crate::settings::InboxSettings;
+use crate::store::{reconnect, retry_backoff, Store, Written};
+use service::error::{ErrorKind, PipelineError};
 
 /// A job for the writer.
 #[derive(Debug)]

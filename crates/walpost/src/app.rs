@@ -115,6 +115,17 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
             )?;
             ops::replay::command(&settings, &spec).await.map(|()| 0)
         }
+        Command::Migrate(args) => {
+            let (target, status) = match args.action {
+                Some(crate::cli::MigrateAction::Status(target)) => (target, true),
+                None => (args.target, false),
+            };
+            let target = migrate_target(target, file)?;
+            match status {
+                true => ops::migrate::status(&target).await.map(|()| 0),
+                false => ops::migrate::command(&target, args.dry_run).await.map(|()| 0),
+            }
+        }
         Command::Inbox(args) => run_inbox(crate::settings::inbox::resolve(&args.overrides(), file)?).await.map(|()| 0),
     }
 }
@@ -313,4 +324,33 @@ fn shutdown_signal() -> Result<watch::Receiver<bool>, PipelineError> {
         let _ = tx.send(true);
     });
     Ok(rx)
+}
+
+/// `walpost migrate`'s database (the flag, else the file's `postgres`), set and schema.
+fn migrate_target(t: crate::cli::MigrateTarget, file: FileConfig) -> Result<ops::migrate::Target, PipelineError> {
+    let url = t.postgres.or(file.postgres).ok_or_else(|| {
+        PipelineError::definite(ErrorKind::Config, "walpost migrate needs --postgres (or WALPOST_POSTGRES)")
+    })?;
+    let config = |e: &dyn std::fmt::Display| PipelineError::definite(ErrorKind::Config, format!("--postgres: {e}"));
+    let mut postgres = match t.postgres_password_file.or(file.postgres_password_file) {
+        None => replication::Config::from_url(&url).map_err(|e| config(&e))?,
+        Some(path) => {
+            // The file wins over PGPASSWORD, not over a password in the URL.
+            let mut c = replication::Config::parse_with_env(&url, &|k| {
+                (k != "PGPASSWORD").then(|| std::env::var(k).ok()).flatten()
+            })
+            .map_err(|e| config(&e))?;
+            c.set_password_if_missing(
+                crate::settings::secrets::read_secret_file(&path, "the PostgreSQL password").map_err(|e| config(&e))?,
+            );
+            c
+        }
+    };
+    // Migrations write: on a multi-host URL, the primary.
+    if postgres.target_session_attrs == replication::TargetSessionAttrs::Any {
+        postgres.target_session_attrs = replication::TargetSessionAttrs::Primary;
+    }
+    let set = if t.inbox { migrate::Set::Inbox } else { migrate::Set::Outbox };
+    let schema = t.schema.unwrap_or_else(|| set.default_schema().to_owned());
+    Ok(ops::migrate::Target { postgres, set, schema })
 }

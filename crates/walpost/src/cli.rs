@@ -133,6 +133,16 @@ pub enum Command {
     /// with the SQL functions of migrations/0004_inbox.sql.
     Inbox(InboxArgs),
 
+    /// Apply the pending versioned migrations (migrations/outbox/, or migrations/inbox/
+    /// with --inbox) and record each in <schema>.walpost_migrations; `migrate status`
+    /// lists the applied and pending ones.
+    ///
+    /// Each migration runs in its own transaction, one walpost migrate per schema at a
+    /// time (a second waits, then applies nothing). An applied migration whose file has
+    /// changed stops it, naming the file (exit 1). A database migrated by hand before is
+    /// recognised by its objects and recorded without running anything.
+    Migrate(MigrateArgs),
+
     /// Local schemas against a schema registry, for a producing service's CI: `check`
     /// asks whether each may follow its subject's latest version (exit 1 naming the
     /// incompatible ones); `push` registers them (walpost never registers implicitly).
@@ -143,6 +153,48 @@ pub enum Command {
         #[command(subcommand)]
         action: ContractsAction,
     },
+}
+
+/// `walpost migrate`: apply, or `walpost migrate status`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MigrateArgs {
+    #[command(subcommand)]
+    pub action: Option<MigrateAction>,
+    #[command(flatten)]
+    pub target: MigrateTarget,
+    /// Print what would be applied and recorded; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MigrateAction {
+    /// List the applied and pending migrations; exit 1 if an applied one's file changed.
+    Status(MigrateTarget),
+}
+
+/// The database and schema `walpost migrate` works on.
+#[derive(Debug, Args)]
+pub struct MigrateTarget {
+    /// PostgreSQL URL of the database: the outbox's, or with --inbox the consuming
+    /// service's. The role needs CREATE on the schema (and on the database when the
+    /// schema does not exist yet).
+    #[arg(long, env = "WALPOST_POSTGRES", hide_env_values = true, value_name = "URL")]
+    pub postgres: Option<String>,
+
+    /// File holding the PostgreSQL password (owner-only), when the URL has none.
+    #[arg(long, env = "WALPOST_POSTGRES_PASSWORD_FILE", hide_env_values = true, value_name = "FILE")]
+    pub postgres_password_file: Option<PathBuf>,
+
+    /// The inbox's migrations (migrations/inbox/) instead of the outbox's.
+    #[arg(long)]
+    pub inbox: bool,
+
+    /// The inbox's schema (with --inbox; the outbox's migrations name theirs, events)
+    /// [default: inbox].
+    #[arg(long, requires = "inbox", value_name = "NAME")]
+    pub schema: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -635,7 +687,7 @@ mod tests {
     #[test]
     fn regression_help_never_shows_environment_values() {
         let mut cmd = Cli::command();
-        for sub in ["run", "check", "inbox"] {
+        for sub in ["run", "check", "inbox", "migrate"] {
             let sub = cmd.find_subcommand_mut(sub).unwrap();
             for arg in sub.get_arguments() {
                 if arg.get_env().is_some() {

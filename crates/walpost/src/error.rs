@@ -28,4 +28,3 @@ pub(crate) fn contract_unavailable(error: &router::RouteError) -> Result<(), Pip
         _ => Ok(()),
     }
 }
-

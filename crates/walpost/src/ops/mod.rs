@@ -9,5 +9,6 @@ pub(crate) mod check_standby;
 pub mod contracts;
 pub(crate) mod failover;
 pub(crate) mod import_debezium;
+pub(crate) mod migrate;
 pub(crate) mod replay;
 pub(crate) mod slot;

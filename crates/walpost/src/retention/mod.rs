@@ -281,10 +281,7 @@ async fn pass_on(
 }
 
 /// The slot's confirmed position, or why no partition may be dropped.
-async fn slot_position(
-    sql: &mut ReplicationClient,
-    t: &Target,
-) -> Result<Result<Lsn, Reason>, PipelineError> {
+async fn slot_position(sql: &mut ReplicationClient, t: &Target) -> Result<Result<Lsn, Reason>, PipelineError> {
     Ok(match slot_row(sql, &t.slot).await? {
         None => Err(Reason::SlotMissing),
         Some(r) if r.database.as_deref() != Some(t.postgres.dbname.as_str()) => Err(Reason::SlotMissing),

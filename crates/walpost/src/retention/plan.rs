@@ -4,12 +4,12 @@
 
 use pgoutput::Lsn;
 
+use crate::postgres::sql::ident;
+use crate::settings::TableName;
 use daypart::catalog::{Partition, Seal};
 use daypart::plan::{gaps, split_days};
 use daypart::time::{day_floor, partition_name, DAY_MICROS};
 use daypart::{Action, Line, Range, Reason};
-use crate::postgres::sql::ident;
-use crate::settings::TableName;
 
 /// What [`plan`] needs to know.
 #[derive(Debug, Clone)]

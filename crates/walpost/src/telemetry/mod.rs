@@ -5,6 +5,6 @@
 
 pub mod metrics;
 
+pub(crate) use metrics::{now_ms, Metrics};
 pub(crate) use service::telemetry::{health, http};
 pub(crate) use service::telemetry::{AlarmLevel, Health};
-pub(crate) use metrics::{now_ms, Metrics};
