@@ -48,8 +48,8 @@ fn every_runbook_named_in_the_code_exists() {
 #[test]
 fn inbox_errors_are_quoted_verbatim_in_the_inbox_backlog_runbook() {
     let runbook = read("runbooks/inbox-backlog.md");
-    let refused = inbox::messages::inbox_record_refused("<topic>", 7, 9, "<reason>")
-        .replace("/7@9", "/<partition>@<offset>");
+    let refused =
+        inbox::messages::inbox_record_refused("<topic>", 7, 9, "<reason>").replace("/7@9", "/<partition>@<offset>");
     let schema = inbox::messages::inbox_schema_incomplete("<schema>", "<what>");
     let migration = inbox::messages::inbox_migration_failed("<schema>");
     let partition = inbox::messages::inbox_partition_missing("<schema>");
@@ -97,6 +97,14 @@ fn poison_record_error_is_quoted_verbatim_in_its_runbook() {
     assert_eq!(walpost::kafka::classify(&e), Some(("message_size_too_large", r.fix)));
 }
 
+/// The metrics of `walpost run`, of `walpost inbox` and those both export.
+fn every_mode_metrics() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
+    walpost::telemetry::metrics::METRICS
+        .iter()
+        .chain(inbox::metrics::METRICS)
+        .chain(service::telemetry::exposition::METRICS)
+}
+
 #[test]
 fn the_metrics_chapter_documents_exactly_the_exported_metrics() {
     let readme = read("docs/metrics.md");
@@ -105,16 +113,15 @@ fn the_metrics_chapter_documents_exactly_the_exported_metrics() {
         .filter_map(|l| l.strip_prefix("| `walpost_"))
         .map(|rest| format!("walpost_{}", rest.split(['`', '{']).next().unwrap()))
         .collect();
-    let exported: std::collections::BTreeSet<String> =
-        walpost::telemetry::metrics::METRICS.iter().map(|(n, _, _)| n.to_string()).collect();
-    assert_eq!(documented, exported, "docs/metrics.md and metrics::METRICS differ");
+    let exported: std::collections::BTreeSet<String> = every_mode_metrics().map(|(n, _, _)| n.to_string()).collect();
+    assert_eq!(documented, exported, "docs/metrics.md and the modes' METRICS differ");
 }
 
 #[test]
 fn grafana_dashboard_uses_only_exported_metrics() {
     let dashboard = read("deploy/grafana/walpost-dashboard.json");
     let _: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard is JSON");
-    let exported: Vec<&str> = walpost::telemetry::metrics::METRICS.iter().map(|(n, _, _)| *n).collect();
+    let exported: Vec<&str> = every_mode_metrics().map(|(n, _, _)| *n).collect();
     let mut used = 0;
     for (i, _) in dashboard.match_indices("walpost_") {
         let name: String = dashboard[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();

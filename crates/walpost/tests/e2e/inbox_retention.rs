@@ -87,7 +87,7 @@ fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maxim
     let forced = testkit::wait_until(WAIT, || metric(port, "walpost_inbox_retention_forced_drops_total") == Some(1.0));
     assert!(forced, "{:?}", metric(port, "walpost_inbox_retention_forced_drops_total"));
     assert_eq!(metric(port, "walpost_inbox_retention_forced_open_deliveries_total"), Some(1.0));
-    assert_eq!(metric(port, "walpost_retention_partitions_dropped_total"), Some(0.0));
+    assert_eq!(metric(port, "walpost_inbox_retention_partitions_dropped_total"), Some(0.0));
     // Eight days ago: kept while d8-b is open; three days ago: kept (dedup window).
     assert!(log.contains("open_deliveries"), "{log}");
     assert!(exists(&w, &format!("messages_p{d8}")) && exists(&w, &format!("messages_p{d3}")));
@@ -120,11 +120,12 @@ fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maxim
     assert!(!exists(&w, &format!("deliveries_p{d8}")) && !exists(&w, &format!("receipts_p{d8}")));
     assert!(exists(&w, &format!("messages_p{d3}")), "inside the dedup window");
     assert_eq!(count(&w, "SELECT count(*) FROM inbox.receipts WHERE event_id LIKE 'd8-%'"), 0);
-    let counted = testkit::wait_until(WAIT, || metric(port, "walpost_retention_partitions_dropped_total") == Some(1.0));
+    let counted =
+        testkit::wait_until(WAIT, || metric(port, "walpost_inbox_retention_partitions_dropped_total") == Some(1.0));
     assert!(
         counted,
         "a finished day is a normal expiry: {:?}",
-        metric(port, "walpost_retention_partitions_dropped_total")
+        metric(port, "walpost_inbox_retention_partitions_dropped_total")
     );
     assert_eq!(metric(port, "walpost_inbox_retention_forced_drops_total"), Some(1.0));
     assert!(p.terminate(WAIT).is_some_and(|s| s.success()), "{}", p.log_text());
