@@ -198,6 +198,8 @@ fn exactly_once_errors_are_quoted_verbatim_in_their_runbook() {
     };
     let message = foreign.position_for(&id, "walpost.progress").unwrap_err().to_string();
     assert!(runbook.contains(&message), "runbooks/exactly-once.md must quote:\n{message}");
+    let behind = walpost::postgres::messages::PROGRESS_BEHIND_THE_SLOT;
+    assert!(runbook.contains(behind), "runbooks/exactly-once.md must quote:\n{behind}");
 }
 
 #[test]

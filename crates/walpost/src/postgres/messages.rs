@@ -168,3 +168,25 @@ pub fn publication_needs_the_primary(publication: &str, error: &str, create: &st
         "publication \"{publication}\" does not exist, and decoding on a standby walpost creates it on the primary, which cannot be reached ({error}); or create it there yourself: {create}"
     )
 }
+
+/// The runbook of `--delivery exactly-once`.
+pub const EXACTLY_ONCE_RUNBOOK: &str = "runbooks/exactly-once.md";
+
+/// Exactly-once, at start: the last progress record is behind the slot (a warning; the
+/// stream resumes from the slot).
+pub const PROGRESS_BEHIND_THE_SLOT: &str = "the progress topic is behind the slot's confirmed position (it was deleted, truncated or compacted away); resuming from the slot: events committed to Kafka after the progress position may be published a second time (see runbooks/exactly-once.md)";
+
+/// Exactly-once, decoding on a standby without a reachable primary: the progress key
+/// (kept on the primary) cannot be read, so this session's records are not signed.
+pub fn progress_unsigned_without_the_primary(slot: &str) -> String {
+    format!(
+        "decoding on a standby without a reachable primary: exactly-once progress records of slot {slot} are not signed this session ({EXACTLY_ONCE_RUNBOOK})"
+    )
+}
+
+/// Exactly-once: the progress key kept for `slot` is not a key walpost can use.
+pub fn progress_key_unreadable(slot: &str) -> String {
+    format!(
+        "the progress key kept for slot {slot} is not readable: progress records are not signed ({EXACTLY_ONCE_RUNBOOK})"
+    )
+}

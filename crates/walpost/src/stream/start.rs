@@ -256,7 +256,7 @@ async fn begin_transactions(
     match committed {
         Some(p) if p.lsn < start => tracing::warn!(
             progress = %p.lsn, slot = %start,
-            "the progress topic is behind the slot's confirmed position (it was deleted, truncated or compacted away); resuming from the slot: events committed to Kafka after the progress position may be published a second time (see runbooks/exactly-once.md)"
+            "{}", messages::PROGRESS_BEHIND_THE_SLOT
         ),
         None => {
             tracing::info!(topic = %e.progress_topic, "no committed progress for this slot yet: starting from the slot's confirmed position")
@@ -338,19 +338,13 @@ async fn signing_key(sql: Option<&mut ReplicationClient>, s: &Settings) -> Optio
         return None;
     }
     let Some(sql) = sql else {
-        tracing::warn!(
-            "decoding on a standby without a reachable primary: exactly-once progress records of slot {} are not signed this session (runbooks/exactly-once.md)",
-            s.source.slot
-        );
+        tracing::warn!("{}", messages::progress_unsigned_without_the_primary(&s.source.slot));
         return None;
     };
     let stored = lineage::progress_key(sql, s, ProgressKey::generate_hex).await?;
     let key = ProgressKey::from_hex(&stored.hex, stored.made_now);
     if key.is_none() {
-        tracing::warn!(
-            "the progress key kept for slot {} is not readable: progress records are not signed (runbooks/exactly-once.md)",
-            s.source.slot
-        );
+        tracing::warn!("{}", messages::progress_key_unreadable(&s.source.slot));
     }
     key
 }
