@@ -1,24 +1,25 @@
-//! The producer's librdkafka configuration: walpost's defaults, the user's properties,
-//! and the properties walpost refuses because they would break ordering, durability or
-//! the one delivery report per record the checkpoint depends on.
+//! The producer's librdkafka configuration: walpost's defaults over the user's
+//! properties, checked by the one table of refused properties the producer and the
+//! inbox's consumer share (`kafka_common::refusal`: what would break ordering,
+//! durability or the one delivery report per record the checkpoint depends on).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kafka_common::{RefusedProperty, Role};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::ClientConfig;
 
 /// The sink cannot be set up as configured.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    /// Only keys that are never secrets are refused, so the value is shown.
-    #[error("kafka property {key}={value} is refused: {reason}")]
-    RefusedProperty { key: String, value: String, reason: &'static str },
+    #[error(transparent)]
+    RefusedProperty(#[from] RefusedProperty),
     #[error("cannot create the Kafka producer: {0}")]
     Create(#[source] rdkafka::error::KafkaError),
 }
 
 /// Properties walpost sets unless the user overrides them (and may not override where
-/// [`refuse_property`] says so), with the reason, logged once at start-up.
+/// `kafka_common::refusal` says so), with the reason, logged once at start-up.
 pub(crate) const DEFAULTS: &[(&str, &str, &str)] = &[
     ("acks", "all", "a record counts as delivered only once every in-sync replica has it"),
     ("enable.idempotence", "true", "retries never duplicate or reorder a partition's records"),
@@ -56,36 +57,6 @@ pub(crate) const DEFAULTS: &[(&str, &str, &str)] = &[
         "records never expire inside librdkafka (an expired record followed by a delivered one is a gap); a silent producer is restarted by walpost after [pipeline] delivery_timeout_secs instead",
     ),
 ];
-
-/// Refuses settings that would break per-aggregate order, durability, or the one
-/// delivery report per record the checkpoint depends on.
-pub(crate) fn refuse_property(key: &str, value: &str) -> Option<&'static str> {
-    let v = value.trim().to_ascii_lowercase();
-    match key {
-        "enable.idempotence" if v != "true" => {
-            Some("without idempotence a retried batch can land after a later one and reorder an aggregate's events")
-        }
-        "acks" | "request.required.acks" if v != "all" && v != "-1" => {
-            Some("walpost confirms WAL only after acks=all; fewer acks can lose acknowledged events")
-        }
-        "max.in.flight.requests.per.connection" | "max.in.flight" if v.parse::<u32>().map_or(true, |n| n > 5) => {
-            Some("more than 5 in-flight requests breaks idempotent ordering")
-        }
-        "transactional.id" => Some("walpost derives the transactional id itself (--delivery exactly-once)"),
-        "message.timeout.ms" | "delivery.timeout.ms" if v != "0" => Some(
-            "a record that expires in the producer's queue can leave a gap a later record skips over; set [pipeline] delivery_timeout_secs instead",
-        ),
-        "enable.gapless.guarantee" if v != "true" => {
-            Some("without it a failed batch can leave a gap that a later batch of the same partition skips over")
-        }
-        "delivery.report.only.error" if v == "true" => {
-            Some("walpost needs a delivery report for every record to confirm WAL positions")
-        }
-        "bootstrap.servers" | "metadata.broker.list" => Some("set the brokers with --kafka-brokers or [kafka] brokers"),
-        "dr_cb" | "dr_msg_cb" | "opaque" => Some("set internally by walpost"),
-        _ => None,
-    }
-}
 
 /// A transactional producer's identity and its transactions' timeout
 /// (`--delivery exactly-once`).
@@ -138,24 +109,10 @@ pub(crate) fn producer_config(
 }
 
 /// A client configuration with the user's properties only (admin clients for
-/// `walpost check`, consumers): the same TLS/SASL settings the producer uses.
+/// `walpost check`, exactly-once's consumers): the same TLS/SASL settings the producer
+/// uses, refused where the producer's would be.
 pub(crate) fn client_config(brokers: &str, properties: &BTreeMap<String, String>) -> Result<ClientConfig, SinkError> {
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", brokers);
-    for (k, v) in properties {
-        if let Some(reason) = refuse_property(k, v) {
-            return Err(SinkError::RefusedProperty { key: k.clone(), value: v.clone(), reason });
-        }
-        cfg.set(k, v);
-    }
-    // librdkafka's own debug output (`debug` = "broker,msg,...") comes through only if
-    // the client's log level lets it; it is then logged at tracing's debug level.
-    cfg.set_log_level(if cfg.get("debug").is_some_and(|d| !d.is_empty()) {
-        RDKafkaLogLevel::Debug
-    } else {
-        RDKafkaLogLevel::Warning
-    });
-    Ok(cfg)
+    Ok(kafka_common::client_config(Role::Producer, brokers, properties)?)
 }
 
 /// One INFO line: what walpost sets and why (instead of librdkafka's warnings about

@@ -141,19 +141,10 @@ impl ClientContext for SinkContext {
                 .reports
                 .send(Report { seq: NO_RECORD, outcome: Outcome::ImplicitlyAcked { line: log_message.to_owned() } });
         }
-        let quiet = matches!(level, RDKafkaLogLevel::Debug | RDKafkaLogLevel::Info | RDKafkaLogLevel::Notice)
-            || self.about_our_own_setting(fac, log_message)
-            || transient_start_up(log_message);
-        // A failure that lasts (a refused SASL handshake) is logged every few hundred ms.
-        let admitted = if quiet { None } else { self.throttle.admit(fac, log_message, Instant::now()) };
-        match (level, admitted) {
-            (_, None) => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
-            (
-                RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error,
-                Some(n),
-            ) => tracing::error!(facility = fac, "librdkafka: {log_message}{}", left_out_note(n)),
-            (_, Some(n)) => tracing::warn!(facility = fac, "librdkafka: {log_message}{}", left_out_note(n)),
-        }
+        // A failure that lasts (a refused SASL handshake) is logged every few hundred ms:
+        // throttled by kind, as the inbox's consumer logs it.
+        let quiet = self.about_our_own_setting(fac, log_message) || transient_start_up(log_message);
+        kafka_common::librdkafka_line!(self.throttle, level, fac, log_message, quiet);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
