@@ -1,23 +1,24 @@
 //! walpost: transactional-outbox events from PostgreSQL's WAL to Kafka.
 //!
-//! The protocol work lives in the `pgoutput`, `replication` and `router` crates; this
-//! crate is the service around them. Its modules, bottom to top:
+//! The protocol work lives in the `pgoutput`, `replication` and `router` crates; what
+//! both halves stand on in `service`, `daypart` and `kafka-common`; `walpost inbox` is
+//! the `inbox` crate and `walpost migrate` the `migrate` crate. This crate is the relay
+//! (`walpost run`) and the wiring. Its modules, bottom to top:
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | 0 | [`error`], [`http_client`] | the transient/definite split; outbound HTTP connections |
-//! | 1 | [`settings`], [`telemetry`] | configuration; metrics, health, HTTP |
+//! | 0 | [`error`], [`http_client`] | the service crate's error kind, with the relay's routing helpers; outbound HTTP connections |
+//! | 1 | [`settings`], [`telemetry`] | configuration (`walpost inbox`'s too); `walpost run`'s metrics |
 //! | 2 | [`postgres`], [`kafka`], [`otlp`], [`registry`] | catalog queries and checks; producer, produce window, permanent-error policy, exactly-once; span export; the schema registry |
 //! | 3 | [`snapshot`] | the initial snapshot |
 //! | 4 | [`stream`], [`monitor`], [`retention`] | THE DATA PATH; slot alarms; partition retention |
-//! | 5 | [`inbox`] | `walpost inbox`: Kafka into a consuming service's inbox tables |
-//! | 6 | [`ops`] | `check`, `slot`, `import-debezium` |
-//! | 7 | [`cli`] | clap types only |
-//! | 8 | [`app`] | the composition root (`main.rs` calls it) |
+//! | 5 | [`ops`] | `check`, `slot`, `import-debezium`, `replay`, `migrate` |
+//! | 6 | [`cli`] | clap types only |
+//! | 7 | [`app`] | the composition root (`main.rs` calls it) |
 //!
-//! The rule, held by `tests/layers.rs`: a module imports (`use crate::...`) only
-//! modules of lower layers, never a sibling of its own layer nor anything above it;
-//! only [`cli`] and [`app`] see clap. See ARCHITECTURE.md for the data path.
+//! The rule, held by `tests/layers.rs` (Cargo holds the layering between crates): a
+//! module imports (`use crate::...`) only modules of lower layers, never a sibling of its
+//! own layer nor anything above it; only [`cli`] and [`app`] see clap. See ARCHITECTURE.md for the data path.
 //!
 //! The public surface is what `main.rs` and the integration tests (`tests/`) use: the
 //! modules `settings`, `telemetry`, `kafka`, `postgres`, `snapshot`, `ops`, `cli` and
