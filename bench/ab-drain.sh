@@ -88,7 +88,7 @@ spsql() { PGHOST=$slot_socket PGPORT=$slot_port psql "$@"; }
 # pg_recvlogical (15) streams from 16-18 servers too.
 recvlogical=$PG_BINDIR/pg_recvlogical
 [[ -x $recvlogical ]] || recvlogical=$(command -v pg_recvlogical || echo /usr/lib/postgresql/15/bin/pg_recvlogical)
-psql -f migrations/0001_events_outbox.sql >/dev/null
+psql -f migrations/outbox/0001_events_outbox.sql >/dev/null
 psql -c "CREATE PUBLICATION walpost_outbox FOR TABLE events.outbox WITH (publish = 'insert')" >/dev/null
 
 args() { # $1: slot and topic prefix

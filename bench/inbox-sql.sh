@@ -9,8 +9,9 @@
 #
 #   PGHOST=/tmp PGPORT=5432 PGUSER=postgres bash bench/inbox-sql.sh [BEFORE_REV] [ROUNDS]
 #
-# BEFORE_REV (default HEAD~1) gives the "before" migrations (git show REV:migrations/...);
-# "after" is the work tree's. Each round runs both, alternating, on fresh databases.
+# BEFORE_REV (default HEAD~1) gives the "before" migrations (git show
+# REV:migrations/inbox/..., or the files' names before migrations/inbox/ existed); "after"
+# is the work tree's. Both are applied as psql users do: search_path set to the schema. Each round runs both, alternating, on fresh databases.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 : "${PGHOST:?set PGHOST (and PGPORT, PGUSER) to a server where the role may create databases}"
@@ -18,9 +19,11 @@ before_rev="${1:-HEAD~1}"
 rounds="${2:-3}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-for f in 0004_inbox.sql 0005_inbox_hardening.sql; do
-    git show "$before_rev:migrations/$f" > "$tmp/before-$f" 2>/dev/null || : > "$tmp/before-$f"
-    cp "migrations/$f" "$tmp/after-$f" 2>/dev/null || : > "$tmp/after-$f"
+for pair in 0001_inbox.sql:0004_inbox.sql 0002_inbox_hardening.sql:0005_inbox_hardening.sql; do
+    f="${pair%%:*}" old="${pair##*:}"
+    git show "$before_rev:migrations/inbox/$f" > "$tmp/before-$f" 2>/dev/null \
+        || git show "$before_rev:migrations/$old" > "$tmp/before-$f" 2>/dev/null || : > "$tmp/before-$f"
+    cp "migrations/inbox/$f" "$tmp/after-$f"
 done
 
 psql_db() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$1" "${@:2}"; }
@@ -29,7 +32,9 @@ now() { date +%s.%N; }
 one() { # name, then migration files
     local db="walpost_bench_$1"; shift
     psql_db postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null 2>&1
-    for f in "$@"; do psql_db "$db" -f "$f" >/dev/null 2>&1; done
+    local files=()
+    for f in "$@"; do files+=(-f "$f"); done
+    psql_db "$db" -c "CREATE SCHEMA IF NOT EXISTS inbox" -c "SET search_path = inbox, pg_temp" "${files[@]}" >/dev/null 2>&1
     psql_db "$db" -c "SELECT inbox.register_handler('plain', '{}', '{}', 5, '1 second', '1 minute', false)" \
         -c "SELECT inbox.register_handler('ordered', '{}', '{}', 5, '1 second', '1 minute', true)" >/dev/null
     local t0 t1 t2 t3
@@ -49,6 +54,6 @@ one() { # name, then migration files
 
 printf 'what\tstore 200k (s)\t300 claims of 10 (s)\t50 ordered claims of 10 (s)\n'
 for _ in $(seq 1 "$rounds"); do
-    one before "$tmp/before-0004_inbox.sql" "$tmp/before-0005_inbox_hardening.sql"
-    one after "$tmp/after-0004_inbox.sql" "$tmp/after-0005_inbox_hardening.sql"
+    one before "$tmp/before-0001_inbox.sql" "$tmp/before-0002_inbox_hardening.sql"
+    one after "$tmp/after-0001_inbox.sql" "$tmp/after-0002_inbox_hardening.sql"
 done

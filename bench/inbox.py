@@ -159,8 +159,7 @@ def main():
     machine = "%d cores, load %s" % (os.cpu_count(), procstat.loadavg())
     lines = ["# walpost inbox benchmark", "", "machine: " + machine, ""]
     topic = "bench.orders"
-    subprocess.run([os.path.join(PG_BINDIR, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", PG, "-f",
-                    os.path.join(ROOT, "migrations/0004_inbox.sql")], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([WALPOST, "migrate", "--inbox", "--postgres", PG], check=True, stdout=subprocess.DEVNULL)
     create_topic(topic)
     print("producing %d records of ~1 KB..." % RECORDS, flush=True)
     produce(topic, 0, RECORDS)

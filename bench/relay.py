@@ -19,7 +19,7 @@
                       UPDATE retry_count/last_error/next_retry_at.
 
 Differences from the seeds, on purpose: the seeds order by created_at / use the partial index
-on created_at; this table (migrations/0001) has the partial index on id, so both order by id.
+on created_at; this table (migrations/outbox/0001) has the partial index on id, so both order by id.
 The topic is <prefix><aggregate_type> (like the other systems) instead of
 "<aggregate_type>.events". The producer is confluent-kafka (librdkafka) with acks=all,
 enable.idempotence=true and linger.ms=0 (KafkaJS and a per-event awaited send transmit at

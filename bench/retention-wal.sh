@@ -30,8 +30,8 @@ source scripts/devservers.sh
 start_devservers "$bin" "$work"
 psql() { "$PG_BINDIR/psql" -X -q -At -v ON_ERROR_STOP=1 "$POSTGRES_URL" "$@"; }
 
-psql -f migrations/0001_events_outbox.sql >/dev/null
-psql -f migrations/0002_outbox_partitioned.sql >/dev/null 2>&1
+psql -f migrations/outbox/0001_events_outbox.sql >/dev/null
+psql -f migrations/outbox/0002_outbox_partitioned.sql >/dev/null 2>&1
 psql -c "ALTER SYSTEM SET full_page_writes = on" -c "SELECT pg_reload_conf()" >/dev/null
 
 # Two past days, A and B, each in its own partition with the same rows; autovacuum off on

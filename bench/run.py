@@ -830,7 +830,7 @@ def main() -> int:
             c.execute("CREATE DATABASE bench")
         url = db_url(servers.url, "bench")
         with psycopg.connect(url, autocommit=True) as c:
-            c.execute((ROOT / "migrations/0001_events_outbox.sql").read_text())
+            c.execute((ROOT / "migrations/outbox/0001_events_outbox.sql").read_text())
             c.execute(workload.filler_sql(SEED))
         kafka = Kafka(servers.brokers)
         kafka.create_topics([p + t for p in ("wp.", *(f"{slot}." for slot, _ in CODEC_SYSTEMS.values()), "wpeo.", "wpot.", "dbz.", "r002.", "r001.", "floor.") for t in TYPES] + ["warmup"])

@@ -20,7 +20,7 @@ source scripts/devservers.sh
 start_devservers target/release "$work"
 psql() { "$PG_BINDIR/psql" -X -q -At -v ON_ERROR_STOP=1 "$POSTGRES_URL" "$@"; }
 
-psql -f migrations/0001_events_outbox.sql >/dev/null
+psql -f migrations/outbox/0001_events_outbox.sql >/dev/null
 echo "inserting $ROWS rows..."
 python3 bench/workload.py --events "$ROWS" --tx-rows 10000 | psql >/dev/null
 psql -c "VACUUM ANALYZE events.outbox"

@@ -3,7 +3,7 @@
 #   1. installs what is missing (PostgreSQL 15, librdkafka build deps, Kafka jars),
 #   2. builds walpost (release),
 #   3. starts a local PostgreSQL (wal_level=logical) and an Apache Kafka broker (KRaft),
-#   4. applies migrations/0001, starts `walpost run`,
+#   4. applies the outbox's migrations with `walpost migrate`, starts `walpost run`,
 #   5. inserts sample outbox events in business transactions (one rolled back),
 #   6. consumes them from Kafka with Kafka's own console consumer and shows the slot,
 #   7. stops walpost with SIGTERM (flush, confirm, exit 0) and the servers.
@@ -34,8 +34,8 @@ start_devservers target/release "$work"
 echo "PostgreSQL: ${POSTGRES_URL//:walpost@/:****@}   Kafka: $KAFKA_BROKERS"
 psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 "$POSTGRES_URL" "$@"; }
 
-say "applying migrations"
-for m in migrations/*.sql; do echo "$m"; psql -f "$m"; done
+say "applying the outbox's migrations (walpost migrate)"
+target/release/walpost migrate --postgres "$POSTGRES_URL"
 
 say "starting walpost"
 set -a

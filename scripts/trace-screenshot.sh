@@ -81,7 +81,7 @@ pids+=($!)
 wait_http "http://127.0.0.1:$zipkin_port/health"
 
 say "migrations, and a headers column for the trace context"
-for m in migrations/*.sql; do psql -f "$m"; done
+target/release/walpost migrate --postgres "$POSTGRES_URL"
 psql -c "ALTER TABLE events.outbox ADD COLUMN IF NOT EXISTS headers jsonb"
 
 say "walpost run, exporting spans to the collector"

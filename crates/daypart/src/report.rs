@@ -167,7 +167,7 @@ impl fmt::Display for Line {
 /// How a pass ended.
 #[derive(Debug)]
 pub enum Outcome {
-    /// The table is not partitioned (apply migrations/0002): nothing to do.
+    /// The table is not partitioned (apply migrations/outbox/0002): nothing to do.
     NotPartitioned,
     /// Another session holds the retention lock for this table.
     Busy,

@@ -1,5 +1,5 @@
 //! `walpost inbox`: Kafka records into a consuming service's PostgreSQL inbox, exactly
-//! once, next to the SQL API its handlers call (migrations/0004_inbox.sql, docs/inbox.md).
+//! once, next to the SQL API its handlers call (migrations/inbox/, docs/inbox.md).
 //! The walpost binary wires it ([`run`], [`check::check`] for `walpost check inbox`); it
 //! knows nothing of the relay (`walpost run`), and the relay nothing of it.
 //!

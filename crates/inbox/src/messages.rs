@@ -8,7 +8,7 @@ pub const INBOX_RUNBOOK: &str = "runbooks/inbox-backlog.md";
 /// (`what`: the missing tables and columns, or the server's error).
 pub fn inbox_schema_incomplete(schema: &str, what: &str) -> String {
     format!(
-        "the inbox schema is incomplete ({what}): apply migrations/0004_inbox.sql, then migrations/0005_inbox_hardening.sql (or start walpost inbox once with --create-schema) to create the inbox tables in schema {schema}; nothing was stored and no offset moved (see {INBOX_RUNBOOK})"
+        "the inbox schema is incomplete ({what}): run walpost migrate --inbox --schema {schema} (or start walpost inbox once with --create-schema) to create the inbox tables in schema {schema}; nothing was stored and no offset moved (see {INBOX_RUNBOOK})"
     )
 }
 
@@ -17,7 +17,7 @@ pub fn inbox_schema_incomplete(schema: &str, what: &str) -> String {
 /// retried).
 pub fn inbox_migration_failed(schema: &str) -> String {
     format!(
-        "--create-schema: cannot apply the inbox migration in schema {schema} (run walpost inbox as a role that may create it, the schema's owner or one with CREATE on the database, or apply migrations/0004_inbox.sql and 0005_inbox_hardening.sql as such a role and start without --create-schema; see {INBOX_RUNBOOK})"
+        "--create-schema: cannot apply the inbox migration in schema {schema} (run walpost inbox as a role that may create it, the schema's owner or one with CREATE on the database, or run walpost migrate --inbox --schema {schema} as such a role and start without --create-schema; see {INBOX_RUNBOOK})"
     )
 }
 
@@ -25,7 +25,7 @@ pub fn inbox_migration_failed(schema: &str) -> String {
 /// ahead were not made: retention off, or failing).
 pub fn inbox_partition_missing(schema: &str) -> String {
     format!(
-        "no partition of {schema}.messages (or of its deliveries and receipts) covers the time the batch arrived: walpost inbox creates the days ahead unless [inbox] retention = false; run it with retention on, or apply migrations/0004_inbox.sql again (it creates today's and the next two days'); nothing was stored and no offset moved (see {INBOX_RUNBOOK})"
+        "no partition of {schema}.messages (or of its deliveries and receipts) covers the time the batch arrived: walpost inbox creates the days ahead unless [inbox] retention = false; run it with retention on; nothing was stored and no offset moved (see {INBOX_RUNBOOK})"
     )
 }
 

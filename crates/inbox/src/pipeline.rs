@@ -335,7 +335,7 @@ const STATS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One read: each handler's statistics, and the partitions the group has stored offsets
 /// for. `leases_lost` is read from `handlers` when it has it (an inbox migrated before
-/// migrations/0005_inbox_hardening.sql has not).
+/// migrations/inbox/0002_inbox_hardening.sql has not).
 async fn read_handler_stats(
     s: &InboxSettings,
     sql: &mut Option<replication::ReplicationClient>,

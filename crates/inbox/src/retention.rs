@@ -341,7 +341,7 @@ async fn drop_day(
 /// The error for an inbox whose tables are not partitioned by day.
 pub(crate) fn inbox_not_partitioned(schema: &str, table: &str) -> String {
     format!(
-        "{schema}.{table} is not partitioned by day, so the inbox's retention cannot drop old days: create the inbox with migrations/0004_inbox.sql (or --create-schema), or set [inbox] retention = false"
+        "{schema}.{table} is not partitioned by day, so the inbox's retention cannot drop old days: create the inbox with walpost migrate --inbox (or --create-schema), or set [inbox] retention = false"
     )
 }
 

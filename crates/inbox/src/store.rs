@@ -40,11 +40,6 @@ use crate::settings::{Dedup, InboxSettings, OnInvalid};
 use service::error::{ErrorKind, PipelineError};
 use service::sql::{ident, literal, query};
 
-/// The inbox migrations, applied in order by `--create-schema` (schema `inbox` renamed to
-/// the configured one).
-pub(crate) const MIGRATIONS: &[&str] =
-    &[include_str!("../../../migrations/0004_inbox.sql"), include_str!("../../../migrations/0005_inbox_hardening.sql")];
-
 /// How long a batch waits for the inbox's write lock before it says so and tries again.
 const WRITE_LOCK_TIMEOUT_MS: u64 = 10_000;
 
@@ -104,18 +99,24 @@ impl Store {
         Ok(store)
     }
 
-    /// Applies the migration (idempotent) into the configured schema, in one transaction
-    /// that instances starting together take in turn (an advisory lock: two concurrent
-    /// `CREATE TABLE IF NOT EXISTS` of one table can fail). On a complete schema it takes
-    /// no lock a writing instance holds; a deadlock or a timeout is retried, as transient.
+    /// Applies the inbox's pending migrations to the configured schema, as `walpost migrate
+    /// --inbox --schema <schema>` does: instances starting together take turns (the
+    /// runner's lock), and on a schema that has them all nothing runs, so no lock a writing
+    /// instance holds is taken. A deadlock or a lost connection is retried, as transient.
     async fn create_schema(&mut self) -> Result<(), PipelineError> {
-        let text = format!(
-            "SELECT pg_advisory_xact_lock(hashtext({}));\n{}",
-            literal(&format!("walpost inbox schema {}", self.schema)),
-            migration_for(&self.schema)
+        let plan = migrate::migrate(&mut self.sql, migrate::Set::Inbox, &self.schema, false).await.map_err(|e| {
+            let text = format!("{}: {e}", inbox_migration_failed(&self.schema));
+            match e.is_transient() {
+                true => PipelineError::transient(ErrorKind::Postgres, text),
+                false => PipelineError::definite(ErrorKind::Postgres, text),
+            }
+        })?;
+        tracing::info!(
+            schema = %self.schema,
+            applied = plan.pending().count(),
+            recorded = plan.found_in_place().count(),
+            "inbox schema up to date"
         );
-        query(&mut self.sql, &text).await.map_err(|e| e.context(inbox_migration_failed(&self.schema)))?;
-        tracing::info!(schema = %self.schema, "inbox schema created or already present");
         Ok(())
     }
 
@@ -139,7 +140,7 @@ impl Store {
         }
         let need: [(&str, &[&str]); 5] = [
             ("messages", MESSAGE_COLUMNS),
-            // 0005_inbox_hardening.sql: dedup per topic, handler grants.
+            // migrations/inbox/0002_inbox_hardening.sql: dedup per topic, handler grants.
             ("deliveries", &["topic", "isolated", "lease_rows"]),
             ("handler_grants", &["handler", "grantee"]),
             ("offsets", &["group_id", "topic", "partition", "next_offset"]),
@@ -453,36 +454,4 @@ pub(crate) async fn reconnect(s: &InboxSettings) -> Result<Option<Store>, Pipeli
 /// the wait (`lock_timeout`).
 pub(crate) fn write_lock(schema: &str) -> String {
     format!("LOCK TABLE {}.offsets IN SHARE ROW EXCLUSIVE MODE", ident(schema))
-}
-
-/// The migrations' text, in order, with schema `inbox` renamed to `schema`: every
-/// `inbox.` qualifier and the `CREATE SCHEMA` line (the migrations name nothing else
-/// `inbox.`).
-pub(crate) fn migration_for(schema: &str) -> String {
-    let all = MIGRATIONS.join("\n");
-    if schema == "inbox" {
-        return all;
-    }
-    let quoted = ident(schema);
-    all.lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .map(|l| l.replace("CREATE SCHEMA IF NOT EXISTS inbox;", &format!("CREATE SCHEMA IF NOT EXISTS {quoted};")))
-        .map(|l| l.replace("inbox.", &format!("{quoted}.")))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_migration_moves_to_another_schema_whole() {
-        let text = migration_for("billing_inbox");
-        assert!(text.contains("CREATE SCHEMA IF NOT EXISTS \"billing_inbox\";"));
-        assert!(text.contains("CREATE TABLE IF NOT EXISTS \"billing_inbox\".messages"));
-        assert!(!text.contains(" inbox."), "no qualifier left in the default schema");
-        assert!(text.contains("LANGUAGE plpgsql SECURITY DEFINER"), "0005 is applied after 0004");
-        assert_eq!(migration_for("inbox"), MIGRATIONS.join("\n"));
-    }
 }

@@ -12,7 +12,7 @@ pub enum Error {
         doing: &'static str,
         schema: String,
         #[source]
-        source: replication::Error,
+        source: Box<replication::Error>,
     },
     /// An applied migration's file is not the file that was applied.
     #[error("{}", changed_text(schema, files))]
@@ -28,7 +28,7 @@ pub enum Error {
         file: String,
         schema: String,
         #[source]
-        source: replication::Error,
+        source: Box<replication::Error>,
     },
 }
 

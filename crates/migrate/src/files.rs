@@ -91,10 +91,7 @@ static OUTBOX: &[Migration] = &[
         name: "0001_events_outbox.sql",
         sql: include_str!("../../../migrations/outbox/0001_events_outbox.sql"),
         leaves: Leaves {
-            tables: &[(
-                "outbox",
-                &["id", "aggregate_type", "aggregate_id", "event_type", "payload", "occurred_at"],
-            )],
+            tables: &[("outbox", &["id", "aggregate_type", "aggregate_id", "event_type", "payload", "occurred_at"])],
             partitioned: &[],
             functions: &[],
         },

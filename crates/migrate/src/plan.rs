@@ -31,7 +31,8 @@ impl Catalog {
         let tables = leaves.tables.iter().all(|(table, columns)| {
             self.relations.get(*table).is_some_and(|(_, have)| columns.iter().all(|c| have.contains(*c)))
         });
-        let partitioned = leaves.partitioned.iter().all(|t| self.relations.get(*t).is_some_and(|(kind, _)| *kind == 'p'));
+        let partitioned =
+            leaves.partitioned.iter().all(|t| self.relations.get(*t).is_some_and(|(kind, _)| *kind == 'p'));
         let functions = leaves.functions.iter().all(|f| self.functions.contains(*f));
         tables && partitioned && functions
     }
@@ -169,7 +170,9 @@ mod tests {
         let files = Set::Outbox.migrations();
         let rows = [row(&files[0]), row(&files[1])];
         let p = plan(files, Some(&rows), &Catalog::default());
-        assert!(matches!(p.entries[0].state, State::Applied { ref applied_at } if applied_at.starts_with("2026-12-01")));
+        assert!(
+            matches!(p.entries[0].state, State::Applied { ref applied_at } if applied_at.starts_with("2026-12-01"))
+        );
         assert!(matches!(p.entries[1].state, State::Applied { .. }));
         assert_eq!(p.pending().map(|e| e.name).collect::<Vec<_>>(), ["0003_walpost_slots.sql"]);
         let all: Vec<Recorded> = files.iter().map(row).collect();
@@ -199,7 +202,9 @@ mod tests {
         let outbox = Set::Outbox.migrations();
         let rows = [row(&outbox[0])];
         let p = plan(Set::Inbox.migrations(), Some(&rows), &Catalog::default());
-        assert!(matches!(&p.entries[0].state, State::Changed { recorded_name, .. } if recorded_name == "0001_events_outbox.sql"));
+        assert!(
+            matches!(&p.entries[0].state, State::Changed { recorded_name, .. } if recorded_name == "0001_events_outbox.sql")
+        );
     }
 
     #[test]

@@ -48,7 +48,9 @@ pub async fn migrate(sql: &mut ReplicationClient, set: Set, schema: &str, dry_ru
     lock(sql, schema).await?;
     let result = apply(sql, set, schema).await;
     // A connection that broke took the lock with it.
-    let _ = sql.query("SELECT pg_catalog.pg_advisory_unlock($1::integer, pg_catalog.hashtext($2))", &lock_key(schema)).await;
+    let _ = sql
+        .query("SELECT pg_catalog.pg_advisory_unlock($1::integer, pg_catalog.hashtext($2))", &lock_key(schema))
+        .await;
     result
 }
 
@@ -61,7 +63,7 @@ pub async fn create_walpost_slots(sql: &mut ReplicationClient, schema: &str) -> 
     transaction(sql, schema, file, None).await.map_err(|source| Error::Failed {
         file: format!("{}/{}", Set::Outbox.folder(), file.name),
         schema: schema.to_owned(),
-        source,
+        source: Box::new(source),
     })
 }
 
@@ -88,7 +90,7 @@ async fn apply(sql: &mut ReplicationClient, set: Set, schema: &str) -> Result<Pl
         transaction(sql, schema, file, Some(&entry.checksum)).await.map_err(|source| Error::Failed {
             file: format!("{}/{}", set.folder(), file.name),
             schema: schema.to_owned(),
-            source,
+            source: Box::new(source),
         })?;
         tracing::info!(schema, "applied {}/{} in {} ms", set.folder(), file.name, started.elapsed().as_millis());
     }
@@ -117,7 +119,8 @@ fn refuse_changed(set: Set, schema: &str, plan: &Plan) -> Result<(), Error> {
 /// The session lock of the schema's runners; says so when it has to wait.
 async fn lock(sql: &mut ReplicationClient, schema: &str) -> Result<(), Error> {
     let key = lock_key(schema);
-    let failed = |source| Error::Sql { doing: "take the migration lock", schema: schema.to_owned(), source };
+    let failed =
+        |source| Error::Sql { doing: "take the migration lock", schema: schema.to_owned(), source: Box::new(source) };
     let r = sql
         .query("SELECT pg_catalog.pg_try_advisory_lock($1::integer, pg_catalog.hashtext($2)) AS locked", &key)
         .await
@@ -126,7 +129,9 @@ async fn lock(sql: &mut ReplicationClient, schema: &str) -> Result<(), Error> {
         return Ok(());
     }
     tracing::info!(schema, "another walpost migrate is migrating schema {schema}: waiting for its lock");
-    sql.query("SELECT pg_catalog.pg_advisory_lock($1::integer, pg_catalog.hashtext($2))", &key).await.map_err(failed)?;
+    sql.query("SELECT pg_catalog.pg_advisory_lock($1::integer, pg_catalog.hashtext($2))", &key)
+        .await
+        .map_err(failed)?;
     Ok(())
 }
 
@@ -136,7 +141,11 @@ fn lock_key(schema: &str) -> [Option<&str>; 2] {
 
 /// The plan from the schema's catalog and record.
 async fn read(sql: &mut ReplicationClient, set: Set, schema: &str) -> Result<Plan, Error> {
-    let failed = |source| Error::Sql { doing: "read the applied migrations", schema: schema.to_owned(), source };
+    let failed = |source| Error::Sql {
+        doing: "read the applied migrations",
+        schema: schema.to_owned(),
+        source: Box::new(source),
+    };
     let relations = sql
         .query(
             "SELECT c.relname, c.relkind::text, a.attname \
@@ -205,7 +214,11 @@ fn records_of(rows: &QueryResult) -> Vec<Recorded> {
 /// The schema (when missing) and its record's table, with a row for each migration found
 /// in place, in one transaction.
 async fn create_record(sql: &mut ReplicationClient, set: Set, schema: &str, plan: &Plan) -> Result<(), Error> {
-    let failed = |source| Error::Sql { doing: "create the record of applied migrations", schema: schema.to_owned(), source };
+    let failed = |source| Error::Sql {
+        doing: "create the record of applied migrations",
+        schema: schema.to_owned(),
+        source: Box::new(source),
+    };
     let q = quote_ident(schema);
     let result: Result<(), replication::Error> = async {
         sql.simple_query("BEGIN").await?;

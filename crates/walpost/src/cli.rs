@@ -130,7 +130,7 @@ pub enum Command {
     /// Each record goes into <schema>.messages (once per event id) together with its
     /// partition's next offset in <schema>.offsets, in one transaction; a partition is
     /// read from the offset stored there. Handlers then claim and complete messages
-    /// with the SQL functions of migrations/0004_inbox.sql.
+    /// with the SQL functions of migrations/inbox/ (walpost migrate --inbox).
     Inbox(InboxArgs),
 
     /// Apply the pending versioned migrations (migrations/outbox/, or migrations/inbox/

@@ -429,44 +429,52 @@ fn postgres_runs_logical_wal_with_bounded_slot_retention() {
     assert!(bytes > 0, "{COMPOSE}: max_slot_wal_keep_size={keep} must be above 0");
 }
 
+/// `walpost migrate` (a one-shot service of the walpost image) applies the outbox's
+/// migrations to the database walpost streams from, after PostgreSQL is up and before
+/// walpost starts; nothing of migrations/ runs as an init script (its folders would not).
 #[test]
-fn migrations_are_mounted_into_the_init_directory() {
+fn walpost_migrate_runs_before_walpost_starts() {
     let doc = compose();
     let pg = service(&doc, "postgres");
-    let mounts: Vec<(String, String)> = match &pg["volumes"] {
-        Yaml::Array(items) => items
-            .iter()
-            .filter_map(|v| match v {
-                Yaml::Hash(_) => Some((scalar(&v["source"])?, scalar(&v["target"])?)),
-                other => {
-                    let s = scalar(other)?;
-                    let mut parts = s.split(':');
-                    Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
-                }
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    let source = mounts
-        .iter()
-        .find(|(_, target)| target.trim_end_matches('/') == INITDB_DIR)
-        .map(|(s, _)| normalize(s))
-        .unwrap_or_else(|| panic!("{COMPOSE}: postgres mounts nothing at {INITDB_DIR} (has {mounts:?})"));
-    assert_eq!(source, "migrations", "{COMPOSE}: {INITDB_DIR} must be the repository's migrations/");
-
-    // The image's entrypoint runs *.sql, *.sql.gz and *.sh there: keep it to plain SQL,
-    // the same files scripts/demo.sh applies with psql.
-    let mut sql = 0;
-    for entry in std::fs::read_dir(root().join(&source)).expect("migrations/ is readable") {
-        let name = entry.expect("directory entry").file_name().to_string_lossy().into_owned();
-        assert!(
-            name.ends_with(".sql"),
-            "migrations/{name}: only *.sql files may live in migrations/ ({INITDB_DIR} runs everything)"
-        );
-        sql += 1;
+    if let Yaml::Array(volumes) = &pg["volumes"] {
+        for v in volumes {
+            let text = scalar(v).or_else(|| scalar(&v["target"])).unwrap_or_default();
+            assert!(
+                !text.contains(INITDB_DIR),
+                "{COMPOSE}: migrations are walpost migrate's, not {INITDB_DIR}'s: {text}"
+            );
+        }
     }
-    assert!(sql > 0, "migrations/ holds no *.sql file");
-    assert!(read(DEMO).contains("migrations/*.sql"), "{DEMO} must apply the same migrations/*.sql");
+    let migrate = service(&doc, "migrate");
+    assert_eq!(strings(&migrate["command"]), ["migrate"], "{COMPOSE}: services.migrate must run `walpost migrate`");
+    assert_eq!(
+        scalar(&migrate["image"]),
+        scalar(&service(&doc, "walpost")["image"]),
+        "{COMPOSE}: services.migrate runs the walpost image"
+    );
+    assert_eq!(
+        scalar(&migrate["depends_on"]["postgres"]["condition"]).as_deref(),
+        Some("service_healthy"),
+        "{COMPOSE}: migrate must wait for postgres (condition: service_healthy)"
+    );
+    assert_eq!(
+        scalar(&service(&doc, "walpost")["depends_on"]["migrate"]["condition"]).as_deref(),
+        Some("service_completed_successfully"),
+        "{COMPOSE}: walpost must start after migrate exited 0 (condition: service_completed_successfully)"
+    );
+    // The same database walpost reads, resolved by walpost's own configuration code.
+    let url = |env: &BTreeMap<String, String>| {
+        let text = env.get("WALPOST_POSTGRES").cloned().unwrap_or_default();
+        let c = replication::Config::from_url(&text).unwrap_or_else(|e| panic!("{COMPOSE}: {text}: {e}"));
+        (c.hosts.iter().map(|h| h.label()).collect::<Vec<_>>(), c.dbname, c.user)
+    };
+    assert_eq!(
+        url(&environment(migrate, "migrate")),
+        url(&walpost_container_env(&doc)),
+        "{COMPOSE}: migrate and walpost must use one database"
+    );
+    let demo = read(DEMO);
+    assert!(demo.contains("walpost migrate"), "{DEMO} must apply the migrations with walpost migrate");
 }
 
 // ------------------------------------------------------------------------------------

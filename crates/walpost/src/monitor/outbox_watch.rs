@@ -53,7 +53,7 @@ impl OutboxWatch {
             Err(e) => return Err(e),
         }
         if self.armed && !self.oids.is_empty() && oids != self.oids {
-            // Replaced and published again (migrations/0002 does both in one
+            // Replaced and published again (migrations/outbox/0002 does both in one
             // transaction, losing nothing); a gap between the two would lose rows.
             tracing::warn!(
                 table = %s.table(),

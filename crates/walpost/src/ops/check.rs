@@ -251,7 +251,7 @@ async fn progress_check(sql: &mut ReplicationClient, s: &Settings, topic: &str) 
             "exactly-once: progress records in {topic} are signed with the key kept in {table}; {acl}"
         )),
         _ => Check::Warn(format!(
-            "exactly-once: {table} is missing or not writable, so progress records in {topic} cannot be signed and a record any client produces there could make walpost skip events: apply migrations/0003_walpost_slots.sql and grant walpost SELECT, INSERT, UPDATE, DELETE on it; {acl}"
+            "exactly-once: {table} is missing or not writable, so progress records in {topic} cannot be signed and a record any client produces there could make walpost skip events: apply migrations/outbox/0003_walpost_slots.sql (walpost migrate) and grant walpost SELECT, INSERT, UPDATE, DELETE on it; {acl}"
         )),
     }
 }

@@ -75,7 +75,8 @@ fn report(t: &Target, plan: &Plan, dry_run: bool) -> String {
                 let _ = writeln!(out, "  {apply:<12} {}", e.name);
             }
             State::FoundInPlace => {
-                let _ = writeln!(out, "  {record:<12} {}  (its objects are there: applied before walpost migrate)", e.name);
+                let _ =
+                    writeln!(out, "  {record:<12} {}  (its objects are there: applied before walpost migrate)", e.name);
             }
             State::Applied { .. } | State::Changed { .. } => {}
         }
@@ -153,7 +154,10 @@ mod tests {
     #[test]
     fn the_report_names_each_migration_applied_or_recorded() {
         let plan = Plan {
-            entries: vec![entry("0001_inbox.sql", State::FoundInPlace), entry("0002_inbox_hardening.sql", State::Pending)],
+            entries: vec![
+                entry("0001_inbox.sql", State::FoundInPlace),
+                entry("0002_inbox_hardening.sql", State::Pending),
+            ],
             unknown: vec![],
             recorded: false,
         };
@@ -173,14 +177,20 @@ mod tests {
                 entry("0001_inbox.sql", State::Applied { applied_at: "2026-12-04 10:00:00+00".into() }),
                 entry(
                     "0002_inbox_hardening.sql",
-                    State::Changed { recorded_name: "0002_inbox_hardening.sql".into(), recorded_checksum: "0".repeat(64) },
+                    State::Changed {
+                        recorded_name: "0002_inbox_hardening.sql".into(),
+                        recorded_checksum: "0".repeat(64),
+                    },
                 ),
             ],
             unknown: vec![],
             recorded: true,
         };
         let text = status_text(&target(), &plan);
-        assert!(text.starts_with("schema billing (migrations/inbox), recorded in billing.walpost_migrations:\n"), "{text}");
+        assert!(
+            text.starts_with("schema billing (migrations/inbox), recorded in billing.walpost_migrations:\n"),
+            "{text}"
+        );
         assert!(text.contains("applied  0001_inbox.sql  2026-12-04 10:00:00+00"), "{text}");
         assert!(text.contains("CHANGED  0002_inbox_hardening.sql"), "{text}");
         assert!(text.ends_with("1 applied, 0 pending, 0 found in place, 1 changed\n"), "{text}");

@@ -167,7 +167,7 @@ async fn check_outbox_table(sql: &mut ReplicationClient, s: &Settings, outbox: &
     let columns = catalog::table_columns(sql, table).await?;
     if columns.is_empty() {
         return Err(PipelineError::definite(ErrorKind::Outbox, format!(
-            "table {table} does not exist in database {}: apply migrations/0001_events_outbox.sql or pass --table schema.name",
+            "table {table} does not exist in database {}: run walpost migrate (migrations/outbox/) or pass --table schema.name",
             s.postgres.dbname
         )));
     }

@@ -140,7 +140,7 @@ pub(crate) async fn command(s: &Settings, dry_run: bool) -> Result<(), PipelineE
 
 fn not_partitioned_message(table: &TableName) -> String {
     format!(
-        "table {table} is not partitioned, so retention has nothing to manage: apply migrations/0002_outbox_partitioned.sql (or partition it BY RANGE on a timestamp column)"
+        "table {table} is not partitioned, so retention has nothing to manage: apply migrations/outbox/0002_outbox_partitioned.sql with walpost migrate (or partition it BY RANGE on a timestamp column)"
     )
 }
 
@@ -234,7 +234,7 @@ async fn pass_on(
     let root_oid = match catalog::root(sql, &t.table.schema, &t.table.name).await? {
         Root::Missing => {
             return Err(PipelineError::definite(ErrorKind::Outbox, format!(
-                "table {} does not exist in database {}: apply migrations/0001_events_outbox.sql and 0002_outbox_partitioned.sql, or pass --table",
+                "table {} does not exist in database {}: run walpost migrate (migrations/outbox/), or pass --table",
                 t.table, t.postgres.dbname
             )))
         }

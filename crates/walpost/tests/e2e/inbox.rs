@@ -1,4 +1,4 @@
-//! The inbox's SQL API (migrations/0004_inbox.sql) against a real PostgreSQL: what a
+//! The inbox's SQL API (migrations/inbox/) against a real PostgreSQL: what a
 //! consuming service's handlers call, from any language. Messages are
 //! inserted here as `walpost inbox` will store them.
 

@@ -26,6 +26,7 @@ mod inbox_ingest;
 mod inbox_refusals;
 mod inbox_retention;
 mod kafka_cluster;
+mod migrate;
 mod ops;
 mod otel;
 mod registry;

@@ -19,7 +19,7 @@ use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(120);
 pub(crate) const MIGRATION_0002: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0002_outbox_partitioned.sql");
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/outbox/0002_outbox_partitioned.sql");
 
 /// Runs migration 0002 as the table's owner, walpost's role (docs/least-privilege.md,
 /// recipe B): it needs no superuser.

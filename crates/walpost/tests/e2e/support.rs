@@ -13,7 +13,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use testkit::{Kafka, Postgres};
 
-pub(crate) const MIGRATION_0001: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/0001_events_outbox.sql");
+pub(crate) const MIGRATION_0001: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/outbox/0001_events_outbox.sql");
 
 /// One test's world: its own database (with the outbox migration applied), slot,
 /// publication and topic prefix on the shared PostgreSQL and Kafka.
@@ -725,11 +726,14 @@ pub(crate) fn strip_ansi(text: &str) -> String {
     out
 }
 
-/// The inbox's migrations, in the order they are applied (what `--create-schema` applies).
+/// The inbox's migrations into schema `inbox`, in the order they are applied, as a team
+/// that runs them with psql does (docs/inbox.md): the schema, then search_path, then the
+/// files; `walpost migrate --inbox` and `--create-schema` apply the same files.
 pub(crate) fn inbox_migrations() -> String {
-    ["0004_inbox.sql", "0005_inbox_hardening.sql"]
+    let files = ["0001_inbox.sql", "0002_inbox_hardening.sql"]
         .iter()
-        .map(|f| std::fs::read_to_string(format!("{}/../../migrations/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
+        .map(|f| std::fs::read_to_string(format!("{}/../../migrations/inbox/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    format!("CREATE SCHEMA IF NOT EXISTS inbox;\nSET search_path = inbox, pg_temp;\n{files}\nRESET search_path;")
 }
