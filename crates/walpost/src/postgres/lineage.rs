@@ -136,25 +136,46 @@ impl Lineage {
         } else {
             "DO NOTHING"
         };
+        if let Err(e) = create_table_if_missing(sql, s).await {
+            self.cannot_record(&t, &e, s);
+            return;
+        }
         let statements = [
-            format!(
-                "CREATE TABLE IF NOT EXISTS {t} (slot text PRIMARY KEY, system_identifier text NOT NULL, timeline integer NOT NULL, created_at timestamptz NOT NULL, progress_key text)"
-            ),
             format!("INSERT INTO {t} (slot, system_identifier, timeline, created_at) VALUES {row} ON CONFLICT (slot) {conflict}"),
         ];
         for statement in statements {
             if let Err(e) = sql.simple_query(&statement).await {
-                if !self.warned {
-                    self.warned = true;
-                    tracing::warn!(
-                        "cannot record the slot in {t} ({e}): a slot lost in a failover is then detected only while this process runs; grant CREATE on schema {} or apply migrations/0003_walpost_slots.sql",
-                        s.table().schema
-                    );
-                }
+                self.cannot_record(&t, &e.to_string(), s);
                 return;
             }
         }
     }
+}
+
+impl Lineage {
+    /// Warns once that the table cannot be written (`e`: why).
+    fn cannot_record(&mut self, table: &str, e: &str, s: &Settings) {
+        if !self.warned {
+            self.warned = true;
+            tracing::warn!(
+                "cannot record the slot in {table} ({e}): a slot lost in a failover is then detected only while this process runs; grant CREATE on schema {} or apply migrations/outbox/0003_walpost_slots.sql (walpost migrate)",
+                s.table().schema
+            );
+        }
+    }
+}
+
+/// Makes the lineage table when it is missing, from the outbox's migration 0003 (the one
+/// place its DDL is), in the outbox table's schema; `Err`: why it could not.
+async fn create_table_if_missing(sql: &mut ReplicationClient, s: &Settings) -> Result<(), String> {
+    let present = sql
+        .query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(table(s).as_str())])
+        .await
+        .map_err(|e| e.to_string())?;
+    if present.first("present") == Some("t") {
+        return Ok(());
+    }
+    migrate::create_walpost_slots(sql, &s.table().schema).await.map_err(|e| e.to_string())
 }
 
 /// What `events.walpost_slots` says of the slot.
@@ -235,7 +256,7 @@ pub async fn progress_key(
     let slot = literal(&s.source.slot);
     let warn = |e: String| {
         tracing::warn!(
-            "cannot keep the exactly-once progress key in {t} ({e}): progress records are not signed, so any client that can write the progress topic can make walpost skip events; apply migrations/0003_walpost_slots.sql (or grant walpost ownership of {t}) and restrict writes to the progress topic (runbooks/exactly-once.md)"
+            "cannot keep the exactly-once progress key in {t} ({e}): progress records are not signed, so any client that can write the progress topic can make walpost skip events; apply migrations/outbox/0003_walpost_slots.sql (or grant walpost ownership of {t}) and restrict writes to the progress topic (runbooks/exactly-once.md)"
         );
     };
     // A table made by an older walpost or migration lacks the column; adding it needs
