@@ -37,7 +37,8 @@ impl ReplicationClient {
         first_usable_host(config, true).await
     }
 
-    /// Opens an ordinary SQL connection (simple query protocol, text results): for
+    /// Opens an ordinary SQL connection (text results; statements with bind parameters
+    /// through [`ReplicationClient::query`], the extended query protocol): for
     /// slot status, snapshots and retention, where a replication connection is not
     /// wanted (it would count against max_wal_senders). To reach the same server as a
     /// replication connection, pass `config.pinned_to(client.connected_host())`.

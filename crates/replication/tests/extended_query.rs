@@ -20,7 +20,7 @@ fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
     v
 }
 
-fn read_frame(s: &mut impl Read) -> (u8, Vec<u8>) {
+fn read_frame(s: &mut impl Read) -> Message {
     let mut header = [0; 5];
     s.read_exact(&mut header).unwrap();
     let len = usize::try_from(i32::from_be_bytes(header[1..5].try_into().unwrap())).unwrap();
@@ -59,9 +59,12 @@ fn data_row(values: &[Option<&str>]) -> Vec<u8> {
     frame(b'D', &body)
 }
 
-/// One connection: startup, then for each answer the frames up to Sync are read (and
-/// returned) and the answer is sent.
-fn fake_server(answers: Vec<Vec<u8>>) -> (u16, JoinHandle<Vec<Vec<(u8, Vec<u8>)>>>) {
+/// A frontend message: its tag and body.
+type Message = (u8, Vec<u8>);
+
+/// One connection: startup, then for each answer the messages up to Sync are read (and
+/// returned, one list per answer) and the answer is sent.
+fn fake_server(answers: Vec<Vec<u8>>) -> (u16, JoinHandle<Vec<Vec<Message>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let handle = std::thread::spawn(move || {
@@ -141,12 +144,8 @@ async fn parse_bind_describe_execute_sync_with_text_parameters() {
 
 #[tokio::test]
 async fn a_server_error_is_read_to_ready_for_query_and_the_connection_goes_on() {
-    let error = [
-        frame(b'1', b""),
-        frame(b'E', b"SERROR\0VERROR\0C22012\0Mdivision by zero\0\0"),
-        frame(b'Z', b"I"),
-    ]
-    .concat();
+    let error =
+        [frame(b'1', b""), frame(b'E', b"SERROR\0VERROR\0C22012\0Mdivision by zero\0\0"), frame(b'Z', b"I")].concat();
     let ok = [frame(b'1', b""), frame(b'2', b""), frame(b'n', b""), frame(b'C', b"SET\0"), frame(b'Z', b"I")].concat();
     let (port, server) = fake_server(vec![error, ok]);
     let config = Config::parse(&format!("host=127.0.0.1 port={port} user=app sslmode=disable")).unwrap();
@@ -170,14 +169,18 @@ async fn values_reach_postgresql_as_values_and_errors_leave_the_connection_usabl
     for (i, v) in hostile.iter().enumerate() {
         let key = i.to_string();
         sql.query("INSERT INTO public.t (k, v) VALUES ($1, $2)", &[Some(&key), Some(v)]).await.unwrap();
-        let r = sql.query("SELECT v, pg_catalog.length(v)::text AS n FROM public.t WHERE k = $1", &[Some(&key)]).await.unwrap();
+        let r = sql
+            .query("SELECT v, pg_catalog.length(v)::text AS n FROM public.t WHERE k = $1", &[Some(&key)])
+            .await
+            .unwrap();
         assert_eq!(r.first("v"), Some(*v));
         assert_eq!(r.first("n"), Some(v.chars().count().to_string().as_str()));
     }
     sql.query("INSERT INTO public.t (k, v) VALUES ($1, $2)", &[Some("null"), None]).await.unwrap();
     let r = sql.query("SELECT (v IS NULL)::text AS null FROM public.t WHERE k = $1", &[Some("null")]).await.unwrap();
     assert_eq!(r.first("null"), Some("true"));
-    let r = sql.query("SELECT ($1::pg_lsn + 16)::text AS lsn, $2::int + 1 AS n", &[Some("16/B374D848"), Some("41")]).await;
+    let r =
+        sql.query("SELECT ($1::pg_lsn + 16)::text AS lsn, $2::int + 1 AS n", &[Some("16/B374D848"), Some("41")]).await;
     let r = r.unwrap();
     assert_eq!((r.first("lsn"), r.first("n")), (Some("16/B374D858"), Some("42")));
 
