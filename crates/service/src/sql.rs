@@ -1,15 +1,15 @@
-//! SQL text for the simple query protocol.
-//!
-//! Literals and identifiers are quoted by the one helper of the workspace,
-//! `replication::{quote_literal, quote_ident}` (`postgres_protocol::escape`): a literal
-//! with a backslash becomes an `E''` string, which means the same whatever
-//! `standard_conforming_strings` says.
+//! SQL on ordinary connections: values travel as bind parameters
+//! (`ReplicationClient::query`, the extended query protocol), never in the text;
+//! identifiers are quoted by the one helper of the workspace, `replication::quote_ident`
+//! (`postgres_protocol::escape`).
 
 use replication::{QueryResult, ReplicationClient};
 
 use crate::error::PipelineError;
 
-/// A string literal.
+/// A string literal: going away. The inbox's, the day partitions' and the outbox
+/// retention's SQL still quote values with it until they bind them as parameters, as
+/// the rest does (`crates/walpost/tests/sql_values.rs` lists who may call it).
 pub fn literal(text: &str) -> String {
     replication::quote_literal(text)
 }
@@ -19,14 +19,15 @@ pub fn ident(name: &str) -> String {
     replication::quote_ident(name)
 }
 
-/// Runs one statement; a server error becomes a [`PipelineError`] with its class.
+/// Runs one statement without values (simple query protocol: several statements may
+/// share the text); a server error becomes a [`PipelineError`] with its class.
 pub async fn query(sql: &mut ReplicationClient, text: &str) -> Result<QueryResult, PipelineError> {
     Ok(sql.simple_query(text).await?)
 }
 
 /// `current_setting(name)`, or `None` when it cannot be read.
 pub async fn setting(sql: &mut ReplicationClient, name: &str) -> Option<String> {
-    sql.simple_query(&format!("SELECT pg_catalog.current_setting({}) AS v", literal(name)))
+    sql.query("SELECT pg_catalog.current_setting($1) AS v", &[Some(name)])
         .await
         .ok()
         .and_then(|r| r.first("v").map(str::to_owned))

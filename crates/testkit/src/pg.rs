@@ -254,11 +254,10 @@ impl Postgres {
         let bootstrap_user = self.bootstrap_superuser();
         let sql = format!(
             "SET password_encryption = 'scram-sha-256';\n\
-             CREATE ROLE {ROLE} WITH SUPERUSER LOGIN REPLICATION PASSWORD {};\n\
-             CREATE DATABASE {ROLE} OWNER {ROLE};\n",
-            quote_literal(&self.password)
+             CREATE ROLE {ROLE} WITH SUPERUSER LOGIN REPLICATION PASSWORD :'password';\n\
+             CREATE DATABASE {ROLE} OWNER {ROLE};\n"
         );
-        self.psql_inner(&bootstrap_user, "postgres", PsqlInput::Sql(&sql))?;
+        self.psql_inner(&bootstrap_user, "postgres", PsqlInput::Sql(&sql), &[("password", &self.password)])?;
         Ok(())
     }
 
@@ -341,28 +340,38 @@ impl Postgres {
     /// `CREATE DATABASE` works). Returns stdout trimmed: unaligned, tuples only, `|`
     /// between columns, one row per line. Err carries psql's stderr.
     pub fn psql(&self, sql: &str) -> Result<String> {
-        self.psql_inner(ROLE, ROLE, PsqlInput::Sql(sql))
+        self.psql_inner(ROLE, ROLE, PsqlInput::Sql(sql), &[])
+    }
+
+    /// Like [`Postgres::psql`], with psql variables: `(name, value)` is `-v name=value`,
+    /// and the SQL writes `:'name'` where the value goes (psql quotes it with libpq's
+    /// `PQescapeLiteral`; the harness never quotes a value itself).
+    pub fn psql_with(&self, sql: &str, vars: &[(&str, &str)]) -> Result<String> {
+        self.psql_inner(ROLE, ROLE, PsqlInput::Sql(sql), vars)
     }
 
     /// Like [`Postgres::psql`] against another database.
     pub fn psql_db(&self, db: &str, sql: &str) -> Result<String> {
-        self.psql_inner(ROLE, db, PsqlInput::Sql(sql))
+        self.psql_inner(ROLE, db, PsqlInput::Sql(sql), &[])
     }
 
     /// Like [`Postgres::psql`] as another role (login via trust over the socket).
     pub fn psql_as(&self, user: &str, db: &str, sql: &str) -> Result<String> {
-        self.psql_inner(user, db, PsqlInput::Sql(sql))
+        self.psql_inner(user, db, PsqlInput::Sql(sql), &[])
     }
 
     /// Runs a SQL file with psql (`-f`), like [`Postgres::psql`].
     pub fn psql_file(&self, path: &Path) -> Result<String> {
-        self.psql_inner(ROLE, ROLE, PsqlInput::File(path))
+        self.psql_inner(ROLE, ROLE, PsqlInput::File(path), &[])
     }
 
-    fn psql_inner(&self, user: &str, db: &str, input: PsqlInput<'_>) -> Result<String> {
+    fn psql_inner(&self, user: &str, db: &str, input: PsqlInput<'_>, vars: &[(&str, &str)]) -> Result<String> {
         let mut cmd = Command::new(self.psql_path());
-        cmd.args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"])
-            .arg("-h")
+        cmd.args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"]);
+        for (name, value) in vars {
+            cmd.arg("-v").arg(format!("{name}={value}"));
+        }
+        cmd.arg("-h")
             .arg(&self.dir)
             .arg("-p")
             .arg(self.port.to_string())
@@ -503,12 +512,6 @@ fn append(path: &Path, text: &str) -> Result<()> {
     let mut f = fs::OpenOptions::new().append(true).open(path)?;
     f.write_all(text.as_bytes())?;
     Ok(())
-}
-
-// The harness is std only (no replication crate): its SQL goes through psql, where
-// standard_conforming_strings is on, so doubling the quote is the whole rule.
-fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 fn quote_ident(s: &str) -> String {

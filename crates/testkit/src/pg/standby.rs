@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{append_conf, quote_literal, Postgres, StandbyLink, ROLE};
+use super::{append_conf, Postgres, StandbyLink, ROLE};
 use crate::util::{self, err};
 use crate::Result;
 
@@ -79,7 +79,7 @@ impl Postgres {
     pub fn start_standby(primary: &Postgres, opts: StandbyOptions) -> Result<Postgres> {
         let t0 = Instant::now();
         let slot = opts.slot_name.clone().unwrap_or_else(|| util::unique_name("standby"));
-        primary.psql(&format!("SELECT pg_create_physical_replication_slot({}, true)", quote_literal(&slot)))?;
+        primary.psql_with("SELECT pg_create_physical_replication_slot(:'slot', true)", &[("slot", &slot)])?;
         let dir = util::make_temp_dir("pg-standby")?;
         let mut sb = Postgres {
             data_dir: dir.join("data"),
@@ -134,7 +134,7 @@ impl Postgres {
             util::chown_recursive(&sb.dir, uid, gid)?;
         }
         sb.start_with_port_retries()?;
-        sb.wait_sql("SELECT status FROM pg_stat_wal_receiver", "streaming", "WAL receiver streaming")?;
+        sb.wait_sql("SELECT status FROM pg_stat_wal_receiver", &[], "streaming", "WAL receiver streaming")?;
         if sync {
             primary.add_synchronized_standby_slot(&slot)?;
         }
@@ -207,15 +207,13 @@ impl Postgres {
         if !slots.contains(&slot) {
             slots.push(slot);
         }
-        self.psql(&format!(
-            "ALTER SYSTEM SET synchronized_standby_slots = {};\nSELECT pg_reload_conf();",
-            quote_literal(&slots.join(","))
-        ))?;
+        self.psql_with(
+            "ALTER SYSTEM SET synchronized_standby_slots = :'slots';\nSELECT pg_reload_conf();",
+            &[("slots", &slots.join(","))],
+        )?;
         self.wait_sql(
-            &format!(
-                "SELECT {} = ANY(string_to_array(current_setting('synchronized_standby_slots'), ','))",
-                quote_literal(slot)
-            ),
+            "SELECT :'slot' = ANY(string_to_array(current_setting('synchronized_standby_slots'), ','))",
+            &[("slot", slot)],
             "t",
             "synchronized_standby_slots reloaded",
         )
@@ -229,20 +227,20 @@ impl Postgres {
             let current = self.psql("SHOW synchronized_standby_slots")?;
             let rest: Vec<&str> = current.split(',').map(str::trim).filter(|s| !s.is_empty() && *s != slot).collect();
             let set = if rest.is_empty() {
-                "ALTER SYSTEM RESET synchronized_standby_slots;".to_string()
+                "ALTER SYSTEM RESET synchronized_standby_slots;"
             } else {
-                format!("ALTER SYSTEM SET synchronized_standby_slots = {};", quote_literal(&rest.join(",")))
+                "ALTER SYSTEM SET synchronized_standby_slots = :'slots';"
             };
-            self.psql(&format!("{set}\nSELECT pg_reload_conf();"))?;
+            self.psql_with(&format!("{set}\nSELECT pg_reload_conf();"), &[("slots", &rest.join(","))])?;
         }
         // The walsender may take a moment to notice a standby that just went away.
-        let q = quote_literal(slot);
         self.wait_sql(
-            &format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = {q} AND active"),
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = :'slot' AND active",
+            &[("slot", slot)],
             "0",
             "standby slot inactive",
         )?;
-        self.psql(&format!("SELECT pg_drop_replication_slot({q})"))?;
+        self.psql_with("SELECT pg_drop_replication_slot(:'slot')", &[("slot", slot)])?;
         Ok(())
     }
 
@@ -266,7 +264,8 @@ impl Postgres {
     /// is at least `lsn` (text form, e.g. `0/3000148`).
     pub fn wait_for_replay(&self, lsn: &str) -> Result<()> {
         self.wait_sql(
-            &format!("SELECT pg_last_wal_replay_lsn() >= {}::pg_lsn", quote_literal(lsn)),
+            "SELECT pg_last_wal_replay_lsn() >= :'lsn'::pg_lsn",
+            &[("lsn", lsn)],
             "t",
             &format!("replay up to {lsn}"),
         )
@@ -291,7 +290,7 @@ impl Postgres {
         cmd.arg("-D").arg(&self.data_dir).args(["-w", "-t", "60", "promote"]);
         util::run(&mut cmd, "pg_ctl promote")
             .map_err(|e| err(format!("{e}\n--- server log ---\n{}", self.log_tail(30))))?;
-        self.wait_sql("SELECT pg_is_in_recovery()", "f", "end of recovery")?;
+        self.wait_sql("SELECT pg_is_in_recovery()", &[], "f", "end of recovery")?;
         eprintln!("testkit: PostgreSQL on 127.0.0.1:{} promoted in {} ms", self.port, t0.elapsed().as_millis());
         Ok(())
     }
@@ -304,10 +303,10 @@ impl Postgres {
         if self.major < 17 {
             return Err(err(format!("slot_synced needs PostgreSQL 17+ (this is {})", self.major)));
         }
-        let q = quote_literal(name);
-        let out = self.psql(&format!(
-            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = {q} AND synced AND NOT temporary"
-        ))?;
+        let out = self.psql_with(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = :'name' AND synced AND NOT temporary",
+            &[("name", name)],
+        )?;
         Ok(out == "1")
     }
 
@@ -330,25 +329,23 @@ impl Postgres {
     /// waiting, this calls `pg_reload_conf()` on the standby every 0.5 s, which wakes
     /// the worker for a sync cycle.
     pub fn wait_slot_synced(&self, name: &str, primary: &Postgres) -> Result<String> {
-        let q = quote_literal(name);
-        let target = primary.psql(&format!(
-            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = {q} AND slot_type = 'logical'"
-        ))?;
+        let target = primary.psql_with(
+            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = :'name' AND slot_type = 'logical'",
+            &[("name", name)],
+        )?;
         if target.is_empty() {
             return Err(err(format!("no logical slot {name} on the primary")));
         }
         if self.major < 17 {
             return Err(err(format!("slot synchronization needs PostgreSQL 17+ (this is {})", self.major)));
         }
-        let sql = format!(
-            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = {q} AND synced AND NOT temporary \
-             AND confirmed_flush_lsn >= {}::pg_lsn",
-            quote_literal(&target)
-        );
+        let sql = "SELECT count(*) FROM pg_replication_slots WHERE slot_name = :'name' AND synced AND NOT temporary \
+                   AND confirmed_flush_lsn >= :'target'::pg_lsn";
+        let vars = [("name", name), ("target", target.as_str())];
         let deadline = Instant::now() + STANDBY_TIMEOUT;
         let mut polls = 0u32;
         loop {
-            if self.psql(&sql)? == "1" {
+            if self.psql_with(sql, &vars)? == "1" {
                 return Ok(target);
             }
             polls += 1;
@@ -379,7 +376,8 @@ impl Postgres {
     pub fn log_standby_snapshot(&self) -> Result<String> {
         let lsn = self.psql("SELECT pg_log_standby_snapshot()")?;
         self.wait_sql(
-            &format!("SELECT pg_current_wal_flush_lsn() >= {}::pg_lsn", quote_literal(&lsn)),
+            "SELECT pg_current_wal_flush_lsn() >= :'lsn'::pg_lsn",
+            &[("lsn", &lsn)],
             "t",
             "flush of the standby snapshot record",
         )?;
@@ -387,10 +385,11 @@ impl Postgres {
     }
 
     /// Polls `sql` (every 50 ms, up to [`STANDBY_TIMEOUT`]) until it prints `want`.
-    fn wait_sql(&self, sql: &str, want: &str, what: &str) -> Result<()> {
+    /// Polls `sql` (with psql variables `vars`) until it prints `want`.
+    fn wait_sql(&self, sql: &str, vars: &[(&str, &str)], want: &str, what: &str) -> Result<()> {
         let deadline = Instant::now() + STANDBY_TIMEOUT;
         loop {
-            let got = self.psql(sql);
+            let got = self.psql_with(sql, vars);
             if got.as_deref().is_ok_and(|g| g == want) {
                 return Ok(());
             }

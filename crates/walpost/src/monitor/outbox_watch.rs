@@ -8,7 +8,6 @@
 use replication::ReplicationClient;
 
 use crate::error::PipelineError;
-use crate::postgres::sql::literal;
 use crate::postgres::{catalog, messages};
 use crate::settings::Settings;
 
@@ -29,10 +28,7 @@ impl OutboxWatch {
         let mut oids = Vec::with_capacity(s.source.outboxes.len());
         for outbox in &s.source.outboxes {
             let r = sql
-                .simple_query(&format!(
-                    "SELECT pg_catalog.to_regclass({})::oid::text AS oid",
-                    literal(&outbox.table.quoted())
-                ))
+                .query("SELECT pg_catalog.to_regclass($1)::oid::text AS oid", &[Some(outbox.table.quoted().as_str())])
                 .await?;
             match r.first("oid") {
                 Some(oid) => oids.push(oid.to_owned()),

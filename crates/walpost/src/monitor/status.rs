@@ -11,7 +11,6 @@ use replication::ReplicationClient;
 use serde::Serialize;
 
 use crate::error::PipelineError;
-use crate::postgres::sql::literal;
 
 /// The oldest open transaction on the server that has written WAL (it has a
 /// transaction id): only such a transaction holds logical decoding back; a read-only one
@@ -86,7 +85,7 @@ impl SlotStatus {
 /// Reads the slot's figures. `exists = false` when there is no such slot.
 pub(crate) async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<SlotStatus, PipelineError> {
     let r = sql
-        .simple_query(&format!(
+        .query(
             "SELECT w.current::text AS current, w.recovery::text AS recovery,
                     s.plugin, s.active::text AS active, s.active_pid::text AS pid, s.wal_status,
                     s.restart_lsn::text AS restart, s.confirmed_flush_lsn::text AS confirmed,
@@ -103,13 +102,13 @@ pub(crate) async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<Slo
                     greatest(extract(epoch FROM pg_catalog.clock_timestamp() - o.xact_start), 0)::float8::text AS oldest_age
              FROM (SELECT pg_catalog.pg_is_in_recovery() AS recovery,
                           CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_lsn() END AS current) AS w
-             LEFT JOIN pg_replication_slots s ON s.slot_name = {}
+             LEFT JOIN pg_replication_slots s ON s.slot_name = $1
              LEFT JOIN LATERAL (SELECT a.pid, a.application_name, a.client_addr, a.xact_start FROM pg_stat_activity a
                  WHERE a.xact_start IS NOT NULL AND a.backend_xid IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()
                    AND a.backend_type = 'client backend'
                  ORDER BY a.xact_start LIMIT 1) o ON true",
-            literal(slot)
-        ))
+            &[Some(slot)],
+        )
         .await?;
     let get = |c: &str| r.first(c).map(str::to_owned);
     let num = |c: &str| r.first(c).and_then(|v| v.parse::<i64>().ok());

@@ -13,7 +13,8 @@ use replication::ReplicationClient;
 use crate::error::PipelineError;
 use crate::kafka::config::client_config;
 use crate::monitor::evaluate::unreachable_thresholds;
-use crate::postgres::sql::{ident, literal, setting};
+use crate::postgres::catalog::Capacity;
+use crate::postgres::sql::{ident, setting};
 use crate::postgres::{catalog, preflight};
 use crate::settings::{OnPermanentError, Settings};
 
@@ -101,15 +102,10 @@ async fn registry_check(r: &crate::settings::RegistrySettings) -> Check {
 async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check> {
     let mut out = Vec::new();
     out.push(from_result("wal_level = logical".into(), preflight::check_wal_level(sql).await));
-    for (name, view) in [("max_replication_slots", "pg_replication_slots"), ("max_wal_senders", "pg_stat_replication")]
-    {
+    for capacity in [Capacity::Slots, Capacity::Senders] {
+        let name = capacity.setting();
         let max: i64 = setting(sql, name).await.and_then(|v| v.parse().ok()).unwrap_or(0);
-        let used: i64 = sql
-            .simple_query(&format!("SELECT pg_catalog.count(*) AS n FROM {view}"))
-            .await
-            .ok()
-            .and_then(|r| r.first("n").and_then(|n| n.parse().ok()))
-            .unwrap_or(0);
+        let used: i64 = catalog::in_use(sql, capacity).await.unwrap_or(0);
         out.push(if used < max {
             Check::Ok(format!("{name} = {max} ({used} in use)"))
         } else {
@@ -120,18 +116,9 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     }
     out.push(from_result("role has REPLICATION".into(), preflight::check_role(sql).await));
     let table = s.table();
-    // By oid, so the check works even without USAGE on the schema (which it also needs).
-    let select = sql
-        .simple_query(&format!(
-            "SELECT (pg_catalog.has_schema_privilege(n.oid, 'USAGE') AND pg_catalog.has_table_privilege(c.oid, 'SELECT'))::text AS ok
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = {} AND c.relname = {}",
-            literal(&table.schema),
-            literal(&table.name)
-        ))
-        .await;
-    match select {
-        Ok(r) if r.first("ok") == Some("true") => out.push(Check::Ok(format!("SELECT on {table}"))),
-        Ok(r) if !r.rows.is_empty() => out.push(Check::Fail(format!(
+    match catalog::may_select(sql, table).await {
+        Ok(Some(true)) => out.push(Check::Ok(format!("SELECT on {table}"))),
+        Ok(Some(false)) => out.push(Check::Fail(format!(
             "the role cannot SELECT from {table}: GRANT USAGE ON SCHEMA {} TO <role>; GRANT SELECT ON {} TO <role>",
             ident(&table.schema),
             table.quoted()
@@ -193,11 +180,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     }
     let keep_bytes = match keep.as_deref() {
         Some("-1") | None => None,
-        Some(v) => sql
-            .simple_query(&format!("SELECT pg_catalog.pg_size_bytes({})::text AS b", literal(v)))
-            .await
-            .ok()
-            .and_then(|r| r.first("b").and_then(|b| b.parse::<u64>().ok())),
+        Some(v) => catalog::size_bytes(sql, v).await,
     };
     for why in unreachable_thresholds(&s.monitor.thresholds, keep_bytes) {
         out.push(Check::Fail(why));
@@ -210,14 +193,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         None => {}
     }
     // pg_stat_activity shows xact_start of other roles' sessions only to these.
-    let sees_all = sql
-        .simple_query(
-            "SELECT (pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
-                     OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user))::text AS ok",
-        )
-        .await
-        .ok()
-        .and_then(|r| r.first("ok").map(|v| v == "true"));
+    let sees_all = catalog::sees_every_session(sql).await;
     if let crate::settings::Delivery::ExactlyOnce(e) = &s.kafka.delivery {
         out.push(progress_check(sql, s, &e.progress_topic).await);
     }
@@ -238,15 +214,7 @@ async fn progress_check(sql: &mut ReplicationClient, s: &Settings, topic: &str) 
     let acl = format!(
         "allow only walpost's principal to write it: kafka-acls.sh --bootstrap-server <brokers> --add --allow-principal User:<walpost principal> --operation Write --topic {topic} (runbooks/exactly-once.md)"
     );
-    let readable = sql
-        .simple_query(&format!(
-            "SELECT (pg_catalog.to_regclass({t}) IS NOT NULL AND pg_catalog.has_table_privilege(pg_catalog.to_regclass({t}), 'SELECT, UPDATE'))::text AS ok",
-            t = literal(&table)
-        ))
-        .await
-        .ok()
-        .and_then(|r| r.first("ok").map(|v| v == "true"));
-    match readable {
+    match catalog::may_select_and_update(sql, &table).await {
         Some(true) => Check::Ok(format!(
             "exactly-once: progress records in {topic} are signed with the key kept in {table}; {acl}"
         )),

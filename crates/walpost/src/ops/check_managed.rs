@@ -13,6 +13,8 @@
 use replication::ReplicationClient;
 
 use super::check::Check;
+// What the server's catalog says (names only), read by `postgres::catalog`.
+use crate::postgres::catalog::{self, ServiceMarkers as Catalog};
 
 /// A managed PostgreSQL service walpost recognises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,15 +55,6 @@ impl Provider {
     }
 }
 
-/// What the server's catalog says (names only).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Catalog {
-    /// Setting names with a dot (extension and service settings).
-    pub settings: Vec<String>,
-    pub roles: Vec<String>,
-    pub aurora_version: bool,
-}
-
 /// See the module docs.
 pub(crate) fn recognise(c: &Catalog) -> Option<Provider> {
     let setting = |prefix: &str| c.settings.iter().any(|s| s.starts_with(prefix));
@@ -100,28 +93,9 @@ pub(crate) fn evaluate(c: &Catalog, wal_level: &str) -> Vec<Check> {
     out
 }
 
-/// Reads what [`recognise`] needs.
+/// Reads what [`recognise`] needs, and `wal_level`.
 pub(crate) async fn gather(sql: &mut ReplicationClient) -> Result<(Catalog, String), String> {
-    let r = sql
-        .simple_query(
-            "SELECT (SELECT pg_catalog.string_agg(name, ',') FROM (
-                       SELECT name FROM pg_settings WHERE name ~ '^(rds|cloudsql|alloydb|azure|neon|supautils)\\.'
-                       UNION SELECT n FROM pg_catalog.unnest(ARRAY['rds.extensions', 'rds.logical_replication',
-                           'cloudsql.logical_decoding', 'cloudsql.iam_authentication', 'alloydb.logical_decoding',
-                           'azure.extensions', 'neon.timeline_id', 'neon.tenant_id', 'neon.endpoint_id',
-                           'supautils.privileged_extensions']) AS n WHERE pg_catalog.current_setting(n, true) IS NOT NULL) s) AS settings,
-                    (SELECT pg_catalog.string_agg(rolname, ',') FROM pg_roles
-                     WHERE rolname IN ('rds_superuser', 'cloudsqlsuperuser', 'alloydbsuperuser', 'azure_pg_admin',
-                                       'neon_superuser', 'supabase_admin')) AS roles,
-                    EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'aurora_version')::text AS aurora,
-                    pg_catalog.current_setting('wal_level') AS wal_level",
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    let list = |c: &str| r.first(c).map(|v| v.split(',').map(str::to_owned).collect()).unwrap_or_default();
-    let catalog =
-        Catalog { settings: list("settings"), roles: list("roles"), aurora_version: r.first("aurora") == Some("true") };
-    Ok((catalog, r.first("wal_level").unwrap_or_default().to_owned()))
+    catalog::service_markers(sql).await.map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

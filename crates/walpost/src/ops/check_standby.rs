@@ -15,7 +15,7 @@
 use replication::ReplicationClient;
 
 use super::check::Check;
-use crate::postgres::sql::literal;
+use crate::postgres::catalog;
 use crate::postgres::topology;
 use crate::settings::Settings;
 
@@ -48,43 +48,27 @@ pub(crate) struct PrimaryFacts {
 
 /// Asks the decoding server (`sql`) and the primary.
 pub(crate) async fn gather(sql: &mut ReplicationClient, s: &Settings) -> Result<StandbyFacts, String> {
-    let r = sql
-        .simple_query(
-            "SELECT pg_catalog.current_setting('server_version_num') AS v, pg_catalog.pg_is_in_recovery()::text AS r,
-                    pg_catalog.current_setting('hot_standby_feedback') AS f, pg_catalog.current_setting('primary_slot_name') AS p,
-                    pg_catalog.current_setting('max_standby_streaming_delay') AS d",
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    let get = |c: &str| r.first(c).unwrap_or_default().to_owned();
-    let primary_slot_name = get("p");
+    let own = catalog::recovery_settings(sql).await.map_err(|e| e.to_string())?;
     let primary = match topology::connect_writer(s).await {
         Err(e) => Err(e.to_string()),
         Ok(mut primary) => {
             let host = primary.connected_host().label();
-            let asked = primary
-                .simple_query(&format!(
-                    "SELECT pg_catalog.current_setting('wal_level') AS w,
-                            EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_type = 'physical' AND slot_name = {})::text AS slot,
-                            coalesce(pg_catalog.has_function_privilege('pg_catalog.pg_log_standby_snapshot()', 'EXECUTE'), false)::text AS log",
-                    literal(&primary_slot_name)
-                ))
-                .await;
+            let asked = catalog::primary_for_standby(&mut primary, &own.primary_slot_name).await;
             primary.close().await;
-            asked.map_err(|e| e.to_string()).map(|r| PrimaryFacts {
+            asked.map_err(|e| e.to_string()).map(|p| PrimaryFacts {
                 host,
-                wal_level: r.first("w").unwrap_or_default().to_owned(),
-                physical_slot: r.first("slot") == Some("true"),
-                may_log_standby_snapshot: r.first("log") == Some("true"),
+                wal_level: p.wal_level,
+                physical_slot: p.physical_slot,
+                may_log_standby_snapshot: p.may_log_standby_snapshot,
             })
         }
     };
     Ok(StandbyFacts {
-        version_num: get("v").parse().unwrap_or(0),
-        in_recovery: get("r") == "true",
-        hot_standby_feedback: get("f") == "on",
-        primary_slot_name,
-        max_standby_streaming_delay: get("d"),
+        version_num: own.version_num,
+        in_recovery: own.in_recovery,
+        hot_standby_feedback: own.hot_standby_feedback,
+        primary_slot_name: own.primary_slot_name,
+        max_standby_streaming_delay: own.max_standby_streaming_delay,
         primary,
     })
 }

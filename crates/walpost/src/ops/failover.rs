@@ -13,7 +13,7 @@
 use replication::{ReplicationClient, TargetSessionAttrs};
 
 use super::check::Check;
-use crate::postgres::sql::{literal, setting};
+use crate::postgres::sql::setting;
 use crate::settings::Settings;
 
 /// What one host told.
@@ -76,12 +76,11 @@ async fn server_facts(sql: &mut ReplicationClient, slot: &str) -> Result<Server,
     let version_num: u32 = r.first("v").and_then(|v| v.parse().ok()).unwrap_or(0);
     let standby = r.first("standby") == Some("true");
     let on = |v: Option<String>| v.as_deref() == Some("on");
-    let slot_column = |column: &str| {
-        format!("SELECT {column}::text AS v FROM pg_replication_slots WHERE slot_name = {}", literal(slot))
-    };
+    let slot_synced = "SELECT synced::text AS v FROM pg_replication_slots WHERE slot_name = $1";
+    let slot_failover = "SELECT failover::text AS v FROM pg_replication_slots WHERE slot_name = $1";
     let role = if standby {
         let slot_synced = if version_num >= 170_000 {
-            sql.simple_query(&slot_column("synced")).await.ok().and_then(|r| r.first("v").map(|v| v == "true"))
+            sql.query(slot_synced, &[Some(slot)]).await.ok().and_then(|r| r.first("v").map(|v| v == "true"))
         } else {
             None
         };
@@ -94,7 +93,7 @@ async fn server_facts(sql: &mut ReplicationClient, slot: &str) -> Result<Server,
     } else {
         let (slot_failover, synchronized_standby_slots) = if version_num >= 170_000 {
             let failover =
-                sql.simple_query(&slot_column("failover")).await.ok().and_then(|r| r.first("v").map(|v| v == "true"));
+                sql.query(slot_failover, &[Some(slot)]).await.ok().and_then(|r| r.first("v").map(|v| v == "true"));
             let listed = setting(sql, "synchronized_standby_slots").await.unwrap_or_default();
             (
                 failover,

@@ -5,9 +5,8 @@ use replication::ReplicationClient;
 
 use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::messages;
-use crate::postgres::sql::literal;
 use crate::settings::Settings;
-use crate::snapshot::replay::{self, ReplaySpec, DEFAULT_TIME_COLUMN};
+use crate::snapshot::replay::{self, ReplaySpec, RowCondition, DEFAULT_TIME_COLUMN};
 use crate::snapshot::Outcome;
 use crate::telemetry::{Health, Metrics};
 
@@ -29,12 +28,11 @@ pub(crate) fn spec(
         .or_else(|| s.source.outboxes.first().and_then(|o| o.router.timestamp_field.clone()))
         .unwrap_or_else(|| DEFAULT_TIME_COLUMN.to_owned());
     let condition = match condition {
-        Some(text) if !unsafe_where => Some(
+        Some(text) if !unsafe_where => Some(RowCondition::Checked(
             crate::postgres::condition::parse(&text)
-                .map_err(|e| PipelineError::definite(ErrorKind::Config, messages::replay_where_refused(&e)))?
-                .to_sql(),
-        ),
-        other => other,
+                .map_err(|e| PipelineError::definite(ErrorKind::Config, messages::replay_where_refused(&e)))?,
+        )),
+        other => other.map(RowCondition::Unchecked),
     };
     Ok(ReplaySpec {
         id: id.unwrap_or_else(ReplaySpec::new_id),
@@ -74,15 +72,14 @@ pub(crate) async fn command(s: &Settings, spec: &ReplaySpec) -> Result<(), Pipel
 /// range starts inside what exists).
 async fn oldest_partition_start(sql: &mut ReplicationClient, table: &str, since: &str) -> Option<String> {
     let r = sql
-        .simple_query(&format!(
+        .query(
             "WITH b AS (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS bound \
-                        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = {t}::regclass), \
+                        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass), \
                   lo AS (SELECT pg_catalog.min((pg_catalog.regexp_match(bound, '^FOR VALUES FROM \\(''([^'']+)''\\)'))[1]::timestamptz) AS oldest, \
                                 pg_catalog.bool_or(bound LIKE 'FOR VALUES FROM (MINVALUE)%' OR bound = 'DEFAULT') AS unbounded FROM b) \
-             SELECT oldest::text AS oldest FROM lo WHERE NOT coalesce(unbounded, true) AND oldest > {since}::timestamptz",
-            t = literal(table),
-            since = literal(since)
-        ))
+             SELECT oldest::text AS oldest FROM lo WHERE NOT coalesce(unbounded, true) AND oldest > $2::timestamptz",
+            &[Some(table), Some(since)],
+        )
         .await
         .ok()?;
     r.first("oldest").map(str::to_owned)

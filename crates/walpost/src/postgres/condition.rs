@@ -24,14 +24,16 @@
 //!
 //! Invariants: the SQL made from a [`Condition`] names no function but `pg_catalog.now()` (and
 //! the two SQL constants), no relation, no operator outside the grammar; column names
-//! are quoted identifiers and strings quoted literals (standard conforming strings,
-//! which walpost's connections force). Nesting is bounded by [`MAX_DEPTH`] and the text
+//! are quoted identifiers and strings bind parameters (`$n`), never SQL text. Numbers stay
+//! in the text as the tokenizer read them (digits, one dot, an exponent): a parameter
+//! would take the column's type and refuse `id > 1.5` or `1 + 2`, which the constant
+//! allows. Nesting is bounded by [`MAX_DEPTH`] and the text
 //! by [`MAX_LEN`], so a hostile condition cannot exhaust the parser. Whether a column
 //! exists is the server's to say (walpost parses the query before it runs it).
 
 use std::fmt::Write as _;
 
-use super::sql::{ident, literal};
+use super::sql::ident;
 
 /// Longest condition text accepted.
 pub(crate) const MAX_LEN: usize = 8 * 1024;
@@ -120,44 +122,51 @@ pub(crate) fn parse(text: &str) -> Result<Condition, ConditionError> {
 }
 
 impl Condition {
-    /// The condition as SQL (see the module's invariants).
-    pub(crate) fn to_sql(&self) -> String {
+    /// The condition as SQL (see the module's invariants): each string is appended to
+    /// `params` and written as `$n`, its place there (`params` may already hold the values
+    /// of the statement's other parameters).
+    pub(crate) fn to_sql(&self, params: &mut Vec<String>) -> String {
         let mut out = String::new();
-        self.write(&mut out);
+        self.write(&mut out, &mut |text| {
+            params.push(text.to_owned());
+            format!("${}", params.len())
+        });
         out
     }
 
-    fn write(&self, out: &mut String) {
-        let list = |out: &mut String, items: &[Condition], sep: &str| {
+    /// Writes the condition; `bind` gives what stands for a string.
+    fn write(&self, out: &mut String, bind: &mut dyn FnMut(&str) -> String) {
+        let list = |out: &mut String, bind: &mut dyn FnMut(&str) -> String, items: &[Condition], sep: &str| {
             out.push('(');
             for (i, c) in items.iter().enumerate() {
                 if i > 0 {
                     out.push_str(sep);
                 }
-                c.write(out);
+                c.write(out, bind);
             }
             out.push(')');
         };
         match self {
-            Condition::Or(items) => list(out, items, " OR "),
-            Condition::And(items) => list(out, items, " AND "),
+            Condition::Or(items) => list(out, bind, items, " OR "),
+            Condition::And(items) => list(out, bind, items, " AND "),
             Condition::Not(c) => {
                 out.push_str("(NOT ");
-                c.write(out);
+                c.write(out, bind);
                 out.push(')');
             }
             Condition::Bool(b) => out.push_str(if *b { "TRUE" } else { "FALSE" }),
             Condition::Compare { column, op, value } => {
-                let _ = write!(out, "({} {op} {})", ident(column), value.to_sql());
+                let _ = write!(out, "({} {op} {})", ident(column), value.to_sql(bind));
             }
             Condition::In { column, negated, values } => {
-                let values: Vec<String> = values.iter().map(Value::to_sql).collect();
+                let values: Vec<String> = values.iter().map(|v| v.to_sql(bind)).collect();
                 let not = if *negated { "NOT " } else { "" };
                 let _ = write!(out, "({} {not}IN ({}))", ident(column), values.join(", "));
             }
             Condition::Between { column, negated, low, high } => {
                 let not = if *negated { "NOT " } else { "" };
-                let _ = write!(out, "({} {not}BETWEEN {} AND {})", ident(column), low.to_sql(), high.to_sql());
+                let (low, high) = (low.to_sql(bind), high.to_sql(bind));
+                let _ = write!(out, "({} {not}BETWEEN {low} AND {high})", ident(column));
             }
             Condition::Is { column, negated, what } => {
                 let not = if *negated { "NOT " } else { "" };
@@ -165,25 +174,28 @@ impl Condition {
             }
             Condition::Like { column, negated, op, pattern } => {
                 let not = if *negated { "NOT " } else { "" };
-                let _ = write!(out, "({} {not}{op} {})", ident(column), pattern.to_sql());
+                let _ = write!(out, "({} {not}{op} {})", ident(column), pattern.to_sql(bind));
             }
         }
     }
 }
 
 impl Value {
-    fn to_sql(&self) -> String {
+    fn to_sql(&self, bind: &mut dyn FnMut(&str) -> String) -> String {
         match self {
             Value::Number(n) => n.clone(),
-            Value::Text { text, cast: None } => literal(text),
-            Value::Text { text, cast: Some(t) } => format!("{}::{t}", literal(text)),
+            Value::Text { text, cast: None } => bind(text),
+            Value::Text { text, cast: Some(t) } => format!("{}::{t}", bind(text)),
             Value::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
             Value::Now => "pg_catalog.now()".into(),
             Value::CurrentTimestamp => "CURRENT_TIMESTAMP".into(),
             Value::CurrentDate => "CURRENT_DATE".into(),
             Value::Null => "NULL".into(),
-            Value::Negative(v) => format!("(-{})", v.to_sql()),
-            Value::Arith { left, op, right } => format!("({} {op} {})", left.to_sql(), right.to_sql()),
+            Value::Negative(v) => format!("(-{})", v.to_sql(bind)),
+            Value::Arith { left, op, right } => {
+                let (left, right) = (left.to_sql(bind), right.to_sql(bind));
+                format!("({left} {op} {right})")
+            }
         }
     }
 }

@@ -28,7 +28,7 @@ use replication::{CreatedSlot, ReplicationClient, SlotSnapshot, SystemInfo};
 
 use super::catalog::parsed;
 use super::messages::slot_missing_message;
-use super::sql::{ident, literal};
+use super::sql::ident;
 use crate::error::{ErrorKind, PipelineError};
 use crate::settings::Settings;
 
@@ -129,8 +129,8 @@ impl Lineage {
         }
         self.streamed = Some(Origin { system_id: now.system_id.clone(), timeline: now.timeline, created_at: None });
         let t = table(s);
-        let row =
-            format!("({}, {}, {}, pg_catalog.now())", literal(&s.source.slot), literal(&now.system_id), now.timeline);
+        let timeline = now.timeline.to_string();
+        let row = [Some(s.source.slot.as_str()), Some(now.system_id.as_str()), Some(timeline.as_str())];
         let conflict = if created {
             "DO UPDATE SET system_identifier = EXCLUDED.system_identifier, timeline = EXCLUDED.timeline, created_at = EXCLUDED.created_at"
         } else {
@@ -141,10 +141,10 @@ impl Lineage {
             return;
         }
         let statements = [
-            format!("INSERT INTO {t} (slot, system_identifier, timeline, created_at) VALUES {row} ON CONFLICT (slot) {conflict}"),
+            (format!("INSERT INTO {t} (slot, system_identifier, timeline, created_at) VALUES ($1, $2, $3::integer, pg_catalog.now()) ON CONFLICT (slot) {conflict}"), &row[..]),
         ];
-        for statement in statements {
-            if let Err(e) = sql.simple_query(&statement).await {
+        for (statement, params) in statements {
+            if let Err(e) = sql.query(&statement, params).await {
                 self.cannot_record(&t, &e.to_string(), s);
                 return;
             }
@@ -195,20 +195,16 @@ pub enum Record {
 /// The lineage record of the slot.
 pub async fn record_of(sql: &mut ReplicationClient, s: &Settings) -> Record {
     let t = table(s);
-    let present =
-        match sql.simple_query(&format!("SELECT pg_catalog.to_regclass({}) IS NOT NULL AS present", literal(&t))).await
-        {
-            Ok(r) => r.first("present") == Some("t"),
-            Err(e) => return Record::Unreadable(e.to_string()),
-        };
+    let present = match sql.query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(t.as_str())]).await
+    {
+        Ok(r) => r.first("present") == Some("t"),
+        Err(e) => return Record::Unreadable(e.to_string()),
+    };
     if !present {
         return Record::NoTable;
     }
-    let query = format!(
-        "SELECT system_identifier, timeline, created_at::text AS created_at FROM {t} WHERE slot = {}",
-        literal(&s.source.slot)
-    );
-    match sql.simple_query(&query).await {
+    let query = format!("SELECT system_identifier, timeline, created_at::text AS created_at FROM {t} WHERE slot = $1");
+    match sql.query(&query, &[Some(s.source.slot.as_str())]).await {
         Err(e) => Record::Unreadable(e.to_string()),
         // A row says walpost streamed from the slot, whatever its other columns hold.
         Ok(r) => match r.first("system_identifier") {
@@ -253,7 +249,7 @@ pub async fn progress_key(
     make: impl FnOnce() -> Result<String, String>,
 ) -> Option<StoredKey> {
     let t = table(s);
-    let slot = literal(&s.source.slot);
+    let slot = Some(s.source.slot.as_str());
     let warn = |e: String| {
         tracing::warn!(
             "cannot keep the exactly-once progress key in {t} ({e}): progress records are not signed, so any client that can write the progress topic can make walpost skip events; apply migrations/outbox/0003_walpost_slots.sql (or grant walpost ownership of {t}) and restrict writes to the progress topic (runbooks/exactly-once.md)"
@@ -269,11 +265,9 @@ pub async fn progress_key(
             return None;
         }
     };
-    let update = format!(
-        "UPDATE {t} SET progress_key = {} WHERE slot = {slot} AND progress_key IS NULL RETURNING progress_key",
-        literal(&made)
-    );
-    match sql.simple_query(&update).await {
+    let update =
+        format!("UPDATE {t} SET progress_key = $1 WHERE slot = $2 AND progress_key IS NULL RETURNING progress_key");
+    match sql.query(&update, &[Some(made.as_str()), slot]).await {
         Ok(r) if r.first("progress_key").is_some() => return Some(StoredKey { hex: made, made_now: true }),
         Ok(_) => {}
         Err(e) => {
@@ -281,7 +275,7 @@ pub async fn progress_key(
             return None;
         }
     }
-    match sql.simple_query(&format!("SELECT progress_key FROM {t} WHERE slot = {slot}")).await {
+    match sql.query(&format!("SELECT progress_key FROM {t} WHERE slot = $1"), &[slot]).await {
         Ok(r) => match r.first("progress_key") {
             Some(hex) => Some(StoredKey { hex: hex.to_owned(), made_now: false }),
             None => {
@@ -299,10 +293,9 @@ pub async fn progress_key(
 /// `walpost slot drop`: the operator chose to start over; forget the slot.
 pub async fn forget(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     let t = table(s);
-    let present =
-        sql.simple_query(&format!("SELECT pg_catalog.to_regclass({}) IS NOT NULL AS present", literal(&t))).await?;
+    let present = sql.query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(t.as_str())]).await?;
     if present.first("present") == Some("t") {
-        sql.simple_query(&format!("DELETE FROM {t} WHERE slot = {}", literal(&s.source.slot))).await?;
+        sql.query(&format!("DELETE FROM {t} WHERE slot = $1"), &[Some(s.source.slot.as_str())]).await?;
     }
     Ok(())
 }

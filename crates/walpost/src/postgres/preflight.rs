@@ -32,18 +32,16 @@ pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Setting
         return Ok(());
     }
     let quoted = table.quoted();
-    let regclass = super::sql::literal(&quoted);
-    let r = query(
-        sql,
-        &format!(
+    let r = sql
+        .query(
             "SELECT pg_catalog.has_table_privilege('public', c.oid, 'INSERT')::text AS public,
                     (SELECT pg_catalog.string_agg(r.rolname, ', ' ORDER BY r.rolname) FROM pg_roles r
                      WHERE NOT r.rolsuper AND r.rolname <> current_user AND pg_catalog.left(r.rolname, 3) <> 'pg_'
                        AND pg_catalog.has_table_privilege(r.oid, c.oid, 'INSERT')) AS roles
-             FROM pg_class c WHERE c.oid = pg_catalog.to_regclass({regclass})"
-        ),
-    )
-    .await?;
+             FROM pg_class c WHERE c.oid = pg_catalog.to_regclass($1)",
+            &[Some(quoted.as_str())],
+        )
+        .await?;
     if r.first("public") == Some("true") {
         return Err(PipelineError::definite(ErrorKind::Privilege, messages::signal_table_public(table)));
     }
@@ -234,9 +232,9 @@ async fn create_on_the_primary(
     .await;
     primary.close().await;
     let lsn = created?;
-    let wait = format!("SELECT (pg_catalog.pg_last_wal_replay_lsn() >= {})::text AS done", super::sql::literal(&lsn));
+    let wait = "SELECT (pg_catalog.pg_last_wal_replay_lsn() >= $1::pg_lsn)::text AS done";
     let deadline = std::time::Instant::now() + REPLAY_WAIT;
-    while query(standby, &wait).await?.first("done") != Some("true") {
+    while standby.query(wait, &[Some(lsn.as_str())]).await?.first("done") != Some("true") {
         if std::time::Instant::now() >= deadline {
             return Err(PipelineError::transient(ErrorKind::Postgres, format!(
                 "created publication \"{publication}\" on the primary, but the standby has not replayed it within {REPLAY_WAIT:?}: check the standby's replication"

@@ -215,6 +215,9 @@ pub struct ReplayMark {
     pub id: String,
     /// Count the rows per topic; publish nothing.
     pub dry_run: bool,
+    /// The values of the snapshot filter's `$1`, `$2`, ... (the range and the strings of
+    /// the condition, bound as parameters: never SQL text).
+    pub filter_params: Vec<String>,
 }
 
 /// When to snapshot the rows already in the outbox (Debezium's snapshot.mode names).

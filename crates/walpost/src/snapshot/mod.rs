@@ -44,7 +44,7 @@ use router::Router;
 use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::{self, DeliveryMemo, Event, Failure, Original, Outgoing, PermanentErrorPolicy, ProduceWindow};
 use crate::postgres::catalog;
-use crate::postgres::sql::{ident, literal};
+use crate::postgres::sql::ident;
 use crate::settings::{Outbox, ReplayMark, Settings, SnapshotMode};
 use crate::telemetry::Metrics;
 use progress::Progress as SnapshotProgress;
@@ -118,14 +118,22 @@ pub fn resume_hint(id: &str, filter: &str) -> String {
 
 /// The filter that resumes a backfill at row `id`: the old filter (if any) and the id
 /// column from `id` on, compared in the column's own type (as the cursor orders).
+///
+/// Text for the operator to pass to `--snapshot-filter`, which is SQL by contract: the
+/// id is quoted into it here, and walpost itself never sends this text.
 pub fn resume_filter(old: Option<&str>, id_field: &str, id: &str) -> String {
     let simple = id_field.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && id_field.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     let column = if simple { id_field.to_owned() } else { ident(id_field) };
     match old {
-        Some(f) => format!("({f}) AND {column} >= {}", literal(id)),
-        None => format!("{column} >= {}", literal(id)),
+        Some(f) => format!("({f}) AND {column} >= {}", replication::quote_literal(id)),
+        None => format!("{column} >= {}", replication::quote_literal(id)),
     }
+}
+
+/// The values of the cursor query's `$n` parameters (a replay's range and condition).
+fn filter_params(s: &Settings) -> Vec<Option<&str>> {
+    s.snapshot.replay.iter().flat_map(|r| &r.filter_params).map(|v| Some(v.as_str())).collect()
 }
 
 /// The query the cursor runs for one outbox table.
@@ -278,6 +286,13 @@ impl Snapshot<'_> {
         let id = self.unacknowledged.values().next().or(self.halted_on.as_ref())?;
         let id = String::from_utf8_lossy(id).into_owned();
         let outbox = s.source.outboxes.first()?;
+        if !filter_params(s).is_empty() {
+            // A replay's filter holds parameters, not text to paste: name the row instead.
+            return Some(format!(
+                "every row before id={id} is in Kafka: once fixed, run the same replay with {} joined to its --where by AND to resume instead of starting over (see runbooks/replay.md)",
+                resume_filter(None, &outbox.router.id_field, &id)
+            ));
+        }
         Some(resume_hint(&id, &resume_filter(s.snapshot.filter.as_deref(), &outbox.router.id_field, &id)))
     }
 
@@ -287,13 +302,17 @@ impl Snapshot<'_> {
         snapshot_name: Option<&str>,
     ) -> Result<u64, PipelineError> {
         let s = self.s;
-        let import = snapshot_name.map(|n| format!("SET TRANSACTION SNAPSHOT {};", literal(n))).unwrap_or_default();
         // One transaction, so every table is read in the same snapshot.
-        sql.simple_query(&format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {import}")).await?;
+        sql.simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?;
+        if let Some(name) = snapshot_name {
+            sql.set_transaction_snapshot(name).await?;
+        }
         let mut estimate = 0;
         for outbox in &s.source.outboxes {
             estimate += match s.snapshot.filter {
-                Some(_) => state::estimate_query_rows(sql, &cursor_query(s, outbox)).await.unwrap_or(0),
+                Some(_) => {
+                    state::estimate_query_rows(sql, &cursor_query(s, outbox), &filter_params(s)).await.unwrap_or(0)
+                }
                 None => state::estimate_rows(sql, &outbox.table).await.unwrap_or(0),
             };
         }
@@ -321,8 +340,8 @@ impl Snapshot<'_> {
         let table = &outbox.table;
         let mut router =
             Router::new(outbox.router.clone()).map_err(|e| PipelineError::definite(ErrorKind::Config, e))?;
-        sql.simple_query(&format!("DECLARE walpost_snapshot NO SCROLL CURSOR FOR {}", cursor_query(self.s, outbox)))
-            .await?;
+        let declare = format!("DECLARE walpost_snapshot NO SCROLL CURSOR FOR {}", cursor_query(self.s, outbox));
+        sql.query(&declare, &filter_params(self.s)).await?;
         tracing::info!(table = %table, filtered = self.s.snapshot.filter.is_some(), "snapshot of table started");
         let fetch = format!("FETCH {FETCH_ROWS} FROM walpost_snapshot");
         let mut resolved = None;

@@ -11,6 +11,8 @@
 //!   default); a condition from a signal row or
 //!   `--where` is `postgres::condition`'s SQL (columns against constants), unless the
 //!   operator passed `--unsafe-where`.
+//! - The range and the condition's strings are bind parameters of the cursor's query,
+//!   never SQL text.
 //! - A range or condition the server cannot parse, or `--since` not before `--until`, is
 //!   refused before anything is published.
 //! - Every replayed record carries its original `id` header and `walpost.replay` = the
@@ -23,7 +25,8 @@ use replication::ReplicationClient;
 use super::{cursor_query, Outcome};
 use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::DeliveryMemo;
-use crate::postgres::sql::{ident, literal};
+use crate::postgres::condition::Condition;
+use crate::postgres::sql::ident;
 use crate::settings::{ReplayMark, Settings, SnapshotMode, SnapshotSettings};
 use crate::telemetry::Metrics;
 
@@ -35,6 +38,16 @@ pub(crate) const STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// The time column a range applies to when the router names none.
 pub(crate) const DEFAULT_TIME_COLUMN: &str = "occurred_at";
 
+/// A replay's condition on the rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RowCondition {
+    /// Parsed by `postgres::condition` (a signal's filter, `--where`): its strings are
+    /// bound as parameters.
+    Checked(Condition),
+    /// `--where` with `--unsafe-where`: SQL as the operator wrote it.
+    Unchecked(String),
+}
+
 /// What to replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ReplaySpec {
@@ -44,8 +57,8 @@ pub(crate) struct ReplaySpec {
     pub since: Option<String>,
     /// ... and before this.
     pub until: Option<String>,
-    /// Any further SQL condition on the rows.
-    pub condition: Option<String>,
+    /// Any further condition on the rows.
+    pub condition: Option<RowCondition>,
     /// The column `since` and `until` apply to.
     pub time_column: String,
     pub dry_run: bool,
@@ -60,29 +73,34 @@ impl ReplaySpec {
         format!("replay-{}", now.strftime("%Y%m%dT%H%M%SZ"))
     }
 
-    /// The cursor's condition: the range on the time column and the extra condition.
-    pub(crate) fn filter(&self) -> Option<String> {
+    /// The cursor's condition (the range on the time column and the extra condition)
+    /// and the values of its `$n` parameters.
+    pub(crate) fn filter(&self) -> (Option<String>, Vec<String>) {
         let column = ident(&self.time_column);
         let mut parts = Vec::new();
-        if let Some(since) = &self.since {
-            parts.push(format!("{column} >= {}::timestamptz", literal(since)));
+        let mut params = Vec::new();
+        for (bound, op) in [(&self.since, ">="), (&self.until, "<")] {
+            if let Some(value) = bound {
+                params.push(value.clone());
+                parts.push(format!("{column} {op} ${}::timestamptz", params.len()));
+            }
         }
-        if let Some(until) = &self.until {
-            parts.push(format!("{column} < {}::timestamptz", literal(until)));
+        match &self.condition {
+            Some(RowCondition::Checked(c)) => parts.push(format!("({})", c.to_sql(&mut params))),
+            Some(RowCondition::Unchecked(sql)) => parts.push(format!("({sql})")),
+            None => {}
         }
-        if let Some(condition) = &self.condition {
-            parts.push(format!("({condition})"));
-        }
-        (!parts.is_empty()).then(|| parts.join(" AND "))
+        ((!parts.is_empty()).then(|| parts.join(" AND ")), params)
     }
 
     /// `s` turned into the settings of this replay's snapshot.
     pub(crate) fn settings(&self, s: &Settings) -> Settings {
         let mut r = s.clone();
+        let (filter, filter_params) = self.filter();
         r.snapshot = SnapshotSettings {
             mode: SnapshotMode::InitialOnly,
-            filter: self.filter(),
-            replay: Some(ReplayMark { id: self.id.clone(), dry_run: self.dry_run }),
+            filter,
+            replay: Some(ReplayMark { id: self.id.clone(), dry_run: self.dry_run, filter_params }),
         };
         r
     }
@@ -96,7 +114,7 @@ pub(crate) async fn validate(
 ) -> Result<(), PipelineError> {
     for (flag, value) in [("--since", &spec.since), ("--until", &spec.until)] {
         if let Some(v) = value {
-            sql.simple_query(&format!("SELECT {}::timestamptz", literal(v))).await.map_err(|e| {
+            sql.query("SELECT $1::timestamptz", &[Some(v.as_str())]).await.map_err(|e| {
                 PipelineError::definite(ErrorKind::Config, format!(
                     "replay: {flag} '{v}' is not a timestamp PostgreSQL reads ({e}); nothing was published (e.g. 2026-11-28T00:00:00Z)"
                 ))
@@ -105,11 +123,10 @@ pub(crate) async fn validate(
     }
     if let (Some(since), Some(until)) = (&spec.since, &spec.until) {
         let r = sql
-            .simple_query(&format!(
-                "SELECT ({}::timestamptz >= {}::timestamptz)::text AS bad",
-                literal(since),
-                literal(until)
-            ))
+            .query(
+                "SELECT ($1::timestamptz >= $2::timestamptz)::text AS bad",
+                &[Some(since.as_str()), Some(until.as_str())],
+            )
             .await?;
         if r.first("bad") == Some("true") {
             return Err(PipelineError::definite(
@@ -136,8 +153,8 @@ pub(crate) async fn validate(
 pub(crate) async fn run(s: &Settings, spec: &ReplaySpec, metrics: &Metrics) -> Result<Outcome, PipelineError> {
     let r = spec.settings(s);
     let mut sql = ReplicationClient::connect_sql(&r.postgres).await?;
-    let timeout_ms = spec.statement_timeout.as_millis().max(1);
-    sql.simple_query(&format!("SET statement_timeout = {timeout_ms}")).await?;
+    let timeout_ms = spec.statement_timeout.as_millis().max(1).to_string();
+    sql.query("SELECT pg_catalog.set_config('statement_timeout', $1, false)", &[Some(timeout_ms.as_str())]).await?;
     validate(&mut sql, s, spec).await?;
     tracing::info!(replay = %spec.id, dry_run = spec.dry_run, "replay started");
     let mut memo = DeliveryMemo::default();
@@ -163,21 +180,26 @@ mod tests {
     }
 
     #[test]
-    fn the_filter_is_the_range_and_the_condition_quoted() {
-        assert_eq!(spec().filter(), None, "no range, no condition: every row");
+    fn the_filter_is_the_range_and_the_condition_with_values_as_parameters() {
+        assert_eq!(spec().filter(), (None, Vec::new()), "no range, no condition: every row");
+        let condition = crate::postgres::condition::parse("aggregate_type = 'order' OR true").unwrap();
         let s = ReplaySpec {
             since: Some("2026-11-28T00:00:00Z".into()),
             until: Some("2026-11-29 00:00+01".into()),
-            condition: Some("aggregate_type = 'order' OR true".into()),
+            condition: Some(RowCondition::Checked(condition)),
             time_column: "Created At".into(),
             ..spec()
         };
+        let (filter, params) = s.filter();
         assert_eq!(
-            s.filter().unwrap(),
-            "\"Created At\" >= '2026-11-28T00:00:00Z'::timestamptz AND \"Created At\" < '2026-11-29 00:00+01'::timestamptz AND (aggregate_type = 'order' OR true)"
+            filter.unwrap(),
+            "\"Created At\" >= $1::timestamptz AND \"Created At\" < $2::timestamptz AND (((\"aggregate_type\" = $3) OR TRUE))"
         );
+        assert_eq!(params, ["2026-11-28T00:00:00Z", "2026-11-29 00:00+01", "order"]);
         let hostile = ReplaySpec { since: Some("x' OR '1'='1".into()), ..spec() };
-        assert_eq!(hostile.filter().unwrap(), "\"occurred_at\" >= 'x'' OR ''1''=''1'::timestamptz");
+        assert_eq!(hostile.filter(), (Some("\"occurred_at\" >= $1::timestamptz".into()), vec!["x' OR '1'='1".into()]));
+        let unchecked = ReplaySpec { condition: Some(RowCondition::Unchecked("id > 7".into())), ..spec() };
+        assert_eq!(unchecked.filter(), (Some("(id > 7)".into()), Vec::new()));
     }
 
     #[test]

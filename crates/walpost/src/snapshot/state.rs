@@ -5,7 +5,7 @@ use replication::ReplicationClient;
 
 use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::catalog::parsed;
-use crate::postgres::sql::{ident, literal};
+use crate::postgres::sql::ident;
 use crate::settings::{Settings, TableName};
 
 fn state_table(s: &Settings) -> String {
@@ -14,18 +14,16 @@ fn state_table(s: &Settings) -> String {
 
 /// Whether an earlier snapshot for this slot started and never finished.
 pub(crate) async fn unfinished(sql: &mut ReplicationClient, s: &Settings) -> Result<bool, PipelineError> {
-    let exists = sql
-        .simple_query(&format!("SELECT pg_catalog.to_regclass({}) IS NOT NULL AS present", literal(&state_table(s))))
-        .await?;
+    let exists =
+        sql.query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(state_table(s).as_str())]).await?;
     if exists.first("present") != Some("t") {
         return Ok(false);
     }
     let r = sql
-        .simple_query(&format!(
-            "SELECT pg_catalog.count(*) AS n FROM {} WHERE slot = {} AND finished_at IS NULL",
-            state_table(s),
-            literal(&s.source.slot)
-        ))
+        .query(
+            &format!("SELECT pg_catalog.count(*) AS n FROM {} WHERE slot = $1 AND finished_at IS NULL", state_table(s)),
+            &[Some(s.source.slot.as_str())],
+        )
         .await?;
     Ok(r.first("n").is_some_and(|n| n != "0"))
 }
@@ -33,17 +31,17 @@ pub(crate) async fn unfinished(sql: &mut ReplicationClient, s: &Settings) -> Res
 /// Records that a snapshot for this slot is starting (before the slot exists).
 pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
     let table = state_table(s);
+    let slot = [Some(s.source.slot.as_str())];
     let statements = [
-        format!(
+        (format!(
             "CREATE TABLE IF NOT EXISTS {table} (slot text PRIMARY KEY, started_at timestamptz NOT NULL, finished_at timestamptz, rows bigint)"
-        ),
-        format!(
-            "INSERT INTO {table} (slot, started_at) VALUES ({slot}, pg_catalog.now()) ON CONFLICT (slot) DO UPDATE SET started_at = pg_catalog.now(), finished_at = NULL, rows = NULL",
-            slot = literal(&s.source.slot)
-        ),
+        ), &[][..]),
+        (format!(
+            "INSERT INTO {table} (slot, started_at) VALUES ($1, pg_catalog.now()) ON CONFLICT (slot) DO UPDATE SET started_at = pg_catalog.now(), finished_at = NULL, rows = NULL"
+        ), &slot[..]),
     ];
-    for statement in statements {
-        sql.simple_query(&statement).await.map_err(|e| {
+    for (statement, params) in statements {
+        sql.query(&statement, params).await.map_err(|e| {
             PipelineError::definite(ErrorKind::Privilege, format!(
                 "cannot record snapshot progress in {table}: {e}; the snapshot modes need CREATE on schema {} and INSERT/UPDATE on that table (or create it beforehand: see docs/snapshot-and-replay.md)",
                 s.table().schema
@@ -55,31 +53,36 @@ pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> R
 }
 
 pub(crate) async fn mark_finished(sql: &mut ReplicationClient, s: &Settings, rows: u64) -> Result<(), PipelineError> {
-    sql.simple_query(&format!(
-        "UPDATE {} SET finished_at = pg_catalog.now(), rows = {rows} WHERE slot = {}",
-        state_table(s),
-        literal(&s.source.slot)
-    ))
+    let rows = rows.to_string();
+    sql.query(
+        &format!("UPDATE {} SET finished_at = pg_catalog.now(), rows = $1::bigint WHERE slot = $2", state_table(s)),
+        &[Some(rows.as_str()), Some(s.source.slot.as_str())],
+    )
     .await?;
     Ok(())
 }
 
 /// The planner's row estimate for the table (or the sum over its partitions).
 pub(super) async fn estimate_rows(sql: &mut ReplicationClient, table: &TableName) -> Result<u64, PipelineError> {
-    let rel = literal(&table.quoted());
     let r = sql
-        .simple_query(&format!(
+        .query(
             "SELECT coalesce(pg_catalog.sum(greatest(c.reltuples, 0)), 0)::bigint AS n FROM pg_class c
-             WHERE c.oid = {rel}::regclass OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = {rel}::regclass)"
-        ))
+             WHERE c.oid = $1::regclass OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::regclass)",
+            &[Some(table.quoted().as_str())],
+        )
         .await?;
     Ok(parsed(r.first("n"), "sum of pg_class.reltuples", "a row count")?.unwrap_or(0))
 }
 
 /// The planner's estimate of the rows `query` returns (`EXPLAIN`'s top line), for a
 /// filtered snapshot or replay: the table's size would promise hours for a one-row replay.
-pub(super) async fn estimate_query_rows(sql: &mut ReplicationClient, query: &str) -> Result<u64, PipelineError> {
-    let r = sql.simple_query(&format!("EXPLAIN {query}")).await?;
+/// `params`: the values of `query`'s `$n`.
+pub(super) async fn estimate_query_rows(
+    sql: &mut ReplicationClient,
+    query: &str,
+    params: &[Option<&str>],
+) -> Result<u64, PipelineError> {
+    let r = sql.query(&format!("EXPLAIN {query}"), params).await?;
     let plan = r.first("QUERY PLAN").unwrap_or_default();
     Ok(plan
         .split("rows=")

@@ -51,7 +51,7 @@ pub(crate) struct SignalRow {
 pub(crate) enum Action {
     /// Replay these outbox tables (indexes into the settings' outboxes; one condition
     /// for all, as walpost replays one filter per signal).
-    Replay { condition: Option<String> },
+    Replay { condition: Option<condition::Condition> },
     /// Not for walpost: why.
     Ignore(String),
 }
@@ -108,7 +108,8 @@ pub(crate) fn parse(row: &SignalRow, outboxes: &[&TableName]) -> Result<Action, 
         conditions.push(c);
     }
     // A signal's filter is another role's text: it runs only as the small grammar of
-    // `postgres::condition` (columns compared with constants), written back as SQL.
+    // `postgres::condition` (columns compared with constants), written back as SQL
+    // whose strings are bind parameters.
     let mut parsed = Vec::with_capacity(conditions.len());
     for c in conditions {
         parsed.push(condition::parse(c).map_err(|e| {
@@ -120,7 +121,7 @@ pub(crate) fn parse(row: &SignalRow, outboxes: &[&TableName]) -> Result<Action, 
         1 => parsed.pop(),
         _ => Some(condition::Condition::And(parsed)),
     };
-    Ok(Action::Replay { condition: condition.map(|c| c.to_sql()) })
+    Ok(Action::Replay { condition })
 }
 
 /// `text` with control characters (a newline in a signal's id or filter) escaped, so a
@@ -216,7 +217,7 @@ mod tests {
                                       {"data-collection": "public.other", "filter": "x = 1"}]}"#;
         assert_eq!(
             parse(&row("execute-snapshot", data), &[&t]),
-            Ok(Action::Replay { condition: Some("(\"aggregate_type\" = 'order')".into()) })
+            Ok(Action::Replay { condition: Some(condition::parse("\"aggregate_type\" = 'order'").unwrap()) })
         );
         let hostile = r#"{"data-collections": ["events.outbox"],
             "additional-conditions": [{"data-collection": "events.outbox", "filter": "(SELECT pg_drop_replication_slot('victim')) IS NULL"}]}"#;

@@ -216,7 +216,7 @@ fn failover_standby_decoding_follows_a_failover_of_the_primary() {
     let repointed = conninfo.replace(&format!("port={}", primary.port()), &format!("port={}", other.port()));
     assert_ne!(conninfo, repointed, "{conninfo}");
     decoding
-        .psql(&format!("ALTER SYSTEM SET primary_conninfo = '{}'", repointed.replace('\'', "''")))
+        .psql_with("ALTER SYSTEM SET primary_conninfo = :'conninfo'", &[("conninfo", &repointed)])
         .expect("repoint");
     decoding.psql("SELECT pg_reload_conf()").expect("reload");
     let running = load(&ow, next);

@@ -1,30 +1,66 @@
 use super::*;
 
-fn sql(text: &str) -> String {
-    parse(text).unwrap_or_else(|e| panic!("{text}: {e}")).to_sql()
+/// The SQL and its parameters.
+fn sql(text: &str) -> (String, Vec<String>) {
+    let mut params = Vec::new();
+    let sql = parse(text).unwrap_or_else(|e| panic!("{text}: {e}")).to_sql(&mut params);
+    (sql, params)
+}
+
+/// The SQL alone, for conditions without strings.
+fn sql_only(text: &str) -> String {
+    let (sql, params) = sql(text);
+    assert!(params.is_empty(), "{text}: {params:?}");
+    sql
+}
+
+/// The condition written back in its own grammar (strings as `'...'` again).
+fn condition_text(c: &Condition) -> String {
+    let mut out = String::new();
+    c.write(&mut out, &mut |text| format!("'{}'", text.replace('\'', "''")));
+    out
+}
+
+fn owned(values: &[&str]) -> Vec<String> {
+    values.iter().map(|v| (*v).to_owned()).collect()
 }
 
 #[test]
-fn conditions_users_write_become_quoted_sql() {
-    assert_eq!(sql("aggregate_type = 'order'"), "(\"aggregate_type\" = 'order')");
-    assert_eq!(sql("id IN (1, 2, 3)"), "(\"id\" IN (1, 2, 3))");
+fn conditions_users_write_become_sql_with_their_strings_as_parameters() {
+    assert_eq!(sql("aggregate_type = 'order'"), ("(\"aggregate_type\" = $1)".into(), owned(&["order"])));
+    assert_eq!(sql_only("id IN (1, 2, 3)"), "(\"id\" IN (1, 2, 3))");
     assert_eq!(
         sql("aggregate_type = 'order' AND (id > 10 OR \"Event Type\" LIKE 'Order%')"),
-        "((\"aggregate_type\" = 'order') AND ((\"id\" > 10) OR (\"Event Type\" LIKE 'Order%')))"
+        (
+            "((\"aggregate_type\" = $1) AND ((\"id\" > 10) OR (\"Event Type\" LIKE $2)))".into(),
+            owned(&["order", "Order%"])
+        )
     );
     assert_eq!(
         sql("occurred_at >= now() - interval '1 hour'"),
-        "(\"occurred_at\" >= (pg_catalog.now() - '1 hour'::interval))"
+        ("(\"occurred_at\" >= (pg_catalog.now() - $1::interval))".into(), owned(&["1 hour"]))
     );
-    assert_eq!(sql("done = true"), "(\"done\" = TRUE)");
+    assert_eq!(sql_only("done = true"), "(\"done\" = TRUE)");
     assert_eq!(
         sql("occurred_at BETWEEN '2026-11-28' AND '2026-11-29'::timestamptz"),
-        "(\"occurred_at\" BETWEEN '2026-11-28' AND '2026-11-29'::timestamptz)"
+        ("(\"occurred_at\" BETWEEN $1 AND $2::timestamptz)".into(), owned(&["2026-11-28", "2026-11-29"]))
     );
-    assert_eq!(sql("published_at IS NULL"), "(\"published_at\" IS NULL)");
-    assert_eq!(sql("NOT id != -5"), "(NOT (\"id\" <> (-5)))");
-    assert_eq!(sql("type = 'it''s'"), "(\"type\" = 'it''s')");
-    assert_eq!(sql("Aggregate_Type NOT IN ('a','b')"), "(\"aggregate_type\" NOT IN ('a', 'b'))");
+    assert_eq!(sql_only("published_at IS NULL"), "(\"published_at\" IS NULL)");
+    assert_eq!(sql_only("NOT id != -5"), "(NOT (\"id\" <> (-5)))");
+    assert_eq!(sql("type = 'it''s'"), ("(\"type\" = $1)".into(), owned(&["it's"])));
+    assert_eq!(
+        sql("Aggregate_Type NOT IN ('a','b')"),
+        ("(\"aggregate_type\" NOT IN ($1, $2))".into(), owned(&["a", "b"]))
+    );
+}
+
+/// A statement's earlier parameters keep their places: the condition's come after them.
+#[test]
+fn parameters_are_numbered_after_those_already_bound() {
+    let mut params = vec!["2026-11-28T00:00:00Z".to_owned()];
+    let sql = parse("kind = 'a''b\\c'").unwrap().to_sql(&mut params);
+    assert_eq!(sql, "(\"kind\" = $2)");
+    assert_eq!(params, owned(&["2026-11-28T00:00:00Z", "a'b\\c"]));
 }
 
 /// Regression: what a role with INSERT on the signal table put in a filter ran as
@@ -72,14 +108,17 @@ mod props {
     use super::super::*;
 
     proptest! {
-        /// Any text: no panic; whatever parses prints SQL that parses back to itself
-        /// (so what runs is what was read).
+        /// Any text: no panic; whatever parses is written back as a condition that
+        /// parses to itself, and both give the same SQL and parameters (so what runs is
+        /// what was read).
         #[test]
         fn any_text_parses_or_is_refused_and_round_trips(text in "[ -~]{0,80}") {
             if let Ok(c) = parse(&text) {
-                let sql = c.to_sql();
-                let again = parse(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-                prop_assert_eq!(again.to_sql(), sql);
+                let written = super::condition_text(&c);
+                let again = parse(&written).unwrap_or_else(|e| panic!("{written}: {e}"));
+                let (mut first, mut second) = (Vec::new(), Vec::new());
+                prop_assert_eq!(again.to_sql(&mut second), c.to_sql(&mut first));
+                prop_assert_eq!(second, first);
             }
         }
     }

@@ -35,7 +35,7 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
                     id: row.id.clone(),
                     since: None,
                     until: None,
-                    condition,
+                    condition: condition.map(replay::RowCondition::Checked),
                     time_column: replay::DEFAULT_TIME_COLUMN.to_owned(),
                     dry_run: false,
                     statement_timeout: replay::STATEMENT_TIMEOUT,
