@@ -140,14 +140,11 @@ impl Lineage {
             self.cannot_record(&t, &e, s);
             return;
         }
-        let statements = [
-            (format!("INSERT INTO {t} (slot, system_identifier, timeline, created_at) VALUES ($1, $2, $3::integer, pg_catalog.now()) ON CONFLICT (slot) {conflict}"), &row[..]),
-        ];
-        for (statement, params) in statements {
-            if let Err(e) = sql.query(&statement, params).await {
-                self.cannot_record(&t, &e.to_string(), s);
-                return;
-            }
+        let insert = format!(
+            "INSERT INTO {t} (slot, system_identifier, timeline, created_at) VALUES ($1, $2, $3::integer, pg_catalog.now()) ON CONFLICT (slot) {conflict}"
+        );
+        if let Err(e) = sql.query(&insert, &row).await {
+            self.cannot_record(&t, &e.to_string(), s);
         }
     }
 }
