@@ -1,4 +1,4 @@
-//! The inbox's SQL API (migrations/inbox/) against a real PostgreSQL: what a
+//! The inbox's SQL API (migrations/inbox/) against a real PostgreSQL and no Kafka: what a
 //! consuming service's handlers call, from any language. Messages are
 //! inserted here as `walpost inbox` will store them.
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::World;
 
 fn inbox_world(name: &str) -> World {
-    let w = World::new(name);
+    let w = World::postgres_only(name);
     let migration = crate::support::inbox_migrations();
     w.sql(&migration);
     // Idempotent: a second run changes nothing and fails on nothing.

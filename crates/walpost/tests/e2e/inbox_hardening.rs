@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support::World;
 
 fn inbox_world(name: &str) -> World {
-    let w = World::new(name);
+    let w = World::postgres_only(name);
     w.sql(&crate::support::inbox_migrations());
     w
 }
@@ -251,7 +251,7 @@ fn inbox_a_worker_acts_only_for_the_handlers_its_role_was_granted() {
 /// then store messages, register handlers and work them: nothing planted runs.
 #[test]
 fn inbox_functions_planted_in_public_never_run_as_the_inbox() {
-    let w = World::new("inbox-search-path");
+    let w = World::postgres_only("inbox-search-path");
     let mallory = format!("{}_mallory", w.role);
     w.sql(&format!(
         "CREATE ROLE {mallory} LOGIN;

@@ -41,12 +41,22 @@ pub(crate) struct World {
     pub topic_prefix: String,
 }
 
+/// The broker address of [`World::postgres_only`]: port 1, where nothing listens.
+const NO_KAFKA: &str = "127.0.0.1:1";
+
 /// Password of every test's least-privileged role.
 pub(crate) const APP_PASSWORD: &str = "app-pw";
 
 impl World {
     pub(crate) fn new(name: &str) -> World {
         Self::on(testkit::shared_postgres(), &testkit::shared_kafka().bootstrap(), name)
+    }
+
+    /// A world on PostgreSQL alone, for tests of SQL that needs no broker (the inbox's
+    /// SQL API): they run where Kafka cannot, and start none. Its broker address is a
+    /// port nothing listens on, so a test that reaches for Kafka fails at once.
+    pub(crate) fn postgres_only(name: &str) -> World {
+        Self::on(testkit::shared_postgres(), NO_KAFKA, name)
     }
 
     pub(crate) fn on(pg: &'static Postgres, kafka_bootstrap: &str, name: &str) -> World {
