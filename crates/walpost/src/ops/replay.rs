@@ -10,7 +10,7 @@ use crate::snapshot::replay::{self, ReplaySpec, RowCondition, DEFAULT_TIME_COLUM
 use crate::snapshot::Outcome;
 use crate::telemetry::{Health, Metrics};
 
-/// The replay the flags describe. `--where` is parsed by `postgres::condition` (columns
+/// The replay the flags describe. `--where` is parsed by the `condition` crate (columns
 /// compared with constants) unless `unsafe_where`: then it runs as written, as any SQL.
 #[allow(clippy::too_many_arguments)] // one per flag
 pub(crate) fn spec(
@@ -29,7 +29,7 @@ pub(crate) fn spec(
         .unwrap_or_else(|| DEFAULT_TIME_COLUMN.to_owned());
     let condition = match condition {
         Some(text) if !unsafe_where => Some(RowCondition::Checked(
-            crate::postgres::condition::parse(&text)
+            condition::parse(&text)
                 .map_err(|e| PipelineError::definite(ErrorKind::Config, messages::replay_where_refused(&e)))?,
         )),
         other => other.map(RowCondition::Unchecked),

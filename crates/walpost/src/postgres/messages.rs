@@ -93,7 +93,7 @@ pub fn publication_lacks_table(publication: &str, table: &TableName) -> String {
 pub const REPLAY_RUNBOOK: &str = "runbooks/replay.md";
 
 /// `walpost replay --where` outside the condition grammar.
-pub fn replay_where_refused(e: &super::condition::ConditionError) -> String {
+pub fn replay_where_refused(e: &condition::ConditionError) -> String {
     format!(
         "replay: --where is not a condition walpost runs ({e}); nothing was published: compare columns with constants (=, <>, <, >, IN, BETWEEN, IS NULL, LIKE, AND, OR, NOT), or pass --unsafe-where to run any SQL expression as walpost's role"
     )

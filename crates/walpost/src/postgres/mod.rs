@@ -8,7 +8,6 @@
 //! and the settings layer has already checked it is an identifier.
 
 pub(crate) mod catalog;
-pub(crate) mod condition;
 pub mod lineage;
 pub mod messages;
 pub(crate) mod preflight;

@@ -9,7 +9,7 @@
 //! Invariants:
 //! - Every statement runs under the spec's statement timeout ([`STATEMENT_TIMEOUT`] by
 //!   default); a condition from a signal row or
-//!   `--where` is `postgres::condition`'s SQL (columns against constants), unless the
+//!   `--where` is the `condition` crate's SQL (columns against constants), unless the
 //!   operator passed `--unsafe-where`.
 //! - The range and the condition's strings are bind parameters of the cursor's query,
 //!   never SQL text.
@@ -25,10 +25,10 @@ use replication::ReplicationClient;
 use super::{cursor_query, Outcome};
 use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::DeliveryMemo;
-use crate::postgres::condition::Condition;
 use crate::postgres::sql::ident;
 use crate::settings::{ReplayMark, Settings, SnapshotMode, SnapshotSettings};
 use crate::telemetry::Metrics;
+use condition::Condition;
 
 /// How long one statement of a replay may run by default (`statement_timeout` on its
 /// connection): a condition that would keep the server busy, or a lock it waits on, ends
@@ -41,7 +41,7 @@ pub(crate) const DEFAULT_TIME_COLUMN: &str = "occurred_at";
 /// A replay's condition on the rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RowCondition {
-    /// Parsed by `postgres::condition` (a signal's filter, `--where`): its strings are
+    /// Parsed by the `condition` crate (a signal's filter, `--where`): its strings are
     /// bound as parameters.
     Checked(Condition),
     /// `--where` with `--unsafe-where`: SQL as the operator wrote it.
@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn the_filter_is_the_range_and_the_condition_with_values_as_parameters() {
         assert_eq!(spec().filter(), (None, Vec::new()), "no range, no condition: every row");
-        let condition = crate::postgres::condition::parse("aggregate_type = 'order' OR true").unwrap();
+        let condition = condition::parse("aggregate_type = 'order' OR true").unwrap();
         let s = ReplaySpec {
             since: Some("2026-11-28T00:00:00Z".into()),
             until: Some("2026-11-29 00:00+01".into()),

@@ -8,7 +8,7 @@
 //! collections that are not outbox tables, are logged and counted as ignored.
 //!
 //! Invariants:
-//! - A signal's filter is parsed by `postgres::condition` and only its SQL form runs: a
+//! - A signal's filter is parsed by the `condition` crate and only its SQL form runs: a
 //!   role that can insert signals can select outbox rows, never call a function or read
 //!   another relation. Who may insert signals is checked at start (`[signal]
 //!   allowed_roles`, `postgres::preflight::check_signal_rights`).
@@ -32,7 +32,6 @@ use tokio::task::JoinHandle;
 
 use super::checkpoint::TxnSeq;
 use crate::error::PipelineError;
-use crate::postgres::condition;
 use crate::settings::{Settings, TableName};
 use crate::snapshot::replay::{self, ReplaySpec};
 use crate::snapshot::Outcome;
@@ -108,7 +107,7 @@ pub(crate) fn parse(row: &SignalRow, outboxes: &[&TableName]) -> Result<Action, 
         conditions.push(c);
     }
     // A signal's filter is another role's text: it runs only as the small grammar of
-    // `postgres::condition` (columns compared with constants), written back as SQL
+    // the `condition` crate (columns compared with constants), written back as SQL
     // whose strings are bind parameters.
     let mut parsed = Vec::with_capacity(conditions.len());
     for c in conditions {

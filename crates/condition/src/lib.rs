@@ -33,15 +33,18 @@
 
 use std::fmt::Write as _;
 
-use super::sql::ident;
+/// `name` as a quoted SQL identifier (as `replication::quote_ident` quotes it).
+fn ident(name: &str) -> String {
+    postgres_protocol::escape::escape_identifier(name)
+}
 
 /// Longest condition text accepted.
-pub(crate) const MAX_LEN: usize = 8 * 1024;
+pub const MAX_LEN: usize = 8 * 1024;
 /// Deepest nesting of parentheses and NOTs accepted.
-pub(crate) const MAX_DEPTH: usize = 32;
+pub const MAX_DEPTH: usize = 32;
 
 /// The types a constant may be cast to.
-pub(crate) const TYPES: &[&str] = &[
+pub const TYPES: &[&str] = &[
     "text",
     "varchar",
     "uuid",
@@ -72,7 +75,7 @@ pub struct ConditionError {
 
 /// A parsed condition (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Condition {
+pub enum Condition {
     Or(Vec<Condition>),
     And(Vec<Condition>),
     Not(Box<Condition>),
@@ -86,7 +89,7 @@ pub(crate) enum Condition {
 
 /// A constant expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Value {
+pub enum Value {
     /// A number as written (digits, one dot, an exponent).
     Number(String),
     /// A string with an optional cast.
@@ -108,7 +111,7 @@ pub(crate) enum Value {
 }
 
 /// Parses `text` (see the module docs).
-pub(crate) fn parse(text: &str) -> Result<Condition, ConditionError> {
+pub fn parse(text: &str) -> Result<Condition, ConditionError> {
     if text.len() > MAX_LEN {
         return Err(ConditionError { what: format!("the condition is longer than {MAX_LEN} bytes"), at: 1 });
     }
@@ -125,7 +128,7 @@ impl Condition {
     /// The condition as SQL (see the module's invariants): each string is appended to
     /// `params` and written as `$n`, its place there (`params` may already hold the values
     /// of the statement's other parameters).
-    pub(crate) fn to_sql(&self, params: &mut Vec<String>) -> String {
+    pub fn to_sql(&self, params: &mut Vec<String>) -> String {
         let mut out = String::new();
         self.write(&mut out, &mut |text| {
             params.push(text.to_owned());
