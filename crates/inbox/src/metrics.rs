@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use daypart::{RetentionMetrics, RetentionNames};
 use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 use service::telemetry::exposition::{MAX_TOPIC_SERIES, OTHER_TOPICS};
-use service::telemetry::{now_ms, Exporter, Exposition, Health};
+use service::telemetry::{now_ms, Condition, Exporter, Exposition, Health};
 
 /// Metric names.
 pub mod names {
@@ -170,6 +170,37 @@ pub struct InboxMetrics {
     group_partitions: IntGauge,
     /// Readiness: what the inbox tells `/readyz`.
     health: Arc<Health>,
+    /// The inbox's own part of it.
+    readiness: Arc<InboxReadiness>,
+}
+
+/// `walpost inbox`'s condition for `/readyz`: its PostgreSQL answers, and it holds
+/// partitions when its group has any (a group whose offsets are stored for none is still
+/// empty).
+#[derive(Debug)]
+struct InboxReadiness {
+    /// Why the inbox's PostgreSQL could not be read at the last try (`None`: it answered,
+    /// or it was not tried yet).
+    postgres_error: Mutex<Option<String>>,
+    /// Partitions the group assigned to this instance (-1: not known yet).
+    assigned: AtomicI64,
+    /// Partitions the group has stored offsets for (-1: not known yet).
+    group_partitions: AtomicI64,
+}
+
+impl Condition for InboxReadiness {
+    fn check(&self) -> Result<(), String> {
+        if let Some(e) = self.postgres_error.lock().ok().and_then(|e| e.clone()) {
+            return Err(format!("cannot read the inbox's PostgreSQL: {e}"));
+        }
+        let group = self.group_partitions.load(Ordering::Relaxed);
+        if group > 0 && self.assigned.load(Ordering::Relaxed) <= 0 {
+            return Err(format!(
+                "holds no partition: the consumer group has stored offsets for {group} partitions and assigned none to this instance (yet)"
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl InboxMetrics {
@@ -177,6 +208,15 @@ impl InboxMetrics {
     /// gauges computed at scrape time.
     pub fn new(health: Arc<Health>) -> prometheus::Result<InboxMetrics> {
         let e = Exposition::new(health.clone(), METRICS)?;
+        let readiness = Arc::new(InboxReadiness {
+            postgres_error: Mutex::new(None),
+            assigned: AtomicI64::new(-1),
+            group_partitions: AtomicI64::new(-1),
+        });
+        if health.add_condition(readiness.clone()).is_err() {
+            // One Health per mode: a second registration is a wiring bug, not an input.
+            return Err(prometheus::Error::Msg("the inbox's readiness is registered twice on one Health".into()));
+        }
         let retention = InboxRetentionMetrics {
             pass: RetentionMetrics::register(&e, &RETENTION_NAMES)?,
             forced_drops: e.counter(INBOX_FORCED_DROPS)?,
@@ -202,6 +242,7 @@ impl InboxMetrics {
             assigned_partitions: e.gauge(INBOX_ASSIGNED)?,
             group_partitions: e.gauge(INBOX_GROUP_PARTITIONS)?,
             health,
+            readiness,
             retention,
             exposition: e,
         })
@@ -269,7 +310,7 @@ impl InboxMetrics {
         let Ok(stats) = serde_json::from_slice::<serde_json::Value>(statistics) else { return };
         if let Some(n) = stats.pointer("/cgrp/assignment_size").and_then(serde_json::Value::as_i64) {
             self.assigned_partitions.set(n);
-            self.health.set_inbox_assigned_partitions(n);
+            self.readiness.assigned.store(n, Ordering::Relaxed);
         }
         let Some(topics) = stats.get("topics").and_then(serde_json::Value::as_object) else { return };
         for (topic, t) in topics {
@@ -383,10 +424,17 @@ impl InboxMetrics {
     /// What the handler statistics' reader found out about the inbox's PostgreSQL: `Ok`
     /// with the partitions the group has stored offsets for, or why it could not read.
     pub fn set_postgres_probe(&self, probe: Result<i64, String>) {
-        if let Ok(n) = probe {
-            self.group_partitions.set(n);
+        let error = match probe {
+            Ok(n) => {
+                self.group_partitions.set(n);
+                self.readiness.group_partitions.store(n, Ordering::Relaxed);
+                None
+            }
+            Err(e) => Some(e),
+        };
+        if let Ok(mut slot) = self.readiness.postgres_error.lock() {
+            *slot = error;
         }
-        self.health.set_inbox_postgres(probe);
     }
 
     /// The gauges computed at scrape time.
@@ -490,6 +538,28 @@ mod tests {
         );
         m.set_handler_stats(&[]);
         assert!(!m.encode().contains("walpost_inbox_leases_lost_total{"), "an unregistered handler's series go");
+    }
+
+    /// The inbox drill: during a PostgreSQL outage `/readyz` answered ready.
+    #[test]
+    fn an_inbox_is_not_ready_while_its_postgres_fails_or_it_holds_no_partition_of_its_group() {
+        let m = metrics();
+        let h = m.health();
+        h.set_streaming(true);
+        assert_eq!(h.readiness(), Ok(()), "nothing known yet: ready");
+        m.set_postgres_probe(Err("connection refused".into()));
+        let e = h.readiness().unwrap_err();
+        assert!(e.contains("inbox's PostgreSQL") && e.contains("connection refused"), "{e}");
+        m.set_postgres_probe(Ok(0));
+        assert_eq!(h.readiness(), Ok(()), "a group with no stored offsets: nothing to hold yet");
+        m.set_postgres_probe(Ok(4));
+        assert!(h.readiness().unwrap_err().contains("holds no partition"), "assignment not known yet");
+        m.set_consumer_lag_from_stats(br#"{"cgrp": {"assignment_size": 0}, "topics": {}}"#);
+        assert!(h.readiness().unwrap_err().contains("stored offsets for 4 partitions"));
+        m.set_consumer_lag_from_stats(br#"{"cgrp": {"assignment_size": 2}, "topics": {}}"#);
+        assert_eq!(h.readiness(), Ok(()));
+        m.set_postgres_probe(Err("timeout".into()));
+        assert!(h.readiness().unwrap_err().contains("timeout"));
     }
 
     #[test]

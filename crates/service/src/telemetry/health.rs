@@ -1,15 +1,15 @@
 //! State shared between tasks that is not a metric: whether walpost streams, the slot
 //! alarm level, how long records have waited for Kafka, whether the pipeline's runtime
-//! still runs, and for `walpost inbox` whether its PostgreSQL answers and the group gave
-//! it partitions. `/readyz` and `/healthz` answer from it; a few gauges are
+//! still runs, and a mode's own [`Condition`] (`walpost inbox`: its PostgreSQL answers and
+//! the group gave it partitions). `/readyz` and `/healthz` answer from it; a few gauges are
 //! computed from it at scrape time (they are ages, which only grow while nothing
 //! updates them, as they should when the pipeline is stuck).
 //!
 //! Times are milliseconds on a monotonic clock that starts with the process; `0`
 //! means "not set".
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The slot alarm level (see `crate::monitor`).
@@ -39,6 +39,13 @@ impl AlarmLevel {
     }
 }
 
+/// A mode's own condition for `/readyz`, asked after the common ones (not halted, streaming)
+/// and before Kafka's acknowledgements and the slot alarm.
+pub trait Condition: Send + Sync + std::fmt::Debug {
+    /// `Err`: why this mode is not ready.
+    fn check(&self) -> Result<(), String>;
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct Health {
@@ -53,14 +60,9 @@ pub struct Health {
     unready_after: Duration,
     dead_after: Duration,
     /// The error walpost stopped on, while it serves its metrics a last time.
-    halted: std::sync::OnceLock<String>,
-    /// `walpost inbox`: why its PostgreSQL could not be read at the last try (`None`:
-    /// it answered, or it was not tried yet).
-    inbox_postgres_error: Mutex<Option<String>>,
-    /// `walpost inbox`: partitions the group assigned to this instance (-1: not known yet).
-    inbox_assigned: AtomicI64,
-    /// `walpost inbox`: partitions the group has stored offsets for (-1: not known yet).
-    inbox_group_partitions: AtomicI64,
+    halted: OnceLock<String>,
+    /// The mode's own readiness condition, if it has one.
+    condition: OnceLock<Arc<dyn Condition>>,
 }
 
 impl Health {
@@ -75,10 +77,8 @@ impl Health {
             beat: AtomicU64::new(0),
             unready_after,
             dead_after,
-            halted: std::sync::OnceLock::new(),
-            inbox_postgres_error: Mutex::new(None),
-            inbox_assigned: AtomicI64::new(-1),
-            inbox_group_partitions: AtomicI64::new(-1),
+            halted: OnceLock::new(),
+            condition: OnceLock::new(),
         };
         h.beat();
         h
@@ -150,39 +150,9 @@ impl Health {
         self.halted.get().map(String::as_str)
     }
 
-    /// `walpost inbox` read its PostgreSQL (`Ok`: the partitions its group has stored
-    /// offsets for) or could not (`Err`: why).
-    pub fn set_inbox_postgres(&self, probe: Result<i64, String>) {
-        let error = match probe {
-            Ok(partitions) => {
-                self.inbox_group_partitions.store(partitions, Ordering::Relaxed);
-                None
-            }
-            Err(e) => Some(e),
-        };
-        if let Ok(mut slot) = self.inbox_postgres_error.lock() {
-            *slot = error;
-        }
-    }
-
-    /// `walpost inbox`: the group assigned `n` partitions to this instance.
-    pub fn set_inbox_assigned_partitions(&self, n: i64) {
-        self.inbox_assigned.store(n, Ordering::Relaxed);
-    }
-
-    /// `walpost inbox`'s own conditions: its PostgreSQL answers, and it holds partitions
-    /// when its group has any (a group whose offsets are stored for none is still empty).
-    fn inbox_readiness(&self) -> Result<(), String> {
-        if let Some(e) = self.inbox_postgres_error.lock().ok().and_then(|e| e.clone()) {
-            return Err(format!("cannot read the inbox's PostgreSQL: {e}"));
-        }
-        let group = self.inbox_group_partitions.load(Ordering::Relaxed);
-        if group > 0 && self.inbox_assigned.load(Ordering::Relaxed) <= 0 {
-            return Err(format!(
-                "holds no partition: the consumer group has stored offsets for {group} partitions and assigned none to this instance (yet)"
-            ));
-        }
-        Ok(())
+    /// Adds the mode's own readiness condition; a mode has one (a second is refused).
+    pub fn add_condition(&self, condition: Arc<dyn Condition>) -> Result<(), Arc<dyn Condition>> {
+        self.condition.set(condition)
     }
 
     /// `Ok`: ready to be counted on (`/readyz`); `Err`: why not, the most specific cause
@@ -194,7 +164,9 @@ impl Health {
         if !self.is_streaming() {
             return Err("not streaming".into());
         }
-        self.inbox_readiness()?;
+        if let Some(condition) = self.condition.get() {
+            condition.check()?;
+        }
         let waited = self.unacknowledged_for();
         if waited >= self.unready_after {
             return Err(format!("Kafka has acknowledged nothing for {} s while records wait", waited.as_secs()));
@@ -258,25 +230,24 @@ mod tests {
         assert_eq!(h.unacknowledged_for(), Duration::ZERO);
     }
 
-    /// The inbox drill: during a PostgreSQL outage `/readyz` answered ready.
+    #[derive(Debug)]
+    struct Refusing;
+    impl Condition for Refusing {
+        fn check(&self) -> Result<(), String> {
+            Err("the mode says no".into())
+        }
+    }
+
     #[test]
-    fn an_inbox_is_not_ready_while_its_postgres_fails_or_it_holds_no_partition_of_its_group() {
+    fn a_modes_condition_is_asked_after_streaming_and_only_one_is_taken() {
         let h = Health::new(Duration::from_secs(30), Duration::from_secs(60));
         h.set_streaming(true);
-        assert_eq!(h.readiness(), Ok(()), "walpost run: no inbox state, ready");
-        h.set_inbox_postgres(Err("connection refused".into()));
-        let e = h.readiness().unwrap_err();
-        assert!(e.contains("inbox's PostgreSQL") && e.contains("connection refused"), "{e}");
-        h.set_inbox_postgres(Ok(0));
-        assert_eq!(h.readiness(), Ok(()), "a group with no stored offsets: nothing to hold yet");
-        h.set_inbox_postgres(Ok(4));
-        assert!(h.readiness().unwrap_err().contains("holds no partition"), "assignment not known yet");
-        h.set_inbox_assigned_partitions(0);
-        assert!(h.readiness().unwrap_err().contains("stored offsets for 4 partitions"));
-        h.set_inbox_assigned_partitions(2);
-        assert_eq!(h.readiness(), Ok(()));
-        h.set_inbox_postgres(Err("timeout".into()));
-        assert!(h.readiness().is_err(), "an outage after partitions were assigned");
+        assert_eq!(h.readiness(), Ok(()), "no condition: ready");
+        assert!(h.add_condition(Arc::new(Refusing)).is_ok());
+        assert_eq!(h.readiness(), Err("the mode says no".into()));
+        assert!(h.add_condition(Arc::new(Refusing)).is_err(), "a second condition is refused");
+        h.set_streaming(false);
+        assert_eq!(h.readiness(), Err("not streaming".into()), "the common conditions come first");
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backoff::Backoff;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::server::conn::http1;
@@ -141,7 +142,7 @@ fn ask_release(addr: SocketAddr) -> bool {
 async fn accept_loop<E: Exporter>(listener: TcpListener, metrics: Arc<E>, release: watch::Sender<bool>) {
     // Oldest first: the connections a new one may close.
     let mut open: VecDeque<tokio::task::AbortHandle> = VecDeque::new();
-    let mut backoff = Duration::from_millis(10);
+    let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
     let release = Arc::new(release);
     let mut released = release.subscribe();
     loop {
@@ -152,19 +153,16 @@ async fn accept_loop<E: Exporter>(listener: TcpListener, metrics: Arc<E>, releas
         };
         let (stream, same_host) = match accepted {
             Ok((stream, peer)) => {
-                backoff = Duration::from_millis(10);
+                backoff.reset();
                 // Same host: over loopback, or to one of this host's addresses from itself.
                 let local = stream.local_addr().map(|a| a.ip()).ok();
                 let same_host = peer.ip().is_loopback() || Some(peer.ip()) == local;
                 (stream, same_host)
             }
             Err(e) => {
-                tracing::warn!(
-                    retry_in_ms = backoff.as_millis() as u64,
-                    "metrics server cannot accept a connection: {e}"
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
+                let delay = backoff.next_delay();
+                tracing::warn!(retry_in_ms = delay.as_millis() as u64, "metrics server cannot accept a connection: {e}");
+                tokio::time::sleep(delay).await;
                 continue;
             }
         };

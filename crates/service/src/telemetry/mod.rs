@@ -10,4 +10,4 @@ pub mod health;
 pub mod http;
 
 pub use exposition::{now_ms, Exporter, Exposition, MetricTable};
-pub use health::{AlarmLevel, Health};
+pub use health::{AlarmLevel, Condition, Health};
