@@ -12,9 +12,12 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::collections::BTreeSet;
 
-use crate::settings::{Overrides, SnapshotMode};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
+
+use crate::settings::{DeliveryMode, Envelope, KeyFormat, OnPermanentError, Overrides, SnapshotMode, ValueFormat};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -54,31 +57,6 @@ pub enum LogColor {
     Auto,
     Always,
     Never,
-}
-
-/// `--snapshot` values (Debezium's snapshot.mode names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-#[value(rename_all = "snake_case")]
-pub enum SnapshotArg {
-    /// Stream only; rows that exist before the slot are not published.
-    Never,
-    /// Snapshot once, when walpost creates the slot; then stream.
-    Initial,
-    /// Snapshot, then exit 0 (a backfill; no slot is created).
-    InitialOnly,
-    /// Snapshot when the slot is missing or lost; then stream.
-    WhenNeeded,
-}
-
-impl From<SnapshotArg> for SnapshotMode {
-    fn from(a: SnapshotArg) -> SnapshotMode {
-        match a {
-            SnapshotArg::Never => SnapshotMode::Never,
-            SnapshotArg::Initial => SnapshotMode::Initial,
-            SnapshotArg::InitialOnly => SnapshotMode::InitialOnly,
-            SnapshotArg::WhenNeeded => SnapshotMode::WhenNeeded,
-        }
-    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -247,6 +225,10 @@ pub enum CheckTarget {
 
 #[derive(Debug, Args)]
 pub struct InboxArgs {
+    /// First: clap's derive takes each value out of the matches as it reads it.
+    #[command(flatten)]
+    pub on_argv: OnArgv,
+
     /// PostgreSQL URL of the consuming service's database (where the inbox tables are).
     #[arg(long, env = "WALPOST_POSTGRES", hide_env_values = true, value_name = "URL")]
     pub postgres: Option<String>,
@@ -315,7 +297,7 @@ impl InboxArgs {
     pub fn overrides(&self) -> Overrides {
         Overrides {
             postgres: self.postgres.clone(),
-            postgres_on_argv: argv_names_flag("--postgres"),
+            postgres_on_argv: self.on_argv.has("postgres"),
             postgres_password_file: self.postgres_password_file.clone(),
             kafka_brokers: self.kafka_brokers.clone(),
             kafka_properties: self.kafka_property.clone(),
@@ -425,6 +407,10 @@ pub enum SlotAction {
 /// table, the router and the producer.
 #[derive(Debug, Args)]
 pub struct ConnectionArgs {
+    /// First: clap's derive takes each value out of the matches as it reads it.
+    #[command(flatten)]
+    pub on_argv: OnArgv,
+
     /// PostgreSQL URL: postgres://user:password@host:port/dbname?sslmode=... (a host
     /// starting with / is a Unix-socket directory). The role needs REPLICATION.
     #[arg(long, env = "WALPOST_POSTGRES", hide_env_values = true, value_name = "URL")]
@@ -474,8 +460,8 @@ pub struct ConnectionArgs {
 
     /// Record envelope: none (Debezium's records), or cloudevents (CloudEvents Kafka
     /// binding 1.0; [cloudevents] mode = binary or structured) [default: none].
-    #[arg(long, env = "WALPOST_ENVELOPE", hide_env_values = true, value_name = "ENVELOPE")]
-    pub envelope: Option<String>,
+    #[arg(long, env = "WALPOST_ENVELOPE", hide_env_values = true, value_enum, value_name = "ENVELOPE")]
+    pub envelope: Option<Envelope>,
 
     /// A directory of JSON Schemas, <event type>.json: every payload is checked against
     /// its event type's before it reaches Kafka (see docs/contracts.md).
@@ -495,14 +481,26 @@ pub struct ConnectionArgs {
     /// How record values are written: json (the payload unchanged), json-schema or avro
     /// (checked by the subject's schema in [registry], Confluent wire format)
     /// ([contracts] value_format) [default: json].
-    #[arg(long, env = "WALPOST_CONTRACTS_VALUE_FORMAT", hide_env_values = true, value_name = "json|json-schema|avro")]
-    pub value_format: Option<String>,
+    #[arg(
+        long,
+        env = "WALPOST_CONTRACTS_VALUE_FORMAT",
+        hide_env_values = true,
+        value_enum,
+        value_name = "json|json-schema|avro"
+    )]
+    pub value_format: Option<ValueFormat>,
 
     /// How record keys are written: string (the aggregate id unchanged), json-schema or
     /// avro (by the subject <topic>-key in [registry], Confluent wire format; needs
     /// --value-format json-schema or avro) ([contracts] key_format) [default: string].
-    #[arg(long, env = "WALPOST_CONTRACTS_KEY_FORMAT", hide_env_values = true, value_name = "string|json-schema|avro")]
-    pub key_format: Option<String>,
+    #[arg(
+        long,
+        env = "WALPOST_CONTRACTS_KEY_FORMAT",
+        hide_env_values = true,
+        value_enum,
+        value_name = "string|json-schema|avro"
+    )]
+    pub key_format: Option<KeyFormat>,
 
     /// The schema registry's API base URL, e.g. http://registry:8081 or Apicurio's
     /// http://host:8080/apis/ccompat/v7 ([registry] url).
@@ -529,8 +527,14 @@ pub struct ConnectionArgs {
 
     /// A record Kafka will never take, or a row that cannot be routed: halt (stop, nothing
     /// after it confirmed) or dead_letter (to --dead-letter-topic) [default: halt].
-    #[arg(long, env = "WALPOST_ON_PERMANENT_ERROR", hide_env_values = true, value_name = "halt|dead_letter")]
-    pub on_permanent_error: Option<String>,
+    #[arg(
+        long,
+        env = "WALPOST_ON_PERMANENT_ERROR",
+        hide_env_values = true,
+        value_enum,
+        value_name = "halt|dead_letter"
+    )]
+    pub on_permanent_error: Option<OnPermanentError>,
 
     /// The dead-letter topic [default: walpost.dead_letter].
     #[arg(long, env = "WALPOST_DEAD_LETTER_TOPIC", hide_env_values = true, value_name = "TOPIC")]
@@ -542,6 +546,10 @@ pub struct ConnectionArgs {
 /// the metrics server.
 #[derive(Debug, Args)]
 pub struct StreamArgs {
+    /// First: clap's derive takes each value out of the matches as it reads it.
+    #[command(flatten)]
+    pub on_argv: OnArgv,
+
     /// Serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9187.
     #[arg(long, env = "WALPOST_METRICS_ADDR", hide_env_values = true, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
@@ -549,7 +557,7 @@ pub struct StreamArgs {
     /// When to publish rows that already exist: never, initial (once, when the slot is
     /// created), initial_only (then exit 0), when_needed (slot missing or lost) [default: never].
     #[arg(long, env = "WALPOST_SNAPSHOT", hide_env_values = true, value_enum, value_name = "MODE")]
-    pub snapshot: Option<SnapshotArg>,
+    pub snapshot: Option<SnapshotMode>,
 
     /// SQL condition limiting the snapshot, e.g. "published_at IS NULL".
     #[arg(long, env = "WALPOST_SNAPSHOT_FILTER", hide_env_values = true, value_name = "SQL")]
@@ -580,8 +588,8 @@ pub struct StreamArgs {
     /// Delivery guarantee: at-least-once, or exactly-once (Kafka transactions, progress
     /// in a compacted topic; consumers read with isolation.level=read_committed)
     /// [default: at-least-once].
-    #[arg(long, env = "WALPOST_DELIVERY", hide_env_values = true, value_name = "MODE")]
-    pub delivery: Option<String>,
+    #[arg(long, env = "WALPOST_DELIVERY", hide_env_values = true, value_enum, value_name = "MODE")]
+    pub delivery: Option<DeliveryMode>,
 }
 
 /// `walpost run`'s flags.
@@ -598,9 +606,9 @@ impl ConnectionArgs {
     pub fn overrides(&self) -> Overrides {
         Overrides {
             postgres: self.postgres.clone(),
-            postgres_on_argv: argv_names_flag("--postgres"),
+            postgres_on_argv: self.on_argv.has("postgres"),
             postgres_primary: self.postgres_primary.clone(),
-            postgres_primary_on_argv: argv_names_flag("--postgres-primary"),
+            postgres_primary_on_argv: self.on_argv.has("postgres_primary"),
             kafka_brokers: self.kafka_brokers.clone(),
             table: self.table.clone(),
             slot: self.slot.clone(),
@@ -613,14 +621,14 @@ impl ConnectionArgs {
             event_type_field: self.event_type_field.clone(),
             kafka_properties: self.kafka_property.clone(),
             postgres_password_file: self.postgres_password_file.clone(),
-            envelope: self.envelope.clone(),
+            envelope: self.envelope,
             contracts_dir: self.contracts_dir.clone(),
             contracts_unknown: self.contracts_unknown.clone(),
             contracts_max_depth: self.contracts_max_depth,
-            value_format: self.value_format.clone(),
-            key_format: self.key_format.clone(),
+            value_format: self.value_format,
+            key_format: self.key_format,
             registry_url: self.registry_url.clone(),
-            on_permanent_error: self.on_permanent_error.clone(),
+            on_permanent_error: self.on_permanent_error,
             dead_letter_topic: self.dead_letter_topic.clone(),
             kafka_secret_env: kafka_secret_env(&|k| std::env::var(k).ok()),
             ..Overrides::default()
@@ -634,13 +642,13 @@ impl RunArgs {
         let s = &self.stream;
         Overrides {
             metrics_addr: s.metrics_addr.clone(),
-            metrics_addr_on_argv: argv_names_flag("--metrics-addr"),
-            snapshot: s.snapshot.map(Into::into),
+            metrics_addr_on_argv: s.on_argv.has("metrics_addr"),
+            snapshot: s.snapshot,
             snapshot_filter: s.snapshot_filter.clone(),
             heartbeat_interval: s.heartbeat_interval,
             signal_table: s.signal_table.clone(),
             slot_failover: s.slot_failover,
-            delivery: s.delivery.clone(),
+            delivery: s.delivery,
             ..self.connection.overrides()
         }
     }
@@ -660,11 +668,44 @@ impl RetentionArgs {
     }
 }
 
-/// Whether this process's own command line holds `flag` (`--flag VALUE` or
-/// `--flag=VALUE`), as opposed to its `WALPOST_*` variable: a value on the command line
-/// is readable by every user of the machine (`/proc/<pid>/cmdline`).
-fn argv_names_flag(flag: &str) -> bool {
-    std::env::args_os().skip(1).any(|a| a.to_str().is_some_and(|a| a == flag || a.starts_with(&format!("{flag}="))))
+/// Which arguments of a command were given on the command line itself, as opposed to
+/// their `WALPOST_*` variable or a default (clap's [`ArgMatches::value_source`]): a value
+/// on the command line is readable by every user of the machine (`/proc/<pid>/cmdline`),
+/// and a backfill serves metrics only when its own command line names a port.
+///
+/// Flattened into a command's arguments, it adds none: it reads the matches of the
+/// command it is part of.
+#[derive(Debug, Clone, Default)]
+pub struct OnArgv(BTreeSet<String>);
+
+impl OnArgv {
+    /// Whether the argument `id` (the field's name, e.g. `postgres_primary`) came from
+    /// the command line.
+    pub fn has(&self, id: &str) -> bool {
+        self.0.contains(id)
+    }
+}
+
+impl FromArgMatches for OnArgv {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let on_argv = matches.ids().filter(|id| matches.value_source(id.as_str()) == Some(ValueSource::CommandLine));
+        Ok(OnArgv(on_argv.map(|id| id.as_str().to_owned()).collect()))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = OnArgv::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for OnArgv {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
 }
 
 #[cfg(test)]
@@ -709,5 +750,50 @@ mod tests {
         assert_eq!(o.slot.as_deref(), Some("s1"));
         assert_eq!(o.snapshot, Some(SnapshotMode::InitialOnly));
         assert!(o.slot_failover);
+    }
+
+    /// Where a value came from is clap's `value_source`: a flag in argv, whatever its
+    /// spelling; never a variable (the tests of variables are in tests/configuration.rs).
+    #[test]
+    fn on_argv_is_what_the_command_line_holds() {
+        let cli = Cli::try_parse_from([
+            "walpost",
+            "run",
+            "--postgres",
+            "postgres://u@h/d",
+            "--metrics-addr=127.0.0.1:1",
+            "--delivery",
+            "exactly-once",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else { panic!() };
+        let o = args.overrides();
+        assert!(o.postgres_on_argv && o.metrics_addr_on_argv && !o.postgres_primary_on_argv, "{o:?}");
+        assert_eq!(o.delivery, Some(DeliveryMode::ExactlyOnce));
+        let cli = Cli::try_parse_from(["walpost", "check", "inbox", "--postgres=postgres://u@h/d"]).unwrap();
+        let Command::Check(check) = cli.command else { panic!() };
+        let Some(CheckTarget::Inbox(inbox)) = check.target else { panic!() };
+        assert!(inbox.overrides().postgres_on_argv);
+    }
+
+    /// The enumerations take the spellings they always took, and a wrong one is refused
+    /// naming the flag and every allowed value.
+    #[test]
+    fn enumerations_take_their_documented_spellings() {
+        let parse = |flag: &str, value: &str| Cli::try_parse_from(["walpost", "run", flag, value]);
+        for (flag, values) in [
+            ("--delivery", &["at-least-once", "exactly-once"][..]),
+            ("--envelope", &["none", "cloudevents"]),
+            ("--on-permanent-error", &["halt", "dead_letter"]),
+            ("--value-format", &["json", "json-schema", "avro"]),
+            ("--key-format", &["string", "json-schema", "avro"]),
+            ("--snapshot", &["never", "initial", "initial_only", "when_needed"]),
+        ] {
+            for value in values {
+                assert!(parse(flag, value).is_ok(), "{flag} {value}");
+            }
+            let e = parse(flag, "bogus").unwrap_err().to_string();
+            assert!(e.contains(flag) && values.iter().all(|v| e.contains(v)), "{flag}: {e}");
+        }
     }
 }

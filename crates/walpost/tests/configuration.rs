@@ -72,3 +72,67 @@ fn every_flag_and_variable_of_run_is_on_the_page() {
     }
     assert!(missing.is_empty(), "flags or variables of walpost run missing from docs/configuration.md: {missing:?}");
 }
+
+/// Where a value came from is clap's `value_source`: a value of `WALPOST_POSTGRES` is not
+/// "on the command line" (no warning about a password in argv, and a backfill's
+/// `WALPOST_METRICS_ADDR` is the service's), a flag is, and a flag wins over its variable.
+/// One test sets the variables, so no other test of this file sees them.
+#[test]
+fn a_values_origin_is_claps_value_source_and_a_flag_beats_its_variable() {
+    use clap::Parser;
+    use walpost::cli::{Cli, Command};
+    use walpost::settings::{DeliveryMode, OnPermanentError};
+
+    let run = |argv: &[&str]| {
+        let cli = Cli::try_parse_from(["walpost", "run"].iter().chain(argv)).unwrap();
+        let Command::Run(args) = cli.command else { panic!("not run") };
+        args.overrides()
+    };
+    std::env::set_var("WALPOST_POSTGRES", "postgres://env@h/d");
+    std::env::set_var("WALPOST_METRICS_ADDR", "127.0.0.1:1");
+    std::env::set_var("WALPOST_DELIVERY", "exactly-once");
+    std::env::set_var("WALPOST_ON_PERMANENT_ERROR", "dead_letter");
+    let from_env = run(&[]);
+    let from_flags = run(&[
+        "--postgres",
+        "postgres://flag@h/d",
+        "--metrics-addr=127.0.0.1:2",
+        "--delivery",
+        "at-least-once",
+        "--postgres-primary=postgres://p@h/d",
+    ]);
+    std::env::set_var("WALPOST_DELIVERY", "twice");
+    let bad_env = Cli::try_parse_from(["walpost", "run"]).map(|_| ());
+    for k in ["WALPOST_POSTGRES", "WALPOST_METRICS_ADDR", "WALPOST_DELIVERY", "WALPOST_ON_PERMANENT_ERROR"] {
+        std::env::remove_var(k);
+    }
+
+    assert_eq!(from_env.postgres.as_deref(), Some("postgres://env@h/d"));
+    assert!(!from_env.postgres_on_argv && !from_env.metrics_addr_on_argv && !from_env.postgres_primary_on_argv);
+    assert_eq!(from_env.delivery, Some(DeliveryMode::ExactlyOnce));
+    assert_eq!(from_env.on_permanent_error, Some(OnPermanentError::DeadLetter));
+
+    assert_eq!(from_flags.postgres.as_deref(), Some("postgres://flag@h/d"), "the flag wins");
+    assert_eq!(from_flags.metrics_addr.as_deref(), Some("127.0.0.1:2"));
+    assert!(from_flags.postgres_on_argv && from_flags.metrics_addr_on_argv && from_flags.postgres_primary_on_argv);
+    assert_eq!(from_flags.delivery, Some(DeliveryMode::AtLeastOnce), "the flag wins");
+    assert_eq!(from_flags.on_permanent_error, Some(OnPermanentError::DeadLetter), "the variable, no flag");
+
+    let e = bad_env.unwrap_err().to_string();
+    assert!(e.contains("twice") && e.contains("at-least-once") && e.contains("exactly-once"), "{e}");
+}
+
+/// A value the file spells wrong is refused naming its key and every allowed value.
+#[test]
+fn a_wrong_enumeration_in_the_file_names_the_key_and_the_allowed_values() {
+    use walpost::settings::FileConfig;
+    for (text, key, allowed) in [
+        ("delivery = \"twice\"", "(delivery)", &["at-least-once", "exactly-once"][..]),
+        ("envelope = \"xml\"", "(envelope)", &["none", "cloudevents"]),
+        ("on_permanent_error = \"skip\"", "(on_permanent_error)", &["halt", "dead_letter"]),
+        ("snapshot = \"always\"", "(snapshot)", &["never", "initial", "initial_only", "when_needed"]),
+    ] {
+        let e = FileConfig::parse(text).unwrap_err();
+        assert!(e.contains(key) && allowed.iter().all(|a| e.contains(a)), "{text}: {e}");
+    }
+}

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::duration::{Millis, Seconds};
-use super::{ConfigError, ContractsFile, RegistryFile, SnapshotMode};
+use super::{ConfigError, ContractsFile, DeliveryMode, Envelope, OnPermanentError, RegistryFile, SnapshotMode};
 
 mod inbox;
 pub use inbox::InboxFile;
@@ -53,7 +53,7 @@ pub struct FileConfig {
     pub signal_table: Option<String>,
     /// `halt` (default) or `dead_letter`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub on_permanent_error: Option<String>,
+    pub on_permanent_error: Option<OnPermanentError>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letter_topic: Option<String>,
     /// Errors, log lines and dead-letter headers may show column values (off: they
@@ -62,12 +62,12 @@ pub struct FileConfig {
     pub log_values: Option<bool>,
     /// `at-least-once` (default) or `exactly-once`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub delivery: Option<String>,
+    pub delivery: Option<DeliveryMode>,
     #[serde(default, skip_serializing_if = "ExactlyOnceFile::is_empty")]
     pub exactly_once: ExactlyOnceFile,
     /// `none` (default) or `cloudevents`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub envelope: Option<String>,
+    pub envelope: Option<Envelope>,
     #[serde(default, skip_serializing_if = "CloudEventsFile::is_empty")]
     pub cloudevents: CloudEventsFile,
     /// JSON Schema contracts per event type (see docs/contracts.md).

@@ -4,8 +4,11 @@
 //!
 //! Precedence: flag > environment variable > file > default. The file is parsed with
 //! `deny_unknown_fields`, so a misspelt key is an error naming it, never a silently
-//! ignored setting. Nothing here knows about clap: the command line layer turns its
-//! arguments into [`Overrides`].
+//! ignored setting. The command line layer turns its arguments into [`Overrides`]; the
+//! only trace of clap here is the `ValueEnum` derive of the enumerations
+//! ([`DeliveryMode`], [`Envelope`], [`OnPermanentError`], [`SnapshotMode`], [`ValueFormat`],
+//! [`KeyFormat`]), so a flag, its variable and its key accept the same spellings, each
+//! listed once.
 //!
 //! Invariants of a [`Settings`] value: every name that reaches SQL (slot, publication,
 //! tables) is a valid identifier, every duration and limit is positive, thresholds are
@@ -25,6 +28,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use clap::ValueEnum;
 use router::RouterConfig;
 use serde::{Deserialize, Serialize};
 
@@ -134,6 +138,55 @@ pub struct KafkaSettings {
     pub delivery: Delivery,
 }
 
+/// `delivery` as the file, `--delivery` or `WALPOST_DELIVERY` spell it; resolved into
+/// [`Delivery`] with `[exactly_once]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
+pub enum DeliveryMode {
+    AtLeastOnce,
+    ExactlyOnce,
+}
+
+/// `envelope` (`--envelope`, `WALPOST_ENVELOPE`): the records as Debezium writes them, or
+/// CloudEvents (`[cloudevents]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
+pub enum Envelope {
+    #[serde(rename = "none")]
+    #[value(name = "none")]
+    Plain,
+    #[serde(rename = "cloudevents")]
+    #[value(name = "cloudevents")]
+    CloudEvents,
+}
+
+/// `contracts.value_format` (`--value-format`): the payload unchanged, or framed by a
+/// schema registry's subject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
+pub enum ValueFormat {
+    Json,
+    JsonSchema,
+    Avro,
+}
+
+/// `contracts.key_format` (`--key-format`): the aggregate id's bytes, or framed by the
+/// subject `<topic>-key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
+pub enum KeyFormat {
+    String,
+    JsonSchema,
+    Avro,
+}
+
+/// The name a value enum is spelt with (on the command line, in a variable, in the file).
+pub fn spelling<E: ValueEnum>(value: E) -> String {
+    value.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default()
+}
+
 /// The delivery guarantee (`--delivery`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
@@ -221,8 +274,10 @@ pub struct ReplayMark {
 }
 
 /// When to snapshot the rows already in the outbox (Debezium's snapshot.mode names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// The variants' docs are `--snapshot`'s help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum SnapshotMode {
     /// Stream only; rows that exist before the slot are not published.
     Never,
@@ -315,10 +370,14 @@ pub struct Outbox {
     pub op_invalid: OpInvalid,
 }
 
-/// What happens to a record that can never be published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What happens to a record that can never be published (`on_permanent_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum OnPermanentError {
+    /// Stop; nothing after it is confirmed.
     Halt,
+    /// To the dead-letter topic, and go on.
     DeadLetter,
 }
 

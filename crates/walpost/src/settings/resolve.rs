@@ -7,8 +7,8 @@ use router::RouterConfig;
 mod sections;
 
 use super::{
-    secrets, CloudEventsFile, ConfigError, Delivery, FileConfig, KafkaSettings, Messages, OnPermanentError, OpInvalid,
-    Outbox, RouterFile, Settings, SnapshotMode, SnapshotSettings, SourceSettings, TableName,
+    secrets, CloudEventsFile, ConfigError, Delivery, Envelope, FileConfig, KafkaSettings, Messages, OnPermanentError,
+    OpInvalid, Outbox, RouterFile, Settings, SnapshotMode, SnapshotSettings, SourceSettings, TableName,
 };
 pub(in crate::settings) use sections::positive_duration;
 use sections::{resolve_delivery, resolve_monitor, resolve_retention, resolve_stream};
@@ -111,17 +111,7 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
         signal_trust_all_roles: file.signal.trust_all_roles,
     };
 
-    let on_permanent_error = match file.on_permanent_error.take().as_deref() {
-        None | Some("halt") => OnPermanentError::Halt,
-        Some("dead_letter") => OnPermanentError::DeadLetter,
-        Some(other) => {
-            return Err(ConfigError::Invalid {
-                key: "on_permanent_error",
-                value: other.into(),
-                expected: "halt or dead_letter",
-            })
-        }
-    };
+    let on_permanent_error = file.on_permanent_error.unwrap_or(OnPermanentError::Halt);
     let dead_letter_topic = file.dead_letter_topic.take().unwrap_or_else(|| "walpost.dead_letter".into());
     let internal = dead_letter_topic.starts_with(router::INTERNAL_TOPIC_PREFIX);
     if router::validate_topic(&dead_letter_topic).is_err() || internal {
@@ -358,15 +348,8 @@ impl EnvelopeChoice {
     }
 }
 
-fn resolve_envelope(envelope: Option<String>, f: &CloudEventsFile) -> Result<Option<EnvelopeChoice>, ConfigError> {
-    let cloudevents = match envelope.as_deref() {
-        None | Some("none") => false,
-        Some("cloudevents") => true,
-        Some(other) => {
-            return Err(ConfigError::Invalid { key: "envelope", value: other.into(), expected: "none or cloudevents" })
-        }
-    };
-    if !cloudevents {
+fn resolve_envelope(envelope: Option<Envelope>, f: &CloudEventsFile) -> Result<Option<EnvelopeChoice>, ConfigError> {
+    if envelope.unwrap_or(Envelope::Plain) == Envelope::Plain {
         if f.mode.is_some() || f.source.is_some() {
             return Err(ConfigError::Invalid {
                 key: "cloudevents",

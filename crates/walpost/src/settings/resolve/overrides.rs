@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use super::super::duration::Seconds;
-use super::super::{FileConfig, SnapshotMode};
+use super::super::{
+    spelling, DeliveryMode, Envelope, FileConfig, KeyFormat, OnPermanentError, SnapshotMode, ValueFormat,
+};
 
 /// What the command line (flags and `WALPOST_*` variables, already merged by it) sets.
 /// `None` everywhere means "not given": the file or the default decides.
@@ -16,7 +18,7 @@ pub struct Overrides {
     /// `--metrics-addr` is on the command line itself (a backfill serves metrics only then).
     pub metrics_addr_on_argv: bool,
     /// `--on-permanent-error`.
-    pub on_permanent_error: Option<String>,
+    pub on_permanent_error: Option<OnPermanentError>,
     /// `--dead-letter-topic`.
     pub dead_letter_topic: Option<String>,
     pub postgres: Option<String>,
@@ -50,20 +52,20 @@ pub struct Overrides {
     pub postgres_password_file: Option<std::path::PathBuf>,
     /// Secret Kafka properties from `WALPOST_KAFKA_*` variables: (property, value).
     pub kafka_secret_env: Vec<(String, String)>,
-    /// `--delivery`: `at-least-once` or `exactly-once`.
-    pub delivery: Option<String>,
-    /// `--envelope`: `none` or `cloudevents`.
-    pub envelope: Option<String>,
+    /// `--delivery`.
+    pub delivery: Option<DeliveryMode>,
+    /// `--envelope`.
+    pub envelope: Option<Envelope>,
     /// `--contracts-dir`: a directory of `<event type>.json` schemas.
     pub contracts_dir: Option<std::path::PathBuf>,
     /// `--contracts-unknown`: `allow` or `refuse`.
     pub contracts_unknown: Option<String>,
     /// `--contracts-max-depth`: levels a payload may nest.
     pub contracts_max_depth: Option<usize>,
-    /// `--value-format`: `json`, `json-schema` or `avro`.
-    pub value_format: Option<String>,
-    /// `--key-format`: `string`, `json-schema` or `avro`.
-    pub key_format: Option<String>,
+    /// `--value-format`.
+    pub value_format: Option<ValueFormat>,
+    /// `--key-format`.
+    pub key_format: Option<KeyFormat>,
     /// `--registry-url`.
     pub registry_url: Option<String>,
     /// `walpost inbox --topics` (comma-separated on the command line).
@@ -113,8 +115,9 @@ impl Overrides {
         over(&self.contracts_dir, &mut file.contracts.dir);
         over(&self.contracts_unknown, &mut file.contracts.unknown);
         over(&self.contracts_max_depth, &mut file.contracts.max_depth);
-        over(&self.value_format, &mut file.contracts.value_format);
-        over(&self.key_format, &mut file.contracts.key_format);
+        // `[contracts]` keeps the file's spelling (its section resolves it).
+        over(&self.value_format.map(spelling), &mut file.contracts.value_format);
+        over(&self.key_format.map(spelling), &mut file.contracts.key_format);
         over(&self.registry_url, &mut file.registry.url);
         over(&self.retention_keep_days, &mut file.retention.keep_days);
         over(&self.retention_days_ahead, &mut file.retention.days_ahead);

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::super::duration::Seconds;
 use super::super::{
-    ConfigError, Delivery, ExactlyOnce, ExactlyOnceFile, MonitorFile, MonitorSettings, PipelineFile, RetentionFile,
-    RetentionSettings, StreamSettings, Thresholds,
+    ConfigError, Delivery, DeliveryMode, ExactlyOnce, ExactlyOnceFile, MonitorFile, MonitorSettings, PipelineFile,
+    RetentionFile, RetentionSettings, StreamSettings, Thresholds,
 };
 
 /// `[monitor]` over the defaults; warning thresholds at or below the critical ones.
@@ -82,10 +82,10 @@ pub(super) fn resolve_stream(
     })
 }
 
-pub(super) fn resolve_delivery(mode: Option<String>, f: &ExactlyOnceFile) -> Result<Delivery, ConfigError> {
-    match mode.as_deref() {
-        None | Some("at-least-once") => Ok(Delivery::AtLeastOnce),
-        Some("exactly-once") => {
+pub(super) fn resolve_delivery(mode: Option<DeliveryMode>, f: &ExactlyOnceFile) -> Result<Delivery, ConfigError> {
+    match mode.unwrap_or(DeliveryMode::AtLeastOnce) {
+        DeliveryMode::AtLeastOnce => Ok(Delivery::AtLeastOnce),
+        DeliveryMode::ExactlyOnce => {
             let d = ExactlyOnce::default();
             let progress_topic = f.progress_topic.clone().unwrap_or(d.progress_topic);
             if router::validate_topic(&progress_topic).is_err()
@@ -129,11 +129,6 @@ pub(super) fn resolve_delivery(mode: Option<String>, f: &ExactlyOnceFile) -> Res
             }
             Ok(Delivery::ExactlyOnce(e))
         }
-        Some(other) => Err(ConfigError::Invalid {
-            key: "delivery",
-            value: other.to_owned(),
-            expected: "at-least-once or exactly-once",
-        }),
     }
 }
 

@@ -229,16 +229,17 @@ fn cloudevents_envelope_resolves_per_table() {
     assert_eq!(ce(1).source, "/walpost/d/billing.outbox");
     assert_eq!(s.source.messages.as_ref().unwrap().router.cloudevents.as_ref().unwrap().source, "/walpost/d/messages");
     let f = file("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"structured\"\nsource = \"urn:shop\"");
-    let o = Overrides { envelope: Some("none".into()), ..base() };
+    let o = Overrides { envelope: Some(Envelope::Plain), ..base() };
     let err = Settings::resolve(&o, f).unwrap_err().to_string();
     assert!(err.contains("cloudevents"), "the flag turned the envelope off while [cloudevents] is set: {err}");
     let f = file("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"structured\"\nsource = \"urn:shop\"");
     let ce = Settings::resolve(&base(), f).unwrap().router().cloudevents.clone().unwrap();
     assert_eq!((ce.mode, ce.source.as_str()), (router::CloudEventsMode::Structured, "urn:shop"));
-    let o = Overrides { envelope: Some("cloudevents".into()), ..base() };
+    let o = Overrides { envelope: Some(Envelope::CloudEvents), ..base() };
     assert!(Settings::resolve(&o, FileConfig::default()).unwrap().router().cloudevents.is_some(), "--envelope");
+    let e = FileConfig::parse("envelope = \"xml\"").unwrap_err();
+    assert!(e.contains("(envelope)") && e.contains("`none` or `cloudevents`"), "{e}");
     for (text, key) in [
-        ("envelope = \"xml\"", "envelope"),
         ("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"batch\"", "cloudevents.mode"),
         ("envelope = \"cloudevents\"\n[cloudevents]\nsource = \"\"", "cloudevents.source"),
         (
