@@ -4,7 +4,7 @@
 use pgoutput::Lsn;
 use replication::ReplicationClient;
 use service::error::{ErrorKind, PipelineError};
-use service::sql::{ident, literal};
+use service::sql::ident;
 
 use crate::report::Range;
 
@@ -53,16 +53,15 @@ pub enum Seal {
 /// The table `schema.name`, and how it is partitioned.
 pub async fn root(sql: &mut ReplicationClient, schema: &str, name: &str) -> Result<Root, PipelineError> {
     let r = sql
-        .simple_query(&format!(
+        .query(
             "SELECT c.oid::text AS oid, c.relkind::text AS kind, pt.partstrat::text AS strat, \
                     pt.partnatts::text AS natts, pg_catalog.format_type(a.atttypid, a.atttypmod) AS keytype \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              LEFT JOIN pg_partitioned_table pt ON pt.partrelid = c.oid \
              LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = pt.partattrs[0] \
-             WHERE n.nspname = {} AND c.relname = {}",
-            literal(schema),
-            literal(name)
-        ))
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[Some(schema), Some(name)],
+        )
         .await?;
     let Some(oid) = r.first("oid").map(str::to_owned) else { return Ok(Root::Missing) };
     if r.first("kind") != Some("p") {
@@ -87,28 +86,27 @@ fn bound_micros_sql(expr: &str) -> String {
     )
 }
 
+/// The partitions of the table whose oid is `root_oid`, with their bounds and seals.
 pub async fn partitions(sql: &mut ReplicationClient, root_oid: &str) -> Result<Vec<Partition>, PipelineError> {
-    let r = sql
-        .simple_query(&format!(
-            "SELECT n.nspname AS schema, c.relname AS name, \
-                    (pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT')::text AS is_default, \
-                    {lo} AS lo, {hi} AS hi, \
-                    coalesce((pg_catalog.to_jsonb(i) ->> 'inhdetachpending')::boolean, false)::text AS pending, \
-                    (s.oid IS NOT NULL)::text AS sealed, pg_catalog.obj_description(s.oid, 'pg_constraint') AS seal \
-             FROM pg_inherits i \
-             JOIN pg_class c ON c.oid = i.inhrelid \
-             JOIN pg_namespace n ON n.oid = c.relnamespace \
-             LEFT JOIN LATERAL (SELECT pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), \
-                 '^FOR VALUES FROM \\((.+)\\) TO \\((.+)\\)$') AS m) b ON true \
-             LEFT JOIN LATERAL (SELECT k.oid FROM pg_constraint k WHERE k.conrelid = c.oid \
-                 AND k.conname = {seal} AND k.contype = 'c' AND pg_catalog.pg_get_constraintdef(k.oid) LIKE 'CHECK (false)%') s ON true \
-             WHERE i.inhparent = {root_oid} \
-             ORDER BY n.nspname, c.relname",
-            lo = bound_micros_sql("b.m[1]"),
-            hi = bound_micros_sql("b.m[2]"),
-            seal = literal(SEAL_CONSTRAINT),
-        ))
-        .await?;
+    let text = format!(
+        "SELECT n.nspname AS schema, c.relname AS name, \
+                (pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT')::text AS is_default, \
+                {lo} AS lo, {hi} AS hi, \
+                coalesce((pg_catalog.to_jsonb(i) ->> 'inhdetachpending')::boolean, false)::text AS pending, \
+                (s.oid IS NOT NULL)::text AS sealed, pg_catalog.obj_description(s.oid, 'pg_constraint') AS seal \
+         FROM pg_inherits i \
+         JOIN pg_class c ON c.oid = i.inhrelid \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         LEFT JOIN LATERAL (SELECT pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), \
+             '^FOR VALUES FROM \\((.+)\\) TO \\((.+)\\)$') AS m) b ON true \
+         LEFT JOIN LATERAL (SELECT k.oid FROM pg_constraint k WHERE k.conrelid = c.oid \
+             AND k.conname = $2 AND k.contype = 'c' AND pg_catalog.pg_get_constraintdef(k.oid) LIKE 'CHECK (false)%') s ON true \
+         WHERE i.inhparent = $1::oid \
+         ORDER BY n.nspname, c.relname",
+        lo = bound_micros_sql("b.m[1]"),
+        hi = bound_micros_sql("b.m[2]"),
+    );
+    let r = sql.query(&text, &[Some(root_oid), Some(SEAL_CONSTRAINT)]).await?;
     let mut out = Vec::with_capacity(r.rows.len());
     for row in 0..r.rows.len() {
         let get = |name: &str| -> Option<&str> {

@@ -7,9 +7,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use replication::{sqlstate, QueryResult, ReplicationClient};
+use replication::{sqlstate, ReplicationClient};
 use service::error::PipelineError;
-use service::sql::literal;
+use service::sql::run_formatted;
 
 use crate::report::{Line, Reason};
 use crate::time::literal_ts;
@@ -44,7 +44,8 @@ pub async fn in_transaction<T>(
 ) -> Result<Option<T>, replication::Error> {
     sql.simple_query("BEGIN").await?;
     let result = async {
-        sql.simple_query(&format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis())).await?;
+        let timeout = format!("{}ms", lock_timeout.as_millis());
+        sql.query("SELECT pg_catalog.set_config('lock_timeout', $1, true)", &[Some(&timeout)]).await?;
         work(sql).await
     }
     .await;
@@ -66,14 +67,6 @@ pub async fn in_transaction<T>(
     }
 }
 
-async fn run_all(sql: &mut ReplicationClient, statements: &[String]) -> Result<Vec<QueryResult>, replication::Error> {
-    let mut results = Vec::with_capacity(statements.len());
-    for s in statements {
-        results.push(sql.simple_query(s).await?);
-    }
-    Ok(results)
-}
-
 /// Creates partition `quoted` of table `root` (both quoted and qualified) for `[lo, hi)`.
 pub async fn create_partition(
     sql: &mut ReplicationClient,
@@ -84,18 +77,25 @@ pub async fn create_partition(
 ) -> Result<(), replication::Error> {
     // CREATE TABLE ... PARTITION OF would take ACCESS EXCLUSIVE on the table; ATTACH
     // takes SHARE UPDATE EXCLUSIVE, which inserts do not wait for.
-    let statements = vec![
-        format!(
-            "CREATE TABLE {quoted} (LIKE {root} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED \
-             INCLUDING IDENTITY INCLUDING STORAGE INCLUDING COMMENTS)"
-        ),
-        format!(
-            "ALTER TABLE {root} ATTACH PARTITION {quoted} FOR VALUES FROM ({}) TO ({})",
-            literal(&literal_ts(lo)),
-            literal(&literal_ts(hi))
-        ),
-    ];
-    in_transaction(sql, lock_timeout, |sql| Box::pin(async move { run_all(sql, &statements).await.map(Some) }))
-        .await
-        .map(|_| ())
+    let create = format!(
+        "CREATE TABLE {quoted} (LIKE {root} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED \
+         INCLUDING IDENTITY INCLUDING STORAGE INCLUDING COMMENTS)"
+    );
+    let (root, quoted) = (root.to_owned(), quoted.to_owned());
+    let (lo, hi) = (literal_ts(lo), literal_ts(hi));
+    in_transaction(sql, lock_timeout, |sql| {
+        Box::pin(async move {
+            sql.simple_query(&create).await?;
+            // ATTACH takes no parameters: PostgreSQL quotes the bounds (%L) into its text.
+            run_formatted(
+                sql,
+                "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%L) TO (%L)",
+                &[Some(&root), Some(&quoted), Some(&lo), Some(&hi)],
+            )
+            .await?;
+            Ok(Some(()))
+        })
+    })
+    .await
+    .map(|_| ())
 }

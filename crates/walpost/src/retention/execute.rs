@@ -12,7 +12,7 @@ use replication::ReplicationClient;
 use super::plan::{blocked_detail, drop_rule, Step};
 use super::Target;
 use crate::error::{ErrorKind, PipelineError};
-use crate::postgres::sql::{ident, literal};
+use crate::postgres::sql::{ident, run_formatted};
 
 /// Carries out `steps` (in a dry run, only reports them).
 pub(crate) async fn execute(
@@ -127,11 +127,13 @@ async fn seal(sql: &mut ReplicationClient, t: &Target, p: &Partition) -> Result<
                 .first("w")
                 .and_then(|w| w.parse().ok())
                 .ok_or_else(|| replication::Error::Protocol("pg_current_wal_insert_lsn() returned no LSN".into()))?;
-            sql.simple_query(&format!(
-                "COMMENT ON CONSTRAINT {} ON {quoted} IS {}",
-                ident(SEAL_CONSTRAINT),
-                literal(&seal_comment(w, &slot))
-            ))
+            // COMMENT takes no parameters: PostgreSQL quotes the comment (%L) into its text.
+            let comment = seal_comment(w, &slot);
+            run_formatted(
+                sql,
+                "COMMENT ON CONSTRAINT %I ON %s IS %L",
+                &[Some(SEAL_CONSTRAINT), Some(&quoted), Some(&comment)],
+            )
             .await?;
             Ok(Some(w))
         })
@@ -155,15 +157,13 @@ async fn drop_partition(
             sql.simple_query(&format!("LOCK TABLE ONLY {root} IN ACCESS EXCLUSIVE MODE")).await?;
             sql.simple_query(&format!("LOCK TABLE {quoted} IN ACCESS EXCLUSIVE MODE")).await?;
             let r = sql
-                .simple_query(&format!(
+                .query(
                     "SELECT pg_catalog.obj_description(k.oid, 'pg_constraint') AS seal FROM pg_constraint k \
-                     JOIN pg_inherits i ON i.inhrelid = k.conrelid AND i.inhparent = {}::regclass \
-                     WHERE k.conrelid = {}::regclass AND k.conname = {} AND k.contype = 'c' \
+                     JOIN pg_inherits i ON i.inhrelid = k.conrelid AND i.inhparent = $1::regclass \
+                     WHERE k.conrelid = $2::regclass AND k.conname = $3 AND k.contype = 'c' \
                      AND pg_catalog.pg_get_constraintdef(k.oid) LIKE 'CHECK (false)%'",
-                    literal(&root),
-                    literal(&quoted),
-                    literal(SEAL_CONSTRAINT)
-                ))
+                    &[Some(&root), Some(&quoted), Some(SEAL_CONSTRAINT)],
+                )
                 .await?;
             if r.rows.is_empty() || parse_seal(r.first("seal")) != Seal::At(w) {
                 return Ok(None);

@@ -65,7 +65,6 @@ use tokio::sync::watch;
 
 use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::catalog::slot_row;
-use crate::postgres::sql::literal;
 use crate::settings::{RetentionSettings, Settings, TableName};
 
 /// What a pass works on.
@@ -247,10 +246,12 @@ async fn pass_on(
         }
         Root::Range { oid } => oid,
     };
-    let lock_key = format!("pg_catalog.hashtextextended('walpost retention ' || {}, 0)", literal(&root_oid));
+    // The key is the table's: passes on one table take turns, on two tables do not wait.
+    let lock_key = "pg_catalog.hashtextextended('walpost retention ' || $1::text, 0)";
     if !dry_run {
-        let lock =
-            sql.simple_query(&format!("SELECT pg_catalog.pg_try_advisory_lock({lock_key})::text AS got")).await?;
+        let lock = sql
+            .query(&format!("SELECT pg_catalog.pg_try_advisory_lock({lock_key})::text AS got"), &[Some(&root_oid)])
+            .await?;
         if lock.first("got") != Some("true") {
             return Ok(Outcome::Busy);
         }
@@ -275,7 +276,7 @@ async fn pass_on(
     }
     .await;
     if !dry_run {
-        let _ = sql.simple_query(&format!("SELECT pg_catalog.pg_advisory_unlock({lock_key})")).await;
+        let _ = sql.query(&format!("SELECT pg_catalog.pg_advisory_unlock({lock_key})"), &[Some(&root_oid)]).await;
     }
     Ok(Outcome::Done(result?))
 }
