@@ -8,7 +8,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use replication::ReplicationClient;
 use service::check::Check;
 use service::error::PipelineError;
-use service::sql::{ident, literal};
+use service::sql::{array, ident};
 
 use crate::consumer::client_config;
 use crate::messages::{inbox_partition_missing, inbox_schema_incomplete};
@@ -45,17 +45,16 @@ pub async fn check(s: &InboxSettings) -> Vec<Check> {
 }
 
 async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Check> {
-    let schema = literal(&s.schema);
-    let tables = TABLES.iter().map(|t| literal(t)).collect::<Vec<_>>().join(", ");
-    let functions = FUNCTIONS.iter().map(|f| literal(f)).collect::<Vec<_>>().join(", ");
+    let (tables, functions) = (array(TABLES), array(FUNCTIONS));
     let present = sql
-        .simple_query(&format!(
+        .query(
             "SELECT 'table', c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = {schema} AND c.relname IN ({tables})
+             WHERE n.nspname = $1 AND c.relname = ANY ($2::text[])
              UNION ALL
              SELECT DISTINCT 'function', p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-             WHERE n.nspname = {schema} AND p.proname IN ({functions})"
-        ))
+             WHERE n.nspname = $1 AND p.proname = ANY ($3::text[])",
+            &[Some(&s.schema), Some(&tables), Some(&functions)],
+        )
         .await;
     let r = match present {
         Ok(r) => r,
@@ -79,31 +78,31 @@ async fn schema_checks(sql: &mut ReplicationClient, s: &InboxSettings) -> Vec<Ch
     // What the ingest itself does: look event ids up in messages and write them, write
     // rejected rows and offsets, read offsets; and what retention does: make and drop the
     // partitions of the tables it owns. Then whether a partition covers now.
-    let q = |t: &str| literal(&format!("{}.{t}", ident(&s.schema)));
+    let q = |t: &str| format!("{}.{t}", ident(&s.schema));
+    let tables = [q("messages"), q("rejected"), q("receipts"), q("offsets"), q("deliveries")];
+    let [messages, rejected, receipts, offsets, deliveries] = tables.each_ref().map(|t| Some(t.as_str()));
+    let schema = ident(&s.schema);
     let rights = sql
-        .simple_query(&format!(
-            "SELECT pg_catalog.has_table_privilege({m}, 'INSERT, SELECT'), pg_catalog.has_table_privilege({r}, 'INSERT'),
-                    pg_catalog.has_table_privilege({o}, 'INSERT, UPDATE, SELECT'),
-                    (SELECT pg_catalog.bool_and(pg_catalog.pg_has_role(c.relowner, 'USAGE')) FROM pg_class c
-                     WHERE c.oid IN ({m}::regclass, {d}::regclass, {rc}::regclass)),
-                    pg_catalog.has_table_privilege({d}, 'INSERT'),
-                    (SELECT pg_catalog.count(*) FROM {schema_ident}.offsets WHERE group_id = {group}),
-                    (SELECT pg_catalog.count(*) FROM {schema_ident}.handlers),
-                    (SELECT pg_catalog.count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                     WHERE i.inhparent = {m}::regclass),
-                    EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                            WHERE i.inhparent = {m}::regclass
-                              AND (pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
-                                   OR pg_catalog.now() BETWEEN (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), '^FOR VALUES FROM \\(''(.+)''\\) TO')) [1]::timestamptz
-                                            AND (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), ' TO \\(''(.+)''\\)$')) [1]::timestamptz))",
-            m = q("messages"),
-            r = q("rejected"),
-            rc = q("receipts"),
-            o = q("offsets"),
-            d = q("deliveries"),
-            schema_ident = ident(&s.schema),
-            group = literal(&s.group),
-        ))
+        .query(
+            &format!(
+                "SELECT pg_catalog.has_table_privilege($1::regclass, 'INSERT, SELECT'),
+                        pg_catalog.has_table_privilege($2::regclass, 'INSERT'),
+                        pg_catalog.has_table_privilege($4::regclass, 'INSERT, UPDATE, SELECT'),
+                        (SELECT pg_catalog.bool_and(pg_catalog.pg_has_role(c.relowner, 'USAGE')) FROM pg_class c
+                         WHERE c.oid IN ($1::regclass, $5::regclass, $3::regclass)),
+                        pg_catalog.has_table_privilege($5::regclass, 'INSERT'),
+                        (SELECT pg_catalog.count(*) FROM {schema}.offsets WHERE group_id = $6),
+                        (SELECT pg_catalog.count(*) FROM {schema}.handlers),
+                        (SELECT pg_catalog.count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                         WHERE i.inhparent = $1::regclass),
+                        EXISTS (SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                                WHERE i.inhparent = $1::regclass
+                                  AND (pg_catalog.pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'
+                                       OR pg_catalog.now() BETWEEN (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), '^FOR VALUES FROM \\(''(.+)''\\) TO')) [1]::timestamptz
+                                                AND (pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid), ' TO \\(''(.+)''\\)$')) [1]::timestamptz))"
+            ),
+            &[messages, rejected, receipts, offsets, deliveries, Some(&s.group)],
+        )
         .await;
     match rights {
         Err(e) => out.push(Check::Fail(format!("cannot check the rights on the inbox: {}", PipelineError::from(e)))),

@@ -363,11 +363,8 @@ async fn read_handler_stats(
             })
         })
         .collect();
-    let offsets = format!(
-        "SELECT pg_catalog.count(*) AS n FROM {schema}.offsets WHERE group_id = {}",
-        service::sql::literal(&s.group)
-    );
-    let r = client.simple_query(&offsets).await.map_err(|e| e.to_string())?;
+    let offsets = format!("SELECT pg_catalog.count(*) AS n FROM {schema}.offsets WHERE group_id = $1");
+    let r = client.query(&offsets, &[Some(&s.group)]).await.map_err(|e| e.to_string())?;
     let group_partitions = r.first("n").and_then(|n| n.parse().ok()).unwrap_or(0);
     Ok((stats, group_partitions))
 }

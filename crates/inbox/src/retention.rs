@@ -41,7 +41,7 @@ use daypart::plan::{gaps, split_days};
 use daypart::time::{day_floor, partition_name, DAY_MICROS};
 use daypart::{Action, Line, Range, Reason};
 use service::error::{ErrorKind, PipelineError};
-use service::sql::{ident, literal};
+use service::sql::ident;
 
 /// The partitioned tables.
 pub(crate) const TABLES: [&str; 3] = ["messages", "deliveries", "receipts"];
@@ -171,12 +171,12 @@ async fn pass_on(
     sql.simple_query("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET search_path = pg_catalog, pg_temp").await?;
     let mut tables = Vec::with_capacity(TABLES.len());
     for table in TABLES {
-        let quoted = format!("{}.{}", ident(schema), ident(table));
         let r = sql
-            .simple_query(&format!(
-                "SELECT c.oid::text AS oid, c.relkind::text AS kind FROM pg_class c WHERE c.oid = pg_catalog.to_regclass({})",
-                literal(&quoted)
-            ))
+            .query(
+                "SELECT c.oid::text AS oid, c.relkind::text AS kind FROM pg_class c \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
+                &[Some(schema), Some(table)],
+            )
             .await?;
         if r.first("kind") != Some("p") {
             return Err(PipelineError::definite(ErrorKind::Config, inbox_not_partitioned(schema, table)));
@@ -184,8 +184,11 @@ async fn pass_on(
         let oid = r.first("oid").unwrap_or_default().to_owned();
         tables.push((table, oid));
     }
-    let lock_key = format!("pg_catalog.hashtextextended('walpost inbox retention ' || {}, 0)", literal(&tables[0].1));
-    let got = sql.simple_query(&format!("SELECT pg_catalog.pg_try_advisory_lock({lock_key})::text AS got")).await?;
+    // The key is the schema's messages table: passes on one inbox take turns.
+    let lock_key = "pg_catalog.hashtextextended('walpost inbox retention ' || $1::text, 0)";
+    let messages_oid = Some(tables[0].1.as_str());
+    let got =
+        sql.query(&format!("SELECT pg_catalog.pg_try_advisory_lock({lock_key})::text AS got"), &[messages_oid]).await?;
     if got.first("got") != Some("true") {
         return Ok(None);
     }
@@ -202,7 +205,7 @@ async fn pass_on(
         Ok(lines)
     }
     .await;
-    let _ = sql.simple_query(&format!("SELECT pg_catalog.pg_advisory_unlock({lock_key})")).await;
+    let _ = sql.query(&format!("SELECT pg_catalog.pg_advisory_unlock({lock_key})"), &[messages_oid]).await;
     result.map(Some)
 }
 

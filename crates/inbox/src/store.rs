@@ -38,7 +38,7 @@ use crate::messages::{
 use crate::record::Invalid;
 use crate::settings::{Dedup, InboxSettings, OnInvalid};
 use service::error::{ErrorKind, PipelineError};
-use service::sql::{ident, literal, query};
+use service::sql::{array, ident, query};
 
 /// How long a batch waits for the inbox's write lock before it says so and tries again.
 const WRITE_LOCK_TIMEOUT_MS: u64 = 10_000;
@@ -122,16 +122,15 @@ impl Store {
 
     /// The tables the ingest writes exist with the columns it writes.
     pub(crate) async fn check_schema(&mut self) -> Result<(), PipelineError> {
-        let r = query(
-            &mut self.sql,
-            &format!(
+        let r = self
+            .sql
+            .query(
                 "SELECT c.relname, a.attname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
-                 WHERE n.nspname = {} AND c.relname IN ('messages', 'offsets', 'rejected', 'deliveries', 'handler_grants')",
-                literal(&self.schema)
-            ),
-        )
-        .await?;
+                 WHERE n.nspname = $1 AND c.relname IN ('messages', 'offsets', 'rejected', 'deliveries', 'handler_grants')",
+                &[Some(&self.schema)],
+            )
+            .await?;
         let mut have: HashMap<&str, Vec<&str>> = HashMap::new();
         for i in 0..r.rows.len() {
             if let (Some(t), Some(c)) = (r.text(i, 0), r.text(i, 1)) {
@@ -174,15 +173,18 @@ impl Store {
         if partitions.is_empty() {
             return Ok(HashMap::new());
         }
-        let wanted: Vec<String> = partitions.iter().map(|(t, p)| format!("({}, {p})", literal(t))).collect();
+        let topics = array(partitions.iter().map(|(t, _)| t));
+        let numbers = array(partitions.iter().map(|(_, p)| p));
         let text = format!(
             "SELECT topic, \"partition\", next_offset FROM {}.offsets \
-             WHERE group_id = {} AND (topic, \"partition\") IN ({})",
+             WHERE group_id = $1 AND (topic, \"partition\") IN (SELECT * FROM pg_catalog.unnest($2::text[], $3::int[]))",
             ident(&self.schema),
-            literal(&self.group),
-            wanted.join(", ")
         );
-        let r = self.sql.simple_query(&text).await.map_err(|e| self.explain(e))?;
+        let r = self
+            .sql
+            .query(&text, &[Some(&self.group), Some(&topics), Some(&numbers)])
+            .await
+            .map_err(|e| self.explain(e))?;
         let mut out = HashMap::new();
         for i in 0..r.rows.len() {
             let (Some(topic), Some(p), Some(next)) = (r.text(i, 0), r.text(i, 1), r.text(i, 2)) else { continue };
@@ -229,23 +231,25 @@ impl Store {
         one_by_one: bool,
     ) -> Result<Written, replication::Error> {
         let schema = ident(&self.schema);
-        self.sql.simple_query("BEGIN").await?;
         let mut written = Written { rejected: batch.rejected.len() as u64, ..Written::default() };
         let mut offsets = batch.offsets.clone();
-        if !copy.rows.is_empty() {
+        // Records to store make the batch a transaction, begun with the write lock in one
+        // round trip; without them the batch's one statement below is a transaction itself.
+        let in_block = !copy.rows.is_empty();
+        if in_block {
             self.sql
                 .simple_query(&format!(
-                    "SET LOCAL lock_timeout = '{WRITE_LOCK_TIMEOUT_MS}ms'; {}; SET LOCAL lock_timeout = DEFAULT",
+                    "BEGIN; SET LOCAL lock_timeout = '{WRITE_LOCK_TIMEOUT_MS}ms'; {}; SET LOCAL lock_timeout = DEFAULT",
                     write_lock(&self.schema)
                 ))
                 .await?;
-            let ids: Vec<String> = copy.rows.iter().map(|r| literal(&r.event_id)).collect();
+            let ids = array(copy.rows.iter().map(|r| &r.event_id));
             let r = self
                 .sql
-                .simple_query(&format!(
-                    "SELECT event_id, topic FROM {schema}.messages WHERE event_id = ANY (ARRAY[{}]::text[])",
-                    ids.join(", ")
-                ))
+                .query(
+                    &format!("SELECT event_id, topic FROM {schema}.messages WHERE event_id = ANY ($1::text[])"),
+                    &[Some(&ids)],
+                )
                 .await?;
             let stored = (0..r.rows.len()).filter_map(|i| Some((r.text(i, 0)?, r.text(i, 1)?)));
             let skip = self.duplicates(stored, &copy.rows, &mut written);
@@ -262,7 +266,6 @@ impl Store {
             }
         }
         crate::crash_seam!("inbox-after-copy");
-        let mut text = String::new();
         // Past a halt, its partition's records are read again at the next start.
         let read_again = |topic: &str, partition: i32, offset: i64| {
             written
@@ -270,40 +273,53 @@ impl Store {
                 .as_ref()
                 .is_some_and(|h| &*h.topic == topic && h.partition == partition && offset >= h.offset)
         };
-        let rejected: Vec<String> = batch
+        let rejected: Vec<&Refused> = batch
             .rejected
             .iter()
             .chain(&written.refused)
             .filter(|r| !read_again(&r.topic, r.partition, r.offset))
-            .map(|r| format!("({}, {}, {}, {})", literal(&r.topic), r.partition, r.offset, literal(&r.why.to_string())))
             .collect();
-        if !rejected.is_empty() {
-            text.push_str(&format!(
-                "INSERT INTO {schema}.rejected (topic, \"partition\", \"offset\", reason) VALUES {} ON CONFLICT DO NOTHING;",
-                rejected.join(", ")
-            ));
+        let (advanced, rewound): (Vec<_>, Vec<_>) = offsets.iter().partition(|(p, _)| !batch.rewound.contains(*p));
+        if !(rejected.is_empty() && offsets.is_empty()) {
+            // The rows of each table are columns of arrays, one parameter each: one
+            // statement however many rows. A late write of a former owner never moves an
+            // offset back (GREATEST); a rewound log does (its records were read again from
+            // a lower offset, and stored). The two offset inserts touch other partitions.
+            let text = format!(
+                "WITH rejected AS (\
+                   INSERT INTO {schema}.rejected (topic, \"partition\", \"offset\", reason) \
+                   SELECT * FROM pg_catalog.unnest($1::text[], $2::int[], $3::bigint[], $4::text[]) \
+                   ON CONFLICT DO NOTHING), \
+                 advanced AS (\
+                   INSERT INTO {schema}.offsets (group_id, topic, \"partition\", next_offset) \
+                   SELECT $5::text, * FROM pg_catalog.unnest($6::text[], $7::int[], $8::bigint[]) \
+                   ON CONFLICT (group_id, topic, \"partition\") \
+                   DO UPDATE SET next_offset = GREATEST({schema}.offsets.next_offset, EXCLUDED.next_offset)), \
+                 rewound AS (\
+                   INSERT INTO {schema}.offsets (group_id, topic, \"partition\", next_offset) \
+                   SELECT $5::text, * FROM pg_catalog.unnest($9::text[], $10::int[], $11::bigint[]) \
+                   ON CONFLICT (group_id, topic, \"partition\") DO UPDATE SET next_offset = EXCLUDED.next_offset) \
+                 SELECT 1"
+            );
+            let params = [
+                array(rejected.iter().map(|r| &r.topic)),
+                array(rejected.iter().map(|r| r.partition)),
+                array(rejected.iter().map(|r| r.offset)),
+                array(rejected.iter().map(|r| &r.why)),
+                self.group.clone(),
+                array(advanced.iter().map(|((t, _), _)| t)),
+                array(advanced.iter().map(|((_, p), _)| p)),
+                array(advanced.iter().map(|(_, next)| next)),
+                array(rewound.iter().map(|((t, _), _)| t)),
+                array(rewound.iter().map(|((_, p), _)| p)),
+                array(rewound.iter().map(|(_, next)| next)),
+            ];
+            let params: Vec<Option<&str>> = params.iter().map(|p| Some(p.as_str())).collect();
+            self.sql.query(&text, &params).await?;
         }
-        // A late write of a former owner never moves an offset back (GREATEST); a rewound
-        // log does (its records were read again from a lower offset, and stored).
-        for (rewound, update) in [
-            (false, format!("GREATEST({schema}.offsets.next_offset, EXCLUDED.next_offset)")),
-            (true, "EXCLUDED.next_offset".into()),
-        ] {
-            let rows: Vec<String> = offsets
-                .iter()
-                .filter(|(p, _)| batch.rewound.contains(*p) == rewound)
-                .map(|((t, p), next)| format!("({}, {}, {p}, {next})", literal(&self.group), literal(t)))
-                .collect();
-            if !rows.is_empty() {
-                text.push_str(&format!(
-                    "INSERT INTO {schema}.offsets (group_id, topic, \"partition\", next_offset) VALUES {} \
-                     ON CONFLICT (group_id, topic, \"partition\") DO UPDATE SET next_offset = {update};",
-                    rows.join(", ")
-                ));
-            }
+        if in_block {
+            self.sql.simple_query("COMMIT").await?;
         }
-        text.push_str("COMMIT");
-        self.sql.simple_query(&text).await?;
         Ok(written)
     }
 
