@@ -17,13 +17,6 @@ use replication::{QueryResult, ReplicationClient};
 
 use crate::error::PipelineError;
 
-/// A string literal: going away. The inbox's, the day partitions' and the outbox
-/// retention's SQL still quote values with it until they bind them as parameters, as
-/// the rest does (`crates/walpost/tests/sql_values.rs` lists who may call it).
-pub fn literal(text: &str) -> String {
-    replication::quote_literal(text)
-}
-
 /// A quoted identifier.
 pub fn ident(name: &str) -> String {
     replication::quote_ident(name)

@@ -13,27 +13,11 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Sources that still quote values, each with how many quoting calls it may hold.
+/// Sources that quote values for good, each with how many quoting calls it may hold.
 ///
-/// For good: the resume hint of a halted backfill prints a filter for the operator to
-/// pass to `--snapshot-filter`, which is SQL by contract; walpost never sends it itself.
+/// The resume hint of a halted backfill prints a filter for the operator to pass to
+/// `--snapshot-filter`, which is SQL by contract; walpost never sends it itself.
 const FOR_GOOD: &[(&str, usize)] = &[("crates/walpost/src/snapshot/mod.rs", 2)];
-
-/// For now: the inbox, the day partitions and the outbox's retention were being moved
-/// into crates of their own while the rest went over to parameters; they follow, and
-/// this list ends empty (with the `literal` helper of the `service` crate's sql.rs). An
-/// entry whose file no longer quotes anything must go.
-const NOT_YET: &[&str] = &[
-    "crates/daypart/src/catalog.rs",
-    "crates/daypart/src/ddl.rs",
-    "crates/inbox/src/check.rs",
-    "crates/inbox/src/pipeline.rs",
-    "crates/inbox/src/retention.rs",
-    "crates/inbox/src/store.rs",
-    "crates/service/src/sql.rs",
-    "crates/walpost/src/retention/execute.rs",
-    "crates/walpost/src/retention/mod.rs",
-];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -82,7 +66,6 @@ fn no_value_is_quoted_into_sql_outside_the_replication_crate() {
     let this = Path::new(file!()).file_name().unwrap();
     let mut found = Vec::new();
     let mut for_good_seen = vec![0; FOR_GOOD.len()];
-    let mut not_yet_seen = vec![false; NOT_YET.len()];
     for file in &files {
         let rel = file.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
         if rel.starts_with("crates/replication/") || file.file_name() == Some(this) {
@@ -90,10 +73,6 @@ fn no_value_is_quoted_into_sql_outside_the_replication_crate() {
         }
         let lines = quoting_lines(&std::fs::read_to_string(file).unwrap());
         if lines.is_empty() {
-            continue;
-        }
-        if let Some(i) = NOT_YET.iter().position(|p| *p == rel) {
-            not_yet_seen[i] = true;
             continue;
         }
         if let Some(i) = FOR_GOOD.iter().position(|(p, _)| *p == rel) {
@@ -107,8 +86,6 @@ fn no_value_is_quoted_into_sql_outside_the_replication_crate() {
         "values quoted into SQL text (bind them: ReplicationClient::query(sql, &[Some(value)]) with $1, $2, ...):\n{}",
         found.join("\n")
     );
-    let stale: Vec<&str> = NOT_YET.iter().zip(not_yet_seen).filter(|(_, seen)| !seen).map(|(p, _)| *p).collect();
-    assert!(stale.is_empty(), "no longer quote values (take them off NOT_YET): {stale:?}");
     for ((path, allowed), seen) in FOR_GOOD.iter().zip(for_good_seen) {
         assert_eq!(seen, *allowed, "{path}: quoting calls, {allowed} expected (a new one must be a parameter)");
     }
