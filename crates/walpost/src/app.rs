@@ -191,12 +191,12 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
     tracing::info!(
         version = crate::VERSION,
         postgres = %settings.postgres.redacted(),
-        kafka = %settings.kafka.brokers,
+        kafka = %settings.kafka()?.brokers,
         table = %settings.table(),
         slot = %settings.source.slot,
         "walpost starting"
     );
-    kafka::config::log_defaults(&settings.kafka.properties);
+    kafka::config::log_defaults(&settings.kafka()?.properties);
     if let Some(contract) = &settings.router().contract {
         tracing::info!(
             "contracts: every payload is checked against its event type's schema ({})",

@@ -583,7 +583,7 @@ fn walpost_settings_resolve_and_point_at_the_compose_services() {
             );
         }
     };
-    check_bootstrap("walpost", &settings.kafka.brokers);
+    check_bootstrap("walpost", &settings.kafka().unwrap().brokers);
     let ui_env = environment(service(&doc, "kafka-ui"), "kafka-ui");
     check_bootstrap("kafka-ui", ui_env.get("KAFKA_CLUSTERS_0_BOOTSTRAPSERVERS").map_or("", String::as_str));
 }

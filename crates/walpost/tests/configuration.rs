@@ -136,3 +136,20 @@ fn a_wrong_enumeration_in_the_file_names_the_key_and_the_allowed_values() {
         assert!(e.contains(key) && allowed.iter().all(|a| e.contains(a)), "{text}: {e}");
     }
 }
+
+/// The commands that never talk to Kafka (`slot`, `retention`) resolve without brokers and
+/// get no Kafka settings at all (not an empty brokers string); the ones that do require them.
+#[test]
+fn kafka_settings_are_absent_for_commands_without_kafka() {
+    use walpost::settings::{FileConfig, Overrides, Settings};
+    let o = Overrides { postgres: Some("postgres://u@h/d".into()), ..Overrides::default() };
+    let s = Settings::resolve_without_kafka(&o, FileConfig::default()).unwrap();
+    assert!(s.kafka.is_none());
+    let e = s.kafka().unwrap_err().to_string();
+    assert!(e.contains("kafka.brokers is required") && e.contains("--kafka-brokers"), "{e}");
+    let e = Settings::resolve(&o, FileConfig::default()).unwrap_err().to_string();
+    assert!(e.contains("kafka.brokers is required") && e.contains("WALPOST_KAFKA_BROKERS"), "{e}");
+    let with = Overrides { kafka_brokers: Some("k:9092".into()), ..o };
+    assert_eq!(Settings::resolve(&with, FileConfig::default()).unwrap().kafka().unwrap().brokers, "k:9092");
+    assert!(Settings::resolve_without_kafka(&with, FileConfig::default()).unwrap().kafka.is_none());
+}

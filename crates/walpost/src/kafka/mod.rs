@@ -32,28 +32,29 @@ pub(crate) use sink::{KafkaSink, Original};
 pub(crate) use window::{Event, Outgoing, ProduceWindow, WindowLimits};
 
 use crate::error::{ErrorKind, PipelineError};
-use crate::settings::Settings;
+use crate::settings::{KafkaSettings, StreamSettings};
 use crate::telemetry::Metrics;
 
 /// A new producer and its window, as the settings describe them (`transactional`:
 /// `--delivery exactly-once`'s transactional producer).
 pub fn open_window<T>(
-    s: &Settings,
+    kafka: &KafkaSettings,
+    stream: &StreamSettings,
     metrics: &Metrics,
     transactional: Option<&config::Transactional>,
 ) -> Result<ProduceWindow<T>, PipelineError> {
-    let (config, user_keys) = config::producer_config(&s.kafka.brokers, &s.kafka.properties, transactional)
+    let (config, user_keys) = config::producer_config(&kafka.brokers, &kafka.properties, transactional)
         .map_err(|e| PipelineError::definite(ErrorKind::Config, e))?;
-    let not_events = match &s.kafka.delivery {
+    let not_events = match &kafka.delivery {
         crate::settings::Delivery::ExactlyOnce(e) => vec![e.progress_topic.clone()],
         crate::settings::Delivery::AtLeastOnce => Vec::new(),
     };
     let (sink, reports) = KafkaSink::new(&config, user_keys, not_events, metrics.kafka.clone())
         .map_err(|e| PipelineError::definite(ErrorKind::Kafka, e))?;
     let limits = WindowLimits {
-        max_records: s.stream.max_in_flight_records,
-        max_bytes: s.stream.max_in_flight_bytes,
-        delivery_timeout: s.stream.delivery_timeout,
+        max_records: stream.max_in_flight_records,
+        max_bytes: stream.max_in_flight_bytes,
+        delivery_timeout: stream.delivery_timeout,
     };
     Ok(ProduceWindow::new(sink, reports, limits, metrics.kafka.clone(), Arc::clone(metrics.health())))
 }

@@ -194,7 +194,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     }
     // pg_stat_activity shows xact_start of other roles' sessions only to these.
     let sees_all = catalog::sees_every_session(sql).await;
-    if let crate::settings::Delivery::ExactlyOnce(e) = &s.kafka.delivery {
+    if let Some(crate::settings::Delivery::ExactlyOnce(e)) = s.kafka.as_ref().map(|k| &k.delivery) {
         out.push(progress_check(sql, s, &e.progress_topic).await);
     }
     match sees_all {
@@ -241,9 +241,13 @@ fn router_checks(s: &Settings) -> Vec<Check> {
 
 async fn kafka_checks(s: &Settings) -> Vec<Check> {
     let mut out = Vec::new();
-    let brokers = &s.kafka.brokers;
+    let kafka = match s.kafka() {
+        Ok(kafka) => kafka,
+        Err(e) => return vec![Check::Fail(e.to_string())],
+    };
+    let brokers = &kafka.brokers;
     // The producer's own security settings (TLS, SASL), not a bare client.
-    let admin: AdminClient<DefaultClientContext> = match client_config(brokers, &s.kafka.properties)
+    let admin: AdminClient<DefaultClientContext> = match client_config(brokers, &kafka.properties)
         .map_err(|e| e.to_string())
         .and_then(|mut c| c.set("socket.timeout.ms", "5000").create().map_err(|e| e.to_string()))
     {
@@ -311,7 +315,7 @@ async fn durability_checks(
         prefixes.push(routed_prefix(&m.router));
     }
     let dead_letter =
-        (s.kafka.on_permanent_error == OnPermanentError::DeadLetter).then_some(&s.kafka.dead_letter_topic);
+        s.kafka.as_ref().filter(|k| k.on_permanent_error == OnPermanentError::DeadLetter).map(|k| &k.dead_letter_topic);
     let mut topics: Vec<(String, Option<i64>)> = md
         .topics()
         .iter()

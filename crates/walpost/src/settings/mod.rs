@@ -49,7 +49,9 @@ pub struct Settings {
     /// hosts with `read-write`). `None`: walpost decodes on the primary and writes there.
     pub primary: Option<replication::Config>,
     pub source: SourceSettings,
-    pub kafka: KafkaSettings,
+    /// `None` for the commands that never talk to Kafka ([`Settings::resolve_without_kafka`]):
+    /// they have no brokers, rather than an empty brokers string.
+    pub kafka: Option<KafkaSettings>,
     pub stream: StreamSettings,
     pub snapshot: SnapshotSettings,
     pub monitor: MonitorSettings,
@@ -78,6 +80,16 @@ impl Settings {
     /// primary: `prefer-standby`, or a standby promoted since).
     pub fn standby_decoding(&self) -> bool {
         self.primary.is_some()
+    }
+
+    /// The Kafka settings of a command that talks to Kafka (resolved by
+    /// [`Settings::resolve`], which requires the brokers).
+    pub fn kafka(&self) -> Result<&KafkaSettings, ConfigError> {
+        self.kafka.as_ref().ok_or(ConfigError::Missing {
+            key: "kafka.brokers",
+            flag: "kafka-brokers",
+            env: "KAFKA_BROKERS",
+        })
     }
 
     /// Where walpost writes: the primary connection when decoding on a standby, else the

@@ -33,8 +33,9 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
     let postgres =
         file.postgres.take().ok_or(ConfigError::Missing { key: "postgres", flag: "postgres", env: "POSTGRES" })?;
     let brokers = match file.kafka.brokers.take() {
-        Some(b) => b,
-        None if !need_kafka => String::new(),
+        Some(_) if !need_kafka => None,
+        Some(b) => Some(b),
+        None if !need_kafka => None,
         None => return Err(ConfigError::Missing { key: "kafka.brokers", flag: "kafka-brokers", env: "KAFKA_BROKERS" }),
     };
     let table = TableName::parse(&file.table.take().unwrap_or_else(|| "events.outbox".into()))?;
@@ -130,10 +131,9 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
             expected: "no signal table with delivery = exactly-once (a signal's replay is not inside the Kafka transactions): run walpost replay instead",
         });
     }
-    let kafka = KafkaSettings { brokers, properties, on_permanent_error, dead_letter_topic, log_values, delivery };
     // walpost's own topics are never a row's destination.
-    let mut reserved = vec![kafka.dead_letter_topic.clone()];
-    if let Delivery::ExactlyOnce(e) = &kafka.delivery {
+    let mut reserved = vec![dead_letter_topic.clone()];
+    if let Delivery::ExactlyOnce(e) = &delivery {
         reserved.push(e.progress_topic.clone());
     }
     for router in source.routers_mut() {
@@ -154,7 +154,15 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
     }
 
     let monitor = resolve_monitor(file.monitor)?;
-    let stream = resolve_stream(file.pipeline, &kafka.properties)?;
+    let stream = resolve_stream(file.pipeline, &properties)?;
+    let kafka = brokers.map(|brokers| KafkaSettings {
+        brokers,
+        properties,
+        on_permanent_error,
+        dead_letter_topic,
+        log_values,
+        delivery,
+    });
 
     // A backfill runs beside the service with the service's configuration: the port in
     // it is the service's, so a backfill serves metrics only when its own command line

@@ -175,7 +175,7 @@ pub async fn run(
     memo: &mut DeliveryMemo,
     transaction: Option<Transaction>,
 ) -> Result<Outcome, PipelineError> {
-    let window = kafka::open_window(s, metrics, transaction.as_ref().map(|t| &t.producer))?;
+    let window = kafka::open_window(s.kafka()?, &s.stream, metrics, transaction.as_ref().map(|t| &t.producer))?;
     if let Some(t) = &transaction {
         let sink =
             window.sink().ok_or_else(|| PipelineError::transient(ErrorKind::Kafka, "the Kafka producer is closed"))?;
@@ -185,7 +185,7 @@ pub async fn run(
     let mut snapshot = Snapshot {
         s,
         window,
-        policy: PermanentErrorPolicy::new(&s.kafka),
+        policy: PermanentErrorPolicy::new(s.kafka()?),
         memo,
         progress: SnapshotProgress::new(metrics.snapshot.clone(), s.snapshot.replay.is_some()),
         trace_context_invalid: metrics.stream.trace_context_invalid.clone(),

@@ -152,7 +152,12 @@ async fn session(
         exactly_once,
         tracer: spans.and_then(Exporter::tracer),
     };
-    Session::new(s, metrics, parts, memo).run(shutdown).await
+    // begin() has opened the producer: the settings hold Kafka's.
+    let kafka = match s.kafka() {
+        Ok(kafka) => kafka,
+        Err(e) => return (Err(e.into()), Culprit::Kafka),
+    };
+    Session::new(s, kafka, metrics, parts, memo).run(shutdown).await
 }
 
 /// Since when `target_session_attrs=standby` has found no standby, session after

@@ -26,7 +26,7 @@ use crate::kafka::{
     DeliveryMemo, Event, Failure, Known, Original, Outgoing, PermanentErrorPolicy, ProduceWindow, RecordId,
 };
 use crate::otlp::{PendingSpan, Placed, Tracer};
-use crate::settings::Settings;
+use crate::settings::{KafkaSettings, Settings};
 use crate::telemetry::metrics::StreamMetrics;
 use crate::telemetry::now_ms;
 use crate::telemetry::Metrics;
@@ -137,6 +137,7 @@ impl<R: Source, S: Sink> std::fmt::Debug for Session<'_, R, S> {
 impl<'a, R: Source, S: Sink> Session<'a, R, S> {
     pub(crate) fn new(
         s: &'a Settings,
+        kafka: &KafkaSettings,
         all_metrics: &Metrics,
         parts: Parts<R, S>,
         memo: &'a mut DeliveryMemo,
@@ -155,7 +156,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             decoding: Decoding::default(),
             routing,
             window,
-            policy: PermanentErrorPolicy::new(&s.kafka),
+            policy: PermanentErrorPolicy::new(kafka),
             memo,
             not_acknowledged: Vec::new(),
             live: LivePolicy::default(),

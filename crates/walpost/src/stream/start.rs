@@ -65,7 +65,8 @@ pub(crate) async fn begin(
     memo: &mut DeliveryMemo,
     lineage: &mut Lineage,
 ) -> Result<Begun, PipelineError> {
-    let exactly_once = match &s.kafka.delivery {
+    let kafka = s.kafka()?;
+    let exactly_once = match &kafka.delivery {
         Delivery::ExactlyOnce(e) => Some(e),
         Delivery::AtLeastOnce => None,
     };
@@ -74,7 +75,7 @@ pub(crate) async fn begin(
     // A transactional producer waits for the slot instead: its transactional id fences
     // every other producer of this slot, which only the slot's holder may do.
     let mut window = match exactly_once {
-        None => Some(kafka::open_window::<Tag>(s, metrics, None)?),
+        None => Some(kafka::open_window::<Tag>(kafka, &s.stream, metrics, None)?),
         Some(_) => None,
     };
     let checked = async {
@@ -191,7 +192,7 @@ pub(crate) async fn begin(
                     }),
                 });
                 if let Some(e) = exactly_once {
-                    progress::ensure_topic(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic).await?;
+                    progress::ensure_topic(&kafka.brokers, &kafka.properties, &e.progress_topic).await?;
                 }
                 let rows = snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction)
                     .await?
@@ -223,7 +224,7 @@ pub(crate) async fn begin(
             let (window, state) = begin_transactions(s, metrics, memo, e, identity, start, key, wal_end).await?;
             (window, Some(state))
         }
-        (None, None) => (kafka::open_window::<Tag>(s, metrics, None)?, None),
+        (None, None) => (kafka::open_window::<Tag>(kafka, &s.stream, metrics, None)?, None),
     };
     tracing::info!(slot = %slot_name, from = %start, exactly_once = exactly_once.is_some(), "streaming");
     Ok(Begun::Streaming { stream, start, window, wal_sender_timeout, exactly_once })
@@ -244,12 +245,13 @@ async fn begin_transactions(
     wal_end: Lsn,
 ) -> Result<(ProduceWindow<Tag>, ExactlyOnceState), PipelineError> {
     let transactional = Transactional { id: identity.transactional_id(), timeout: e.transaction_timeout };
-    let window = kafka::open_window::<Tag>(s, metrics, Some(&transactional))?;
+    let kafka = s.kafka()?;
+    let window = kafka::open_window::<Tag>(kafka, &s.stream, metrics, Some(&transactional))?;
     let sink =
         window.sink().ok_or_else(|| PipelineError::transient(ErrorKind::Kafka, "the Kafka producer is closed"))?;
     sink.init_transactions(e.transaction_timeout).await.map_err(transaction_error)?;
-    progress::ensure_topic(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic).await?;
-    let committed = match progress::read(&s.kafka.brokers, &s.kafka.properties, &e.progress_topic, &identity).await? {
+    progress::ensure_topic(&kafka.brokers, &kafka.properties, &e.progress_topic).await?;
+    let committed = match progress::read(&kafka.brokers, &kafka.properties, &e.progress_topic, &identity).await? {
         Some(p) => Some(p.check(&identity, &e.progress_topic, key.as_ref(), wal_end)?),
         None => None,
     };
@@ -334,7 +336,7 @@ impl Writes {
 /// Exactly-once: the key progress records are signed with, kept in the lineage row.
 /// `None` without a connection to write on (decoding on a standby, primary unreachable).
 async fn signing_key(sql: Option<&mut ReplicationClient>, s: &Settings) -> Option<ProgressKey> {
-    if !matches!(s.kafka.delivery, Delivery::ExactlyOnce(_)) {
+    if !matches!(s.kafka.as_ref().map(|k| &k.delivery), Some(Delivery::ExactlyOnce(_))) {
         return None;
     }
     let Some(sql) = sql else {

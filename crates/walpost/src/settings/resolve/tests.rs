@@ -32,13 +32,14 @@ fn flag_beats_file_beats_default() {
     };
     let s = Settings::resolve(&o, f).unwrap();
     assert_eq!(s.source.slot, "from_flag");
-    assert_eq!(s.kafka.brokers, "k:9092");
+    let kafka = s.kafka.as_ref().unwrap();
+    assert_eq!(kafka.brokers, "k:9092");
     assert_eq!(s.router().route_by_field, "kind");
     assert_eq!(s.router().key_field, "aggregate_id");
     assert_eq!(*s.table(), TableName { schema: "events".into(), name: "outbox".into() });
     assert_eq!(s.source.publication, "walpost_outbox");
-    assert_eq!(s.kafka.properties["compression.type"], "zstd");
-    assert_eq!(s.kafka.properties["linger.ms"], "20");
+    assert_eq!(kafka.properties["compression.type"], "zstd");
+    assert_eq!(kafka.properties["linger.ms"], "20");
 }
 
 /// The produce window's defaults: 8 MiB of payloads (librdkafka keeps a copy of each
@@ -285,7 +286,7 @@ fn durations_take_units_and_keep_their_old_numbers() {
     assert_eq!(s.stream.status_interval, Duration::from_millis(500));
     assert_eq!(s.stream.halt_linger, Duration::from_secs(5));
     assert_eq!((s.monitor.thresholds.warning_lag_secs, s.monitor.thresholds.critical_lag_secs), (90.0, 600.5));
-    match &s.kafka.delivery {
+    match &s.kafka().unwrap().delivery {
         Delivery::ExactlyOnce(e) => {
             assert_eq!(e.max_transaction_interval, Duration::from_secs(2));
             assert_eq!(e.transaction_timeout, Duration::from_secs(60));
@@ -327,7 +328,7 @@ fn the_command_line_is_layered_onto_the_file_once() {
     assert_eq!(s.source.slot, "from_flag", "flag over file");
     assert_eq!(s.metrics_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9000"), "file where no flag");
     assert_eq!(s.source.heartbeat_interval, Some(Duration::from_secs(5)));
-    assert!(matches!(s.kafka.delivery, Delivery::ExactlyOnce(_)));
+    assert!(matches!(s.kafka().unwrap().delivery, Delivery::ExactlyOnce(_)));
     for outbox in &s.source.outboxes {
         assert_eq!(outbox.router.route_by_field, "file_col", "{}: the file's router key", outbox.table);
         assert!(outbox.router.topic_pattern.starts_with("flag."), "{}: the flag, inherited", outbox.table);

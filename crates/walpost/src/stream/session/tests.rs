@@ -196,7 +196,7 @@ where
     // The session keeps a handle: a driver that drops its own does not stop it.
     let (stop, mut shutdown) = watch::channel(false);
     let stop = Arc::new(stop);
-    let run = Session::new(s, &metrics, parts, memo).run(&mut shutdown);
+    let run = Session::new(s, s.kafka().expect("settings with brokers"), &metrics, parts, memo).run(&mut shutdown);
     let driven = driver(sink.clone(), Arc::clone(&stop));
     tokio::pin!(run, driven);
     let (result, culprit) = tokio::select! {
@@ -338,8 +338,9 @@ async fn a_refused_record_halts_and_confirms_only_what_came_before_it() {
 #[tokio::test]
 async fn a_refused_record_becomes_a_dead_letter_and_the_stream_goes_on() {
     let mut s = settings();
-    s.kafka.on_permanent_error = OnPermanentError::DeadLetter;
-    s.kafka.dead_letter_topic = DEAD_LETTERS.into();
+    let kafka = s.kafka.as_mut().expect("settings with brokers");
+    kafka.on_permanent_error = OnPermanentError::DeadLetter;
+    kafka.dead_letter_topic = DEAD_LETTERS.into();
     let mut memo = DeliveryMemo::default();
     let source = MemorySource::default();
     let mut wal = Wal::new(&source);
