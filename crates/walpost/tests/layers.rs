@@ -2,7 +2,8 @@
 //! modules of lower layers, never a sibling of its own layer nor anything above it. And
 //! no module import circle anywhere in the workspace. Between crates Cargo holds the
 //! rule (the inbox, daypart, kafka-common and service crates cannot use the relay's
-//! modules), so only the binary's own modules are listed here.
+//! modules; the texts crate, below them all, cannot use anything), so only the binary's
+//! own modules are listed here.
 //!
 //! A module is a top-level module of a crate (`src/stream/session.rs` belongs to
 //! `stream`; `src/app.rs` is `app`; `src/lib.rs` is the crate root, `lib`). Its
@@ -268,4 +269,41 @@ fn a_file_over_600_lines_says_why() {
         }
     }
     assert!(checked > 100, "only {checked} files found under crates/*/src");
+}
+
+/// The relay's operator texts are in one place, the texts crate, which every layer may
+/// use: it depends on nothing and does no I/O (a text is a constant or a function that
+/// formats one), and the binary's code names a runbook only through it.
+#[test]
+fn operator_texts_live_in_the_texts_crate() {
+    let manifest = std::fs::read_to_string(repo().join("crates/texts/Cargo.toml")).unwrap();
+    let dependencies = manifest.split("[dependencies]").nth(1).unwrap_or_default();
+    assert!(
+        dependencies.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')),
+        "crates/texts depends on nothing:\n{dependencies}"
+    );
+    for file in rust_files(&repo().join("crates/texts/src")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for io in ["std::fs", "std::io", "std::net", "std::env", "std::process", "print!", "println!", "eprint"] {
+            assert!(!text.contains(io), "{} does I/O ({io}): texts are only formatted here", file.display());
+        }
+    }
+    let src = repo().join("crates/walpost/src");
+    let mut scattered = Vec::new();
+    for file in rust_files(&src) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        // Unit tests may look for a runbook's name in what the code said.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (number, line) in code.lines().enumerate() {
+            let line = line.split("//").next().unwrap_or_default();
+            if line.contains("runbooks/") || line.contains("_RUNBOOK") || line.contains("const RUNBOOK") {
+                scattered.push(format!("{}:{}: {}", file.display(), number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        scattered.is_empty(),
+        "a text that names a runbook belongs in crates/texts (texts::runbook):\n{}",
+        scattered.join("\n")
+    );
 }

@@ -30,7 +30,8 @@ fn rust_files(dir: &std::path::Path) -> Vec<PathBuf> {
 #[test]
 fn every_runbook_named_in_the_code_exists() {
     let mut named = Vec::new();
-    for path in rust_files(&repo().join("crates/walpost/src")) {
+    let files = [rust_files(&repo().join("crates/walpost/src")), rust_files(&repo().join("crates/texts/src"))];
+    for path in files.into_iter().flatten() {
         let text = std::fs::read_to_string(path).unwrap();
         for (i, _) in text.match_indices("runbooks/") {
             let name: String =
@@ -62,7 +63,7 @@ fn inbox_errors_are_quoted_verbatim_in_the_inbox_backlog_runbook() {
 
 #[test]
 fn slot_lost_error_is_quoted_verbatim_in_its_runbook() {
-    let message = walpost::postgres::messages::slot_lost_message("walpost");
+    let message = texts::slot::lost("walpost");
     assert!(message.contains("runbooks/slot-lost.md"));
     assert!(read("runbooks/slot-lost.md").contains(&message), "runbooks/slot-lost.md must quote:\n{message}");
 }
@@ -71,11 +72,12 @@ fn slot_lost_error_is_quoted_verbatim_in_its_runbook() {
 fn outbox_changed_errors_are_quoted_verbatim_in_their_runbook() {
     let table = walpost::settings::TableName { schema: "events".into(), name: "outbox".into() };
     let runbook = read("runbooks/outbox-recreated.md");
+    let publication = replication::quote_ident("walpost_outbox");
     for why in [
-        walpost::postgres::messages::outbox_dropped(&table),
-        walpost::postgres::messages::publication_lacks_table("walpost_outbox", &table),
+        texts::outbox::dropped(&table),
+        texts::outbox::publication_lacks_table("walpost_outbox", &table, &publication, &table.quoted()),
     ] {
-        let message = walpost::postgres::messages::outbox_changed_message(&why);
+        let message = texts::outbox::changed(&why);
         assert!(message.contains("runbooks/outbox-recreated.md"));
         assert!(runbook.contains(&message), "runbooks/outbox-recreated.md must quote:\n{message}");
     }
@@ -138,8 +140,13 @@ fn signal_table_rights_errors_are_quoted_verbatim_in_the_replay_runbook() {
     let table = walpost::settings::TableName { schema: "events".into(), name: "debezium_signal".into() };
     let runbook = read("runbooks/replay.md");
     for message in [
-        walpost::postgres::messages::signal_table_public(&table),
-        walpost::postgres::messages::signal_table_roles(&table, &["reporting"]),
+        texts::replay::signal_table_public(&table, &table.quoted()),
+        texts::replay::signal_table_roles(
+            &table,
+            &table.quoted(),
+            &["reporting"],
+            &[replication::quote_ident("reporting")],
+        ),
     ] {
         assert!(message.contains("runbooks/replay.md"), "{message}");
         assert!(runbook.contains(&message), "runbooks/replay.md must quote:\n{message}");
@@ -151,21 +158,20 @@ fn signal_table_rights_errors_are_quoted_verbatim_in_the_replay_runbook() {
 /// slot), which quotes it and the other missing-slot texts verbatim.
 #[test]
 fn slot_missing_errors_are_quoted_verbatim_in_slot_lost() {
-    use walpost::postgres::messages;
     let origin = walpost::postgres::lineage::Origin {
         system_id: "7401234567890123456".into(),
         timeline: 1,
         created_at: Some("2026-11-30 09:12:44.193+00".into()),
     };
     let table = "events.walpost_slots";
-    let missing = messages::slot_missing_message("walpost", &"pg-b:5432", &origin, 2, table);
+    let missing = texts::slot::missing("walpost", &"pg-b:5432", origin.as_text(), 2, table);
     assert!(missing.contains("runbooks/slot-lost.md") && missing.contains("--snapshot when_needed"), "{missing}");
     assert!(missing.contains("DELETE FROM events.walpost_slots WHERE slot = 'walpost'"), "{missing}");
     let runbook = read("runbooks/slot-lost.md");
     for message in [
         missing,
-        messages::slot_never_streamed("walpost", table),
-        messages::slot_lineage_unknown("walpost", table, "does not exist"),
+        texts::slot::never_streamed("walpost", table),
+        texts::slot::lineage_unknown("walpost", table, "does not exist"),
     ] {
         assert!(runbook.contains(&message), "runbooks/slot-lost.md must quote:\n{message}");
     }
@@ -175,14 +181,13 @@ fn slot_missing_errors_are_quoted_verbatim_in_slot_lost() {
 #[test]
 fn exactly_once_errors_are_quoted_verbatim_in_their_runbook() {
     let runbook = read("runbooks/exactly-once.md");
-    let forged = walpost::kafka::exactly_once::progress::forged_message(
-        "walpost.progress",
-        "app/walpost",
-        "it carries no signature, and walpost signs every progress record it writes",
-    );
+    let forged = texts::exactly_once::forged("walpost.progress", "app/walpost", texts::exactly_once::FORGED_UNSIGNED);
     assert!(runbook.contains(&forged), "runbooks/exactly-once.md must quote:\n{forged}");
     let fenced = walpost::kafka::exactly_once::transaction::fenced_message();
+    assert_eq!(fenced, texts::exactly_once::FENCED);
     assert!(runbook.contains(&fenced), "runbooks/exactly-once.md must quote:\n{fenced}");
+    let refused = texts::exactly_once::brokers_refuse_transactions(&"<the client's error>");
+    assert!(runbook.contains(&refused), "runbooks/exactly-once.md must quote:\n{refused}");
     let id = walpost::kafka::exactly_once::progress::SlotIdentity {
         system_id: "7409876543210987654".into(),
         database: "app".into(),
@@ -197,16 +202,52 @@ fn exactly_once_errors_are_quoted_verbatim_in_their_runbook() {
         mac: None,
     };
     let message = foreign.position_for(&id, "walpost.progress").unwrap_err().to_string();
+    assert_eq!(
+        message,
+        texts::exactly_once::another_cluster(
+            "walpost.progress",
+            "app/walpost",
+            "7301234567890123456",
+            "7409876543210987654"
+        )
+    );
     assert!(runbook.contains(&message), "runbooks/exactly-once.md must quote:\n{message}");
-    let behind = walpost::postgres::messages::PROGRESS_BEHIND_THE_SLOT;
+    let behind = texts::exactly_once::PROGRESS_BEHIND_THE_SLOT;
     assert!(runbook.contains(behind), "runbooks/exactly-once.md must quote:\n{behind}");
 }
 
 #[test]
 fn backfill_resume_hint_is_quoted_in_the_replay_runbook() {
-    let hint = walpost::snapshot::resume_hint("<resume-id>", "<resume-filter>");
+    let hint = texts::replay::backfill_resume_hint("<resume-id>", "<resume-filter>");
     assert!(hint.contains("runbooks/replay.md"));
-    assert!(read("runbooks/replay.md").contains(&hint), "runbooks/replay.md must quote:\n{hint}");
+    let runbook = read("runbooks/replay.md");
+    assert!(runbook.contains(&hint), "runbooks/replay.md must quote:\n{hint}");
+    // A backfill's halt on a poison row: the rejection, then the hint (`snapshot` joins them).
+    let rejected = texts::replay::snapshot_rejected("<event-id>", "<topic>", "<code>", "<error>", "<fix>", "");
+    let halt = format!("{rejected}; {hint}");
+    assert!(runbook.contains(&halt), "runbooks/replay.md must quote:\n{halt}");
+}
+
+/// The slot alarm's reasons that name what to do, as the WAL build-up and the
+/// long-transaction runbooks show them (`<...>` for what differs).
+#[test]
+fn slot_alarm_reasons_are_quoted_verbatim_in_their_runbooks() {
+    let buildup = read("runbooks/slot-wal-buildup.md");
+    let see = texts::alarm::see_wal_buildup();
+    for reason in [
+        format!("{}{see}", texts::alarm::UNRESERVED),
+        texts::alarm::no_process_streams(),
+        format!(
+            "the slot's confirmed position has not moved for 312 s while WAL was written: {}",
+            texts::alarm::kafka_silent(305.0)
+        ),
+    ] {
+        assert!(buildup.contains(&reason), "runbooks/slot-wal-buildup.md must quote:\n{reason}");
+    }
+    let long = texts::alarm::long_transaction(4242, "<application>", "<client>", 61.0)
+        .replace("pid 4242", "pid <pid>")
+        .replace("for 61 s", "for <seconds> s");
+    assert!(read("runbooks/long-transaction.md").contains(&long), "runbooks/long-transaction.md must quote:\n{long}");
 }
 
 #[test]
@@ -253,8 +294,8 @@ fn kafka_maintenance_runbook_quotes_the_durability_warnings_and_the_watchdog() {
     let runbook = read("runbooks/kafka-maintenance.md");
     let topic = "outbox.event.order";
     for line in [
-        walpost::ops::check::durability_warning(topic, "replication factor 1 and min.insync.replicas 1"),
-        walpost::ops::check::defaults_warning("replication factor 1 and min.insync.replicas 1"),
+        texts::kafka::durability_warning(topic, "replication factor 1 and min.insync.replicas 1"),
+        texts::kafka::defaults_warning("replication factor 1 and min.insync.replicas 1"),
     ] {
         assert!(line.contains("runbooks/kafka-maintenance.md"));
         assert!(runbook.contains(&format!("warn  {line}")), "runbooks/kafka-maintenance.md must quote:\n{line}");
@@ -341,20 +382,20 @@ fn contract_breaches_are_quoted_verbatim_in_the_poison_record_runbook() {
 /// warning about the primary are quoted in runbooks/standby-decoding.md.
 #[test]
 fn standby_decoding_texts_are_quoted_verbatim_in_their_runbook() {
-    use walpost::postgres::messages as m;
+    use texts::standby as m;
     let runbook = read("runbooks/standby-decoding.md");
-    let fatal = m::slot_conflicted_message("<slot>", Some("rows_removed"));
+    let fatal = texts::slot::conflicted("<slot>", Some("rows_removed"));
     assert!(runbook.contains(&fatal), "runbooks/standby-decoding.md must quote:\n{fatal}");
-    assert!(fatal.contains(m::STANDBY_RUNBOOK));
-    let sixteen = m::slot_conflicted_message("<slot>", None);
+    assert!(fatal.contains(texts::runbook::STANDBY));
+    let sixteen = texts::slot::conflicted("<slot>", None);
     assert!(sixteen.contains("(conflicting = true)") && runbook.contains("`(conflicting = true)`"));
-    let wal_level = m::slot_conflicted_message("<slot>", Some("wal_level_insufficient"));
+    let wal_level = texts::slot::conflicted("<slot>", Some("wal_level_insufficient"));
     let reason = "the primary's wal_level is no longer logical (invalidation_reason = wal_level_insufficient)";
     assert!(wal_level.contains(reason), "{wal_level}");
     let flowed = runbook.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(flowed.contains(reason), "runbooks/standby-decoding.md must quote:\n{reason}");
     for text in [
-        m::standby_without_primary("<error>"),
+        m::without_primary("<error>"),
         m::SLOT_CREATION_WAITS_FOR_A_GRANT.to_owned(),
         m::slot_creation_waits_for_the_primary("<error>"),
         m::primary_feature_off(

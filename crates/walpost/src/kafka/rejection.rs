@@ -17,10 +17,7 @@ pub struct Rejection {
 impl Rejection {
     /// The fatal error walpost stops with; quoted verbatim in runbooks/poison-record.md.
     pub fn operator_message(&self) -> String {
-        format!(
-            "Kafka rejected event id={} for topic {} permanently ({}: {}); nothing from its transaction on is confirmed, so the event is not lost: {}, then restart walpost (see runbooks/poison-record.md)",
-            self.event_id, self.topic, self.code, self.error, self.fix
-        )
+        texts::kafka::poison_record(&self.event_id, &self.topic, &self.code, &self.error, self.fix)
     }
 
     /// Whether the cause is the record's size (a dead letter then goes without its value).
@@ -36,21 +33,13 @@ pub fn classify(error: &KafkaError) -> Option<(&'static str, &'static str)> {
     use RDKafkaErrorCode as C;
     let code = error.rdkafka_error_code()?;
     let fix = match code {
-        C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge => {
-            "raise the topic's max.message.bytes and the producer's message.max.bytes, or make the payload smaller"
-        }
-        C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed => {
-            "grant the producer principal WRITE (and DESCRIBE) on the topic"
-        }
-        C::InvalidTopic => "fix route.topic.replacement or the route column value so the topic name is valid",
-        C::UnknownTopic | C::UnknownTopicOrPartition => {
-            "create the topic, or enable auto.create.topics.enable on the brokers"
-        }
-        C::InvalidRecord | C::InvalidMessage => "the broker refused the record's format; check broker logs",
-        C::InvalidTimestamp => {
-            "the record's timestamp is outside what the topic accepts (message.timestamp.before.max.ms / after.max.ms): fix the topic's limits or the timestamp column"
-        }
-        C::PolicyViolation => "the broker's create-topic or record policy refused it; check broker logs",
+        C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge => texts::kafka::FIX_SIZE,
+        C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed => texts::kafka::FIX_AUTHORIZATION,
+        C::InvalidTopic => texts::kafka::FIX_TOPIC_NAME,
+        C::UnknownTopic | C::UnknownTopicOrPartition => texts::kafka::FIX_UNKNOWN_TOPIC,
+        C::InvalidRecord | C::InvalidMessage => texts::kafka::FIX_RECORD_FORMAT,
+        C::InvalidTimestamp => texts::kafka::FIX_TIMESTAMP,
+        C::PolicyViolation => texts::kafka::FIX_POLICY,
         _ => return None,
     };
     Some((code_name(code), fix))

@@ -69,11 +69,7 @@ pub(crate) fn unreachable_thresholds(t: &Thresholds, max_slot_wal_keep_size: Opt
     [("warning_bytes", t.warning_bytes), ("critical_bytes", t.critical_bytes)]
         .into_iter()
         .filter_map(|(key, v)| v.filter(|v| *v >= keep).map(|v| (key, v)))
-        .map(|(key, v)| {
-            format!(
-                "[monitor] {key} = {v} is at or above max_slot_wal_keep_size ({keep} bytes): PostgreSQL invalidates the slot before this alarm can fire; remove it (walpost then uses fractions of max_slot_wal_keep_size) or lower it"
-            )
-        })
+        .map(|(key, v)| texts::alarm::threshold_unreachable(key, v, keep))
         .collect()
 }
 
@@ -116,10 +112,7 @@ pub(crate) fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) 
         reasons.push(why);
     };
     if status.wal_status.as_deref() == Some("unreserved") {
-        raise(
-            AlarmLevel::Critical,
-            "wal_status is unreserved: the next checkpoint may remove WAL the slot needs; do not run CHECKPOINT, raise max_slot_wal_keep_size first".into(),
-        );
+        raise(AlarmLevel::Critical, texts::alarm::UNRESERVED.into());
     }
     let retained = status.retained_bytes.unwrap_or(0);
     if retained >= limits.critical {
@@ -148,10 +141,7 @@ pub(crate) fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) 
     }
     let inactive = !status.active && observed.inactive_secs >= t.confirm_stalled_secs && !observed.snapshot_running;
     if inactive {
-        raise(
-            AlarmLevel::Warning,
-            "no process streams from the slot: it keeps WAL until walpost runs again (see runbooks/slot-wal-buildup.md)".into(),
-        );
+        raise(AlarmLevel::Warning, texts::alarm::no_process_streams());
     }
     let stalled = observed.confirm_stalled_secs;
     if stalled >= t.confirm_stalled_secs && !observed.snapshot_running && !inactive && status.active {
@@ -161,10 +151,7 @@ pub(crate) fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) 
                 None => "another process holds it".to_owned(),
             }
         } else if observed.kafka_silent_secs >= KAFKA_SILENT_SECS {
-            format!(
-                "Kafka has acknowledged nothing for {:.0} s while records wait (see runbooks/kafka-outage.md)",
-                observed.kafka_silent_secs
-            )
+            texts::alarm::kafka_silent(observed.kafka_silent_secs)
         } else if lag >= t.warning_lag_secs {
             format!("walpost is reading a backlog: its oldest unconfirmed transaction committed {lag:.0} s ago")
         } else {
@@ -179,10 +166,7 @@ pub(crate) fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) 
         if o.age_secs >= t.long_transaction_secs {
             raise(
                 AlarmLevel::Warning,
-                format!(
-                    "transaction of server pid {} (application_name '{}', client {}) has been open for {:.0} s and has written WAL: logical decoding cannot pass it (see runbooks/long-transaction.md)",
-                    o.pid, o.application_name, o.client_addr, o.age_secs
-                ),
+                texts::alarm::long_transaction(o.pid, &o.application_name, &o.client_addr, o.age_secs),
             );
         }
     }

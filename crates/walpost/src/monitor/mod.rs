@@ -29,7 +29,7 @@ use backoff::sleep_or_shutdown;
 use replication::ReplicationClient;
 use tokio::sync::watch;
 
-use crate::postgres::{messages, preflight};
+use crate::postgres::preflight;
 use crate::settings::Settings;
 use crate::telemetry::metrics::lsn_gauge;
 use crate::telemetry::{AlarmLevel, Metrics};
@@ -138,9 +138,9 @@ pub(crate) async fn run(
             Verdict::Lost => {
                 set_level(&metrics, AlarmLevel::Critical);
                 let message = if status.is_conflicted() {
-                    messages::slot_conflicted_message(&s.source.slot, status.invalidation_reason.as_deref())
+                    texts::slot::conflicted(&s.source.slot, status.invalidation_reason.as_deref())
                 } else {
-                    messages::slot_lost_message(&s.source.slot)
+                    texts::slot::lost(&s.source.slot)
                 };
                 let _ = fatal.send(Some(message));
                 return;
@@ -195,7 +195,7 @@ fn export(metrics: &Metrics, st: &SlotStatus, stalled_secs: f64) {
 fn log_alarm(slot: &str, level: AlarmLevel, reasons: &[String], st: &SlotStatus) {
     let why = reasons.join("; ");
     // One runbook reference: the reason's own, else the WAL build-up runbook.
-    let see = if why.contains(".md)") { String::new() } else { " (see runbooks/slot-wal-buildup.md)".to_owned() };
+    let see = if why.contains(".md)") { String::new() } else { texts::alarm::see_wal_buildup() };
     let retained = st.retained_bytes.unwrap_or(0);
     // A transaction's pid only when the long-transaction reason names it.
     let (pid, app, client) = match &st.oldest_transaction {

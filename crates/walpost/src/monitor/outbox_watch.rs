@@ -8,7 +8,7 @@
 use replication::ReplicationClient;
 
 use crate::error::PipelineError;
-use crate::postgres::{catalog, messages};
+use crate::postgres::catalog;
 use crate::settings::Settings;
 
 /// See the module docs.
@@ -33,7 +33,7 @@ impl OutboxWatch {
             match r.first("oid") {
                 Some(oid) => oids.push(oid.to_owned()),
                 None if self.armed => {
-                    return Ok(Some(messages::outbox_changed_message(&messages::outbox_dropped(&outbox.table))));
+                    return Ok(Some(texts::outbox::changed(&texts::outbox::dropped(&outbox.table))));
                 }
                 None => return Ok(None),
             }
@@ -42,9 +42,7 @@ impl OutboxWatch {
             // Not created yet (the stream creates it); dropped, the walsender says so.
             Ok(catalog::Publication::Missing) => return Ok(None),
             Ok(catalog::Publication::Ready | catalog::Publication::ReadyForAllTables) => {}
-            Err(e) if !e.is_transient() && self.armed => {
-                return Ok(Some(messages::outbox_changed_message(e.message())))
-            }
+            Err(e) if !e.is_transient() && self.armed => return Ok(Some(texts::outbox::changed(e.message()))),
             Err(e) if !e.is_transient() => return Ok(None),
             Err(e) => return Err(e),
         }
@@ -53,8 +51,8 @@ impl OutboxWatch {
             // transaction, losing nothing); a gap between the two would lose rows.
             tracing::warn!(
                 table = %s.table(),
-                "an outbox table was re-created while walpost was streaming and is in the publication again; rows written to it before it joined the publication were not streamed (see {})",
-                messages::OUTBOX_CHANGED_RUNBOOK
+                "{}",
+                texts::outbox::RECREATED
             );
         }
         self.armed = true;

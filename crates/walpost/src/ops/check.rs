@@ -89,10 +89,10 @@ pub async fn check(s: &Settings) -> Vec<Check> {
 
 /// `[registry]`: does the schema registry answer walpost as configured?
 async fn registry_check(r: &crate::settings::RegistrySettings) -> Check {
-    match registry::ask(r).await {
-        registry::Asked::Answers(n) => Check::Ok(format!("schema registry at {} answers ({n} subjects)", r.url)),
-        registry::Asked::Refuses(e) => Check::Fail(e.to_string()),
-        registry::Asked::Unreachable(e) => Check::Fail(format!(
+    match crate::registry::ask(r).await {
+        crate::registry::Asked::Answers(n) => Check::Ok(format!("schema registry at {} answers ({n} subjects)", r.url)),
+        crate::registry::Asked::Refuses(e) => Check::Fail(e.to_string()),
+        crate::registry::Asked::Unreachable(e) => Check::Fail(format!(
             "{e}: walpost run would start, but every event whose subject it has not cached waits until the registry answers"
         )),
     }
@@ -172,9 +172,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     });
     let keep = setting(sql, "max_slot_wal_keep_size").await;
     match keep.as_deref() {
-        Some("-1") => out.push(Check::Warn(
-            "max_slot_wal_keep_size = -1 (unlimited): a stalled slot can fill the disk; set a finite value (see runbooks/slot-wal-buildup.md)".into(),
-        )),
+        Some("-1") => out.push(Check::Warn(texts::check::UNLIMITED_WAL_KEEP.into())),
         Some(v) => out.push(Check::Ok(format!("max_slot_wal_keep_size = {v}"))),
         None => out.push(Check::Warn("max_slot_wal_keep_size could not be read (PostgreSQL 13+)".into())),
     }
@@ -186,9 +184,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         out.push(Check::Fail(why));
     }
     match setting(sql, "idle_in_transaction_session_timeout").await.as_deref() {
-        Some("0") => out.push(Check::Warn(
-            "idle_in_transaction_session_timeout = 0: a forgotten open transaction stalls logical decoding forever (see runbooks/long-transaction.md)".into(),
-        )),
+        Some("0") => out.push(Check::Warn(texts::check::NO_IDLE_TRANSACTION_TIMEOUT.into())),
         Some(v) => out.push(Check::Ok(format!("idle_in_transaction_session_timeout = {v}"))),
         None => {}
     }
@@ -199,9 +195,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     }
     match sees_all {
         Some(true) => out.push(Check::Ok("the role sees every session's transactions (long-transaction alarm)".into())),
-        Some(false) => out.push(Check::Warn(
-            "the role cannot see other roles' open transactions (pg_stat_activity.xact_start): the long-transaction alarm stays silent for them; GRANT pg_read_all_stats TO the role (see docs/least-privilege.md, runbooks/long-transaction.md)".into(),
-        )),
+        Some(false) => out.push(Check::Warn(texts::check::SESSIONS_HIDDEN.into())),
         None => {}
     }
     out
@@ -211,16 +205,10 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
 /// table), and how to keep other clients from writing the progress topic.
 async fn progress_check(sql: &mut ReplicationClient, s: &Settings, topic: &str) -> Check {
     let table = crate::postgres::lineage::table_name(s);
-    let acl = format!(
-        "allow only walpost's principal to write it: kafka-acls.sh --bootstrap-server <brokers> --add --allow-principal User:<walpost principal> --operation Write --topic {topic} (runbooks/exactly-once.md)"
-    );
+    let acl = texts::exactly_once::check_progress_acl(topic);
     match catalog::may_select_and_update(sql, &table).await {
-        Some(true) => Check::Ok(format!(
-            "exactly-once: progress records in {topic} are signed with the key kept in {table}; {acl}"
-        )),
-        _ => Check::Warn(format!(
-            "exactly-once: {table} is missing or not writable, so progress records in {topic} cannot be signed and a record any client produces there could make walpost skip events: apply migrations/outbox/0003_walpost_slots.sql (walpost migrate) and grant walpost SELECT, INSERT, UPDATE, DELETE on it; {acl}"
-        )),
+        Some(true) => Check::Ok(texts::exactly_once::check_progress_signed(topic, &table, &acl)),
+        _ => Check::Warn(texts::exactly_once::check_progress_unsignable(topic, &table, &acl)),
     }
 }
 
@@ -387,7 +375,7 @@ pub fn durability_decision(
     let mut sound = 0;
     for (name, d) in topics {
         match weakness(d) {
-            Some(weak) => out.push(Check::Warn(durability_warning(name, &weak))),
+            Some(weak) => out.push(Check::Warn(texts::kafka::durability_warning(name, &weak))),
             None if d.min_insync_replicas.is_none() => out.push(Check::Warn(format!(
                 "durability: topic {name} has replication factor {}, and its min.insync.replicas could not be read (DescribeConfigs refused): with acks=all, make sure it is at least 2",
                 d.replication_factor.map_or("?".to_owned(), |rf| rf.to_string())
@@ -403,7 +391,7 @@ pub fn durability_decision(
     if defaults_matter {
         match defaults {
             Some(d) => match weakness(d) {
-                Some(weak) => out.push(Check::Warn(defaults_warning(&weak))),
+                Some(weak) => out.push(Check::Warn(texts::kafka::defaults_warning(&weak))),
                 None if d.replication_factor.is_some() && d.min_insync_replicas.is_some() => out.push(Check::Ok(
                     "durability: topics created on first use get default.replication.factor >= 2 and min.insync.replicas >= 2".into(),
                 )),
@@ -425,20 +413,6 @@ fn weakness(d: &Durability) -> Option<String> {
         (Some(a), Some(b)) => Some(format!("{a} and {b}")),
         (a, b) => a.or(b),
     }
-}
-
-/// The warning for an existing topic; quoted in runbooks/kafka-maintenance.md.
-pub fn durability_warning(topic: &str, weakness: &str) -> String {
-    format!(
-        "durability: topic {topic} has {weakness}: walpost produces with acks=all, which waits for min.insync.replicas copies only, so an acknowledged event can be on one broker and lost with its disk; give the topic 3 replicas (kafka-reassign-partitions) and set min.insync.replicas=2 (kafka-configs --alter --entity-type topics --entity-name {topic} --add-config min.insync.replicas=2), see runbooks/kafka-maintenance.md"
-    )
-}
-
-/// The warning for the brokers' defaults; quoted in runbooks/kafka-maintenance.md.
-pub fn defaults_warning(weakness: &str) -> String {
-    format!(
-        "durability: topics created on first use get the brokers' defaults, {weakness} (default.replication.factor, min.insync.replicas): an acknowledged event can be on one broker and lost with its disk; set default.replication.factor=3 and min.insync.replicas=2 on the brokers, or create the outbox topics beforehand with them, see runbooks/kafka-maintenance.md"
-    )
 }
 
 /// Whether routed topics can be written: `auto_create` is the brokers'

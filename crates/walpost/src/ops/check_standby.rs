@@ -19,9 +19,6 @@ use crate::postgres::catalog;
 use crate::postgres::topology;
 use crate::settings::Settings;
 
-/// The runbook of this topology.
-const RUNBOOK: &str = "runbooks/standby-decoding.md";
-
 /// What the decoding server said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StandbyFacts {
@@ -77,16 +74,11 @@ pub(crate) async fn gather(sql: &mut ReplicationClient, s: &Settings) -> Result<
 pub(crate) fn evaluate(f: &StandbyFacts) -> Vec<Check> {
     let mut out = Vec::new();
     if !f.in_recovery {
-        out.push(Check::Warn(
-            "standby decoding: target_session_attrs settled on a primary (prefer-standby finds no standby, or the standby was promoted): walpost decodes there".into(),
-        ));
+        out.push(Check::Warn(texts::standby::CHECK_ON_A_PRIMARY.into()));
         return out;
     }
     if f.version_num < 160_000 {
-        out.push(Check::Fail(format!(
-            "standby decoding: the standby runs PostgreSQL {}, and logical decoding on a standby needs 16 or later: upgrade it, or decode on the primary (target_session_attrs=primary)",
-            f.version_num / 10_000
-        )));
+        out.push(Check::Fail(texts::standby::check_too_old(f.version_num / 10_000)));
         return out;
     }
     out.push(Check::Ok(format!(
@@ -96,45 +88,29 @@ pub(crate) fn evaluate(f: &StandbyFacts) -> Vec<Check> {
     if f.hot_standby_feedback {
         out.push(Check::Ok("standby decoding: hot_standby_feedback = on".into()));
     } else {
-        out.push(Check::Fail(format!(
-            "standby decoding: hot_standby_feedback is off, so VACUUM on the primary removes catalog rows the standby's slot needs and a recovery conflict invalidates it: ALTER SYSTEM SET hot_standby_feedback = on on the standby, then SELECT pg_reload_conf(); see {RUNBOOK}"
-        )));
+        out.push(Check::Fail(texts::standby::check_feedback_off()));
     }
     if f.primary_slot_name.is_empty() {
-        out.push(Check::Fail(format!(
-            "standby decoding: the standby streams without a physical slot (primary_slot_name is empty), so its feedback is forgotten whenever it disconnects and the primary may remove rows its logical slot needs: on the primary SELECT pg_create_physical_replication_slot('<name>', true), then on the standby ALTER SYSTEM SET primary_slot_name = '<name>' and SELECT pg_reload_conf(); see {RUNBOOK}"
-        )));
+        out.push(Check::Fail(texts::standby::check_no_physical_slot()));
     }
     match f.max_standby_streaming_delay.as_str() {
-        "-1" => out.push(Check::Warn(
-            "standby decoding: max_standby_streaming_delay = -1, so a query on the standby may hold replay back for ever, and walpost sees only replayed WAL: its events wait as long (set a bound, e.g. 30s, or keep long reports off this standby)".into(),
-        )),
+        "-1" => out.push(Check::Warn(texts::standby::CHECK_UNBOUNDED_DELAY.into())),
         d => out.push(Check::Ok(format!(
             "standby decoding: max_standby_streaming_delay = {d} (a standby query may hold replay, and walpost's events, back this long)"
         ))),
     }
     match &f.primary {
-        Err(e) => out.push(Check::Warn(format!(
-            "standby decoding: the primary cannot be reached ({e}): the heartbeat, the slot's lineage record, retention and snapshot progress are off until it can; set --postgres-primary; see {RUNBOOK}"
-        ))),
+        Err(e) => out.push(Check::Warn(texts::standby::check_primary_unreachable(e))),
         Ok(p) => {
             out.push(Check::Ok(format!("standby decoding: walpost writes on the primary {}", p.host)));
             if p.wal_level != "logical" {
-                out.push(Check::Fail(format!(
-                    "standby decoding: the primary {} has wal_level = {}, and a standby's logical slots need logical on the primary (they are invalidated otherwise): ALTER SYSTEM SET wal_level = logical on the primary and restart it",
-                    p.host, p.wal_level
-                )));
+                out.push(Check::Fail(texts::standby::check_primary_wal_level(&p.host, &p.wal_level)));
             }
             if !f.primary_slot_name.is_empty() && !p.physical_slot {
-                out.push(Check::Fail(format!(
-                    "standby decoding: primary_slot_name is '{}', but the primary {} has no such physical slot, so the standby's feedback does not hold rows back: SELECT pg_create_physical_replication_slot('{}', true) on the primary",
-                    f.primary_slot_name, p.host, f.primary_slot_name
-                )));
+                out.push(Check::Fail(texts::standby::check_primary_lacks_physical_slot(&f.primary_slot_name, &p.host)));
             }
             if !p.may_log_standby_snapshot {
-                out.push(Check::Warn(
-                    "standby decoding: walpost's role may not call pg_log_standby_snapshot() on the primary, so creating a slot on the standby waits for the primary's own running-transactions record (up to minutes on a quiet primary): GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO <walpost's role> on the primary".into(),
-                ));
+                out.push(Check::Warn(texts::standby::CHECK_MAY_NOT_LOG_STANDBY_SNAPSHOT.into()));
             }
         }
     }

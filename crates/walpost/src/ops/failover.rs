@@ -47,8 +47,6 @@ pub(crate) enum Role {
     },
 }
 
-const RUNBOOK: &str = "runbooks/upgrade-and-failover.md";
-
 /// Visits every host of the connection string.
 pub(crate) async fn gather(s: &Settings) -> Vec<HostFacts> {
     let mut out = Vec::new();
@@ -120,16 +118,13 @@ pub(crate) fn evaluate(hosts: &[HostFacts], slot: &str, failover_flag: bool) -> 
     for h in hosts {
         if let Err(e) = &h.server {
             if hosts.len() > 1 {
-                out.push(Check::Warn(format!("failover: host {} is not reachable ({e})", h.host)));
+                out.push(Check::Warn(texts::failover::host_unreachable(&h.host, e)));
             }
         }
     }
     if hosts.len() == 1 {
         out.push(if failover_flag {
-            Check::Warn(format!(
-                "failover: the connection string names one host ({}): after a promotion walpost reaches the new primary only if that name moves to it (DNS, a proxy); otherwise list every host (postgres://primary:5432,standby:5432/db)",
-                hosts.first().map_or("", |h| h.host.as_str())
-            ))
+            Check::Warn(texts::failover::one_host(hosts.first().map_or("", |h| h.host.as_str())))
         } else {
             Check::Ok("failover: one host in the connection string; no standby to check".into())
         });
@@ -143,20 +138,15 @@ pub(crate) fn evaluate(hosts: &[HostFacts], slot: &str, failover_flag: bool) -> 
     {
         if *version_num < 170_000 {
             if !standbys.is_empty() || failover_flag {
-                out.push(Check::Warn(format!(
-                    "failover: the primary {host} runs PostgreSQL {} (before 17, no failover slots): promoting a standby loses slot \"{slot}\", and walpost then stops; see {RUNBOOK}",
-                    version_num / 10_000
-                )));
+                out.push(Check::Warn(texts::failover::primary_too_old(host, version_num / 10_000, slot)));
             }
         } else {
             match slot_failover {
                 Some(true) => out.push(Check::Ok(format!("failover: slot \"{slot}\" is a failover slot"))),
-                Some(false) => out.push(Check::Warn(format!(
-                    "failover: slot \"{slot}\" is not a failover slot, so no standby gets a copy and a promotion loses it: run ALTER_REPLICATION_SLOT {slot} (FAILOVER true) on a replication connection (psql \"dbname=<db> replication=database\") and pass --slot-failover; see {RUNBOOK}"
-                ))),
-                None if !failover_flag && !standbys.is_empty() => out.push(Check::Warn(format!(
-                    "failover: pass --slot-failover so that the slot walpost creates is synchronized to the standbys; see {RUNBOOK}"
-                ))),
+                Some(false) => out.push(Check::Warn(texts::failover::not_a_failover_slot(slot))),
+                None if !failover_flag && !standbys.is_empty() => {
+                    out.push(Check::Warn(texts::failover::pass_slot_failover()))
+                }
                 None => {}
             }
             for (standby, s) in &standbys {
@@ -169,9 +159,7 @@ pub(crate) fn evaluate(hosts: &[HostFacts], slot: &str, failover_flag: bool) -> 
                         "failover: the primary waits for standby {standby} (synchronized_standby_slots lists {primary_slot_name})"
                     )));
                 } else {
-                    out.push(Check::Warn(format!(
-                        "failover: the primary's synchronized_standby_slots does not list {primary_slot_name} (standby {standby}): walpost may confirm events that standby has not received, and after promoting it they are gone; on the primary: ALTER SYSTEM SET synchronized_standby_slots = '{primary_slot_name}'; SELECT pg_reload_conf()"
-                    )));
+                    out.push(Check::Warn(texts::failover::standby_not_waited_for(standby, primary_slot_name)));
                 }
             }
         }
@@ -182,10 +170,7 @@ pub(crate) fn evaluate(hosts: &[HostFacts], slot: &str, failover_flag: bool) -> 
             continue;
         };
         if s.version_num < 170_000 {
-            out.push(Check::Warn(format!(
-                "failover: standby {standby} runs PostgreSQL {} (before 17): it cannot keep a copy of slot \"{slot}\"; promoting it loses the slot and walpost then stops; see {RUNBOOK}",
-                s.version_num / 10_000
-            )));
+            out.push(Check::Warn(texts::failover::standby_too_old(standby, s.version_num / 10_000, slot)));
             continue;
         }
         let mut missing = Vec::new();
@@ -199,19 +184,14 @@ pub(crate) fn evaluate(hosts: &[HostFacts], slot: &str, failover_flag: bool) -> 
             missing.push("primary_slot_name = '<its physical slot on the primary>'");
         }
         if !missing.is_empty() {
-            out.push(Check::Warn(format!(
-                "failover: standby {standby} does not synchronize slots: set {} (and a dbname in primary_conninfo), then SELECT pg_reload_conf(); see {RUNBOOK}",
-                missing.join(", ")
-            )));
+            out.push(Check::Warn(texts::failover::standby_not_synchronizing(standby, &missing.join(", "))));
         }
         match slot_synced {
-            Some(true) => out.push(Check::Ok(format!("failover: standby {standby} holds a synchronized copy of slot \"{slot}\""))),
-            Some(false) => out.push(Check::Warn(format!(
-                "failover: standby {standby} has a slot \"{slot}\" that is not synchronized from the primary (created on the standby?): drop it there"
-            ))),
-            None if missing.is_empty() => out.push(Check::Warn(format!(
-                "failover: standby {standby} has no copy of slot \"{slot}\" yet: the slot must be a failover slot, primary_conninfo must name a dbname, and the copy appears once the standby caught up with the slot's position"
-            ))),
+            Some(true) => {
+                out.push(Check::Ok(format!("failover: standby {standby} holds a synchronized copy of slot \"{slot}\"")))
+            }
+            Some(false) => out.push(Check::Warn(texts::failover::standby_slot_not_synchronized(standby, slot))),
+            None if missing.is_empty() => out.push(Check::Warn(texts::failover::standby_has_no_copy(standby, slot))),
             None => {}
         }
     }

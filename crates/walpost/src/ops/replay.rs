@@ -4,7 +4,6 @@
 use replication::ReplicationClient;
 
 use crate::error::{ErrorKind, PipelineError};
-use crate::postgres::messages;
 use crate::settings::Settings;
 use crate::snapshot::replay::{self, ReplaySpec, RowCondition, DEFAULT_TIME_COLUMN};
 use crate::snapshot::Outcome;
@@ -30,7 +29,7 @@ pub(crate) fn spec(
     let condition = match condition {
         Some(text) if !unsafe_where => Some(RowCondition::Checked(
             condition::parse(&text)
-                .map_err(|e| PipelineError::definite(ErrorKind::Config, messages::replay_where_refused(&e)))?,
+                .map_err(|e| PipelineError::definite(ErrorKind::Config, texts::replay::where_refused(&e)))?,
         )),
         other => other.map(RowCondition::Unchecked),
     };

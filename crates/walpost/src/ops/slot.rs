@@ -12,7 +12,7 @@ use replication::{ReplicationClient, SlotSnapshot};
 
 use crate::error::{ErrorKind, PipelineError};
 use crate::monitor::{self, Observed, Verdict};
-use crate::postgres::{catalog, lineage, messages, preflight, topology};
+use crate::postgres::{catalog, lineage, preflight, topology};
 use crate::settings::Settings;
 use crate::telemetry::AlarmLevel;
 
@@ -39,12 +39,10 @@ pub(crate) async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError
     let observed = Observed { inactive_secs: f64::INFINITY, ..Observed::default() };
     let verdict = monitor::evaluate(&status, observed, &s.monitor.thresholds);
     let (level, code, reasons) = match verdict {
-        Verdict::Lost if status.is_conflicted() => (
-            "lost".to_owned(),
-            exit::LOST,
-            vec![messages::slot_conflicted_message(slot, status.invalidation_reason.as_deref())],
-        ),
-        Verdict::Lost => ("lost".to_owned(), exit::LOST, vec![messages::slot_lost_message(slot)]),
+        Verdict::Lost if status.is_conflicted() => {
+            ("lost".to_owned(), exit::LOST, vec![texts::slot::conflicted(slot, status.invalidation_reason.as_deref())])
+        }
+        Verdict::Lost => ("lost".to_owned(), exit::LOST, vec![texts::slot::lost(slot)]),
         Verdict::Level(l, r) => {
             let code = match l {
                 AlarmLevel::Ok => exit::OK,
@@ -124,21 +122,21 @@ async fn missing(mut sql: ReplicationClient, s: &Settings, json: bool) -> Result
             let mut repl = ReplicationClient::connect(&s.postgres.pinned_to(&host)).await?;
             let now = repl.identify_system().await?;
             repl.close().await;
-            (exit::LOST, "lost", messages::slot_missing_message(slot, &host.to_string(), &origin, now.timeline, &table))
+            (exit::LOST, "lost", texts::slot::missing(slot, &host, origin.as_text(), now.timeline, &table))
         }
         lineage::Record::Never => {
-            return Err(PipelineError::definite(ErrorKind::Slot, messages::slot_never_streamed(slot, &table)));
+            return Err(PipelineError::definite(ErrorKind::Slot, texts::slot::never_streamed(slot, &table)));
         }
         lineage::Record::NoTable => {
             return Err(PipelineError::definite(
                 ErrorKind::Slot,
-                messages::slot_lineage_unknown(slot, &table, "does not exist"),
+                texts::slot::lineage_unknown(slot, &table, "does not exist"),
             ));
         }
         lineage::Record::Unreadable(e) => {
             return Err(PipelineError::definite(
                 ErrorKind::Slot,
-                messages::slot_lineage_unknown(slot, &table, &format!("cannot be read: {e}")),
+                texts::slot::lineage_unknown(slot, &table, &format!("cannot be read: {e}")),
             ));
         }
     };

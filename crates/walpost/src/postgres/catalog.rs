@@ -5,7 +5,6 @@ use bytes::Bytes;
 use pgoutput::{Column, Lsn, Relation};
 use replication::ReplicationClient;
 
-use super::messages;
 use super::sql::ident;
 use crate::error::{ErrorKind, PipelineError};
 use crate::settings::{Settings, TableName};
@@ -179,7 +178,7 @@ pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings)
         if covered.first("n") == Some("0") {
             return Err(PipelineError::definite(
                 ErrorKind::Outbox,
-                messages::publication_lacks_table(publication, table),
+                texts::outbox::publication_lacks_table(publication, table, &ident(publication), &table.quoted()),
             ));
         }
     }

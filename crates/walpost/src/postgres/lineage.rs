@@ -18,7 +18,7 @@
 //!   calls `create_logical_slot`), and it applies the rule: a slot known to have existed
 //!   is re-created only by a session that republishes with a snapshot (`--snapshot
 //!   initial` or `when_needed`: the snapshot publishes the rows the new slot would
-//!   skip). Everything else stops with [`slot_missing_message`], which names both ways on.
+//!   skip). Everything else stops with [`texts::slot::missing`], which names both ways on.
 //! - `walpost slot drop` deletes the row (the operator chose the gap); every slot walpost
 //!   creates and every session that streams write it.
 //! - The table is optional: without the privilege to create it, walpost warns once and
@@ -27,7 +27,6 @@
 use replication::{CreatedSlot, ReplicationClient, SlotSnapshot, SystemInfo};
 
 use super::catalog::parsed;
-use super::messages::slot_missing_message;
 use super::sql::ident;
 use crate::error::{ErrorKind, PipelineError};
 use crate::settings::Settings;
@@ -39,6 +38,17 @@ pub struct Origin {
     pub timeline: u32,
     /// `created_at` as PostgreSQL prints it; `None` when only this process remembers.
     pub created_at: Option<String>,
+}
+
+impl Origin {
+    /// What the operator texts say of it.
+    pub fn as_text(&self) -> texts::slot::Origin<'_> {
+        texts::slot::Origin {
+            system_id: &self.system_id,
+            timeline: self.timeline,
+            created_at: self.created_at.as_deref(),
+        }
+    }
 }
 
 /// See the module docs.
@@ -84,7 +94,7 @@ impl Lineage {
             None => Ok(()),
             Some(origin) => Err(PipelineError::definite(
                 ErrorKind::Slot,
-                slot_missing_message(&s.source.slot, sql.connected_host(), &origin, now.timeline, &table(s)),
+                texts::slot::missing(&s.source.slot, sql.connected_host(), origin.as_text(), now.timeline, &table(s)),
             )),
         }
     }
@@ -248,9 +258,7 @@ pub async fn progress_key(
     let t = table(s);
     let slot = Some(s.source.slot.as_str());
     let warn = |e: String| {
-        tracing::warn!(
-            "cannot keep the exactly-once progress key in {t} ({e}): progress records are not signed, so any client that can write the progress topic can make walpost skip events; apply migrations/outbox/0003_walpost_slots.sql (or grant walpost ownership of {t}) and restrict writes to the progress topic (runbooks/exactly-once.md)"
-        );
+        tracing::warn!("{}", texts::exactly_once::progress_key_not_kept(&t, &e));
     };
     // A table made by an older walpost or migration lacks the column; adding it needs
     // ownership (a failure shows in the query below).

@@ -7,7 +7,6 @@ use replication::ReplicationClient;
 use router::Router;
 
 use super::catalog::{self, Publication, SlotRow};
-use super::messages;
 use super::sql::{ident, query};
 use crate::error::{ErrorKind, PipelineError};
 use crate::settings::{Outbox, Settings, TableName};
@@ -43,7 +42,7 @@ pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Setting
         )
         .await?;
     if r.first("public") == Some("true") {
-        return Err(PipelineError::definite(ErrorKind::Privilege, messages::signal_table_public(table)));
+        return Err(PipelineError::definite(ErrorKind::Privilege, texts::replay::signal_table_public(table, &quoted)));
     }
     let unexpected: Vec<&str> = r
         .first("roles")
@@ -52,7 +51,9 @@ pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Setting
         .filter(|role| !role.is_empty() && !s.source.signal_allowed_roles.iter().any(|a| a == role))
         .collect();
     if !unexpected.is_empty() {
-        return Err(PipelineError::definite(ErrorKind::Privilege, messages::signal_table_roles(table, &unexpected)));
+        let idents: Vec<String> = unexpected.iter().map(|r| ident(r)).collect();
+        let message = texts::replay::signal_table_roles(table, &quoted, &unexpected, &idents);
+        return Err(PipelineError::definite(ErrorKind::Privilege, message));
     }
     Ok(())
 }
@@ -216,7 +217,7 @@ async fn create_on_the_primary(
     let mut primary = super::topology::connect_writer(s).await.map_err(|e| {
         PipelineError::transient(
             ErrorKind::Postgres,
-            messages::publication_needs_the_primary(publication, &e.to_string(), create),
+            texts::standby::publication_needs_the_primary(publication, &e.to_string(), create),
         )
     })?;
     let created = async {
@@ -269,14 +270,14 @@ pub(crate) fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineErro
     if row.is_conflicted() {
         return Err(PipelineError::definite(
             ErrorKind::Slot,
-            messages::slot_conflicted_message(slot, row.invalidation_reason.as_deref()),
+            texts::slot::conflicted(slot, row.invalidation_reason.as_deref()),
         ));
     }
     if row.wal_status.as_deref() == Some("lost") {
-        return Err(PipelineError::definite(ErrorKind::Slot, messages::slot_lost_message(slot)));
+        return Err(PipelineError::definite(ErrorKind::Slot, texts::slot::lost(slot)));
     }
     if let Some(pid) = row.active_pid {
-        return Err(PipelineError::waiting(ErrorKind::Slot, messages::slot_in_use(slot, pid)));
+        return Err(PipelineError::waiting(ErrorKind::Slot, texts::slot::in_use(slot, pid)));
     }
     Ok(())
 }

@@ -108,7 +108,7 @@ impl PrimaryNotice {
     /// `feature` could not reach the primary (`why`); logged at WARN the first time.
     pub(crate) fn off(&self, feature: &str, consequence: &str, why: &PipelineError) {
         if !self.off.swap(true, Ordering::Relaxed) {
-            tracing::warn!("{}", super::messages::primary_feature_off(feature, consequence, &why.to_string()));
+            tracing::warn!("{}", texts::standby::primary_feature_off(feature, consequence, &why.to_string()));
         }
     }
 
@@ -137,7 +137,7 @@ pub(crate) async fn nudge_running_xacts(s: Settings) {
                 Ok(c) => sql = Some(c),
                 Err(e) if !told => {
                     told = true;
-                    tracing::info!("{}", super::messages::slot_creation_waits_for_the_primary(&e.to_string()));
+                    tracing::info!("{}", texts::standby::slot_creation_waits_for_the_primary(&e.to_string()));
                 }
                 Err(_) => {}
             }
@@ -154,7 +154,7 @@ pub(crate) async fn nudge_running_xacts(s: Settings) {
                     can_log = false;
                     if !told {
                         told = true;
-                        tracing::info!("{}", super::messages::SLOT_CREATION_WAITS_FOR_A_GRANT);
+                        tracing::info!("{}", texts::standby::SLOT_CREATION_WAITS_FOR_A_GRANT);
                     }
                 }
                 Err(e) => {

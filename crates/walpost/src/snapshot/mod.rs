@@ -27,7 +27,7 @@
 //! A backfill (`--snapshot initial_only`, one outbox table) that halts on a row Kafka
 //! refuses or that cannot be routed names where to resume: the lowest row (in id order)
 //! that Kafka has not acknowledged, and the filter that selects it and every row after
-//! it ([`resume_hint`]), so a replay need not start over from its first row.
+//! it ([`texts::replay::backfill_resume_hint`]), so a replay need not start over from its first row.
 
 mod progress;
 pub(crate) mod replay;
@@ -105,15 +105,6 @@ struct RowTag {
     seq: u64,
     /// The record's topic (set when it is queued), for the per-topic counts.
     topic: Option<Arc<str>>,
-}
-
-/// The text appended to a backfill's halt: where to resume. `id` is the lowest row
-/// (in the cursor's id order) Kafka has not acknowledged; `filter` selects it and every
-/// row after it.
-pub fn resume_hint(id: &str, filter: &str) -> String {
-    format!(
-        "every row before id={id} is in Kafka: once fixed, run the same backfill with --snapshot-filter \"{filter}\" to resume instead of starting over (see runbooks/replay.md)"
-    )
 }
 
 /// The filter that resumes a backfill at row `id`: the old filter (if any) and the id
@@ -288,12 +279,12 @@ impl Snapshot<'_> {
         let outbox = s.source.outboxes.first()?;
         if !filter_params(s).is_empty() {
             // A replay's filter holds parameters, not text to paste: name the row instead.
-            return Some(format!(
-                "every row before id={id} is in Kafka: once fixed, run the same replay with {} joined to its --where by AND to resume instead of starting over (see runbooks/replay.md)",
-                resume_filter(None, &outbox.router.id_field, &id)
-            ));
+            return Some(texts::replay::replay_resume_hint(&id, &resume_filter(None, &outbox.router.id_field, &id)));
         }
-        Some(resume_hint(&id, &resume_filter(s.snapshot.filter.as_deref(), &outbox.router.id_field, &id)))
+        Some(texts::replay::backfill_resume_hint(
+            &id,
+            &resume_filter(s.snapshot.filter.as_deref(), &outbox.router.id_field, &id),
+        ))
     }
 
     async fn publish_all(
@@ -521,13 +512,17 @@ impl Snapshot<'_> {
                 let then = if self.s.snapshot.mode == SnapshotMode::InitialOnly {
                     ""
                 } else {
-                    ", then restart walpost; the snapshot starts over"
+                    texts::replay::SNAPSHOT_STARTS_OVER
                 };
                 Err(PipelineError::definite(
                     ErrorKind::Kafka,
-                    format!(
-                        "Kafka rejected snapshot event id={} for topic {} permanently ({}: {}): {}{then}",
-                        rejection.event_id, rejection.topic, rejection.code, rejection.error, rejection.fix
+                    texts::replay::snapshot_rejected(
+                        &rejection.event_id,
+                        &rejection.topic,
+                        &rejection.code,
+                        &rejection.error,
+                        rejection.fix,
+                        then,
                     ),
                 ))
             }
@@ -563,7 +558,7 @@ mod tests {
             "(occurred_at >= '2026-11-28') AND id >= '4711'"
         );
         assert_eq!(resume_filter(None, "EventId", "a'b"), "\"EventId\" >= 'a''b'");
-        let hint = resume_hint("4711", "id >= '4711'");
+        let hint = texts::replay::backfill_resume_hint("4711", "id >= '4711'");
         assert!(hint.contains("--snapshot-filter \"id >= '4711'\"") && hint.contains("runbooks/replay.md"), "{hint}");
     }
 }

@@ -18,7 +18,7 @@
 //! - Every replayed record carries its original `id` header and `walpost.replay` = the
 //!   replay's id; a dry run routes every row and publishes nothing.
 //! - The replay ends only when Kafka acknowledged every record (or on an error, which
-//!   says where to resume: see [`super::resume_hint`]).
+//!   says where to resume: see [`texts::replay::replay_resume_hint`]).
 
 use replication::ReplicationClient;
 

@@ -32,14 +32,14 @@ pub(crate) mod start;
 use std::time::{Duration, Instant};
 
 use backoff::Backoff;
-use otlp::Exporter;
 use replication::TargetSessionAttrs;
 use tokio::sync::watch;
 
 use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::DeliveryMemo;
+use crate::otlp::Exporter;
 use crate::postgres::lineage::Lineage;
-use crate::postgres::{messages, topology};
+use crate::postgres::topology;
 use crate::settings::Settings;
 use crate::telemetry::metrics::ReconnectCause;
 use crate::telemetry::Metrics;
@@ -80,7 +80,7 @@ pub(crate) async fn run(
                 if no_standby.gives_up(standby_only && topology::found_no_standby(&e), s.stream.no_standby_timeout) {
                     let hosts: Vec<String> = s.postgres.hosts.iter().map(|h| h.label()).collect();
                     let secs = s.stream.no_standby_timeout.as_secs();
-                    let message = messages::no_standby_found(&hosts.join(", "), secs);
+                    let message = texts::standby::no_standby_found(&hosts.join(", "), secs);
                     return Err(PipelineError::definite(ErrorKind::Postgres, message).caused_by(e));
                 }
                 if started.elapsed() > Duration::from_secs(30) {

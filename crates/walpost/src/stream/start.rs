@@ -28,7 +28,7 @@ use crate::kafka::exactly_once::transaction::transaction_error;
 use crate::kafka::exactly_once::ExactlyOnceState;
 use crate::kafka::{self, DeliveryMemo, ProduceWindow};
 use crate::postgres::lineage::{self, Lineage};
-use crate::postgres::{catalog, messages, preflight, sql, topology};
+use crate::postgres::{catalog, preflight, sql, topology};
 use crate::settings::{Delivery, ExactlyOnce, Settings, SnapshotMode};
 use crate::snapshot;
 use crate::snapshot::ProgressRecord;
@@ -258,7 +258,7 @@ async fn begin_transactions(
     match committed {
         Some(p) if p.lsn < start => tracing::warn!(
             progress = %p.lsn, slot = %start,
-            "{}", messages::PROGRESS_BEHIND_THE_SLOT
+            "{}", texts::exactly_once::PROGRESS_BEHIND_THE_SLOT
         ),
         None => {
             tracing::info!(topic = %e.progress_topic, "no committed progress for this slot yet: starting from the slot's confirmed position")
@@ -291,7 +291,7 @@ impl Writes {
         Ok(match topology::connect_writer(s).await {
             Ok(primary) => Writes::Primary(Box::new(primary)),
             Err(e) => {
-                tracing::warn!("{}", messages::standby_without_primary(&e.to_string()));
+                tracing::warn!("{}", texts::standby::without_primary(&e.to_string()));
                 Writes::Unreachable(e)
             }
         })
@@ -320,9 +320,10 @@ impl Writes {
         match self {
             Writes::Here => Ok(sql),
             Writes::Primary(primary) => Ok(&mut **primary),
-            Writes::Unreachable(e) => {
-                Err(PipelineError::transient(ErrorKind::Postgres, messages::needs_the_primary(what, &e.to_string())))
-            }
+            Writes::Unreachable(e) => Err(PipelineError::transient(
+                ErrorKind::Postgres,
+                texts::standby::needs_the_primary(what, &e.to_string()),
+            )),
         }
     }
 
@@ -340,13 +341,13 @@ async fn signing_key(sql: Option<&mut ReplicationClient>, s: &Settings) -> Optio
         return None;
     }
     let Some(sql) = sql else {
-        tracing::warn!("{}", messages::progress_unsigned_without_the_primary(&s.source.slot));
+        tracing::warn!("{}", texts::exactly_once::progress_unsigned_without_the_primary(&s.source.slot));
         return None;
     };
     let stored = lineage::progress_key(sql, s, ProgressKey::generate_hex).await?;
     let key = ProgressKey::from_hex(&stored.hex, stored.made_now);
     if key.is_none() {
-        tracing::warn!("{}", messages::progress_key_unreadable(&s.source.slot));
+        tracing::warn!("{}", texts::exactly_once::progress_key_unreadable(&s.source.slot));
     }
     key
 }

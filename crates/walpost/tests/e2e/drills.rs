@@ -956,7 +956,7 @@ fn drill_slot_lost_recovers_without_loss_or_reordering() {
     let mut p = service(&config, &[]);
     let status = p.wait_exit(WAIT).expect("walpost must stop on a lost slot");
     assert_eq!(status.code(), Some(1));
-    assert!(p.log_text().contains(&walpost::postgres::messages::slot_lost_message(&w.slot)), "{}", p.log_text());
+    assert!(p.log_text().contains(&texts::slot::lost(&w.slot)), "{}", p.log_text());
     let out = sh(&rb.block("status").fill(&[("config", &config)]));
     assert_eq!(out.status.code(), Some(4), "slot status of a lost slot");
     assert!(String::from_utf8_lossy(&out.stdout).contains("lost"));
@@ -1548,8 +1548,13 @@ fn drill_outbox_left_the_publication_and_came_back() {
     let status = p.wait_exit(WAIT).unwrap_or_else(|| panic!("walpost kept running:\n{}", p.log_text()));
     assert_eq!(status.code(), Some(1));
     let table = walpost::settings::TableName { schema: "events".into(), name: "outbox".into() };
-    let why = walpost::postgres::messages::publication_lacks_table(&publication, &table);
-    let expected = walpost::postgres::messages::outbox_changed_message(&why);
+    let why = texts::outbox::publication_lacks_table(
+        &publication,
+        &table,
+        &replication::quote_ident(&publication),
+        &table.quoted(),
+    );
+    let expected = texts::outbox::changed(&why);
     assert!(p.log_text().contains(&expected), "{}", p.log_text());
 
     w.sql(&rb.block("add-table").fill(&[("publication", &publication)]));

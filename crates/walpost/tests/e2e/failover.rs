@@ -205,7 +205,7 @@ fn failover_without_a_synchronized_slot_stops_and_the_runbook_recovers_pg16() {
     let error = log.lines().find(|l| l.contains("but walpost streamed from it")).unwrap_or_else(|| panic!("{log}"));
     assert!(error.contains(&format!("does not exist on 127.0.0.1:{}", standby.port())), "{error}");
     assert!(error.contains("timeline 1; the server is on timeline 2 now"), "{error}");
-    assert!(error.contains(walpost::postgres::messages::SLOT_LOST_RUNBOOK), "{error}");
+    assert!(error.contains(texts::runbook::SLOT_LOST), "{error}");
     // The gap: events committed on the promoted server while walpost is stopped.
     let max_id = || nw.sql("SELECT coalesce(max(id), 0) FROM events.outbox").parse::<i64>().unwrap();
     let before_gap = max_id();

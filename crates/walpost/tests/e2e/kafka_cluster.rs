@@ -487,7 +487,7 @@ fn walpost_check_warns_about_weak_topic_durability() {
     testkit::shared_kafka().create_topic(&topic, 3).unwrap();
     let (ok, out) = walpost_check(&w, "");
     assert!(ok, "{out}");
-    let expected = walpost::ops::check::durability_warning(&topic, "replication factor 1 and min.insync.replicas 1");
+    let expected = texts::kafka::durability_warning(&topic, "replication factor 1 and min.insync.replicas 1");
     assert!(out.contains(&format!("warn  {expected}")), "{out}");
 }
 

@@ -133,7 +133,7 @@ fn lost_slot_is_fatal_with_the_runbook_and_the_runbook_recovers() {
     let mut p = w.start_walpost();
     let status = p.wait_exit(Duration::from_secs(60)).expect("walpost must stop on a lost slot");
     assert!(!status.success());
-    let expected = walpost::postgres::messages::slot_lost_message(&w.slot);
+    let expected = texts::slot::lost(&w.slot);
     assert!(p.log_text().contains(&expected), "{}", p.log_text());
     assert!(expected.contains("runbooks/slot-lost.md"));
     // Dropping the slot is not enough: a slot walpost streamed from is not re-created

@@ -185,7 +185,8 @@ fn regression_a_signal_filter_cannot_run_sql_as_walpost() {
     let mut p = crate::drills::service(&base, &[]);
     assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
     let table = walpost::settings::TableName { schema: "events".into(), name: "debezium_signal".into() };
-    assert!(p.log_text().contains(&walpost::postgres::messages::signal_table_public(&table)), "{}", p.log_text());
+    let public = texts::replay::signal_table_public(&table, &table.quoted());
+    assert!(p.log_text().contains(&public), "{}", p.log_text());
     w.sql(&format!(
         "REVOKE INSERT ON events.debezium_signal FROM PUBLIC; GRANT INSERT ON events.debezium_signal TO {writer};"
     ));
@@ -193,7 +194,12 @@ fn regression_a_signal_filter_cannot_run_sql_as_walpost() {
     let mut p = crate::drills::service(&base, &[]);
     assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
     assert!(
-        p.log_text().contains(&walpost::postgres::messages::signal_table_roles(&table, &[writer.as_str()])),
+        p.log_text().contains(&texts::replay::signal_table_roles(
+            &table,
+            &table.quoted(),
+            &[writer.as_str()],
+            &[replication::quote_ident(&writer)]
+        )),
         "{}",
         p.log_text()
     );
@@ -260,8 +266,10 @@ fn regression_a_signal_filter_cannot_run_sql_as_walpost() {
     // The rights are checked while walpost runs too, not only at start.
     w.sql("GRANT INSERT ON events.debezium_signal TO PUBLIC");
     assert_eq!(p.wait_exit(WAIT).and_then(|s| s.code()), Some(1), "{}", p.log_text());
-    let expected =
-        format!("{} (changed while walpost was streaming)", walpost::postgres::messages::signal_table_public(&table));
+    let expected = format!(
+        "{} (changed while walpost was streaming)",
+        texts::replay::signal_table_public(&table, &table.quoted())
+    );
     assert!(p.log_text().contains(&expected), "{}", p.log_text());
 }
 

@@ -293,7 +293,7 @@ fn failover_standby_decoding_slot_invalidated_by_a_conflict_and_the_runbook_reco
     let error =
         log.lines().find(|l| l.contains("was invalidated by a recovery conflict")).unwrap_or_else(|| panic!("{log}"));
     assert!(error.contains("invalidation_reason = rows_removed"), "{error}");
-    assert!(error.contains(walpost::postgres::messages::STANDBY_RUNBOOK), "{error}");
+    assert!(error.contains(texts::runbook::STANDBY), "{error}");
     // The gap: events committed while walpost is stopped.
     let before_gap: i64 = w.sql("SELECT coalesce(max(id), 0) FROM events.outbox").parse().unwrap();
     insert_batches(&w, 5, 5, 20, 20, &["order"]);
@@ -365,7 +365,7 @@ fn failover_standby_decoding_restarted_with_standby_after_a_promotion_stops_and_
         .unwrap_or_else(|| panic!("walpost kept waiting for a standby:\n{}", p.log_text()));
     assert_eq!(status.code(), Some(1), "{}", p.log_text());
     assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
-    let expected = walpost::postgres::messages::no_standby_found(&format!("127.0.0.1:{}", standby.port()), 5);
+    let expected = texts::standby::no_standby_found(&format!("127.0.0.1:{}", standby.port()), 5);
     assert!(p.log_text().contains(&expected), "{expected}\n{}", p.log_text());
     assert!(expected.contains("target_session_attrs=prefer-standby"), "{expected}");
 

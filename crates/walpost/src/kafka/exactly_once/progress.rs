@@ -19,7 +19,7 @@
 //! beside the slot's lineage in PostgreSQL (`events.walpost_slots.progress_key`), and a
 //! session trusts the last record only when its signature holds and its position is not
 //! ahead of the server's WAL ([`Progress::check`]); anything else stops walpost with
-//! [`forged_message`] (runbooks/exactly-once.md) instead of skipping. A record without a
+//! [`texts::exactly_once::forged`] (runbooks/exactly-once.md) instead of skipping. A record without a
 //! signature is accepted only in the start that made the key (records of a walpost
 //! before signing existed).
 
@@ -98,13 +98,6 @@ fn hex_decode(text: &str) -> Option<Vec<u8>> {
         return None;
     }
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
-}
-
-/// The fatal error for a progress record walpost did not write (`why`).
-pub fn forged_message(topic: &str, key: &str, why: &str) -> String {
-    format!(
-        "the progress topic {topic} holds a record for {key} that walpost did not write ({why}): some other client produced to the progress topic, and trusting it would skip events, so walpost stopped; follow runbooks/exactly-once.md (restrict writes to {topic} with Kafka ACLs, then delete its records and restart: walpost resumes from the slot's confirmed position)"
-    )
 }
 
 /// What a slot is, across restarts and failovers.
@@ -190,27 +183,21 @@ impl Progress {
         wal_end: Lsn,
     ) -> Result<Position, PipelineError> {
         let position = self.position_for(id, topic)?;
-        let forged =
-            |why: String| Err(PipelineError::definite(ErrorKind::Progress, forged_message(topic, &id.key(), &why)));
+        let forged = |why: &str| {
+            Err(PipelineError::definite(ErrorKind::Progress, texts::exactly_once::forged(topic, &id.key(), why)))
+        };
         if let Some(key) = key {
             match &self.mac {
                 Some(mac) if key.verify(&self.signed_text(), mac) => {}
-                Some(_) => {
-                    return forged("its signature does not match the key kept in the slot's lineage table".into())
-                }
+                Some(_) => return forged(texts::exactly_once::FORGED_SIGNATURE_MISMATCH),
                 None if key.made_now => {
                     tracing::info!(topic, "the last progress record carries no signature (written before walpost signed them); trusted once, every record from now on is signed");
                 }
-                None => {
-                    return forged("it carries no signature, and walpost signs every progress record it writes".into())
-                }
+                None => return forged(texts::exactly_once::FORGED_UNSIGNED),
             }
         }
         if position.lsn > wal_end {
-            return forged(format!(
-                "its position {} is ahead of the server's WAL, which ends at {wal_end}",
-                position.lsn
-            ));
+            return forged(&texts::exactly_once::forged_ahead_of_wal(&position.lsn, &wal_end));
         }
         Ok(position)
     }
@@ -223,12 +210,10 @@ impl Progress {
     /// another database's (a restored or replaced cluster with the same names).
     pub fn position_for(&self, id: &SlotIdentity, topic: &str) -> Result<Position, PipelineError> {
         if self.system_id != id.system_id {
-            return Err(PipelineError::definite(ErrorKind::Progress, format!(
-                "the progress topic {topic} holds a record for {} from another PostgreSQL cluster (system identifier {}, this one is {}): the cluster was restored or replaced, so that position means nothing here; follow runbooks/exactly-once.md (delete the record, or use another progress_topic)",
-                id.key(),
-                self.system_id,
-                id.system_id
-            )));
+            return Err(PipelineError::definite(
+                ErrorKind::Progress,
+                texts::exactly_once::another_cluster(topic, &id.key(), &self.system_id, &id.system_id),
+            ));
         }
         let lsn = |text: &str| {
             text.parse::<Lsn>().map_err(|_| {

@@ -114,10 +114,8 @@ pub fn transaction_error(e: KafkaError) -> PipelineError {
         )
     );
     if unsupported {
-        return PipelineError::definite(ErrorKind::Kafka, format!(
-            "the Kafka brokers refuse transactions ({e}): --delivery exactly-once needs Kafka 0.11+ with transactions enabled (transaction.state.log.* set for the cluster) and, with ACLs, WRITE and DESCRIBE on the transactional id walpost-*; or use --delivery at-least-once (see runbooks/exactly-once.md)"
-        ))
-        .caused_by(e);
+        return PipelineError::definite(ErrorKind::Kafka, texts::exactly_once::brokers_refuse_transactions(&e))
+            .caused_by(e);
     }
     PipelineError::transient(
         ErrorKind::Fenced,
@@ -128,7 +126,7 @@ pub fn transaction_error(e: KafkaError) -> PipelineError {
 
 /// The error of an instance fenced by another; quoted in runbooks/exactly-once.md.
 pub fn fenced_message() -> String {
-    "another walpost instance took over this slot's Kafka transactional id and fenced this one: this instance stops without committing anything more (see runbooks/exactly-once.md)".to_owned()
+    texts::exactly_once::FENCED.to_owned()
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! OpenTelemetry spans over OTLP/HTTP (protobuf), only when `OTEL_EXPORTER_OTLP_ENDPOINT`
-//! (or `..._TRACES_ENDPOINT`) is set ([`settings`]).
+//! (or `..._TRACES_ENDPOINT`) is set (`settings::otel`).
 //!
 //! One span per published event, `send <topic>` (kind PRODUCER, OpenTelemetry's
 //! messaging conventions), from the transaction's commit time to Kafka's
@@ -19,9 +19,8 @@
 //! - Spans carry no payload or key: the topic, partition, offset, event id and commit
 //!   LSN only.
 
-mod http;
-mod proto;
-pub mod settings;
+pub(crate) mod http;
+pub(crate) mod proto;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
@@ -32,24 +31,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use router::TraceParent;
 
+use crate::error::{ErrorKind, PipelineError};
+use crate::settings::otel::{Compression, OtelSettings, RootSampler, Sampler};
+use crate::telemetry::metrics::SpanMetrics;
 use proto::Span;
-use service::error::{ErrorKind, PipelineError};
-use settings::{Compression, OtelSettings, RootSampler, Sampler};
-
-/// The exporter's counters (`walpost_spans_exported_total`, `walpost_spans_dropped_total`),
-/// registered by the binary with its other series.
-#[derive(Debug, Clone)]
-pub struct SpanMetrics {
-    pub exported: prometheus::IntCounter,
-    pub dropped: prometheus::IntCounter,
-}
-
-/// The log target of the exporter's lines, as when it was a module of the binary:
-/// operators filter on it (`WALPOST_LOG`) and runbooks/otel-and-cloudevents.md quotes it.
-const LOG_TARGET: &str = "walpost::otlp";
 
 /// The exporter thread and the queue into it.
-pub struct Exporter {
+pub(crate) struct Exporter {
     tx: Option<SyncSender<Span>>,
     sampler: Sampler,
     metrics: SpanMetrics,
@@ -65,7 +53,7 @@ impl std::fmt::Debug for Exporter {
 
 impl Exporter {
     /// Starts the exporter thread.
-    pub fn start(s: &OtelSettings, metrics: SpanMetrics) -> Result<Exporter, PipelineError> {
+    pub(crate) fn start(s: &OtelSettings, metrics: SpanMetrics) -> Result<Exporter, PipelineError> {
         let (tx, rx) = mpsc::sync_channel::<Span>(s.max_queue);
         let (done_tx, done) = mpsc::channel();
         let mut resource = vec![
@@ -101,7 +89,6 @@ impl Exporter {
                 PipelineError::definite(ErrorKind::Host, format!("cannot start the OTLP exporter thread: {e}"))
             })?;
         tracing::info!(
-            target: LOG_TARGET,
             endpoint = %format!("{}://{}{}", if s.tls.is_some() { "https" } else { "http" }, s.authority, s.path),
             compression = ?s.compression,
             service = %s.service_name,
@@ -112,7 +99,7 @@ impl Exporter {
     }
 
     /// A tracer for one stream session.
-    pub fn tracer(&self) -> Option<Tracer> {
+    pub(crate) fn tracer(&self) -> Option<Tracer> {
         Some(Tracer {
             tx: self.tx.clone()?,
             sampler: self.sampler,
@@ -123,7 +110,7 @@ impl Exporter {
     }
 
     /// Exports what is queued (at most `timeout`), then stops the thread.
-    pub fn shutdown(mut self, timeout: Duration) {
+    pub(crate) fn shutdown(mut self, timeout: Duration) {
         self.tx = None;
         if let Some(done) = self.done.take() {
             if done.recv_timeout(timeout).is_ok() {
@@ -131,10 +118,7 @@ impl Exporter {
                     let _ = t.join();
                 }
             } else {
-                tracing::warn!(
-                    target: LOG_TARGET,
-                    "the OTLP exporter did not finish within {timeout:?}; queued spans are dropped"
-                );
+                tracing::warn!("the OTLP exporter did not finish within {timeout:?}; queued spans are dropped");
             }
         }
     }
@@ -143,7 +127,7 @@ impl Exporter {
 /// A span begun for a record handed to Kafka; [`Tracer::finish`] ends it at the
 /// acknowledgement.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingSpan {
+pub(crate) struct PendingSpan {
     trace_id: [u8; 16],
     span_id: [u8; 8],
     parent: Option<[u8; 8]>,
@@ -155,7 +139,7 @@ pub struct PendingSpan {
 
 impl PendingSpan {
     /// The `traceparent` a record carries when this span is its producer span.
-    pub fn traceparent(&self) -> String {
+    pub(crate) fn traceparent(&self) -> String {
         TraceParent { trace_id: self.trace_id, parent_id: self.span_id, flags: self.flags }
             .header_with_span(self.span_id)
     }
@@ -163,7 +147,7 @@ impl PendingSpan {
 
 /// Where Kafka put the record (from its delivery report).
 #[derive(Debug, Clone, Copy)]
-pub struct Placed<'a> {
+pub(crate) struct Placed<'a> {
     pub topic: &'a Arc<str>,
     pub partition: i32,
     pub offset: i64,
@@ -172,7 +156,7 @@ pub struct Placed<'a> {
 
 /// Samples, starts and finishes spans for one session (see the module docs).
 #[derive(Debug)]
-pub struct Tracer {
+pub(crate) struct Tracer {
     tx: SyncSender<Span>,
     sampler: Sampler,
     ids: IdGenerator,
@@ -183,13 +167,13 @@ pub struct Tracer {
 
 impl Tracer {
     /// `traceparent`, for a record's headers.
-    pub fn traceparent_header(&self) -> Arc<str> {
+    pub(crate) fn traceparent_header(&self) -> Arc<str> {
         Arc::clone(&self.traceparent)
     }
 
     /// A span for event `event_id` of a transaction committed at `commit_time_ms`, child
     /// of the row's context; `None` when the sampler says no.
-    pub fn start(
+    pub(crate) fn start(
         &mut self,
         parent: Option<&TraceParent>,
         state: Option<&Bytes>,
@@ -217,7 +201,7 @@ impl Tracer {
 
     /// Ends `span` now, at Kafka's acknowledgement, and queues it (dropped, counted, when
     /// the queue is full).
-    pub fn finish(&self, span: PendingSpan, at: Placed<'_>) {
+    pub(crate) fn finish(&self, span: PendingSpan, at: Placed<'_>) {
         let end = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let span = Span {
             trace_id: span.trace_id,
@@ -316,10 +300,7 @@ impl Worker {
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => Arc::new(rt),
             Err(e) => {
-                tracing::error!(
-                    target: LOG_TARGET,
-                    "cannot start the OTLP exporter's runtime: {e}; spans are dropped"
-                );
+                tracing::error!("cannot start the OTLP exporter's runtime: {e}; spans are dropped");
                 return;
             }
         };
@@ -364,11 +345,7 @@ impl Worker {
                 self.metrics.dropped.inc_by(n);
                 if self.last_warning.is_none_or(|t| t.elapsed() >= WARNING_EVERY) {
                     self.last_warning = Some(Instant::now());
-                    tracing::warn!(
-                        target: LOG_TARGET,
-                        spans = n,
-                        "{e}; those spans are dropped (walpost_spans_dropped_total)"
-                    );
+                    tracing::warn!(spans = n, "{e}; those spans are dropped (walpost_spans_dropped_total)");
                 }
             }
         }

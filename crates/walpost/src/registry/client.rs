@@ -16,8 +16,7 @@ use contracts::registry::{Fetched, Registered};
 use http_body_util::{BodyExt, Full, Limited};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use http_client::{ConnectError, Tls, TlsSetupError};
-
+use crate::http_client::{self, ConnectError, Tls, TlsSetupError};
 use crate::settings::{RegistryAuth, RegistrySettings};
 
 /// A path segment: everything but RFC 3986's unreserved characters escaped.
@@ -25,7 +24,7 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'
 
 /// What went wrong with a registry request.
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub(crate) enum RegistryError {
     #[error("cannot reach the schema registry at {0}: {1}")]
     Connect(String, std::io::Error),
     #[error("TLS with the schema registry at {0} failed: {1}")]
@@ -54,7 +53,7 @@ pub enum RegistryError {
 
 /// An answer to a compatibility question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compatibility {
+pub(crate) enum Compatibility {
     Compatible,
     Incompatible,
     /// The subject has no version yet: anything is compatible with nothing.
@@ -62,7 +61,7 @@ pub enum Compatibility {
 }
 
 /// See the module docs.
-pub struct RegistryClient {
+pub(crate) struct RegistryClient {
     /// For errors and logs: the URL as configured.
     url: String,
     authority: String,
@@ -80,7 +79,7 @@ impl std::fmt::Debug for RegistryClient {
 }
 
 impl RegistryClient {
-    pub fn new(s: &RegistrySettings) -> Result<RegistryClient, RegistryError> {
+    pub(crate) fn new(s: &RegistrySettings) -> Result<RegistryClient, RegistryError> {
         let bad = || RegistryError::BadUrl(s.url.clone());
         let (https, rest) = match s.url.split_once("://") {
             Some(("https", rest)) => (true, rest),
@@ -131,18 +130,18 @@ impl RegistryClient {
         })
     }
 
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
 
     /// `version`: a pinned one, or the latest.
     /// A subject that is `.` or `..` is missing: it cannot be asked for, so no registry
     /// holds it for walpost (an event type from a row's data may be anything).
-    pub async fn version(&self, subject: &str, version: Option<i32>) -> Result<Fetched, RegistryError> {
+    pub(crate) async fn version(&self, subject: &str, version: Option<i32>) -> Result<Fetched, RegistryError> {
         let v = version.map_or_else(|| "latest".to_owned(), |v| v.to_string());
         let Ok(subject) = segment(subject) else { return Ok(Fetched::Missing) };
         let path = format!("/subjects/{subject}/versions/{v}");
@@ -165,7 +164,7 @@ impl RegistryClient {
 
     /// Whether `schema` may follow the subject's latest version, by the subject's
     /// compatibility rule.
-    pub async fn compatible(
+    pub(crate) async fn compatible(
         &self,
         subject: &str,
         schema_type: &str,
@@ -186,7 +185,7 @@ impl RegistryClient {
 
     /// Registers `schema` under the subject (a no-op when it is its latest already);
     /// its id.
-    pub async fn register(&self, subject: &str, schema_type: &str, schema: &str) -> Result<u32, RegistryError> {
+    pub(crate) async fn register(&self, subject: &str, schema_type: &str, schema: &str) -> Result<u32, RegistryError> {
         let path = format!("/subjects/{}/versions", segment(subject)?);
         let (status, body) = self.request("POST", &path, Some(schema_body(schema_type, schema))).await?;
         if status == 409 {
@@ -200,7 +199,7 @@ impl RegistryClient {
     }
 
     /// The subjects it holds (a cheap request for start-up and `walpost check`).
-    pub async fn subjects(&self) -> Result<usize, RegistryError> {
+    pub(crate) async fn subjects(&self) -> Result<usize, RegistryError> {
         let (status, body) = self.request("GET", "/subjects", None).await?;
         let json = self.success(status, &body)?;
         json.as_array().map(Vec::len).ok_or_else(|| self.malformed("a subject list that is not a list".into()))
