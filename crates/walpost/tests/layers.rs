@@ -1,9 +1,9 @@
 //! The dependency rule inside crates/walpost (see its `lib.rs`): a module uses only
 //! modules of lower layers, never a sibling of its own layer nor anything above it. And
 //! no module import circle anywhere in the workspace. Between crates Cargo holds the
-//! rule (the inbox, daypart, kafka-common and service crates cannot use the relay's
-//! modules; the texts crate, below them all, cannot use anything), so only the binary's
-//! own modules are listed here.
+//! rule (the inbox, daypart, kafka-common, service, otlp, registry, http-client and
+//! condition crates cannot use the relay's modules; the texts crate, below them all,
+//! cannot use anything), so only the binary's own modules are listed here.
 //!
 //! A module is a top-level module of a crate (`src/stream/session.rs` belongs to
 //! `stream`; `src/app.rs` is `app`; `src/lib.rs` is the crate root, `lib`). Its
@@ -20,9 +20,9 @@ fn repo() -> PathBuf {
 
 /// Layers of crates/walpost, bottom first (the table in its lib.rs).
 const LAYERS: &[&[&str]] = &[
-    &["error", "http_client"],
+    &["error"],
     &["settings", "telemetry"],
-    &["postgres", "kafka", "otlp", "registry"],
+    &["postgres", "kafka"],
     &["snapshot"],
     &["stream", "monitor", "retention"],
     &["ops"],
