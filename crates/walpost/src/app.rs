@@ -14,7 +14,7 @@ use inbox::metrics::InboxMetrics;
 use inbox::settings::InboxSettings;
 use crate::settings::{FileConfig, Settings};
 use crate::telemetry::{http, Health, Metrics};
-use crate::{kafka, monitor, ops, otlp, registry, retention, stream};
+use crate::{kafka, monitor, ops, retention, stream};
 
 /// How long after start-up the slot monitor, retention and heartbeat tasks begin, so
 /// their connections do not compete with the stream's on the way to the first record.

@@ -2,14 +2,15 @@
 //!
 //! The protocol work lives in the `pgoutput`, `replication` and `router` crates; what
 //! both halves stand on in `service`, `daypart` and `kafka-common`; `walpost inbox` is
-//! the `inbox` crate and `walpost migrate` the `migrate` crate. This crate is the relay
+//! the `inbox` crate and `walpost migrate` the `migrate` crate; span export is `otlp`,
+//! the schema registry `registry` (both on `http-client`), row conditions `condition`. This crate is the relay
 //! (`walpost run`) and the wiring. Its modules, bottom to top:
 //!
 //! | layer | modules | what |
 //! |---|---|---|
-//! | 0 | [`error`], [`http_client`] | the service crate's error kind, with the relay's routing helpers; outbound HTTP connections |
+//! | 0 | [`error`] | the service crate's error kind, with the relay's routing helpers |
 //! | 1 | [`settings`], [`telemetry`] | configuration (`walpost inbox`'s too); `walpost run`'s metrics |
-//! | 2 | [`postgres`], [`kafka`], [`otlp`], [`registry`] | catalog queries and checks; producer, produce window, permanent-error policy, exactly-once; span export; the schema registry |
+//! | 2 | [`postgres`], [`kafka`] | catalog queries and checks; producer, produce window, permanent-error policy, exactly-once |
 //! | 3 | [`snapshot`] | the initial snapshot |
 //! | 4 | [`stream`], [`monitor`], [`retention`] | THE DATA PATH; slot alarms; partition retention |
 //! | 5 | [`ops`] | `check`, `slot`, `import-debezium`, `replay`, `migrate` |
@@ -29,15 +30,12 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub(crate) mod error;
-pub(crate) mod http_client;
 
 pub mod settings;
 pub mod telemetry;
 
 pub mod kafka;
-pub(crate) mod otlp;
 pub mod postgres;
-pub(crate) mod registry;
 
 pub mod snapshot;
 

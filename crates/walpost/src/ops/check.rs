@@ -89,10 +89,10 @@ pub async fn check(s: &Settings) -> Vec<Check> {
 
 /// `[registry]`: does the schema registry answer walpost as configured?
 async fn registry_check(r: &crate::settings::RegistrySettings) -> Check {
-    match crate::registry::ask(r).await {
-        crate::registry::Asked::Answers(n) => Check::Ok(format!("schema registry at {} answers ({n} subjects)", r.url)),
-        crate::registry::Asked::Refuses(e) => Check::Fail(e.to_string()),
-        crate::registry::Asked::Unreachable(e) => Check::Fail(format!(
+    match registry::ask(r).await {
+        registry::Asked::Answers(n) => Check::Ok(format!("schema registry at {} answers ({n} subjects)", r.url)),
+        registry::Asked::Refuses(e) => Check::Fail(e.to_string()),
+        registry::Asked::Unreachable(e) => Check::Fail(format!(
             "{e}: walpost run would start, but every event whose subject it has not cached waits until the registry answers"
         )),
     }

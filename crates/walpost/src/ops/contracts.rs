@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use contracts::registry::{Format, SubjectStrategy};
+use registry::{Compatibility, RegistryClient};
 
 use crate::error::{ErrorKind, PipelineError};
-use crate::registry::{Compatibility, RegistryClient};
 use crate::settings::contracts::registry_settings;
 use crate::settings::RegistryFile;
 

@@ -52,6 +52,8 @@ use super::duration::Seconds;
 use super::secrets::read_secret_file;
 use super::{ConfigError, SourceSettings};
 
+pub use registry::settings::{RegistryAuth, RegistrySettings};
+
 /// `[contracts]` as the file (and `--contracts-dir`, `--contracts-unknown`) give it.
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -152,37 +154,6 @@ impl RegistryFile {
             && self.max_response_bytes.is_none()
             && self.allow_plaintext_credentials.is_none()
     }
-}
-
-/// How walpost authenticates to the registry. `Debug` never shows the secret.
-#[derive(Clone, PartialEq, Eq)]
-pub enum RegistryAuth {
-    None,
-    Basic { username: String, password: String },
-    Bearer(String),
-}
-
-impl std::fmt::Debug for RegistryAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RegistryAuth::None => f.write_str("None"),
-            RegistryAuth::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
-            RegistryAuth::Bearer(_) => f.write_str("Bearer(***)"),
-        }
-    }
-}
-
-/// `[registry]`, resolved: where the schemas are and how records are written.
-#[derive(Debug, Clone)]
-pub struct RegistrySettings {
-    /// `http(s)://host:port/path`: the API's base (Apicurio's is `.../apis/ccompat/v7`).
-    pub url: String,
-    pub options: RegistryOptions,
-    pub ca: Option<PathBuf>,
-    pub auth: RegistryAuth,
-    pub timeout: Duration,
-    /// The longest answer body read; a longer one is an error.
-    pub max_response_bytes: usize,
 }
 
 /// The default time a fetched schema is used before the registry is asked again.

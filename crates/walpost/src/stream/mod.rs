@@ -32,12 +32,12 @@ pub(crate) mod start;
 use std::time::{Duration, Instant};
 
 use backoff::Backoff;
+use otlp::Exporter;
 use replication::TargetSessionAttrs;
 use tokio::sync::watch;
 
 use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::DeliveryMemo;
-use crate::otlp::Exporter;
 use crate::postgres::lineage::Lineage;
 use crate::postgres::topology;
 use crate::settings::Settings;

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use otlp::{PendingSpan, Placed, Tracer};
 use pgoutput::wire::{PrimaryKeepalive, ReplicationMessage, XLogData};
 use replication::ReplicationStream;
 use tokio::sync::watch;
@@ -25,7 +26,6 @@ use crate::kafka::exactly_once::ExactlyOnceState;
 use crate::kafka::{
     DeliveryMemo, Event, Failure, Known, Original, Outgoing, PermanentErrorPolicy, ProduceWindow, RecordId,
 };
-use crate::otlp::{PendingSpan, Placed, Tracer};
 use crate::settings::{KafkaSettings, Settings};
 use crate::telemetry::metrics::StreamMetrics;
 use crate::telemetry::now_ms;

@@ -18,8 +18,8 @@
 //!
 //! Why one file over 600 lines: the names, the `METRICS` table (docs/metrics.md is
 //! checked against it) and the one `Metrics::new` that registers them are read together
-//! when a metric is added; the handle groups with logic of their own live beside it
-//! (`metrics/contracts.rs`).
+//! when a metric is added; the handle groups of the contracts (with logic of their own)
+//! and of the span exporter are their crates' ([`ContractMetrics`], [`SpanMetrics`]).
 //!
 //! Gauges that are ages (lag, time without an acknowledgement) and the `streaming`
 //! flag are computed from [`Health`] when scraped, so they keep moving while the
@@ -35,8 +35,7 @@ use service::telemetry::{Exporter, Exposition};
 
 use super::health::{AlarmLevel, Health};
 
-mod contracts;
-pub use contracts::ContractMetrics;
+pub use registry::metrics::ContractMetrics;
 pub use service::telemetry::now_ms;
 
 /// Metric names.
@@ -325,12 +324,8 @@ impl SnapshotMetrics {
     }
 }
 
-/// The OTLP span exporter's counters.
-#[derive(Debug, Clone)]
-pub struct SpanMetrics {
-    pub exported: IntCounter,
-    pub dropped: IntCounter,
-}
+/// The OTLP span exporter's counters are the `otlp` crate's.
+pub use otlp::SpanMetrics;
 
 /// The names of the relay's retention series.
 pub const RETENTION_NAMES: RetentionNames = RetentionNames {

@@ -1,6 +1,7 @@
-//! The schema registry at walpost's edge: its REST client ([`client`]) and the
+//! The schema registry at walpost's edge: its REST client ([`RegistryClient`]), the
 //! [`SchemaSource`] the `contracts` crate's registry contracts ask when a subject is not
-//! in their cache.
+//! in their cache, the resolved `[registry]` section ([`settings`]) and the contracts'
+//! series ([`metrics`]).
 //!
 //! Why a thread: a contract's check is synchronous (the router is sans-io), and a
 //! cache miss must wait for the registry. [`HttpSource`] hands each fetch to its own
@@ -14,7 +15,9 @@
 //! `walpost_registry_requests_total{result}` and timed in
 //! `walpost_registry_request_seconds`.
 
-pub(crate) mod client;
+mod client;
+pub mod metrics;
+pub mod settings;
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -22,11 +25,15 @@ use std::time::{Duration, Instant};
 
 use contracts::registry::{Fetched, Lookup, RegistryContracts, SchemaSource};
 use router::ContractRef;
+use service::error::{ErrorKind, PipelineError};
 
-use crate::error::{ErrorKind, PipelineError};
-use crate::settings::RegistrySettings;
-use crate::telemetry::metrics::ContractMetrics;
-pub(crate) use client::{Compatibility, RegistryClient, RegistryError};
+pub use client::{Compatibility, RegistryClient, RegistryError};
+use metrics::ContractMetrics;
+use settings::RegistrySettings;
+
+/// The log target of the registry's lines, as when it was a module of the binary
+/// (operators filter on it with `WALPOST_LOG`).
+const LOG_TARGET: &str = "walpost::registry";
 
 /// How long past the request timeout a fetch is waited for (the thread's own overhead).
 const ANSWER_MARGIN: Duration = Duration::from_secs(1);
@@ -42,7 +49,7 @@ struct Job {
 
 /// See the module docs.
 #[derive(Debug)]
-pub(crate) struct HttpSource {
+pub struct HttpSource {
     jobs: Mutex<mpsc::Sender<Job>>,
     url: String,
     wait: Duration,
@@ -50,7 +57,7 @@ pub(crate) struct HttpSource {
 
 impl HttpSource {
     /// Starts the registry thread.
-    pub(crate) fn start(client: RegistryClient, metrics: Option<ContractMetrics>) -> Result<HttpSource, PipelineError> {
+    pub fn start(client: RegistryClient, metrics: Option<ContractMetrics>) -> Result<HttpSource, PipelineError> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let url = client.url().to_owned();
         let wait = client.timeout() + ANSWER_MARGIN;
@@ -73,7 +80,11 @@ impl HttpSource {
                         m.registry_seconds.observe(started.elapsed().as_secs_f64());
                     }
                     let answer = answer.map_err(|e| {
-                        tracing::warn!(kind = "registry", "schema registry request failed: {e}");
+                        tracing::warn!(
+                            target: LOG_TARGET,
+                            kind = "registry",
+                            "schema registry request failed: {e}"
+                        );
                         e.to_string()
                     });
                     let _ = job.reply.send(answer);
@@ -103,7 +114,7 @@ impl SchemaSource for HttpSource {
 }
 
 /// The registry's contract for every router, counted in `metrics` when given.
-pub(crate) fn contract(s: &RegistrySettings, metrics: Option<&ContractMetrics>) -> Result<ContractRef, PipelineError> {
+pub fn contract(s: &RegistrySettings, metrics: Option<&ContractMetrics>) -> Result<ContractRef, PipelineError> {
     let client = RegistryClient::new(s).map_err(|e| PipelineError::definite(ErrorKind::Config, e))?;
     let source = HttpSource::start(client, metrics.cloned())?;
     let mut contracts = RegistryContracts::new(Arc::new(source), s.options.clone());
@@ -120,15 +131,15 @@ pub(crate) fn contract(s: &RegistrySettings, metrics: Option<&ContractMetrics>) 
 /// A registry that refuses walpost's credentials or is not a registry stops walpost at
 /// start; one that cannot be reached yet is only a warning (it may come up, and events
 /// wait for it).
-pub(crate) async fn probe(s: &RegistrySettings) -> Result<(), PipelineError> {
+pub async fn probe(s: &RegistrySettings) -> Result<(), PipelineError> {
     match ask(s).await {
         Asked::Answers(n) => {
-            tracing::info!(subjects = n, "schema registry at {} answers", s.url);
+            tracing::info!(target: LOG_TARGET, subjects = n, "schema registry at {} answers", s.url);
             Ok(())
         }
         Asked::Refuses(e) => Err(e),
         Asked::Unreachable(e) => {
-            tracing::warn!("{e}: events wait for it");
+            tracing::warn!(target: LOG_TARGET, "{e}: events wait for it");
             Ok(())
         }
     }
@@ -136,7 +147,7 @@ pub(crate) async fn probe(s: &RegistrySettings) -> Result<(), PipelineError> {
 
 /// What the registry said when asked for its subjects.
 #[derive(Debug)]
-pub(crate) enum Asked {
+pub enum Asked {
     /// It answers, with this many subjects.
     Answers(usize),
     /// It refuses walpost (credentials), is not a registry, or its TLS cannot be set up:
@@ -147,7 +158,7 @@ pub(crate) enum Asked {
 }
 
 /// Asks the registry for its subjects (`walpost run`'s start, `walpost check`).
-pub(crate) async fn ask(s: &RegistrySettings) -> Asked {
+pub async fn ask(s: &RegistrySettings) -> Asked {
     let client = match RegistryClient::new(s) {
         Ok(c) => c,
         Err(e) => return Asked::Refuses(PipelineError::definite(ErrorKind::Config, e)),

@@ -17,12 +17,13 @@ use std::sync::{Arc, PoisonError, RwLock};
 use prometheus::{IntCounter, IntCounterVec};
 use router::{Checked, ContractError, ContractRef, Event, PayloadContract};
 
-use super::OTHER_TOPICS;
+use service::telemetry::exposition::OTHER_TOPICS;
 
-/// The contracts' counters (registered with the others in [`super::Metrics::new`]).
+/// The contracts' counters (the binary registers them with its other series).
 #[derive(Debug, Clone)]
 pub struct ContractMetrics {
-    pub(super) checks: IntCounterVec,
+    /// By event type and result: `valid`, `breach`.
+    pub checks: IntCounterVec,
     /// By result: `found`, `missing`, `error`.
     pub registry_requests: IntCounterVec,
     pub registry_seconds: prometheus::Histogram,
@@ -34,7 +35,7 @@ pub struct ContractMetrics {
 type Pair = [IntCounter; 2];
 
 /// The most event types a registry's checks label, beside `(other)`.
-pub(super) const MAX_LEARNED_TYPES: usize = 100;
+const MAX_LEARNED_TYPES: usize = 100;
 
 struct Metered {
     inner: Arc<dyn PayloadContract>,
@@ -124,9 +125,28 @@ impl PayloadContract for Metered {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use service::telemetry::{Exposition, Health};
+
     use super::*;
-    use crate::telemetry::health::Health;
-    use crate::telemetry::metrics::Metrics;
+
+    /// The contracts' series on an exposition of their own, as `walpost run` registers them.
+    pub(super) fn metrics() -> (Exposition, ContractMetrics) {
+        const TABLE: service::telemetry::MetricTable = &[
+            ("walpost_contract_checks_total", "counter", "checks"),
+            ("walpost_registry_requests_total", "counter", "requests"),
+            ("walpost_registry_request_seconds", "histogram", "seconds"),
+            ("walpost_registry_cache_lookups_total", "counter", "lookups"),
+        ];
+        let e =
+            Exposition::new(Arc::new(Health::new(std::time::Duration::MAX, std::time::Duration::MAX)), TABLE).unwrap();
+        let m = ContractMetrics {
+            checks: e.counters("walpost_contract_checks_total", &["event_type", "result"]).unwrap(),
+            registry_requests: e.counters("walpost_registry_requests_total", &["result"]).unwrap(),
+            registry_seconds: e.latency_histogram("walpost_registry_request_seconds").unwrap(),
+            registry_cache: e.counters("walpost_registry_cache_lookups_total", &["result"]).unwrap(),
+        };
+        (e, m)
+    }
 
     struct OnlyEmpty;
     impl PayloadContract for OnlyEmpty {
@@ -150,15 +170,15 @@ mod tests {
 
     #[test]
     fn checks_are_counted_by_known_event_type_and_result_others_as_other() {
-        let metrics = Metrics::new(Arc::new(Health::new(std::time::Duration::MAX, std::time::Duration::MAX))).unwrap();
-        let metered = metrics.contracts.meter(&ContractRef(Arc::new(OnlyEmpty)));
+        let (exposition, metrics) = metrics();
+        let metered = metrics.meter(&ContractRef(Arc::new(OnlyEmpty)));
         let event = |t: Option<&'static [u8]>| Event { event_type: t, topic: "t" };
         assert!(metered.0.check(event(Some(b"OrderPlaced")), b"{}").is_ok());
         assert!(metered.0.check(event(Some(b"OrderPlaced")), b"[]").is_err());
         assert!(metered.0.check(event(Some(b"OrderPlaced")), b"down").is_err(), "not counted: not checked");
         assert!(metered.0.check(event(Some(b"secret@example.com")), b"{}").is_ok());
         assert!(metered.0.check(event(None), b"[]").is_err());
-        let text = metrics.encode();
+        let text = exposition.encode();
         for line in [
             "walpost_contract_checks_total{event_type=\"OrderPlaced\",result=\"valid\"} 1",
             "walpost_contract_checks_total{event_type=\"OrderPlaced\",result=\"breach\"} 1",
@@ -176,9 +196,8 @@ mod tests {
 mod learned_tests {
     #![allow(clippy::unwrap_used)]
 
+    use super::tests::metrics;
     use super::*;
-    use crate::telemetry::health::Health;
-    use crate::telemetry::metrics::Metrics;
 
     /// A registry by event type: accepts `{}`, refuses the rest.
     struct ByEventType;
@@ -201,8 +220,8 @@ mod learned_tests {
 
     #[test]
     fn a_registrys_event_types_become_labels_once_accepted_and_at_most_the_limit() {
-        let metrics = Metrics::new(Arc::new(Health::new(std::time::Duration::MAX, std::time::Duration::MAX))).unwrap();
-        let metered = metrics.contracts.meter(&ContractRef(Arc::new(ByEventType)));
+        let (exposition, metrics) = metrics();
+        let metered = metrics.meter(&ContractRef(Arc::new(ByEventType)));
         let event = |t: &'static [u8]| Event { event_type: Some(t), topic: "t" };
         assert!(metered.0.check(event(b"Unregistered"), b"[]").is_err(), "refused before it was ever accepted");
         assert!(metered.0.check(event(b"OrderPlaced"), b"{}").is_ok());
@@ -212,7 +231,7 @@ mod learned_tests {
             let t: &'static [u8] = Box::leak(n.clone().into_bytes().into_boxed_slice());
             assert!(metered.0.check(event(t), b"{}").is_ok());
         }
-        let text = metrics.encode();
+        let text = exposition.encode();
         for line in [
             "walpost_contract_checks_total{event_type=\"OrderPlaced\",result=\"valid\"} 1",
             "walpost_contract_checks_total{event_type=\"OrderPlaced\",result=\"breach\"} 1",

@@ -16,7 +16,8 @@ use contracts::registry::{Fetched, Registered};
 use http_body_util::{BodyExt, Full, Limited};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use crate::http_client::{self, ConnectError, Tls, TlsSetupError};
+use http_client::{ConnectError, Tls, TlsSetupError};
+
 use crate::settings::{RegistryAuth, RegistrySettings};
 
 /// A path segment: everything but RFC 3986's unreserved characters escaped.
@@ -24,7 +25,7 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'
 
 /// What went wrong with a registry request.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum RegistryError {
+pub enum RegistryError {
     #[error("cannot reach the schema registry at {0}: {1}")]
     Connect(String, std::io::Error),
     #[error("TLS with the schema registry at {0} failed: {1}")]
@@ -53,7 +54,7 @@ pub(crate) enum RegistryError {
 
 /// An answer to a compatibility question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Compatibility {
+pub enum Compatibility {
     Compatible,
     Incompatible,
     /// The subject has no version yet: anything is compatible with nothing.
@@ -61,7 +62,7 @@ pub(crate) enum Compatibility {
 }
 
 /// See the module docs.
-pub(crate) struct RegistryClient {
+pub struct RegistryClient {
     /// For errors and logs: the URL as configured.
     url: String,
     authority: String,
@@ -79,7 +80,7 @@ impl std::fmt::Debug for RegistryClient {
 }
 
 impl RegistryClient {
-    pub(crate) fn new(s: &RegistrySettings) -> Result<RegistryClient, RegistryError> {
+    pub fn new(s: &RegistrySettings) -> Result<RegistryClient, RegistryError> {
         let bad = || RegistryError::BadUrl(s.url.clone());
         let (https, rest) = match s.url.split_once("://") {
             Some(("https", rest)) => (true, rest),
@@ -130,18 +131,18 @@ impl RegistryClient {
         })
     }
 
-    pub(crate) fn url(&self) -> &str {
+    pub fn url(&self) -> &str {
         &self.url
     }
 
-    pub(crate) fn timeout(&self) -> Duration {
+    pub fn timeout(&self) -> Duration {
         self.timeout
     }
 
     /// `version`: a pinned one, or the latest.
     /// A subject that is `.` or `..` is missing: it cannot be asked for, so no registry
     /// holds it for walpost (an event type from a row's data may be anything).
-    pub(crate) async fn version(&self, subject: &str, version: Option<i32>) -> Result<Fetched, RegistryError> {
+    pub async fn version(&self, subject: &str, version: Option<i32>) -> Result<Fetched, RegistryError> {
         let v = version.map_or_else(|| "latest".to_owned(), |v| v.to_string());
         let Ok(subject) = segment(subject) else { return Ok(Fetched::Missing) };
         let path = format!("/subjects/{subject}/versions/{v}");
@@ -164,7 +165,7 @@ impl RegistryClient {
 
     /// Whether `schema` may follow the subject's latest version, by the subject's
     /// compatibility rule.
-    pub(crate) async fn compatible(
+    pub async fn compatible(
         &self,
         subject: &str,
         schema_type: &str,
@@ -185,7 +186,7 @@ impl RegistryClient {
 
     /// Registers `schema` under the subject (a no-op when it is its latest already);
     /// its id.
-    pub(crate) async fn register(&self, subject: &str, schema_type: &str, schema: &str) -> Result<u32, RegistryError> {
+    pub async fn register(&self, subject: &str, schema_type: &str, schema: &str) -> Result<u32, RegistryError> {
         let path = format!("/subjects/{}/versions", segment(subject)?);
         let (status, body) = self.request("POST", &path, Some(schema_body(schema_type, schema))).await?;
         if status == 409 {
@@ -199,7 +200,7 @@ impl RegistryClient {
     }
 
     /// The subjects it holds (a cheap request for start-up and `walpost check`).
-    pub(crate) async fn subjects(&self) -> Result<usize, RegistryError> {
+    pub async fn subjects(&self) -> Result<usize, RegistryError> {
         let (status, body) = self.request("GET", "/subjects", None).await?;
         let json = self.success(status, &body)?;
         json.as_array().map(Vec::len).ok_or_else(|| self.malformed("a subject list that is not a list".into()))

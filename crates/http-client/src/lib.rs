@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
 
 /// What a TLS connection to a peer is made with.
-pub(crate) struct Tls {
+pub struct Tls {
     connector: SslConnector,
     host: String,
 }
@@ -33,7 +33,7 @@ impl std::fmt::Debug for Tls {
 /// A certificate file could not be used (at start-up).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot set up TLS for {peer}: {what} {path}: {reason}")]
-pub(crate) struct TlsSetupError {
+pub struct TlsSetupError {
     peer: &'static str,
     what: &'static str,
     path: String,
@@ -42,12 +42,12 @@ pub(crate) struct TlsSetupError {
 }
 
 /// A file and what it is, as errors name it ("the CA file (registry.ca)").
-pub(crate) type NamedFile<'a> = (&'static str, &'a Path);
+pub type NamedFile<'a> = (&'static str, &'a Path);
 
 impl Tls {
     /// `peer` names the other end in errors ("the OTLP endpoint"); `host` is checked
     /// against its certificate and sent as SNI; `client` is a certificate and its key.
-    pub(crate) fn new(
+    pub fn new(
         peer: &'static str,
         host: &str,
         ca: Option<NamedFile<'_>>,
@@ -75,7 +75,7 @@ impl Tls {
 
 /// Why a connection could not be made.
 #[derive(Debug)]
-pub(crate) enum ConnectError {
+pub enum ConnectError {
     Connect(std::io::Error),
     /// The handshake failed: why (the certificate's verification result when that was it).
     Tls(String),
@@ -83,7 +83,7 @@ pub(crate) enum ConnectError {
 }
 
 /// A new HTTP/1.1 connection to `authority` (host:port), over TLS when `tls` is given.
-pub(crate) async fn connect(authority: &str, tls: Option<&Tls>) -> Result<SendRequest<Full<Bytes>>, ConnectError> {
+pub async fn connect(authority: &str, tls: Option<&Tls>) -> Result<SendRequest<Full<Bytes>>, ConnectError> {
     let stream = tokio::net::TcpStream::connect(authority).await.map_err(ConnectError::Connect)?;
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else {

@@ -1,5 +1,5 @@
 //! OpenTelemetry spans over OTLP/HTTP (protobuf), only when `OTEL_EXPORTER_OTLP_ENDPOINT`
-//! (or `..._TRACES_ENDPOINT`) is set (`settings::otel`).
+//! (or `..._TRACES_ENDPOINT`) is set ([`settings`]).
 //!
 //! One span per published event, `send <topic>` (kind PRODUCER, OpenTelemetry's
 //! messaging conventions), from the transaction's commit time to Kafka's
@@ -19,8 +19,9 @@
 //! - Spans carry no payload or key: the topic, partition, offset, event id and commit
 //!   LSN only.
 
-pub(crate) mod http;
-pub(crate) mod proto;
+mod http;
+mod proto;
+pub mod settings;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
@@ -31,13 +32,24 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use router::TraceParent;
 
-use crate::error::{ErrorKind, PipelineError};
-use crate::settings::otel::{Compression, OtelSettings, RootSampler, Sampler};
-use crate::telemetry::metrics::SpanMetrics;
 use proto::Span;
+use service::error::{ErrorKind, PipelineError};
+use settings::{Compression, OtelSettings, RootSampler, Sampler};
+
+/// The exporter's counters (`walpost_spans_exported_total`, `walpost_spans_dropped_total`),
+/// registered by the binary with its other series.
+#[derive(Debug, Clone)]
+pub struct SpanMetrics {
+    pub exported: prometheus::IntCounter,
+    pub dropped: prometheus::IntCounter,
+}
+
+/// The log target of the exporter's lines, as when it was a module of the binary:
+/// operators filter on it (`WALPOST_LOG`) and runbooks/otel-and-cloudevents.md quotes it.
+const LOG_TARGET: &str = "walpost::otlp";
 
 /// The exporter thread and the queue into it.
-pub(crate) struct Exporter {
+pub struct Exporter {
     tx: Option<SyncSender<Span>>,
     sampler: Sampler,
     metrics: SpanMetrics,
@@ -53,7 +65,7 @@ impl std::fmt::Debug for Exporter {
 
 impl Exporter {
     /// Starts the exporter thread.
-    pub(crate) fn start(s: &OtelSettings, metrics: SpanMetrics) -> Result<Exporter, PipelineError> {
+    pub fn start(s: &OtelSettings, metrics: SpanMetrics) -> Result<Exporter, PipelineError> {
         let (tx, rx) = mpsc::sync_channel::<Span>(s.max_queue);
         let (done_tx, done) = mpsc::channel();
         let mut resource = vec![
@@ -89,6 +101,7 @@ impl Exporter {
                 PipelineError::definite(ErrorKind::Host, format!("cannot start the OTLP exporter thread: {e}"))
             })?;
         tracing::info!(
+            target: LOG_TARGET,
             endpoint = %format!("{}://{}{}", if s.tls.is_some() { "https" } else { "http" }, s.authority, s.path),
             compression = ?s.compression,
             service = %s.service_name,
@@ -99,7 +112,7 @@ impl Exporter {
     }
 
     /// A tracer for one stream session.
-    pub(crate) fn tracer(&self) -> Option<Tracer> {
+    pub fn tracer(&self) -> Option<Tracer> {
         Some(Tracer {
             tx: self.tx.clone()?,
             sampler: self.sampler,
@@ -110,7 +123,7 @@ impl Exporter {
     }
 
     /// Exports what is queued (at most `timeout`), then stops the thread.
-    pub(crate) fn shutdown(mut self, timeout: Duration) {
+    pub fn shutdown(mut self, timeout: Duration) {
         self.tx = None;
         if let Some(done) = self.done.take() {
             if done.recv_timeout(timeout).is_ok() {
@@ -118,7 +131,10 @@ impl Exporter {
                     let _ = t.join();
                 }
             } else {
-                tracing::warn!("the OTLP exporter did not finish within {timeout:?}; queued spans are dropped");
+                tracing::warn!(
+                    target: LOG_TARGET,
+                    "the OTLP exporter did not finish within {timeout:?}; queued spans are dropped"
+                );
             }
         }
     }
@@ -127,7 +143,7 @@ impl Exporter {
 /// A span begun for a record handed to Kafka; [`Tracer::finish`] ends it at the
 /// acknowledgement.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PendingSpan {
+pub struct PendingSpan {
     trace_id: [u8; 16],
     span_id: [u8; 8],
     parent: Option<[u8; 8]>,
@@ -139,7 +155,7 @@ pub(crate) struct PendingSpan {
 
 impl PendingSpan {
     /// The `traceparent` a record carries when this span is its producer span.
-    pub(crate) fn traceparent(&self) -> String {
+    pub fn traceparent(&self) -> String {
         TraceParent { trace_id: self.trace_id, parent_id: self.span_id, flags: self.flags }
             .header_with_span(self.span_id)
     }
@@ -147,7 +163,7 @@ impl PendingSpan {
 
 /// Where Kafka put the record (from its delivery report).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Placed<'a> {
+pub struct Placed<'a> {
     pub topic: &'a Arc<str>,
     pub partition: i32,
     pub offset: i64,
@@ -156,7 +172,7 @@ pub(crate) struct Placed<'a> {
 
 /// Samples, starts and finishes spans for one session (see the module docs).
 #[derive(Debug)]
-pub(crate) struct Tracer {
+pub struct Tracer {
     tx: SyncSender<Span>,
     sampler: Sampler,
     ids: IdGenerator,
@@ -167,13 +183,13 @@ pub(crate) struct Tracer {
 
 impl Tracer {
     /// `traceparent`, for a record's headers.
-    pub(crate) fn traceparent_header(&self) -> Arc<str> {
+    pub fn traceparent_header(&self) -> Arc<str> {
         Arc::clone(&self.traceparent)
     }
 
     /// A span for event `event_id` of a transaction committed at `commit_time_ms`, child
     /// of the row's context; `None` when the sampler says no.
-    pub(crate) fn start(
+    pub fn start(
         &mut self,
         parent: Option<&TraceParent>,
         state: Option<&Bytes>,
@@ -201,7 +217,7 @@ impl Tracer {
 
     /// Ends `span` now, at Kafka's acknowledgement, and queues it (dropped, counted, when
     /// the queue is full).
-    pub(crate) fn finish(&self, span: PendingSpan, at: Placed<'_>) {
+    pub fn finish(&self, span: PendingSpan, at: Placed<'_>) {
         let end = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let span = Span {
             trace_id: span.trace_id,
@@ -300,7 +316,10 @@ impl Worker {
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => Arc::new(rt),
             Err(e) => {
-                tracing::error!("cannot start the OTLP exporter's runtime: {e}; spans are dropped");
+                tracing::error!(
+                    target: LOG_TARGET,
+                    "cannot start the OTLP exporter's runtime: {e}; spans are dropped"
+                );
                 return;
             }
         };
@@ -345,7 +364,11 @@ impl Worker {
                 self.metrics.dropped.inc_by(n);
                 if self.last_warning.is_none_or(|t| t.elapsed() >= WARNING_EVERY) {
                     self.last_warning = Some(Instant::now());
-                    tracing::warn!(spans = n, "{e}; those spans are dropped (walpost_spans_dropped_total)");
+                    tracing::warn!(
+                        target: LOG_TARGET,
+                        spans = n,
+                        "{e}; those spans are dropped (walpost_spans_dropped_total)"
+                    );
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! One OTLP/HTTP export: `POST <path>` with a protobuf body, on a connection of
-//! [`crate::http_client`] (plain, or TLS verified against the system's roots or the
+//! [`http_client`] (plain, or TLS verified against the system's roots or the
 //! configured CA, and the URL's host); there is no pool: the connection is kept while it works and opened again
 //! after an error. With gzip the body is compressed once per export, not per try.
 //!
@@ -15,9 +15,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 
-pub(crate) use crate::http_client::TlsSetupError;
-use crate::http_client::{self, ConnectError, Tls};
-use crate::settings::otel::OtlpTls;
+use http_client::{ConnectError, Tls, TlsSetupError};
+
+use crate::settings::OtlpTls;
 
 /// An export the endpoint did not take.
 #[derive(Debug, thiserror::Error)]
@@ -277,7 +277,7 @@ mod tests {
     /// runbooks/otel-and-cloudevents.md quotes them.
     #[test]
     fn unusable_certificate_files_are_named_as_the_runbook_quotes() {
-        let runbook = include_str!("../../../../runbooks/otel-and-cloudevents.md");
+        let runbook = include_str!("../../../runbooks/otel-and-cloudevents.md");
         let dir = std::env::temp_dir().join(format!("walpost-otlp-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let garbage = dir.join("ca.crt");
