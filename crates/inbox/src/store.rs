@@ -177,7 +177,8 @@ impl Store {
         let numbers = array(partitions.iter().map(|(_, p)| p));
         let text = format!(
             "SELECT topic, \"partition\", next_offset FROM {}.offsets \
-             WHERE group_id = $1 AND (topic, \"partition\") IN (SELECT * FROM pg_catalog.unnest($2::text[], $3::int[]))",
+             WHERE group_id = $1 AND (topic, \"partition\") IN \
+               (SELECT * FROM ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::int[])))",
             ident(&self.schema),
         );
         let r = self
@@ -281,23 +282,27 @@ impl Store {
             .collect();
         let (advanced, rewound): (Vec<_>, Vec<_>) = offsets.iter().partition(|(p, _)| !batch.rewound.contains(*p));
         if !(rejected.is_empty() && offsets.is_empty()) {
-            // The rows of each table are columns of arrays, one parameter each: one
+            // The rows of each table are columns of arrays, one parameter each, zipped by
+            // ROWS FROM (the multi-argument unnest is that, but only unqualified): one
             // statement however many rows. A late write of a former owner never moves an
             // offset back (GREATEST); a rewound log does (its records were read again from
             // a lower offset, and stored). The two offset inserts touch other partitions.
             let text = format!(
                 "WITH rejected AS (\
                    INSERT INTO {schema}.rejected (topic, \"partition\", \"offset\", reason) \
-                   SELECT * FROM pg_catalog.unnest($1::text[], $2::int[], $3::bigint[], $4::text[]) \
+                   SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::int[]), \
+                     pg_catalog.unnest($3::bigint[]), pg_catalog.unnest($4::text[])) \
                    ON CONFLICT DO NOTHING), \
                  advanced AS (\
                    INSERT INTO {schema}.offsets (group_id, topic, \"partition\", next_offset) \
-                   SELECT $5::text, * FROM pg_catalog.unnest($6::text[], $7::int[], $8::bigint[]) \
+                   SELECT $5::text, * FROM ROWS FROM (pg_catalog.unnest($6::text[]), \
+                     pg_catalog.unnest($7::int[]), pg_catalog.unnest($8::bigint[])) \
                    ON CONFLICT (group_id, topic, \"partition\") \
                    DO UPDATE SET next_offset = GREATEST({schema}.offsets.next_offset, EXCLUDED.next_offset)), \
                  rewound AS (\
                    INSERT INTO {schema}.offsets (group_id, topic, \"partition\", next_offset) \
-                   SELECT $5::text, * FROM pg_catalog.unnest($9::text[], $10::int[], $11::bigint[]) \
+                   SELECT $5::text, * FROM ROWS FROM (pg_catalog.unnest($9::text[]), \
+                     pg_catalog.unnest($10::int[]), pg_catalog.unnest($11::bigint[])) \
                    ON CONFLICT (group_id, topic, \"partition\") DO UPDATE SET next_offset = EXCLUDED.next_offset) \
                  SELECT 1"
             );

@@ -6,8 +6,9 @@
 //! Two shapes of value need a helper here:
 //! - a list of values is one parameter, an array in PostgreSQL's text input syntax
 //!   ([`array`]), cast in the statement (`= ANY ($1::text[])`, or
-//!   `pg_catalog.unnest($1::text[], $2::int[])` for the rows of a multi-row insert): one
-//!   statement, one round trip, however many rows;
+//!   `ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::int[]))` for the
+//!   rows of a multi-row insert, one array per column): one statement, one round trip,
+//!   however many rows;
 //! - DDL takes no parameters: PostgreSQL builds its text from bound values
 //!   (`pg_catalog.format`, [`run_formatted`]) and walpost runs what came back.
 
