@@ -28,6 +28,7 @@ pub(crate) mod ingest;
 pub mod messages;
 pub mod metrics;
 mod pipeline;
+mod readiness;
 pub(crate) mod record;
 pub(crate) mod retention;
 pub mod settings;

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use daypart::{RetentionMetrics, RetentionNames};
 use prometheus::{Gauge, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 use service::telemetry::exposition::{MAX_TOPIC_SERIES, OTHER_TOPICS};
-use service::telemetry::{now_ms, Condition, Exporter, Exposition, Health};
+use service::telemetry::{now_ms, Exporter, Exposition, Health};
+
+use crate::readiness::Readiness;
 
 /// Metric names.
 pub mod names {
@@ -171,36 +173,7 @@ pub struct InboxMetrics {
     /// Readiness: what the inbox tells `/readyz`.
     health: Arc<Health>,
     /// The inbox's own part of it.
-    readiness: Arc<InboxReadiness>,
-}
-
-/// `walpost inbox`'s condition for `/readyz`: its PostgreSQL answers, and it holds
-/// partitions when its group has any (a group whose offsets are stored for none is still
-/// empty).
-#[derive(Debug)]
-struct InboxReadiness {
-    /// Why the inbox's PostgreSQL could not be read at the last try (`None`: it answered,
-    /// or it was not tried yet).
-    postgres_error: Mutex<Option<String>>,
-    /// Partitions the group assigned to this instance (-1: not known yet).
-    assigned: AtomicI64,
-    /// Partitions the group has stored offsets for (-1: not known yet).
-    group_partitions: AtomicI64,
-}
-
-impl Condition for InboxReadiness {
-    fn check(&self) -> Result<(), String> {
-        if let Some(e) = self.postgres_error.lock().ok().and_then(|e| e.clone()) {
-            return Err(format!("cannot read the inbox's PostgreSQL: {e}"));
-        }
-        let group = self.group_partitions.load(Ordering::Relaxed);
-        if group > 0 && self.assigned.load(Ordering::Relaxed) <= 0 {
-            return Err(format!(
-                "holds no partition: the consumer group has stored offsets for {group} partitions and assigned none to this instance (yet)"
-            ));
-        }
-        Ok(())
-    }
+    readiness: Arc<Readiness>,
 }
 
 impl InboxMetrics {
@@ -208,11 +181,7 @@ impl InboxMetrics {
     /// gauges computed at scrape time.
     pub fn new(health: Arc<Health>) -> prometheus::Result<InboxMetrics> {
         let e = Exposition::new(health.clone(), METRICS)?;
-        let readiness = Arc::new(InboxReadiness {
-            postgres_error: Mutex::new(None),
-            assigned: AtomicI64::new(-1),
-            group_partitions: AtomicI64::new(-1),
-        });
+        let readiness = Arc::new(Readiness::default());
         if health.add_condition(readiness.clone()).is_err() {
             // One Health per mode: a second registration is a wiring bug, not an input.
             return Err(prometheus::Error::Msg("the inbox's readiness is registered twice on one Health".into()));
@@ -310,7 +279,7 @@ impl InboxMetrics {
         let Ok(stats) = serde_json::from_slice::<serde_json::Value>(statistics) else { return };
         if let Some(n) = stats.pointer("/cgrp/assignment_size").and_then(serde_json::Value::as_i64) {
             self.assigned_partitions.set(n);
-            self.readiness.assigned.store(n, Ordering::Relaxed);
+            self.readiness.set_assigned(n);
         }
         let Some(topics) = stats.get("topics").and_then(serde_json::Value::as_object) else { return };
         for (topic, t) in topics {
@@ -424,17 +393,10 @@ impl InboxMetrics {
     /// What the handler statistics' reader found out about the inbox's PostgreSQL: `Ok`
     /// with the partitions the group has stored offsets for, or why it could not read.
     pub fn set_postgres_probe(&self, probe: Result<i64, String>) {
-        let error = match probe {
-            Ok(n) => {
-                self.group_partitions.set(n);
-                self.readiness.group_partitions.store(n, Ordering::Relaxed);
-                None
-            }
-            Err(e) => Some(e),
-        };
-        if let Ok(mut slot) = self.readiness.postgres_error.lock() {
-            *slot = error;
+        if let Ok(n) = probe {
+            self.group_partitions.set(n);
         }
+        self.readiness.set_postgres_probe(probe);
     }
 
     /// The gauges computed at scrape time.

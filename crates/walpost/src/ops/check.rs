@@ -3,11 +3,11 @@
 //! Every check runs even when an earlier one fails. Connection strings are printed
 //! redacted.
 
-use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, ConfigResource, OwnedResourceSpecifier, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::metadata::Metadata;
+use kafka_common::reach;
 use replication::ReplicationClient;
 
 use crate::error::PipelineError;
@@ -237,7 +237,7 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
     // The producer's own security settings (TLS, SASL), not a bare client.
     let admin: AdminClient<DefaultClientContext> = match client_config(brokers, &kafka.properties)
         .map_err(|e| e.to_string())
-        .and_then(|mut c| c.set("socket.timeout.ms", "5000").create().map_err(|e| e.to_string()))
+        .and_then(|mut c| reach::for_a_check(&mut c).create().map_err(|e| e.to_string()))
     {
         Ok(a) => a,
         Err(e) => {
@@ -245,25 +245,10 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
             return out;
         }
     };
-    // A blocking librdkafka call: off the (single-threaded) runtime.
-    let fetched = tokio::task::spawn_blocking(move || {
-        let metadata = admin.inner().fetch_metadata(None, Duration::from_secs(10));
-        (admin, metadata)
-    })
-    .await;
-    let (admin, metadata) = match fetched {
-        Ok(pair) => pair,
+    let (admin, md, ()) = match reach::metadata(admin, brokers, AdminClient::inner, |_| ()).await {
+        Ok(fetched) => fetched,
         Err(e) => {
-            out.push(Check::Fail(format!("Kafka metadata request for {brokers} failed: {e}")));
-            return out;
-        }
-    };
-    let md = match metadata {
-        Ok(md) => md,
-        Err(e) => {
-            out.push(Check::Fail(format!(
-                "Kafka at {brokers} is not reachable: {e}; check --kafka-brokers, the network and [kafka.properties] (security.protocol, sasl.*, ssl.*)"
-            )));
+            out.push(Check::Fail(e));
             return out;
         }
     };
