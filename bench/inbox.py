@@ -5,7 +5,11 @@ servers and builds walpost); not part of the test suite.
 
 Environment: POSTGRES_URL, KAFKA_BROKERS, PG_BINDIR, WALPOST (the binary), RECORDS
 (default 200000), RESULTS (output markdown file), INBOX_CONFIG (a TOML file for walpost
-inbox, e.g. other [inbox] batch limits), ONLY_INGEST (stop after the ingest rows).
+inbox, e.g. other [inbox] batch limits), ONLY_INGEST (stop after the ingest rows), TOPIC
+and GROUP (default bench.orders, bench), NO_MIGRATE (leave the schema to `walpost inbox
+--create-schema` alone: a binary older than `walpost migrate`; bench/inbox-ab.sh).
+With ONLY_INGEST a last line `ingest: <records/s from start> <records/s first to last>
+<CPU us/record> <peak RSS MB>` is printed for scripts.
 """
 
 import os
@@ -158,13 +162,15 @@ def pgbench(handler, clients, seconds):
 def main():
     machine = "%d cores, load %s" % (os.cpu_count(), procstat.loadavg())
     lines = ["# walpost inbox benchmark", "", "machine: " + machine, ""]
-    topic = "bench.orders"
-    subprocess.run([WALPOST, "migrate", "--inbox", "--postgres", PG], check=True, stdout=subprocess.DEVNULL)
+    topic = os.environ.get("TOPIC", "bench.orders")
+    group = os.environ.get("GROUP", "bench")
+    if not os.environ.get("NO_MIGRATE"):
+        subprocess.run([WALPOST, "migrate", "--inbox", "--postgres", PG], check=True, stdout=subprocess.DEVNULL)
     create_topic(topic)
     print("producing %d records of ~1 KB..." % RECORDS, flush=True)
     produce(topic, 0, RECORDS)
 
-    proc, secs, steady, write, rss = ingest(topic, "bench", RECORDS)
+    proc, secs, steady, write, rss = ingest(topic, group, RECORDS)
     cpu = procstat.cpu_s(proc.pid)
     proc.terminate()
     proc.wait(30)
@@ -187,6 +193,7 @@ def main():
     ]
     print("\n".join(lines[-10:]), flush=True)
     if ONLY_INGEST:
+        print("ingest: %.0f %.0f %.1f %.1f" % (rate, steady_rate, cpu * 1e6 / RECORDS, rss), flush=True)
         return
 
     sql("CREATE TABLE IF NOT EXISTS effects (handler text, event_id text)", False)
