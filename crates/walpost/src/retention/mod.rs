@@ -192,9 +192,8 @@ pub(crate) async fn task(settings: Settings, metrics: RetentionMetrics, mut shut
                 wait
             }
         };
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = shutdown.changed() => return,
+        if backoff::sleep_or_shutdown(wait, &mut shutdown).await {
+            return;
         }
     }
 }
