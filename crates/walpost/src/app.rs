@@ -171,7 +171,7 @@ async fn attach_registry(settings: &mut Settings, metrics: Option<&Metrics>) -> 
 
 /// Every router's contract counted in `walpost_contract_checks_total` (they share one).
 fn meter_contracts(settings: &mut Settings, metrics: &Metrics) {
-    let Some(contract) = settings.router().contract.clone() else {
+    let Some(contract) = settings.source.router().contract.clone() else {
         return;
     };
     let metered = metrics.contracts.meter(&contract);
@@ -187,24 +187,24 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
     metrics.kafka.declare_dead_letter_classes(router::ERROR_CLASSES.iter().chain(kafka::rejection::CLASSES).copied());
     attach_registry(&mut settings, Some(&metrics)).await?;
     meter_contracts(&mut settings, &metrics);
-    let server = serve_metrics(settings.metrics_addr, &metrics)?;
+    let server = serve_metrics(settings.telemetry.metrics_addr, &metrics)?;
     tracing::info!(
         version = crate::VERSION,
-        postgres = %settings.postgres.redacted(),
+        postgres = %settings.postgres.server.redacted(),
         kafka = %settings.kafka()?.brokers,
-        table = %settings.table(),
+        table = %settings.source.table(),
         slot = %settings.source.slot,
         "walpost starting"
     );
     kafka::config::log_defaults(&settings.kafka()?.properties);
-    if let Some(contract) = &settings.router().contract {
+    if let Some(contract) = &settings.source.router().contract {
         tracing::info!(
             "contracts: every payload is checked against its event type's schema ({})",
             contract.0.describe()
         );
     }
     // Only with OTEL_EXPORTER_OTLP_ENDPOINT: otherwise no thread, no queue, no spans.
-    let spans = match &settings.otel {
+    let spans = match &settings.telemetry.otel {
         Some(otel) => Some(otlp::Exporter::start(otel, metrics.spans.clone())?),
         None => None,
     };

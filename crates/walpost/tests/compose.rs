@@ -547,7 +547,7 @@ fn walpost_settings_resolve_and_point_at_the_compose_services() {
     let pg = service(&doc, "postgres");
     let pg_env = environment(pg, "postgres");
     let pg_port: u16 = postgres_settings(pg).get("port").map_or(5432, |p| p.parse().expect("numeric port"));
-    let c = &settings.postgres;
+    let c = &settings.postgres.server;
     assert_eq!(c.hosts.len(), 1, "{COMPOSE}: WALPOST_POSTGRES names one host");
     assert_eq!(
         c.hosts[0].host,
@@ -592,7 +592,7 @@ fn walpost_settings_resolve_and_point_at_the_compose_services() {
 fn metrics_port_is_published_and_exposed() {
     let doc = compose();
     let settings = resolve(&walpost_container_env(&doc));
-    let addr = settings.metrics_addr.unwrap_or_else(|| {
+    let addr = settings.telemetry.metrics_addr.unwrap_or_else(|| {
         panic!("{SHARED_ENV}/{COMPOSE}: WALPOST_METRICS_ADDR must be set (the health check uses /healthz)")
     });
     assert!(

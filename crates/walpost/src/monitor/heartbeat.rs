@@ -23,7 +23,7 @@ pub(crate) async fn run(s: Settings, interval: Duration, mut shutdown: watch::Re
                     notice.on("the heartbeat");
                     sql = Some(c);
                 }
-                Err(e) if s.standby_decoding() => notice.off(
+                Err(e) if s.postgres.standby_decoding() => notice.off(
                     "the heartbeat",
                     "a quiet outbox may hold WAL on the standby until other tables change",
                     &e,

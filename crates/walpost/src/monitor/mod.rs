@@ -58,7 +58,7 @@ pub(crate) async fn run(
         }
         pause = s.monitor.interval;
         if sql.is_none() {
-            match ReplicationClient::connect_sql(&s.postgres).await {
+            match ReplicationClient::connect_sql(&s.postgres.server).await {
                 Ok(c) => sql = Some(c),
                 Err(e) => {
                     tracing::debug!("slot monitor cannot connect: {e}");

@@ -50,7 +50,7 @@ impl OutboxWatch {
             // Replaced and published again (migrations/outbox/0002 does both in one
             // transaction, losing nothing); a gap between the two would lose rows.
             tracing::warn!(
-                table = %s.table(),
+                table = %s.source.table(),
                 "{}",
                 texts::outbox::RECREATED
             );

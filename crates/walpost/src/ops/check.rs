@@ -35,18 +35,18 @@ pub async fn check(s: &Settings) -> Vec<Check> {
         println!("{}", c.line());
         out.push(c);
     };
-    match ReplicationClient::connect_sql(&s.postgres).await {
-        Err(e) => emit(Check::Fail(format!("connect to {}: {}", s.postgres.redacted(), PipelineError::from(e)))),
+    match ReplicationClient::connect_sql(&s.postgres.server).await {
+        Err(e) => emit(Check::Fail(format!("connect to {}: {}", s.postgres.server.redacted(), PipelineError::from(e)))),
         Ok(mut sql) => {
             let version = sql.parameter("server_version").unwrap_or("?").to_owned();
-            emit(Check::Ok(format!("connect to {} (PostgreSQL {version})", s.postgres.redacted())));
+            emit(Check::Ok(format!("connect to {} (PostgreSQL {version})", s.postgres.server.redacted())));
             for c in postgres_checks(&mut sql, s).await {
                 emit(c);
             }
             if let Ok((catalog, wal_level)) = super::check_managed::gather(&mut sql).await {
                 super::check_managed::evaluate(&catalog, &wal_level).into_iter().for_each(&mut emit);
             }
-            if s.standby_decoding() {
+            if s.postgres.standby_decoding() {
                 match super::check_standby::gather(&mut sql, s).await {
                     Ok(facts) => super::check_standby::evaluate(&facts).into_iter().for_each(&mut emit),
                     Err(e) => emit(Check::Fail(format!("standby decoding: cannot read the standby's settings: {e}"))),
@@ -56,12 +56,12 @@ pub async fn check(s: &Settings) -> Vec<Check> {
         }
     }
     // Failover slots are a primary's: a standby's own slot is not synchronized anywhere.
-    if !s.standby_decoding() {
+    if !s.postgres.standby_decoding() {
         for c in super::failover::evaluate(&super::failover::gather(s).await, &s.source.slot, s.source.slot_failover) {
             emit(c);
         }
     }
-    match ReplicationClient::connect(&s.postgres).await {
+    match ReplicationClient::connect(&s.postgres.server).await {
         Ok(repl) => {
             emit(Check::Ok("replication connection (replication=database) accepted".into()));
             repl.close().await;
@@ -115,7 +115,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         });
     }
     out.push(from_result("role has REPLICATION".into(), preflight::check_role(sql).await));
-    let table = s.table();
+    let table = s.source.table();
     match catalog::may_select(sql, table).await {
         Ok(Some(true)) => out.push(Check::Ok(format!("SELECT on {table}"))),
         Ok(Some(false)) => out.push(Check::Fail(format!(
@@ -253,7 +253,7 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
         }
     };
     out.push(Check::Ok(format!("Kafka at {brokers}: {} broker(s)", md.brokers().len())));
-    let prefix = routed_prefix(s.router());
+    let prefix = routed_prefix(s.source.router());
     let present = md.topics().iter().filter(|t| !prefix.is_empty() && t.name().starts_with(&prefix)).count();
     // One broker's configuration (None: the brokers refuse DescribeConfigs): whether
     // topics are created on first use, and the defaults such topics get.

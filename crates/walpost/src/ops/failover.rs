@@ -50,8 +50,8 @@ pub(crate) enum Role {
 /// Visits every host of the connection string.
 pub(crate) async fn gather(s: &Settings) -> Vec<HostFacts> {
     let mut out = Vec::new();
-    for host in &s.postgres.hosts {
-        let mut config = s.postgres.pinned_to(host);
+    for host in &s.postgres.server.hosts {
+        let mut config = s.postgres.server.pinned_to(host);
         config.target_session_attrs = TargetSessionAttrs::Any;
         let server = match ReplicationClient::connect_sql(&config).await {
             Err(e) => Err(crate::error::PipelineError::from(e).to_string()),

@@ -505,7 +505,7 @@ mod tests {
         // The TOML resolves into working settings.
         let s = Settings::resolve(&Overrides::default(), f).unwrap();
         assert_eq!(s.source.outboxes.len(), 2);
-        assert_eq!(s.router().additional.len(), 2);
+        assert_eq!(s.source.router().additional.len(), 2);
     }
 
     #[test]

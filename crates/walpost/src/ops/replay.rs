@@ -47,7 +47,7 @@ pub(crate) fn spec(
 /// Runs the replay and prints its summary.
 pub(crate) async fn command(s: &Settings, spec: &ReplaySpec) -> Result<(), PipelineError> {
     if let Some(since) = &spec.since {
-        let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+        let mut sql = ReplicationClient::connect_sql(&s.postgres.server).await?;
         for outbox in &s.source.outboxes {
             if let Some(oldest) = oldest_partition_start(&mut sql, &outbox.table.quoted(), since).await {
                 tracing::warn!(

@@ -27,7 +27,7 @@ pub(crate) mod exit {
 /// `walpost slot status`: prints the slot's figures and alarm; returns the exit code.
 pub(crate) async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError> {
     let slot = &s.source.slot;
-    let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+    let mut sql = ReplicationClient::connect_sql(&s.postgres.server).await?;
     let status = monitor::query(&mut sql, slot).await?;
     if !status.exists {
         return missing(sql, s, json).await;
@@ -119,7 +119,7 @@ async fn missing(mut sql: ReplicationClient, s: &Settings, json: bool) -> Result
     sql.close().await;
     let (code, level, message) = match record {
         lineage::Record::Streamed(origin) => {
-            let mut repl = ReplicationClient::connect(&s.postgres.pinned_to(&host)).await?;
+            let mut repl = ReplicationClient::connect(&s.postgres.server.pinned_to(&host)).await?;
             let now = repl.identify_system().await?;
             repl.close().await;
             (exit::LOST, "lost", texts::slot::missing(slot, &host, origin.as_text(), now.timeline, &table))
@@ -165,8 +165,8 @@ fn human_bytes(b: u64) -> String {
 /// `walpost slot create`: the publication (if missing) and the slot, no streaming.
 pub(crate) async fn create(s: &Settings) -> Result<(), PipelineError> {
     let slot = &s.source.slot;
-    let mut repl = ReplicationClient::connect(&s.postgres).await?;
-    let mut sql = ReplicationClient::connect_sql(&s.postgres.pinned_to(repl.connected_host())).await?;
+    let mut repl = ReplicationClient::connect(&s.postgres.server).await?;
+    let mut sql = ReplicationClient::connect_sql(&s.postgres.server.pinned_to(repl.connected_host())).await?;
     preflight::preflight(&mut sql, s).await?;
     if catalog::slot_row(&mut sql, slot).await?.is_some() {
         return Err(PipelineError::definite(ErrorKind::Slot, format!("replication slot \"{slot}\" already exists")));
@@ -212,7 +212,7 @@ pub(crate) async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
             return Err(PipelineError::definite(ErrorKind::Slot, format!("not confirmed; slot \"{slot}\" kept")));
         }
     }
-    let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+    let mut sql = ReplicationClient::connect_sql(&s.postgres.server).await?;
     let Some(row) = catalog::slot_row(&mut sql, slot).await? else {
         return Err(PipelineError::definite(ErrorKind::Slot, format!("replication slot \"{slot}\" does not exist")));
     };

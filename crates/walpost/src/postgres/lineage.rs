@@ -61,7 +61,7 @@ pub struct Lineage {
 }
 
 fn table(s: &Settings) -> String {
-    format!("{}.walpost_slots", ident(&s.table().schema))
+    format!("{}.walpost_slots", ident(&s.source.table().schema))
 }
 
 impl Lineage {
@@ -166,7 +166,7 @@ impl Lineage {
             self.warned = true;
             tracing::warn!(
                 "cannot record the slot in {table} ({e}): a slot lost in a failover is then detected only while this process runs; grant CREATE on schema {} or apply migrations/outbox/0003_walpost_slots.sql (walpost migrate)",
-                s.table().schema
+                s.source.table().schema
             );
         }
     }
@@ -182,7 +182,7 @@ async fn create_table_if_missing(sql: &mut ReplicationClient, s: &Settings) -> R
     if present.first("present") == Some("t") {
         return Ok(());
     }
-    migrate::create_walpost_slots(sql, &s.table().schema).await.map_err(|e| e.to_string())
+    migrate::create_walpost_slots(sql, &s.source.table().schema).await.map_err(|e| e.to_string())
 }
 
 /// What `events.walpost_slots` says of the slot.

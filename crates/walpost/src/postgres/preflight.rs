@@ -167,7 +167,7 @@ async fn check_outbox_table(sql: &mut ReplicationClient, s: &Settings, outbox: &
     if columns.is_empty() {
         return Err(PipelineError::definite(ErrorKind::Outbox, format!(
             "table {table} does not exist in database {}: run walpost migrate (migrations/outbox/) or pass --table schema.name",
-            s.postgres.dbname
+            s.postgres.server.dbname
         )));
     }
     let relation = catalog::relation_of(table, columns);
@@ -183,7 +183,7 @@ pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings
     match catalog::publication_state(sql, s).await? {
         Publication::Ready => return Ok(()),
         Publication::ReadyForAllTables => {
-            tracing::warn!(publication = %publication, "publication is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published", s.table());
+            tracing::warn!(publication = %publication, "publication is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published", s.source.table());
             return Ok(());
         }
         Publication::Missing => {}
@@ -202,7 +202,7 @@ pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings
         ))
         .caused_by(e)
     })?;
-    tracing::info!(publication = %publication, table = %s.table(), "created publication");
+    tracing::info!(publication = %publication, table = %s.source.table(), "created publication");
     Ok(())
 }
 
@@ -243,7 +243,7 @@ async fn create_on_the_primary(
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    tracing::info!(publication = %publication, table = %s.table(), "created publication on the primary");
+    tracing::info!(publication = %publication, table = %s.source.table(), "created publication on the primary");
     Ok(())
 }
 
@@ -260,11 +260,11 @@ pub(crate) fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineErro
             row.plugin.as_deref().unwrap_or("none")
         )));
     }
-    if row.database.as_deref() != Some(s.postgres.dbname.as_str()) {
+    if row.database.as_deref() != Some(s.postgres.server.dbname.as_str()) {
         return Err(PipelineError::definite(ErrorKind::Slot, format!(
             "replication slot \"{slot}\" belongs to database {}, not {}: connect to that database or choose another --slot",
             row.database.as_deref().unwrap_or("?"),
-            s.postgres.dbname
+            s.postgres.server.dbname
         )));
     }
     if row.is_conflicted() {

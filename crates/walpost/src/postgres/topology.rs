@@ -61,13 +61,13 @@ pub(crate) fn found_no_standby(e: &PipelineError) -> bool {
 /// behind `sql` (the one the slot is read on) is in recovery. `prefer-standby` may have
 /// settled on a primary, and a standby may have been promoted since.
 pub(crate) async fn on_a_standby(s: &Settings, sql: &mut ReplicationClient) -> Result<bool, PipelineError> {
-    Ok(s.standby_decoding() && in_recovery(sql).await?)
+    Ok(s.postgres.standby_decoding() && in_recovery(sql).await?)
 }
 
 /// A connection to the server walpost writes on (see the module docs).
 pub(crate) async fn connect_writer(s: &Settings) -> Result<ReplicationClient, PipelineError> {
-    let Some(primary) = &s.primary else {
-        return Ok(ReplicationClient::connect_sql(&s.postgres).await?);
+    let Some(primary) = &s.postgres.primary else {
+        return Ok(ReplicationClient::connect_sql(&s.postgres.server).await?);
     };
     let first = match ReplicationClient::connect_sql(primary).await {
         Ok(mut sql) => match in_recovery(&mut sql).await {
@@ -81,7 +81,7 @@ pub(crate) async fn connect_writer(s: &Settings) -> Result<ReplicationClient, Pi
         Err(e) => PipelineError::from(e).to_string(),
     };
     // The decoding standby may have been promoted: then it is where walpost writes.
-    let mut promoted = s.postgres.clone();
+    let mut promoted = s.postgres.server.clone();
     promoted.target_session_attrs = TargetSessionAttrs::ReadWrite;
     if promoted != *primary {
         if let Ok(mut sql) = ReplicationClient::connect_sql(&promoted).await {

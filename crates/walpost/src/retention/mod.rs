@@ -83,9 +83,9 @@ pub(crate) struct Target {
 impl Target {
     pub(crate) fn from_settings(s: &Settings) -> Target {
         Target {
-            postgres: s.writer().clone(),
-            slot_server: s.primary.is_some().then(|| s.postgres.clone()),
-            table: s.table().clone(),
+            postgres: s.postgres.writer().clone(),
+            slot_server: s.postgres.primary.is_some().then(|| s.postgres.server.clone()),
+            table: s.source.table().clone(),
             slot: s.source.slot.clone(),
             config: s.retention.clone(),
         }

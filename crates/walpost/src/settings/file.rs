@@ -16,7 +16,13 @@ use super::{ConfigError, ContractsFile, DeliveryMode, Envelope, OnPermanentError
 mod inbox;
 pub use inbox::InboxFile;
 
-/// The whole file.
+/// The whole file. A section of [`super::Settings`] reads its table here (`[pipeline]`:
+/// the stream's, `[monitor]`, `[retention]`, `[inbox]`...) or, for the sections users'
+/// files spell as top-level keys, those keys: `postgres*` (postgres), `table`, `slot*`,
+/// `publication`, `heartbeat_interval_secs`, `signal_table`, `envelope` (source),
+/// `on_permanent_error`, `dead_letter_topic`, `log_values`, `delivery` (kafka),
+/// `snapshot*`, `metrics_addr` (telemetry). They stay top-level fields rather than
+/// flattened structs: serde cannot refuse unknown keys through `flatten`.
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {

@@ -10,13 +10,13 @@ use inbox::settings::{
     BatchLimits, Dedup, HeaderNames, InboxRetention, InboxSettings, OnInvalid, StartFrom, Subscription,
 };
 
-use super::resolve::{resolve_kafka_properties, resolve_metrics_addr, resolve_postgres};
+use super::resolve::{resolve_kafka_properties, resolve_metrics_addr, resolve_inbox_postgres};
 use super::{ConfigError, FileConfig, InboxFile, Overrides};
 
 /// `walpost inbox`'s settings: `overrides` over `file` over defaults.
 pub fn resolve(overrides: &Overrides, mut file: FileConfig) -> Result<InboxSettings, ConfigError> {
     overrides.layer_onto(&mut file);
-    let postgres = resolve_postgres(overrides, &mut file)?;
+    let postgres = resolve_inbox_postgres(overrides, &mut file)?;
     let brokers = file.kafka.brokers.take().ok_or(ConfigError::Missing {
         key: "kafka.brokers",
         flag: "kafka-brokers",

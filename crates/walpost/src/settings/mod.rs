@@ -39,15 +39,11 @@ pub use file::{
 };
 pub use resolve::{validate_identifier, Overrides};
 
-/// Resolved, validated settings.
+/// Resolved, validated settings: one resolved struct per section, each made by one
+/// function of `resolve` from its raw part of [`FileConfig`] with the flags layered on.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The server the slot is read from: the primary, or a standby when
-    /// `target_session_attrs` is `standby` or `prefer-standby`.
-    pub postgres: replication::Config,
-    /// Decoding on a standby: where walpost writes (`postgres_primary`, or `postgres`'s
-    /// hosts with `read-write`). `None`: walpost decodes on the primary and writes there.
-    pub primary: Option<replication::Config>,
+    pub postgres: PostgresSettings,
     pub source: SourceSettings,
     /// `None` for the commands that never talk to Kafka ([`Settings::resolve_without_kafka`]):
     /// they have no brokers, rather than an empty brokers string.
@@ -56,32 +52,13 @@ pub struct Settings {
     pub snapshot: SnapshotSettings,
     pub monitor: MonitorSettings,
     pub retention: RetentionSettings,
-    /// `/metrics`, `/healthz`, `/readyz`; `None`: not served.
-    pub metrics_addr: Option<SocketAddr>,
-    /// Span export (`OTEL_EXPORTER_OTLP_ENDPOINT`...); `None`: no exporter, no spans.
-    pub otel: Option<otel::OtelSettings>,
+    pub telemetry: TelemetrySettings,
     /// `[registry]` with `contracts.value_format = json-schema | avro`: `app` gives every
     /// router the registry's contract.
     pub registry: Option<RegistrySettings>,
 }
 
 impl Settings {
-    /// The first outbox table (`--table`).
-    pub fn table(&self) -> &TableName {
-        &self.source.outboxes[0].table
-    }
-
-    /// The first outbox table's router configuration.
-    pub fn router(&self) -> &RouterConfig {
-        &self.source.outboxes[0].router
-    }
-
-    /// Whether the settings ask to decode on a standby (the server found may still be a
-    /// primary: `prefer-standby`, or a standby promoted since).
-    pub fn standby_decoding(&self) -> bool {
-        self.primary.is_some()
-    }
-
     /// The Kafka settings of a command that talks to Kafka (resolved by
     /// [`Settings::resolve`], which requires the brokers).
     pub fn kafka(&self) -> Result<&KafkaSettings, ConfigError> {
@@ -91,12 +68,40 @@ impl Settings {
             env: "KAFKA_BROKERS",
         })
     }
+}
+
+/// The PostgreSQL connections (`postgres`, `postgres_primary`, `postgres_password_file`).
+#[derive(Debug, Clone)]
+pub struct PostgresSettings {
+    /// The server the slot is read from: the primary, or a standby when
+    /// `target_session_attrs` is `standby` or `prefer-standby`.
+    pub server: replication::Config,
+    /// Decoding on a standby: where walpost writes (`postgres_primary`, or `postgres`'s
+    /// hosts with `read-write`). `None`: walpost decodes on the primary and writes there.
+    pub primary: Option<replication::Config>,
+}
+
+impl PostgresSettings {
+    /// Whether the settings ask to decode on a standby (the server found may still be a
+    /// primary: `prefer-standby`, or a standby promoted since).
+    pub fn standby_decoding(&self) -> bool {
+        self.primary.is_some()
+    }
 
     /// Where walpost writes: the primary connection when decoding on a standby, else the
     /// server it decodes on.
     pub fn writer(&self) -> &replication::Config {
-        self.primary.as_ref().unwrap_or(&self.postgres)
+        self.primary.as_ref().unwrap_or(&self.server)
     }
+}
+
+/// What the process serves and exports about itself.
+#[derive(Debug, Clone)]
+pub struct TelemetrySettings {
+    /// `/metrics`, `/healthz`, `/readyz` (`metrics_addr`); `None`: not served.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Span export (`OTEL_EXPORTER_OTLP_ENDPOINT`...); `None`: no exporter, no spans.
+    pub otel: Option<otel::OtelSettings>,
 }
 
 /// What is read from PostgreSQL: the slot, the publication, the outbox tables.
@@ -122,6 +127,16 @@ pub struct SourceSettings {
 }
 
 impl SourceSettings {
+    /// The first outbox table (`--table`).
+    pub fn table(&self) -> &TableName {
+        &self.outboxes[0].table
+    }
+
+    /// The first outbox table's router configuration.
+    pub fn router(&self) -> &RouterConfig {
+        &self.outboxes[0].router
+    }
+
     /// The router of every outbox table, then the table-less outbox's.
     pub fn routers_mut(&mut self) -> impl Iterator<Item = &mut RouterConfig> {
         self.outboxes.iter_mut().map(|o| &mut o.router).chain(self.messages.iter_mut().map(|m| &mut m.router))

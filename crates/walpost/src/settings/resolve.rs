@@ -6,12 +6,12 @@ use router::RouterConfig;
 
 mod sections;
 
-use super::{
-    secrets, CloudEventsFile, ConfigError, Delivery, Envelope, FileConfig, KafkaSettings, Messages, OnPermanentError,
-    OpInvalid, Outbox, RouterFile, Settings, SnapshotMode, SnapshotSettings, SourceSettings, TableName,
-};
+use super::{secrets, CloudEventsFile, ConfigError, Delivery, Envelope, FileConfig, OpInvalid, RouterFile, Settings};
 pub(in crate::settings) use sections::positive_duration;
-use sections::{resolve_delivery, resolve_monitor, resolve_retention, resolve_stream};
+use sections::{
+    resolve_kafka, resolve_monitor, resolve_postgres, resolve_retention, resolve_snapshot, resolve_source,
+    resolve_stream, resolve_telemetry,
+};
 
 mod overrides;
 pub use overrides::Overrides;
@@ -28,192 +28,44 @@ impl Settings {
     }
 }
 
+/// Every section from its part of the file (with the flags layered on), then the checks
+/// that span sections.
 fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Settings, ConfigError> {
     o.layer_onto(&mut file);
-    let postgres =
-        file.postgres.take().ok_or(ConfigError::Missing { key: "postgres", flag: "postgres", env: "POSTGRES" })?;
-    let brokers = match file.kafka.brokers.take() {
-        Some(_) if !need_kafka => None,
-        Some(b) => Some(b),
-        None if !need_kafka => None,
-        None => return Err(ConfigError::Missing { key: "kafka.brokers", flag: "kafka-brokers", env: "KAFKA_BROKERS" }),
-    };
-    let table = TableName::parse(&file.table.take().unwrap_or_else(|| "events.outbox".into()))?;
-    let slot = file.slot.take().unwrap_or_else(|| "walpost".into());
-    validate_slot_name(&slot)?;
-    let publication = file.publication.take().unwrap_or_else(|| "walpost_outbox".into());
-    validate_identifier(&publication).map_err(|expected| ConfigError::Invalid {
-        key: "publication",
-        value: publication.clone(),
-        expected,
-    })?;
-
-    let base = file.router.clone();
-    let log_values = file.log_values.unwrap_or(false);
-    let envelope = resolve_envelope(file.envelope.take(), &file.cloudevents)?;
-    // The default CloudEvents source names the database and the table.
-    let dbname = replication::Config::parse_with_env(&postgres, &|k| std::env::var(k).ok())
-        .map(|c| c.dbname)
-        .unwrap_or_default();
-    let ce_for = |what: &str| envelope.as_ref().map(|e| e.for_source(&dbname, what));
-    let (router, op_invalid) = resolve_router(&base, log_values, ce_for(&table.to_string()))?;
-    let mut outboxes = vec![Outbox { table, router, op_invalid }];
-    for extra in &file.outbox {
-        let t = TableName::parse(&extra.table)?;
-        let (r, op) = resolve_router(&extra.router.or(&base), log_values, ce_for(&t.to_string()))?;
-        if outboxes.iter().any(|o| o.table == t) {
-            return Err(ConfigError::Invalid {
-                key: "outbox.table",
-                value: extra.table.clone(),
-                expected: "each outbox table once",
-            });
-        }
-        outboxes.push(Outbox { table: t, router: r, op_invalid: op });
-    }
-    let messages = if file.messages.prefix_include.is_empty() {
-        None
-    } else {
-        let (r, op) = resolve_router(&file.messages.router.or(&base), log_values, ce_for("messages"))?;
-        Some(Messages {
-            prefixes: file.messages.prefix_include.clone(),
-            allow_non_transactional: file.messages.allow_non_transactional,
-            allowed_roles: file.messages.allowed_roles.clone(),
-            trust_all_roles: file.messages.trust_all_roles,
-            router: r,
-            op_invalid: op,
-        })
-    };
-    // Optional (unset: no heartbeat), but never zero.
-    let heartbeat_interval =
-        file.heartbeat_interval_secs.map(|s| positive_duration("heartbeat_interval", Some(s.0), s.0)).transpose()?;
-    let signal_table = match file.signal_table.take() {
-        None => None,
-        Some(text) => {
-            let t = TableName::parse(&text)?;
-            if outboxes.iter().any(|o| o.table == t) {
-                return Err(ConfigError::Invalid {
-                    key: "signal_table",
-                    value: text,
-                    expected: "a table of its own, not an outbox table",
-                });
-            }
-            Some(t)
-        }
-    };
-    let mut source = SourceSettings {
-        slot,
-        publication,
-        slot_failover: file.slot_failover.unwrap_or(false),
-        outboxes,
-        messages,
-        heartbeat_interval,
-        signal_table,
-        signal_allowed_roles: file.signal.allowed_roles.clone(),
-        signal_trust_all_roles: file.signal.trust_all_roles,
-    };
-
-    let on_permanent_error = file.on_permanent_error.unwrap_or(OnPermanentError::Halt);
-    let dead_letter_topic = file.dead_letter_topic.take().unwrap_or_else(|| "walpost.dead_letter".into());
-    let internal = dead_letter_topic.starts_with(router::INTERNAL_TOPIC_PREFIX);
-    if router::validate_topic(&dead_letter_topic).is_err() || internal {
-        return Err(ConfigError::Invalid {
-            key: "dead_letter_topic",
-            value: dead_letter_topic,
-            expected: "a valid Kafka topic name not starting with __",
-        });
-    }
-    let properties = resolve_kafka_properties(o, &file.kafka)?;
-    let delivery = resolve_delivery(file.delivery.take(), &file.exactly_once)?;
-    if let (Some(t), Delivery::ExactlyOnce(_)) = (&source.signal_table, &delivery) {
-        return Err(ConfigError::Invalid {
-            key: "signal_table",
-            value: t.to_string(),
-            expected: "no signal table with delivery = exactly-once (a signal's replay is not inside the Kafka transactions): run walpost replay instead",
-        });
-    }
-    // walpost's own topics are never a row's destination.
-    let mut reserved = vec![dead_letter_topic.clone()];
-    if let Delivery::ExactlyOnce(e) = &delivery {
-        reserved.push(e.progress_topic.clone());
-    }
-    for router in source.routers_mut() {
-        router.reserved_topics.clone_from(&reserved);
-    }
-    let registry =
-        super::contracts::resolve_registry(&file.contracts, &file.registry, &source, &|k| std::env::var(k).ok())?;
-    super::contracts::attach(&file.contracts, &mut source)?;
-
-    let snapshot_mode = file.snapshot.unwrap_or(SnapshotMode::Never);
-    let filter = file.snapshot_filter.take().filter(|f| !f.trim().is_empty());
-    if filter.is_some() && snapshot_mode == SnapshotMode::Never {
-        return Err(ConfigError::Invalid {
-            key: "snapshot_filter",
-            value: filter.unwrap_or_default(),
-            expected: "no filter unless --snapshot is initial, initial_only or when_needed",
-        });
-    }
-
-    let monitor = resolve_monitor(file.monitor)?;
-    let stream = resolve_stream(file.pipeline, &properties)?;
-    let kafka = brokers.map(|brokers| KafkaSettings {
-        brokers,
-        properties,
-        on_permanent_error,
-        dead_letter_topic,
-        log_values,
-        delivery,
-    });
-
-    // A backfill runs beside the service with the service's configuration: the port in
-    // it is the service's, so a backfill serves metrics only when its own command line
-    // names a port.
-    let backfill_without_flag = snapshot_mode == SnapshotMode::InitialOnly && !o.metrics_addr_on_argv;
-    let metrics_addr = match file.metrics_addr.take() {
-        Some(a) if backfill_without_flag && !a.is_empty() => {
-            tracing::info!("a backfill (--snapshot initial_only) serves no metrics unless --metrics-addr is on its own command line: {a} is the service's");
-            None
-        }
-        other => resolve_metrics_addr(other)?,
-    };
-    let password_file = file.postgres_password_file.take();
-    let on_argv = o.postgres_on_argv.then_some(secrets::POSTGRES_PASSWORD_ON_ARGV);
-    let config = postgres_config(on_argv, password_file.as_deref(), &postgres)?;
-    let (postgres, primary) = decoding_server(config, &postgres)?;
-    let primary = match (primary, file.postgres_primary.take()) {
-        (None, Some(text)) => {
-            return Err(ConfigError::Invalid {
-                key: "postgres_primary",
-                value: replication::Config::parse_with_env(&text, &|_| None).map_or_else(|_| "(set)".into(), |c| c.redacted()),
-                expected: "no primary connection unless postgres settles on a standby (target_session_attrs=standby or prefer-standby): on a primary walpost writes where it reads",
-            })
-        }
-        (None, None) => None,
-        (Some(derived), None) => Some(derived),
-        (Some(_), Some(text)) => {
-            let on_argv = o.postgres_primary_on_argv.then_some(secrets::POSTGRES_PRIMARY_PASSWORD_ON_ARGV);
-            let mut config = postgres_config(on_argv, password_file.as_deref(), &text)?;
-            config.target_session_attrs = replication::TargetSessionAttrs::ReadWrite;
-            Some(config)
-        }
-    };
-    if primary.is_some() && source.slot_failover {
+    let postgres = resolve_postgres(o, &mut file)?;
+    let mut source = resolve_source(&mut file, &postgres.server.dbname)?;
+    if postgres.standby_decoding() && source.slot_failover {
         return Err(ConfigError::Invalid {
             key: "slot_failover",
             value: "true".into(),
             expected: "false when decoding on a standby: PostgreSQL creates failover slots on a primary only (a standby's slot is its own)",
         });
     }
+    let kafka = resolve_kafka(o, &mut file, &source, need_kafka)?;
+    if let Some(k) = &kafka {
+        // walpost's own topics are never a row's destination.
+        let mut reserved = vec![k.dead_letter_topic.clone()];
+        if let Delivery::ExactlyOnce(e) = &k.delivery {
+            reserved.push(e.progress_topic.clone());
+        }
+        for router in source.routers_mut() {
+            router.reserved_topics.clone_from(&reserved);
+        }
+    }
+    let registry =
+        super::contracts::resolve_registry(&file.contracts, &file.registry, &source, &|k| std::env::var(k).ok())?;
+    super::contracts::attach(&file.contracts, &mut source)?;
+    let snapshot = resolve_snapshot(&mut file)?;
+    let telemetry = resolve_telemetry(o, &mut file, snapshot.mode)?;
     Ok(Settings {
         postgres,
-        primary,
         source,
+        stream: resolve_stream(file.pipeline, kafka.as_ref().map(|k| &k.properties))?,
         kafka,
-        stream,
-        snapshot: SnapshotSettings { mode: snapshot_mode, filter, replay: None },
-        monitor,
+        snapshot,
+        monitor: resolve_monitor(file.monitor)?,
         retention: resolve_retention(&file.retention)?,
-        metrics_addr,
-        otel: super::otel::OtelSettings::from_env(&|k| std::env::var(k).ok())?,
+        telemetry,
         registry,
     })
 }
@@ -290,7 +142,7 @@ fn postgres_config(
 }
 
 /// `postgres` for a mode that writes (`walpost inbox`): required, on a primary.
-pub(super) fn resolve_postgres(o: &Overrides, file: &mut FileConfig) -> Result<replication::Config, ConfigError> {
+pub(super) fn resolve_inbox_postgres(o: &Overrides, file: &mut FileConfig) -> Result<replication::Config, ConfigError> {
     let text =
         file.postgres.take().ok_or(ConfigError::Missing { key: "postgres", flag: "postgres", env: "POSTGRES" })?;
     let on_argv = o.postgres_on_argv.then_some(secrets::POSTGRES_PASSWORD_ON_ARGV);

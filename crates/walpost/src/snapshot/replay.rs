@@ -152,7 +152,7 @@ pub(crate) async fn validate(
 /// routed and counted).
 pub(crate) async fn run(s: &Settings, spec: &ReplaySpec, metrics: &Metrics) -> Result<Outcome, PipelineError> {
     let r = spec.settings(s);
-    let mut sql = ReplicationClient::connect_sql(&r.postgres).await?;
+    let mut sql = ReplicationClient::connect_sql(&r.postgres.server).await?;
     let timeout_ms = spec.statement_timeout.as_millis().max(1).to_string();
     sql.query("SELECT pg_catalog.set_config('statement_timeout', $1, false)", &[Some(timeout_ms.as_str())]).await?;
     validate(&mut sql, s, spec).await?;

@@ -9,7 +9,7 @@ use crate::postgres::sql::ident;
 use crate::settings::{Settings, TableName};
 
 fn state_table(s: &Settings) -> String {
-    format!("{}.walpost_snapshots", ident(&s.table().schema))
+    format!("{}.walpost_snapshots", ident(&s.source.table().schema))
 }
 
 /// Whether an earlier snapshot for this slot started and never finished.
@@ -44,7 +44,7 @@ pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> R
         sql.query(&statement, params).await.map_err(|e| {
             PipelineError::definite(ErrorKind::Privilege, format!(
                 "cannot record snapshot progress in {table}: {e}; the snapshot modes need CREATE on schema {} and INSERT/UPDATE on that table (or create it beforehand: see docs/snapshot-and-replay.md)",
-                s.table().schema
+                s.source.table().schema
             ))
             .caused_by(e)
         })?;

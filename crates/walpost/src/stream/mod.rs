@@ -76,9 +76,9 @@ pub(crate) async fn run(
             Ok(SessionEnd::Shutdown) => return Ok(()),
             Err(e) if !e.is_transient() => return Err(e),
             Err(e) => {
-                let standby_only = s.postgres.target_session_attrs == TargetSessionAttrs::Standby;
+                let standby_only = s.postgres.server.target_session_attrs == TargetSessionAttrs::Standby;
                 if no_standby.gives_up(standby_only && topology::found_no_standby(&e), s.stream.no_standby_timeout) {
-                    let hosts: Vec<String> = s.postgres.hosts.iter().map(|h| h.label()).collect();
+                    let hosts: Vec<String> = s.postgres.server.hosts.iter().map(|h| h.label()).collect();
                     let secs = s.stream.no_standby_timeout.as_secs();
                     let message = texts::standby::no_standby_found(&hosts.join(", "), secs);
                     return Err(PipelineError::definite(ErrorKind::Postgres, message).caused_by(e));
@@ -103,7 +103,7 @@ pub(crate) async fn run(
                     Culprit::Kafka => ReconnectCause::Kafka,
                 });
                 let every = (culprit == Culprit::Postgres && probe::no_answer(&e)).then_some(probe::PROBE_EVERY);
-                match probe::wait_to_retry(wait, every, || probe::postgres_answers(&s.postgres), &mut shutdown).await {
+                match probe::wait_to_retry(wait, every, || probe::postgres_answers(&s.postgres.server), &mut shutdown).await {
                     probe::Waited::Shutdown => return Ok(()),
                     probe::Waited::Answered => {
                         tracing::info!("PostgreSQL answers again: reconnecting now");

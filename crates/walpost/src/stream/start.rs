@@ -79,7 +79,7 @@ pub(crate) async fn begin(
         Some(_) => None,
     };
     let checked = async {
-        let mut sql = ReplicationClient::connect_sql(&s.postgres).await?;
+        let mut sql = ReplicationClient::connect_sql(&s.postgres.server).await?;
         preflight::preflight(&mut sql, s).await?;
         if s.snapshot.mode != SnapshotMode::Never {
             snapshot::validate_filter(&mut sql, s).await?;
@@ -95,7 +95,7 @@ pub(crate) async fn begin(
         // exactly-once, one Kafka transaction (all rows or none).
         let transaction = exactly_once.map(|_| snapshot::Transaction {
             producer: Transactional {
-                id: format!("walpost-backfill-{}-{}", s.postgres.dbname, s.source.slot),
+                id: format!("walpost-backfill-{}-{}", s.postgres.server.dbname, s.source.slot),
                 timeout: snapshot::TRANSACTION_TIMEOUT,
             },
             progress: None,
@@ -107,14 +107,14 @@ pub(crate) async fn begin(
     }
     // The replication connection is opened while PostgreSQL is checked (each connection
     // costs a backend start and an authentication); a failed check is reported first.
-    let (checked, repl) = tokio::join!(checked, ReplicationClient::connect(&s.postgres));
+    let (checked, repl) = tokio::join!(checked, ReplicationClient::connect(&s.postgres.server));
     let mut sql = checked?;
     let mut repl = repl?;
     if sql.connected_host() != repl.connected_host() {
         // Several hosts and a failover between the two connections: both must talk to
         // the server the slot is read from.
         sql.close().await;
-        sql = ReplicationClient::connect_sql(&s.postgres.pinned_to(repl.connected_host())).await?;
+        sql = ReplicationClient::connect_sql(&s.postgres.server.pinned_to(repl.connected_host())).await?;
         preflight::preflight(&mut sql, s).await?;
     }
     let mut writes = Writes::open(s, &mut sql).await?;
@@ -150,7 +150,7 @@ pub(crate) async fn begin(
     tracing::debug!(system_id = %system.system_id, timeline = system.timeline, wal = %system.xlog_pos, "connected for replication");
     let identity = SlotIdentity {
         system_id: system.system_id.clone(),
-        database: s.postgres.dbname.clone(),
+        database: s.postgres.server.dbname.clone(),
         slot: slot_name.clone(),
     };
     let (start, key) = match slot {

@@ -60,7 +60,7 @@ fn every_router_gets_the_contracts_and_each_needs_an_event_type() {
     );
     let none = Overrides { contracts_dir: None, ..o };
     let s = Settings::resolve(&none, FileConfig::parse(untyped).unwrap()).unwrap();
-    assert!(s.router().contract.is_none());
+    assert!(s.source.router().contract.is_none());
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -202,7 +202,7 @@ fn contracts_max_depth_comes_from_the_flag_over_the_file() {
         ..Overrides::default()
     };
     let s = Settings::resolve(&o, FileConfig::parse("[contracts]\nmax_depth = 1\n").unwrap()).unwrap();
-    let c = s.router().contract.clone().unwrap();
+    let c = s.source.router().contract.clone().unwrap();
     let check = |p: &[u8]| c.0.check(router::Event { event_type: Some(b"T"), topic: "t" }, p);
     assert!(check(br#"{"a": {"b": {}}}"#).is_ok(), "3 levels: the flag's 3, not the file's 1");
     assert!(check(br#"{"a": {"b": {"c": []}}}"#).is_err());

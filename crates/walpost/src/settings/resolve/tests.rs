@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::settings::{RetentionFile, RetentionSettings};
+use crate::settings::{RetentionFile, RetentionSettings, TableName};
 
 fn file(text: &str) -> FileConfig {
     FileConfig::parse(text).unwrap()
@@ -34,9 +34,9 @@ fn flag_beats_file_beats_default() {
     assert_eq!(s.source.slot, "from_flag");
     let kafka = s.kafka.as_ref().unwrap();
     assert_eq!(kafka.brokers, "k:9092");
-    assert_eq!(s.router().route_by_field, "kind");
-    assert_eq!(s.router().key_field, "aggregate_id");
-    assert_eq!(*s.table(), TableName { schema: "events".into(), name: "outbox".into() });
+    assert_eq!(s.source.router().route_by_field, "kind");
+    assert_eq!(s.source.router().key_field, "aggregate_id");
+    assert_eq!(*s.source.table(), TableName { schema: "events".into(), name: "outbox".into() });
     assert_eq!(s.source.publication, "walpost_outbox");
     assert_eq!(kafka.properties["compression.type"], "zstd");
     assert_eq!(kafka.properties["linger.ms"], "20");
@@ -57,17 +57,17 @@ fn walpost_connects_to_a_primary_whatever_the_host_order() {
     use replication::TargetSessionAttrs as T;
     let with = |url: &str| Overrides { postgres: Some(url.into()), ..base() };
     let s = Settings::resolve(&with("postgres://u@a:5432,b:5433/d"), FileConfig::default()).unwrap();
-    assert_eq!(s.postgres.target_session_attrs, T::Primary, "no target_session_attrs: primary");
-    assert_eq!(s.postgres.hosts.len(), 2);
+    assert_eq!(s.postgres.server.target_session_attrs, T::Primary, "no target_session_attrs: primary");
+    assert_eq!(s.postgres.server.hosts.len(), 2);
     for (given, expected) in [("read-write", T::ReadWrite), ("primary", T::Primary)] {
         let url = format!("postgres://u@a,b/d?target_session_attrs={given}");
         assert_eq!(
-            Settings::resolve(&with(&url), FileConfig::default()).unwrap().postgres.target_session_attrs,
+            Settings::resolve(&with(&url), FileConfig::default()).unwrap().postgres.server.target_session_attrs,
             expected
         );
     }
-    assert!(s.primary.is_none() && !s.standby_decoding(), "on a primary walpost writes where it reads");
-    assert_eq!(s.writer(), &s.postgres);
+    assert!(s.postgres.primary.is_none() && !s.postgres.standby_decoding(), "on a primary walpost writes where it reads");
+    assert_eq!(s.postgres.writer(), &s.postgres.server);
     for refused in ["any", "read-only"] {
         let url = format!("host=a,b dbname=d user=u target_session_attrs={refused}");
         let err = Settings::resolve(&with(&url), FileConfig::default()).unwrap_err().to_string();
@@ -83,12 +83,12 @@ fn a_standby_target_decodes_there_and_writes_on_the_primary() {
     for attrs in ["standby", "prefer-standby"] {
         let url = format!("postgres://u@a:5432,b:5433/d?target_session_attrs={attrs}");
         let s = Settings::resolve(&Overrides { postgres: Some(url), ..base() }, FileConfig::default()).unwrap();
-        assert!(s.standby_decoding());
-        assert_eq!(s.postgres.target_session_attrs.as_str(), attrs);
-        let primary = s.primary.as_ref().unwrap();
+        assert!(s.postgres.standby_decoding());
+        assert_eq!(s.postgres.server.target_session_attrs.as_str(), attrs);
+        let primary = s.postgres.primary.as_ref().unwrap();
         assert_eq!(primary.target_session_attrs, T::ReadWrite);
-        assert_eq!(primary.hosts, s.postgres.hosts, "the same hosts, read-write");
-        assert_eq!(s.writer(), primary);
+        assert_eq!(primary.hosts, s.postgres.server.hosts, "the same hosts, read-write");
+        assert_eq!(s.postgres.writer(), primary);
     }
     let o = Overrides {
         postgres: Some("postgres://u@standby/d?target_session_attrs=standby".into()),
@@ -96,7 +96,7 @@ fn a_standby_target_decodes_there_and_writes_on_the_primary() {
         ..base()
     };
     let s = Settings::resolve(&o, FileConfig::default()).unwrap();
-    let primary = s.primary.unwrap();
+    let primary = s.postgres.primary.unwrap();
     assert_eq!(primary.hosts.len(), 1);
     assert_eq!(primary.hosts[0].label(), "primary:6543");
     assert_eq!(primary.target_session_attrs, T::ReadWrite);
@@ -166,11 +166,11 @@ fn empty_event_type_field_disables_the_header() {
     let mut o = base();
     o.event_type_field = Some(String::new());
     let s = Settings::resolve(&o, FileConfig::default()).unwrap();
-    assert_eq!(s.router().event_type_header_field, None);
+    assert_eq!(s.source.router().event_type_header_field, None);
     // The deprecated Debezium spelling still works.
     let f = file("[router]\n\"table.field.event.type\" = \"kind\"");
     let s = Settings::resolve(&base(), f).unwrap();
-    assert_eq!(s.router().event_type_header_field.as_deref(), Some("kind"));
+    assert_eq!(s.source.router().event_type_header_field.as_deref(), Some("kind"));
 }
 
 /// Every Debezium option walpost does not implement is refused by name, with why.
@@ -219,7 +219,7 @@ fn retention_defaults_and_validation() {
 
 #[test]
 fn cloudevents_envelope_resolves_per_table() {
-    assert!(Settings::resolve(&base(), FileConfig::default()).unwrap().router().cloudevents.is_none());
+    assert!(Settings::resolve(&base(), FileConfig::default()).unwrap().source.router().cloudevents.is_none());
     let f = file(
         "envelope = \"cloudevents\"\n[[outbox]]\ntable = \"billing.outbox\"\n[messages]\n\"prefix.include\" = [\"outbox\"]",
     );
@@ -234,10 +234,10 @@ fn cloudevents_envelope_resolves_per_table() {
     let err = Settings::resolve(&o, f).unwrap_err().to_string();
     assert!(err.contains("cloudevents"), "the flag turned the envelope off while [cloudevents] is set: {err}");
     let f = file("envelope = \"cloudevents\"\n[cloudevents]\nmode = \"structured\"\nsource = \"urn:shop\"");
-    let ce = Settings::resolve(&base(), f).unwrap().router().cloudevents.clone().unwrap();
+    let ce = Settings::resolve(&base(), f).unwrap().source.router().cloudevents.clone().unwrap();
     assert_eq!((ce.mode, ce.source.as_str()), (router::CloudEventsMode::Structured, "urn:shop"));
     let o = Overrides { envelope: Some(Envelope::CloudEvents), ..base() };
-    assert!(Settings::resolve(&o, FileConfig::default()).unwrap().router().cloudevents.is_some(), "--envelope");
+    assert!(Settings::resolve(&o, FileConfig::default()).unwrap().source.router().cloudevents.is_some(), "--envelope");
     let e = FileConfig::parse("envelope = \"xml\"").unwrap_err();
     assert!(e.contains("(envelope)") && e.contains("`none` or `cloudevents`"), "{e}");
     for (text, key) in [
@@ -259,7 +259,7 @@ fn cloudevents_envelope_resolves_per_table() {
 fn debeziums_tracing_option_names_the_trace_column() {
     for key in ["tracing.span.context.field", "table.field.event.tracing"] {
         let s = Settings::resolve(&base(), file(&format!("[router]\n\"{key}\" = \"trace\""))).unwrap();
-        assert_eq!(s.router().tracing_field.as_deref(), Some("trace"), "{key}");
+        assert_eq!(s.source.router().tracing_field.as_deref(), Some("trace"), "{key}");
     }
 }
 
@@ -326,7 +326,7 @@ fn the_command_line_is_layered_onto_the_file_once() {
     };
     let s = Settings::resolve(&o, file(text)).unwrap();
     assert_eq!(s.source.slot, "from_flag", "flag over file");
-    assert_eq!(s.metrics_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9000"), "file where no flag");
+    assert_eq!(s.telemetry.metrics_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9000"), "file where no flag");
     assert_eq!(s.source.heartbeat_interval, Some(Duration::from_secs(5)));
     assert!(matches!(s.kafka().unwrap().delivery, Delivery::ExactlyOnce(_)));
     for outbox in &s.source.outboxes {
