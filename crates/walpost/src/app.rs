@@ -10,11 +10,11 @@ use tokio::sync::watch;
 
 use crate::cli::{CheckArgs, CheckTarget, Cli, Command, ContractsAction, SlotAction};
 use crate::error::{ErrorKind, PipelineError};
-use inbox::metrics::InboxMetrics;
-use inbox::settings::InboxSettings;
 use crate::settings::{FileConfig, Settings};
 use crate::telemetry::{http, Health, Metrics};
 use crate::{kafka, monitor, ops, retention, stream};
+use inbox::metrics::InboxMetrics;
+use inbox::settings::InboxSettings;
 
 /// How long after start-up the slot monitor, retention and heartbeat tasks begin, so
 /// their connections do not compete with the stream's on the way to the first record.
@@ -103,7 +103,7 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
             let mut settings = Settings::resolve(&args.run.overrides(), file)?;
             attach_registry(&mut settings, None).await?;
             let spec = ops::replay::spec(
-                &settings,
+                &settings.source,
                 args.id,
                 args.since,
                 args.until,
@@ -222,11 +222,18 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
         }
         let (settings, metrics, shutdown) = side;
         tokio::time::sleep(BACKGROUND_START_DELAY).await;
-        tokio::spawn(monitor::run(settings.clone(), metrics.clone(), fatal_tx, shutdown.clone()));
+        tokio::spawn(monitor::run(
+            settings.postgres.clone(),
+            settings.source.clone(),
+            settings.monitor.clone(),
+            metrics.clone(),
+            fatal_tx,
+            shutdown.clone(),
+        ));
         let heartbeat_shutdown = shutdown.clone();
         tokio::spawn(retention::task(settings.clone(), metrics.retention.clone(), shutdown));
         if let Some(every) = settings.source.heartbeat_interval {
-            tokio::spawn(monitor::heartbeat::run(settings, every, heartbeat_shutdown));
+            tokio::spawn(monitor::heartbeat::run(settings.postgres, every, heartbeat_shutdown));
         }
     });
     let result = tokio::select! {

@@ -10,20 +10,20 @@ use replication::ReplicationClient;
 use tokio::sync::watch;
 
 use crate::postgres::topology::{connect_writer, PrimaryNotice};
-use crate::settings::Settings;
+use crate::settings::PostgresSettings;
 
 /// Runs until `shutdown`; failures are logged at debug level and retried.
-pub(crate) async fn run(s: Settings, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn run(postgres: PostgresSettings, interval: Duration, mut shutdown: watch::Receiver<bool>) {
     let mut sql: Option<ReplicationClient> = None;
     let notice = PrimaryNotice::default();
     loop {
         if sql.is_none() {
-            match connect_writer(&s).await {
+            match connect_writer(&postgres).await {
                 Ok(c) => {
                     notice.on("the heartbeat");
                     sql = Some(c);
                 }
-                Err(e) if s.postgres.standby_decoding() => notice.off(
+                Err(e) if postgres.standby_decoding() => notice.off(
                     "the heartbeat",
                     "a quiet outbox may hold WAL on the standby until other tables change",
                     &e,

@@ -30,7 +30,7 @@ use replication::ReplicationClient;
 use tokio::sync::watch;
 
 use crate::postgres::preflight;
-use crate::settings::Settings;
+use crate::settings::{MonitorSettings, PostgresSettings, SourceSettings};
 use crate::telemetry::metrics::lsn_gauge;
 use crate::telemetry::{AlarmLevel, Metrics};
 pub(crate) use evaluate::{evaluate, ConfirmWatch, Observed, Verdict};
@@ -39,7 +39,9 @@ pub(crate) use status::{query, SlotStatus};
 /// Runs until `shutdown`; sends a fatal error (slot lost, outbox changed) on `fatal` and
 /// returns.
 pub(crate) async fn run(
-    s: Settings,
+    postgres: PostgresSettings,
+    source: SourceSettings,
+    config: MonitorSettings,
     metrics: Metrics,
     fatal: watch::Sender<Option<String>>,
     mut shutdown: watch::Receiver<bool>,
@@ -56,9 +58,9 @@ pub(crate) async fn run(
         if sleep_or_shutdown(pause, &mut shutdown).await {
             return;
         }
-        pause = s.monitor.interval;
+        pause = config.interval;
         if sql.is_none() {
-            match ReplicationClient::connect_sql(&s.postgres.server).await {
+            match ReplicationClient::connect_sql(&postgres.server).await {
                 Ok(c) => sql = Some(c),
                 Err(e) => {
                     tracing::debug!("slot monitor cannot connect: {e}");
@@ -67,7 +69,7 @@ pub(crate) async fn run(
             }
         }
         let Some(conn) = sql.as_mut() else { continue };
-        let status = match query(conn, &s.source.slot).await {
+        let status = match query(conn, &source.slot).await {
             Ok(st) => st,
             Err(e) => {
                 tracing::debug!("slot monitor query failed: {e}");
@@ -80,7 +82,7 @@ pub(crate) async fn run(
         // The stream runs only after its own checks passed (and it created the
         // publication if missing): from then on a failing check is a change, not setup.
         outboxes.armed |= metrics.health().is_streaming();
-        match outboxes.check(conn, &s).await {
+        match outboxes.check(conn, &source).await {
             Ok(None) => {}
             Ok(Some(message)) => {
                 let _ = fatal.send(Some(message));
@@ -95,9 +97,10 @@ pub(crate) async fn run(
         // Who may publish events ([messages]) or start replays (signals) is checked at
         // start; a GRANT while walpost runs must not open that up unnoticed.
         if outboxes.armed {
-            for rights in
-                [preflight::check_emit_message_rights(conn, &s).await, preflight::check_signal_rights(conn, &s).await]
-            {
+            for rights in [
+                preflight::check_emit_message_rights(conn, &source).await,
+                preflight::check_signal_rights(conn, &source).await,
+            ] {
                 match rights {
                     Ok(()) => {}
                     Err(e) if e.is_transient() => {
@@ -134,13 +137,13 @@ pub(crate) async fn run(
                 pause = pause.min(FAST_POLL);
             }
         }
-        match evaluate(&status, observed, &s.monitor.thresholds) {
+        match evaluate(&status, observed, &config.thresholds) {
             Verdict::Lost => {
                 set_level(&metrics, AlarmLevel::Critical);
                 let message = if status.is_conflicted() {
-                    texts::slot::conflicted(&s.source.slot, status.invalidation_reason.as_deref())
+                    texts::slot::conflicted(&source.slot, status.invalidation_reason.as_deref())
                 } else {
-                    texts::slot::lost(&s.source.slot)
+                    texts::slot::lost(&source.slot)
                 };
                 let _ = fatal.send(Some(message));
                 return;
@@ -151,10 +154,10 @@ pub(crate) async fn run(
                 // logged too, not only a new level; numbers alone changing are not.
                 let shapes: Vec<String> = reasons.iter().map(|r| shape(r)).collect();
                 let changed = new != level || shapes != last_shapes;
-                let remind = new != AlarmLevel::Ok && last_log.elapsed() >= s.monitor.reminder;
+                let remind = new != AlarmLevel::Ok && last_log.elapsed() >= config.reminder;
                 if changed || remind {
                     last_log = Instant::now();
-                    log_alarm(&s.source.slot, new, &reasons, &status);
+                    log_alarm(&source.slot, new, &reasons, &status);
                 }
                 level = new;
                 last_shapes = shapes;

@@ -9,7 +9,7 @@ use replication::ReplicationClient;
 
 use crate::error::PipelineError;
 use crate::postgres::catalog;
-use crate::settings::Settings;
+use crate::settings::SourceSettings;
 
 /// See the module docs.
 #[derive(Debug, Default)]
@@ -23,10 +23,10 @@ impl OutboxWatch {
     pub(crate) async fn check(
         &mut self,
         sql: &mut ReplicationClient,
-        s: &Settings,
+        source: &SourceSettings,
     ) -> Result<Option<String>, PipelineError> {
-        let mut oids = Vec::with_capacity(s.source.outboxes.len());
-        for outbox in &s.source.outboxes {
+        let mut oids = Vec::with_capacity(source.outboxes.len());
+        for outbox in &source.outboxes {
             let r = sql
                 .query("SELECT pg_catalog.to_regclass($1)::oid::text AS oid", &[Some(outbox.table.quoted().as_str())])
                 .await?;
@@ -38,7 +38,7 @@ impl OutboxWatch {
                 None => return Ok(None),
             }
         }
-        match catalog::publication_state(sql, s).await {
+        match catalog::publication_state(sql, source).await {
             // Not created yet (the stream creates it); dropped, the walsender says so.
             Ok(catalog::Publication::Missing) => return Ok(None),
             Ok(catalog::Publication::Ready | catalog::Publication::ReadyForAllTables) => {}
@@ -50,7 +50,7 @@ impl OutboxWatch {
             // Replaced and published again (migrations/outbox/0002 does both in one
             // transaction, losing nothing); a gap between the two would lose rows.
             tracing::warn!(
-                table = %s.source.table(),
+                table = %source.table(),
                 "{}",
                 texts::outbox::RECREATED
             );

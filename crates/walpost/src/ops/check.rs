@@ -3,11 +3,10 @@
 //! Every check runs even when an earlier one fails. Connection strings are printed
 //! redacted.
 
-
+use kafka_common::reach;
 use rdkafka::admin::{AdminClient, AdminOptions, ConfigResource, OwnedResourceSpecifier, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::metadata::Metadata;
-use kafka_common::reach;
 use replication::ReplicationClient;
 
 use crate::error::PipelineError;
@@ -16,7 +15,7 @@ use crate::monitor::evaluate::unreachable_thresholds;
 use crate::postgres::catalog::Capacity;
 use crate::postgres::sql::{ident, setting};
 use crate::postgres::{catalog, preflight};
-use crate::settings::{OnPermanentError, Settings};
+use crate::settings::{KafkaSettings, OnPermanentError, Settings, SourceSettings};
 
 /// One line of `walpost check` (and of `walpost check inbox`).
 pub use service::check::{any_failed, Check};
@@ -47,7 +46,7 @@ pub async fn check(s: &Settings) -> Vec<Check> {
                 super::check_managed::evaluate(&catalog, &wal_level).into_iter().for_each(&mut emit);
             }
             if s.postgres.standby_decoding() {
-                match super::check_standby::gather(&mut sql, s).await {
+                match super::check_standby::gather(&mut sql, &s.postgres).await {
                     Ok(facts) => super::check_standby::evaluate(&facts).into_iter().for_each(&mut emit),
                     Err(e) => emit(Check::Fail(format!("standby decoding: cannot read the standby's settings: {e}"))),
                 }
@@ -57,7 +56,11 @@ pub async fn check(s: &Settings) -> Vec<Check> {
     }
     // Failover slots are a primary's: a standby's own slot is not synchronized anywhere.
     if !s.postgres.standby_decoding() {
-        for c in super::failover::evaluate(&super::failover::gather(s).await, &s.source.slot, s.source.slot_failover) {
+        for c in super::failover::evaluate(
+            &super::failover::gather(&s.postgres, &s.source.slot).await,
+            &s.source.slot,
+            s.source.slot_failover,
+        ) {
             emit(c);
         }
     }
@@ -75,10 +78,14 @@ pub async fn check(s: &Settings) -> Vec<Check> {
             emit(Check::Fail(format!("replication connection refused: {}{hba}", PipelineError::from(e))))
         }
     }
-    for c in router_checks(s) {
+    for c in router_checks(&s.source) {
         emit(c);
     }
-    for c in kafka_checks(s).await {
+    let kafka = match s.kafka() {
+        Ok(kafka) => kafka_checks(kafka, &s.source).await,
+        Err(e) => vec![Check::Fail(e.to_string())],
+    };
+    for c in kafka {
         emit(c);
     }
     if let Some(r) = &s.registry {
@@ -126,21 +133,24 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
         // The table is missing (the next check says so) or the query failed.
         _ => {}
     }
-    out.push(from_result(format!("table {table} has the mapped columns"), preflight::check_tables(sql, s).await));
+    out.push(from_result(
+        format!("table {table} has the mapped columns"),
+        preflight::check_tables(sql, &s.postgres, &s.source).await,
+    ));
     if s.source.messages.is_some() {
         out.push(from_result(
             "[messages]: only allowed roles can execute pg_logical_emit_message".into(),
-            preflight::check_emit_message_rights(sql, s).await,
+            preflight::check_emit_message_rights(sql, &s.source).await,
         ));
     }
     if let Some(signal) = &s.source.signal_table {
         out.push(from_result(
             format!("signal table {signal}: only allowed roles can insert signals"),
-            preflight::check_signal_rights(sql, s).await,
+            preflight::check_signal_rights(sql, &s.source).await,
         ));
     }
     let publication = &s.source.publication;
-    out.push(match catalog::publication_state(sql, s).await {
+    out.push(match catalog::publication_state(sql, &s.source).await {
         Ok(catalog::Publication::Missing) => Check::Warn(format!(
             "publication \"{publication}\" does not exist: walpost run creates it (needs ownership of {table})"
         )),
@@ -153,7 +163,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     let slot = &s.source.slot;
     out.push(match catalog::slot_row(sql, slot).await {
         Ok(None) => Check::Warn(format!("replication slot \"{slot}\" does not exist: walpost run creates it")),
-        Ok(Some(row)) => match preflight::check_slot(&row, s) {
+        Ok(Some(row)) => match preflight::check_slot(&row, &s.postgres, &s.source) {
             Ok(()) => Check::Ok(format!(
                 "replication slot \"{slot}\": logical pgoutput, wal_status {}",
                 row.wal_status.as_deref().unwrap_or("?")
@@ -191,7 +201,7 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
     // pg_stat_activity shows xact_start of other roles' sessions only to these.
     let sees_all = catalog::sees_every_session(sql).await;
     if let Some(crate::settings::Delivery::ExactlyOnce(e)) = s.kafka.as_ref().map(|k| &k.delivery) {
-        out.push(progress_check(sql, s, &e.progress_topic).await);
+        out.push(progress_check(sql, &s.source, &e.progress_topic).await);
     }
     match sees_all {
         Some(true) => out.push(Check::Ok("the role sees every session's transactions (long-transaction alarm)".into())),
@@ -203,8 +213,8 @@ async fn postgres_checks(sql: &mut ReplicationClient, s: &Settings) -> Vec<Check
 
 /// Exactly-once: whether progress records can be signed (the key lives in the lineage
 /// table), and how to keep other clients from writing the progress topic.
-async fn progress_check(sql: &mut ReplicationClient, s: &Settings, topic: &str) -> Check {
-    let table = crate::postgres::lineage::table_name(s);
+async fn progress_check(sql: &mut ReplicationClient, source: &SourceSettings, topic: &str) -> Check {
+    let table = crate::postgres::lineage::table_name(source);
     let acl = texts::exactly_once::check_progress_acl(topic);
     match catalog::may_select_and_update(sql, &table).await {
         Some(true) => Check::Ok(texts::exactly_once::check_progress_signed(topic, &table, &acl)),
@@ -212,9 +222,9 @@ async fn progress_check(sql: &mut ReplicationClient, s: &Settings, topic: &str) 
     }
 }
 
-fn router_checks(s: &Settings) -> Vec<Check> {
+fn router_checks(source: &SourceSettings) -> Vec<Check> {
     let mut out = Vec::new();
-    for outbox in &s.source.outboxes {
+    for outbox in &source.outboxes {
         match router::TopicGuard::from_config(&outbox.router) {
             Ok(guard) if guard.allows_any() => out.push(Check::Warn(format!(
                 "topics.allow for {} is \"*\": a row can route its event to any topic but Kafka's internal ones; list the allowed prefixes instead",
@@ -227,12 +237,8 @@ fn router_checks(s: &Settings) -> Vec<Check> {
     out
 }
 
-async fn kafka_checks(s: &Settings) -> Vec<Check> {
+async fn kafka_checks(kafka: &KafkaSettings, source: &SourceSettings) -> Vec<Check> {
     let mut out = Vec::new();
-    let kafka = match s.kafka() {
-        Ok(kafka) => kafka,
-        Err(e) => return vec![Check::Fail(e.to_string())],
-    };
     let brokers = &kafka.brokers;
     // The producer's own security settings (TLS, SASL), not a bare client.
     let admin: AdminClient<DefaultClientContext> = match client_config(brokers, &kafka.properties)
@@ -253,7 +259,7 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
         }
     };
     out.push(Check::Ok(format!("Kafka at {brokers}: {} broker(s)", md.brokers().len())));
-    let prefix = routed_prefix(s.source.router());
+    let prefix = routed_prefix(source.router());
     let present = md.topics().iter().filter(|t| !prefix.is_empty() && t.name().starts_with(&prefix)).count();
     // One broker's configuration (None: the brokers refuse DescribeConfigs): whether
     // topics are created on first use, and the defaults such topics get.
@@ -268,7 +274,7 @@ async fn kafka_checks(s: &Settings) -> Vec<Check> {
     };
     let auto_create = broker_config.as_ref().and_then(|c| c.get("auto.create.topics.enable")?.value.clone());
     out.push(topics_check(auto_create.as_deref(), present, &prefix));
-    out.extend(durability_checks(s, &admin, &md, broker_config.as_ref()).await);
+    out.extend(durability_checks(kafka, source, &admin, &md, broker_config.as_ref()).await);
     out
 }
 
@@ -278,17 +284,17 @@ const MAX_DESCRIBED_TOPICS: usize = 200;
 /// The durability warnings: every existing topic walpost writes to (routed topics and the
 /// dead-letter topic), and the brokers' defaults for those not created yet.
 async fn durability_checks(
-    s: &Settings,
+    kafka: &KafkaSettings,
+    source: &SourceSettings,
     admin: &AdminClient<DefaultClientContext>,
     md: &Metadata,
     broker_config: Option<&ConfigResource>,
 ) -> Vec<Check> {
-    let mut prefixes: Vec<String> = s.source.outboxes.iter().map(|o| routed_prefix(&o.router)).collect();
-    if let Some(m) = &s.source.messages {
+    let mut prefixes: Vec<String> = source.outboxes.iter().map(|o| routed_prefix(&o.router)).collect();
+    if let Some(m) = &source.messages {
         prefixes.push(routed_prefix(&m.router));
     }
-    let dead_letter =
-        s.kafka.as_ref().filter(|k| k.on_permanent_error == OnPermanentError::DeadLetter).map(|k| &k.dead_letter_topic);
+    let dead_letter = (kafka.on_permanent_error == OnPermanentError::DeadLetter).then_some(&kafka.dead_letter_topic);
     let mut topics: Vec<(String, Option<i64>)> = md
         .topics()
         .iter()

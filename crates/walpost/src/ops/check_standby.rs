@@ -17,7 +17,7 @@ use replication::ReplicationClient;
 use super::check::Check;
 use crate::postgres::catalog;
 use crate::postgres::topology;
-use crate::settings::Settings;
+use crate::settings::PostgresSettings;
 
 /// What the decoding server said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,9 +44,9 @@ pub(crate) struct PrimaryFacts {
 }
 
 /// Asks the decoding server (`sql`) and the primary.
-pub(crate) async fn gather(sql: &mut ReplicationClient, s: &Settings) -> Result<StandbyFacts, String> {
+pub(crate) async fn gather(sql: &mut ReplicationClient, postgres: &PostgresSettings) -> Result<StandbyFacts, String> {
     let own = catalog::recovery_settings(sql).await.map_err(|e| e.to_string())?;
-    let primary = match topology::connect_writer(s).await {
+    let primary = match topology::connect_writer(postgres).await {
         Err(e) => Err(e.to_string()),
         Ok(mut primary) => {
             let host = primary.connected_host().label();

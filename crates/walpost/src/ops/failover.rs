@@ -14,7 +14,7 @@ use replication::{ReplicationClient, TargetSessionAttrs};
 
 use super::check::Check;
 use crate::postgres::sql::setting;
-use crate::settings::Settings;
+use crate::settings::PostgresSettings;
 
 /// What one host told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,15 +48,15 @@ pub(crate) enum Role {
 }
 
 /// Visits every host of the connection string.
-pub(crate) async fn gather(s: &Settings) -> Vec<HostFacts> {
+pub(crate) async fn gather(postgres: &PostgresSettings, slot: &str) -> Vec<HostFacts> {
     let mut out = Vec::new();
-    for host in &s.postgres.server.hosts {
-        let mut config = s.postgres.server.pinned_to(host);
+    for host in &postgres.server.hosts {
+        let mut config = postgres.server.pinned_to(host);
         config.target_session_attrs = TargetSessionAttrs::Any;
         let server = match ReplicationClient::connect_sql(&config).await {
             Err(e) => Err(crate::error::PipelineError::from(e).to_string()),
             Ok(mut sql) => {
-                let facts = server_facts(&mut sql, &s.source.slot).await;
+                let facts = server_facts(&mut sql, slot).await;
                 sql.close().await;
                 facts
             }

@@ -4,7 +4,7 @@
 use replication::ReplicationClient;
 
 use crate::error::{ErrorKind, PipelineError};
-use crate::settings::Settings;
+use crate::settings::{Settings, SourceSettings};
 use crate::snapshot::replay::{self, ReplaySpec, RowCondition, DEFAULT_TIME_COLUMN};
 use crate::snapshot::Outcome;
 use crate::telemetry::{Health, Metrics};
@@ -13,7 +13,7 @@ use crate::telemetry::{Health, Metrics};
 /// compared with constants) unless `unsafe_where`: then it runs as written, as any SQL.
 #[allow(clippy::too_many_arguments)] // one per flag
 pub(crate) fn spec(
-    s: &Settings,
+    source: &SourceSettings,
     id: Option<String>,
     since: Option<String>,
     until: Option<String>,
@@ -24,7 +24,7 @@ pub(crate) fn spec(
     statement_timeout: Option<std::time::Duration>,
 ) -> Result<ReplaySpec, PipelineError> {
     let time_column = time_column
-        .or_else(|| s.source.outboxes.first().and_then(|o| o.router.timestamp_field.clone()))
+        .or_else(|| source.outboxes.first().and_then(|o| o.router.timestamp_field.clone()))
         .unwrap_or_else(|| DEFAULT_TIME_COLUMN.to_owned());
     let condition = match condition {
         Some(text) if !unsafe_where => Some(RowCondition::Checked(

@@ -13,7 +13,7 @@ use replication::{ReplicationClient, SlotSnapshot};
 use crate::error::{ErrorKind, PipelineError};
 use crate::monitor::{self, Observed, Verdict};
 use crate::postgres::{catalog, lineage, preflight, topology};
-use crate::settings::Settings;
+use crate::settings::{Settings, SourceSettings};
 use crate::telemetry::AlarmLevel;
 
 /// Exit codes of `walpost slot status`.
@@ -30,7 +30,7 @@ pub(crate) async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError
     let mut sql = ReplicationClient::connect_sql(&s.postgres.server).await?;
     let status = monitor::query(&mut sql, slot).await?;
     if !status.exists {
-        return missing(sql, s, json).await;
+        return missing(sql, &s.postgres.server, &s.source, json).await;
     }
     sql.close().await;
     // This command is not the streaming instance: its own lag is unknown, the slot's
@@ -111,15 +111,20 @@ pub(crate) async fn status(s: &Settings, json: bool) -> Result<u8, PipelineError
 
 /// `slot status` of a slot that does not exist: which way on applies depends on whether
 /// walpost streamed from it (the same rule `walpost run` and `walpost slot create` apply).
-async fn missing(mut sql: ReplicationClient, s: &Settings, json: bool) -> Result<u8, PipelineError> {
-    let slot = &s.source.slot;
-    let table = lineage::table_name(s);
-    let record = lineage::record_of(&mut sql, s).await;
+async fn missing(
+    mut sql: ReplicationClient,
+    server: &replication::Config,
+    source: &SourceSettings,
+    json: bool,
+) -> Result<u8, PipelineError> {
+    let slot = &source.slot;
+    let table = lineage::table_name(source);
+    let record = lineage::record_of(&mut sql, source).await;
     let host = sql.connected_host().clone();
     sql.close().await;
     let (code, level, message) = match record {
         lineage::Record::Streamed(origin) => {
-            let mut repl = ReplicationClient::connect(&s.postgres.server.pinned_to(&host)).await?;
+            let mut repl = ReplicationClient::connect(&server.pinned_to(&host)).await?;
             let now = repl.identify_system().await?;
             repl.close().await;
             (exit::LOST, "lost", texts::slot::missing(slot, &host, origin.as_text(), now.timeline, &table))
@@ -167,26 +172,27 @@ pub(crate) async fn create(s: &Settings) -> Result<(), PipelineError> {
     let slot = &s.source.slot;
     let mut repl = ReplicationClient::connect(&s.postgres.server).await?;
     let mut sql = ReplicationClient::connect_sql(&s.postgres.server.pinned_to(repl.connected_host())).await?;
-    preflight::preflight(&mut sql, s).await?;
+    preflight::preflight(&mut sql, &s.postgres, &s.source).await?;
     if catalog::slot_row(&mut sql, slot).await?.is_some() {
         return Err(PipelineError::definite(ErrorKind::Slot, format!("replication slot \"{slot}\" already exists")));
     }
     let system = repl.identify_system().await?;
     // No snapshot is published here: a slot walpost streamed from before is refused.
     let lineage = lineage::Lineage::default();
-    let created = lineage.create_slot(&mut repl, &mut sql, s, &system, SlotSnapshot::Nothing, false).await?;
+    let created =
+        lineage.create_slot(&mut repl, &mut sql, &s.postgres, &s.source, &system, SlotSnapshot::Nothing).await?;
     repl.close().await;
-    if topology::on_a_standby(s, &mut sql).await? {
+    if topology::on_a_standby(&s.postgres, &mut sql).await? {
         // On a standby the lineage is written on the primary.
-        match topology::connect_writer(s).await {
+        match topology::connect_writer(&s.postgres).await {
             Ok(mut primary) => {
-                lineage::Lineage::default().record(&mut primary, s, &system, true).await;
+                lineage::Lineage::default().record(&mut primary, &s.source, &system, true).await;
                 primary.close().await;
             }
             Err(e) => tracing::warn!("the slot's lineage record is not written: {e}"),
         }
     } else {
-        lineage::Lineage::default().record(&mut sql, s, &system, true).await;
+        lineage::Lineage::default().record(&mut sql, &s.source, &system, true).await;
     }
     sql.close().await;
     println!("created replication slot \"{}\" at {}", created.slot_name, created.consistent_point);
@@ -225,12 +231,12 @@ pub(crate) async fn drop(s: &Settings, yes: bool) -> Result<(), PipelineError> {
     catalog::drop_slot(&mut sql, slot).await?;
     // The operator chose to start over: a new slot is not a lost one. On a standby the
     // lineage is the primary's.
-    if topology::on_a_standby(s, &mut sql).await? {
-        let mut primary = topology::connect_writer(s).await?;
-        lineage::forget(&mut primary, s).await?;
+    if topology::on_a_standby(&s.postgres, &mut sql).await? {
+        let mut primary = topology::connect_writer(&s.postgres).await?;
+        lineage::forget(&mut primary, &s.source).await?;
         primary.close().await;
     } else {
-        lineage::forget(&mut sql, s).await?;
+        lineage::forget(&mut sql, &s.source).await?;
     }
     sql.close().await;
     println!("dropped replication slot \"{slot}\"");

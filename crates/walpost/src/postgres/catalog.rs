@@ -7,7 +7,7 @@ use replication::ReplicationClient;
 
 use super::sql::ident;
 use crate::error::{ErrorKind, PipelineError};
-use crate::settings::{Settings, TableName};
+use crate::settings::{SourceSettings, TableName};
 
 /// A catalog value: NULL (or no row) is `None`; text that does not parse as `T` is a
 /// definite error naming the column, never a silent `None`: PostgreSQL wrote it, so it
@@ -147,8 +147,11 @@ pub(crate) enum Publication {
 
 /// Checks an existing publication publishes inserts of every outbox table through the
 /// partition root; read-only. A publication that exists but does not is a definite error.
-pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings) -> Result<Publication, PipelineError> {
-    let publication = &s.source.publication;
+pub(crate) async fn publication_state(
+    sql: &mut ReplicationClient,
+    source: &SourceSettings,
+) -> Result<Publication, PipelineError> {
+    let publication = &source.publication;
     let pubname = Some(publication.as_str());
     let r = sql
         .query(
@@ -168,7 +171,7 @@ pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings)
         ),
         ));
     }
-    for table in s.source.published_tables() {
+    for table in source.published_tables() {
         let covered = sql
             .query(
                 "SELECT pg_catalog.count(*) AS n FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
@@ -185,7 +188,7 @@ pub(crate) async fn publication_state(sql: &mut ReplicationClient, s: &Settings)
     // A partitioned outbox must be published through its root, or rows arrive under
     // partition names and would not be recognised as outbox rows.
     let mut via_root_missing = Vec::new();
-    for outbox in &s.source.outboxes {
+    for outbox in &source.outboxes {
         let r = sql
             .query(
                 "SELECT n.nspname || '.' || c.relname AS t FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \

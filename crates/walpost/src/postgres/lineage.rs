@@ -29,7 +29,7 @@ use replication::{CreatedSlot, ReplicationClient, SlotSnapshot, SystemInfo};
 use super::catalog::parsed;
 use super::sql::ident;
 use crate::error::{ErrorKind, PipelineError};
-use crate::settings::Settings;
+use crate::settings::{PostgresSettings, SourceSettings};
 
 /// Where a slot was created (or first seen) by walpost.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,8 +60,8 @@ pub struct Lineage {
     warned: bool,
 }
 
-fn table(s: &Settings) -> String {
-    format!("{}.walpost_slots", ident(&s.source.table().schema))
+fn table(source: &SourceSettings) -> String {
+    format!("{}.walpost_slots", ident(&source.table().schema))
 }
 
 impl Lineage {
@@ -71,21 +71,21 @@ impl Lineage {
     pub async fn check_missing(
         &self,
         sql: &mut ReplicationClient,
-        s: &Settings,
+        source: &SourceSettings,
         now: &SystemInfo,
         republishes: bool,
     ) -> Result<(), PipelineError> {
         if republishes {
             return Ok(());
         }
-        let known = match record_of(sql, s).await {
+        let known = match record_of(sql, source).await {
             Record::Streamed(origin) => Some(origin),
             Record::Unreadable(e) => {
                 return Err(PipelineError::definite(ErrorKind::Slot, format!(
                     "replication slot \"{}\" does not exist and {} cannot be read ({e}), so walpost cannot tell whether it streamed from that slot before (a new slot would then skip events): grant SELECT, INSERT, UPDATE, DELETE on {} to walpost's role",
-                    s.source.slot,
-                    table(s),
-                    table(s)
+                    source.slot,
+                    table(source),
+                    table(source)
                 )))
             }
             Record::Never | Record::NoTable => self.streamed.clone(),
@@ -94,29 +94,35 @@ impl Lineage {
             None => Ok(()),
             Some(origin) => Err(PipelineError::definite(
                 ErrorKind::Slot,
-                texts::slot::missing(&s.source.slot, sql.connected_host(), origin.as_text(), now.timeline, &table(s)),
+                texts::slot::missing(
+                    &source.slot,
+                    sql.connected_host(),
+                    origin.as_text(),
+                    now.timeline,
+                    &table(source),
+                ),
             )),
         }
     }
 
     /// Creates the missing slot on `repl`'s server (`sql`: a connection to the same
-    /// server), after [`Lineage::check_missing`]; `export`: the snapshot the slot exports;
-    /// `republishes`: the caller publishes that snapshot's rows before it streams. On a
+    /// server), after [`Lineage::check_missing`]; `export`: the snapshot the slot exports,
+    /// whose rows the caller then publishes before it streams. On a
     /// standby the primary is asked for running-transactions records meanwhile
     /// ([`super::topology::nudge_running_xacts`]), without which it may wait for minutes.
     pub async fn create_slot(
         &self,
         repl: &mut ReplicationClient,
         sql: &mut ReplicationClient,
-        s: &Settings,
+        postgres: &PostgresSettings,
+        source: &SourceSettings,
         system: &SystemInfo,
         export: SlotSnapshot,
-        republishes: bool,
     ) -> Result<CreatedSlot, PipelineError> {
-        self.check_missing(sql, s, system, republishes).await?;
-        let on_standby = super::topology::on_a_standby(s, sql).await?;
-        let nudge = on_standby.then(|| tokio::spawn(super::topology::nudge_running_xacts(s.clone())));
-        let created = repl.create_logical_slot(&s.source.slot, "pgoutput", export, s.source.slot_failover).await;
+        self.check_missing(sql, source, system, matches!(export, SlotSnapshot::Export)).await?;
+        let on_standby = super::topology::on_a_standby(postgres, sql).await?;
+        let nudge = on_standby.then(|| tokio::spawn(super::topology::nudge_running_xacts(postgres.clone())));
+        let created = repl.create_logical_slot(&source.slot, "pgoutput", export, source.slot_failover).await;
         if let Some(nudge) = nudge {
             nudge.abort();
         }
@@ -125,11 +131,17 @@ impl Lineage {
 
     /// The session streams from the slot (`created`: walpost just created it): remember
     /// it, in memory and in the table.
-    pub async fn record(&mut self, sql: &mut ReplicationClient, s: &Settings, now: &SystemInfo, created: bool) {
+    pub async fn record(
+        &mut self,
+        sql: &mut ReplicationClient,
+        source: &SourceSettings,
+        now: &SystemInfo,
+        created: bool,
+    ) {
         if let Some(before) = &self.streamed {
             if !created && (before.system_id != now.system_id || before.timeline != now.timeline) {
                 tracing::info!(
-                    slot = %s.source.slot,
+                    slot = %source.slot,
                     host = %sql.connected_host(),
                     timeline = now.timeline,
                     previous_timeline = before.timeline,
@@ -138,35 +150,35 @@ impl Lineage {
             }
         }
         self.streamed = Some(Origin { system_id: now.system_id.clone(), timeline: now.timeline, created_at: None });
-        let t = table(s);
+        let t = table(source);
         let timeline = now.timeline.to_string();
-        let row = [Some(s.source.slot.as_str()), Some(now.system_id.as_str()), Some(timeline.as_str())];
+        let row = [Some(source.slot.as_str()), Some(now.system_id.as_str()), Some(timeline.as_str())];
         let conflict = if created {
             "DO UPDATE SET system_identifier = EXCLUDED.system_identifier, timeline = EXCLUDED.timeline, created_at = EXCLUDED.created_at"
         } else {
             "DO NOTHING"
         };
-        if let Err(e) = create_table_if_missing(sql, s).await {
-            self.cannot_record(&t, &e, s);
+        if let Err(e) = create_table_if_missing(sql, source).await {
+            self.cannot_record(&t, &e, source);
             return;
         }
         let insert = format!(
             "INSERT INTO {t} (slot, system_identifier, timeline, created_at) VALUES ($1, $2, $3::integer, pg_catalog.now()) ON CONFLICT (slot) {conflict}"
         );
         if let Err(e) = sql.query(&insert, &row).await {
-            self.cannot_record(&t, &e.to_string(), s);
+            self.cannot_record(&t, &e.to_string(), source);
         }
     }
 }
 
 impl Lineage {
     /// Warns once that the table cannot be written (`e`: why).
-    fn cannot_record(&mut self, table: &str, e: &str, s: &Settings) {
+    fn cannot_record(&mut self, table: &str, e: &str, source: &SourceSettings) {
         if !self.warned {
             self.warned = true;
             tracing::warn!(
                 "cannot record the slot in {table} ({e}): a slot lost in a failover is then detected only while this process runs; grant CREATE on schema {} or apply migrations/outbox/0003_walpost_slots.sql (walpost migrate)",
-                s.source.table().schema
+                source.table().schema
             );
         }
     }
@@ -174,15 +186,15 @@ impl Lineage {
 
 /// Makes the lineage table when it is missing, from the outbox's migration 0003 (the one
 /// place its DDL is), in the outbox table's schema; `Err`: why it could not.
-async fn create_table_if_missing(sql: &mut ReplicationClient, s: &Settings) -> Result<(), String> {
+async fn create_table_if_missing(sql: &mut ReplicationClient, source: &SourceSettings) -> Result<(), String> {
     let present = sql
-        .query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(table(s).as_str())])
+        .query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(table(source).as_str())])
         .await
         .map_err(|e| e.to_string())?;
     if present.first("present") == Some("t") {
         return Ok(());
     }
-    migrate::create_walpost_slots(sql, &s.source.table().schema).await.map_err(|e| e.to_string())
+    migrate::create_walpost_slots(sql, &source.table().schema).await.map_err(|e| e.to_string())
 }
 
 /// What `events.walpost_slots` says of the slot.
@@ -200,8 +212,8 @@ pub enum Record {
 }
 
 /// The lineage record of the slot.
-pub async fn record_of(sql: &mut ReplicationClient, s: &Settings) -> Record {
-    let t = table(s);
+pub async fn record_of(sql: &mut ReplicationClient, source: &SourceSettings) -> Record {
+    let t = table(source);
     let present = match sql.query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(t.as_str())]).await
     {
         Ok(r) => r.first("present") == Some("t"),
@@ -211,7 +223,7 @@ pub async fn record_of(sql: &mut ReplicationClient, s: &Settings) -> Record {
         return Record::NoTable;
     }
     let query = format!("SELECT system_identifier, timeline, created_at::text AS created_at FROM {t} WHERE slot = $1");
-    match sql.query(&query, &[Some(s.source.slot.as_str())]).await {
+    match sql.query(&query, &[Some(source.slot.as_str())]).await {
         Err(e) => Record::Unreadable(e.to_string()),
         // A row says walpost streamed from the slot, whatever its other columns hold.
         Ok(r) => match r.first("system_identifier") {
@@ -229,8 +241,8 @@ pub async fn record_of(sql: &mut ReplicationClient, s: &Settings) -> Record {
 }
 
 /// The table the lineage is kept in.
-pub fn table_name(s: &Settings) -> String {
-    table(s)
+pub fn table_name(source: &SourceSettings) -> String {
+    table(source)
 }
 
 /// A stored key and whether this call made it.
@@ -252,11 +264,11 @@ impl std::fmt::Debug for StoredKey {
 /// made: records are then not signed and only checked against the server's WAL position.
 pub async fn progress_key(
     sql: &mut ReplicationClient,
-    s: &Settings,
+    source: &SourceSettings,
     make: impl FnOnce() -> Result<String, String>,
 ) -> Option<StoredKey> {
-    let t = table(s);
-    let slot = Some(s.source.slot.as_str());
+    let t = table(source);
+    let slot = Some(source.slot.as_str());
     let warn = |e: String| {
         tracing::warn!("{}", texts::exactly_once::progress_key_not_kept(&t, &e));
     };
@@ -284,7 +296,7 @@ pub async fn progress_key(
         Ok(r) => match r.first("progress_key") {
             Some(hex) => Some(StoredKey { hex: hex.to_owned(), made_now: false }),
             None => {
-                warn(format!("no readable progress_key for slot {}", s.source.slot));
+                warn(format!("no readable progress_key for slot {}", source.slot));
                 None
             }
         },
@@ -296,11 +308,11 @@ pub async fn progress_key(
 }
 
 /// `walpost slot drop`: the operator chose to start over; forget the slot.
-pub async fn forget(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
-    let t = table(s);
+pub async fn forget(sql: &mut ReplicationClient, source: &SourceSettings) -> Result<(), PipelineError> {
+    let t = table(source);
     let present = sql.query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(t.as_str())]).await?;
     if present.first("present") == Some("t") {
-        sql.query(&format!("DELETE FROM {t} WHERE slot = $1"), &[Some(s.source.slot.as_str())]).await?;
+        sql.query(&format!("DELETE FROM {t} WHERE slot = $1"), &[Some(source.slot.as_str())]).await?;
     }
     Ok(())
 }

@@ -9,25 +9,32 @@ use router::Router;
 use super::catalog::{self, Publication, SlotRow};
 use super::sql::{ident, query};
 use crate::error::{ErrorKind, PipelineError};
-use crate::settings::{Outbox, Settings, TableName};
+use crate::settings::{Outbox, PostgresSettings, SourceSettings, TableName};
 
 /// Checks everything that does not depend on the slot; creates the publication if missing.
-pub(crate) async fn preflight(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
+pub(crate) async fn preflight(
+    sql: &mut ReplicationClient,
+    postgres: &PostgresSettings,
+    source: &SourceSettings,
+) -> Result<(), PipelineError> {
     check_wal_level(sql).await?;
     check_role(sql).await?;
-    check_tables(sql, s).await?;
-    check_emit_message_rights(sql, s).await?;
-    check_signal_rights(sql, s).await?;
-    ensure_publication(sql, s).await
+    check_tables(sql, postgres, source).await?;
+    check_emit_message_rights(sql, source).await?;
+    check_signal_rights(sql, source).await?;
+    ensure_publication(sql, postgres, source).await
 }
 
 /// With a signal table, whoever can INSERT into it can make walpost replay outbox rows:
 /// refuses to run while PUBLIC, or a role outside `[signal] allowed_roles`, can
 /// (superusers always can; walpost's own role is allowed), unless `[signal]
 /// trust_all_roles = true`. A missing table is `check_tables`' to report.
-pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
-    let Some(table) = &s.source.signal_table else { return Ok(()) };
-    if s.source.signal_trust_all_roles {
+pub(crate) async fn check_signal_rights(
+    sql: &mut ReplicationClient,
+    source: &SourceSettings,
+) -> Result<(), PipelineError> {
+    let Some(table) = &source.signal_table else { return Ok(()) };
+    if source.signal_trust_all_roles {
         return Ok(());
     }
     let quoted = table.quoted();
@@ -48,7 +55,7 @@ pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Setting
         .first("roles")
         .unwrap_or_default()
         .split(", ")
-        .filter(|role| !role.is_empty() && !s.source.signal_allowed_roles.iter().any(|a| a == role))
+        .filter(|role| !role.is_empty() && !source.signal_allowed_roles.iter().any(|a| a == role))
         .collect();
     if !unexpected.is_empty() {
         let idents: Vec<String> = unexpected.iter().map(|r| ident(r)).collect();
@@ -62,8 +69,11 @@ pub(crate) async fn check_signal_rights(sql: &mut ReplicationClient, s: &Setting
 /// `pg_logical_emit_message` can publish events: refuses to run while PUBLIC, or a role
 /// outside `[messages] allowed_roles`, can (superusers always can; walpost's own role
 /// is allowed), unless `[messages] trust_all_roles = true`.
-pub(crate) async fn check_emit_message_rights(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
-    let Some(m) = &s.source.messages else { return Ok(()) };
+pub(crate) async fn check_emit_message_rights(
+    sql: &mut ReplicationClient,
+    source: &SourceSettings,
+) -> Result<(), PipelineError> {
+    let Some(m) = &source.messages else { return Ok(()) };
     if m.trust_all_roles {
         return Ok(());
     }
@@ -142,11 +152,15 @@ pub(crate) async fn check_role(sql: &mut ReplicationClient) -> Result<(), Pipeli
 
 /// Every outbox table exists and holds its mapped columns (checked with the router's
 /// own column lookup, so the error is the one a Relation message would give).
-pub(crate) async fn check_tables(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
-    for outbox in &s.source.outboxes {
-        check_outbox_table(sql, s, outbox).await?;
+pub(crate) async fn check_tables(
+    sql: &mut ReplicationClient,
+    postgres: &PostgresSettings,
+    source: &SourceSettings,
+) -> Result<(), PipelineError> {
+    for outbox in &source.outboxes {
+        check_outbox_table(sql, postgres, outbox).await?;
     }
-    if let Some(table) = &s.source.signal_table {
+    if let Some(table) = &source.signal_table {
         let columns = catalog::table_columns(sql, table).await?;
         let missing: Vec<&str> =
             ["id", "type", "data"].into_iter().filter(|c| !columns.iter().any(|col| col.0 == *c)).collect();
@@ -161,13 +175,17 @@ pub(crate) async fn check_tables(sql: &mut ReplicationClient, s: &Settings) -> R
     Ok(())
 }
 
-async fn check_outbox_table(sql: &mut ReplicationClient, s: &Settings, outbox: &Outbox) -> Result<(), PipelineError> {
+async fn check_outbox_table(
+    sql: &mut ReplicationClient,
+    postgres: &PostgresSettings,
+    outbox: &Outbox,
+) -> Result<(), PipelineError> {
     let table = &outbox.table;
     let columns = catalog::table_columns(sql, table).await?;
     if columns.is_empty() {
         return Err(PipelineError::definite(ErrorKind::Outbox, format!(
             "table {table} does not exist in database {}: run walpost migrate (migrations/outbox/) or pass --table schema.name",
-            s.postgres.server.dbname
+            postgres.server.dbname
         )));
     }
     let relation = catalog::relation_of(table, columns);
@@ -178,23 +196,27 @@ async fn check_outbox_table(sql: &mut ReplicationClient, s: &Settings, outbox: &
 }
 
 /// Creates the publication when missing; checks an existing one publishes our inserts.
-pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
-    let publication = &s.source.publication;
-    match catalog::publication_state(sql, s).await? {
+pub(crate) async fn ensure_publication(
+    sql: &mut ReplicationClient,
+    postgres: &PostgresSettings,
+    source: &SourceSettings,
+) -> Result<(), PipelineError> {
+    let publication = &source.publication;
+    match catalog::publication_state(sql, source).await? {
         Publication::Ready => return Ok(()),
         Publication::ReadyForAllTables => {
-            tracing::warn!(publication = %publication, "publication is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published", s.source.table());
+            tracing::warn!(publication = %publication, "publication is FOR ALL TABLES: every table's changes are decoded and sent, and only {} is published", source.table());
             return Ok(());
         }
         Publication::Missing => {}
     }
-    let tables = s.source.published_tables().map(TableName::quoted).collect::<Vec<_>>().join(", ");
+    let tables = source.published_tables().map(TableName::quoted).collect::<Vec<_>>().join(", ");
     let create = format!(
         "CREATE PUBLICATION {} FOR TABLE {tables} WITH (publish = 'insert', publish_via_partition_root = true)",
         ident(publication),
     );
-    if super::topology::on_a_standby(s, sql).await? {
-        return create_on_the_primary(sql, s, &create).await;
+    if super::topology::on_a_standby(postgres, sql).await? {
+        return create_on_the_primary(sql, postgres, source, &create).await;
     }
     sql.simple_query(&create).await.map_err(|e| {
         PipelineError::definite(ErrorKind::Privilege, format!(
@@ -202,7 +224,7 @@ pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings
         ))
         .caused_by(e)
     })?;
-    tracing::info!(publication = %publication, table = %s.source.table(), "created publication");
+    tracing::info!(publication = %publication, table = %source.table(), "created publication");
     Ok(())
 }
 
@@ -210,11 +232,12 @@ pub(crate) async fn ensure_publication(sql: &mut ReplicationClient, s: &Settings
 /// and read on the standby once replayed there (waited for, up to [`REPLAY_WAIT`]).
 async fn create_on_the_primary(
     standby: &mut ReplicationClient,
-    s: &Settings,
+    postgres: &PostgresSettings,
+    source: &SourceSettings,
     create: &str,
 ) -> Result<(), PipelineError> {
-    let publication = &s.source.publication;
-    let mut primary = super::topology::connect_writer(s).await.map_err(|e| {
+    let publication = &source.publication;
+    let mut primary = super::topology::connect_writer(postgres).await.map_err(|e| {
         PipelineError::transient(
             ErrorKind::Postgres,
             texts::standby::publication_needs_the_primary(publication, &e.to_string(), create),
@@ -243,7 +266,7 @@ async fn create_on_the_primary(
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    tracing::info!(publication = %publication, table = %s.source.table(), "created publication on the primary");
+    tracing::info!(publication = %publication, table = %source.table(), "created publication on the primary");
     Ok(())
 }
 
@@ -251,8 +274,12 @@ async fn create_on_the_primary(
 const REPLAY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Checks an existing slot can be used by this instance now.
-pub(crate) fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineError> {
-    let slot = &s.source.slot;
+pub(crate) fn check_slot(
+    row: &SlotRow,
+    postgres: &PostgresSettings,
+    source: &SourceSettings,
+) -> Result<(), PipelineError> {
+    let slot = &source.slot;
     if row.slot_type != "logical" || row.plugin.as_deref() != Some("pgoutput") {
         return Err(PipelineError::definite(ErrorKind::Slot, format!(
             "replication slot \"{slot}\" exists but is a {} slot with plugin {}; walpost needs a logical pgoutput slot: drop it with SELECT pg_drop_replication_slot('{slot}') if nothing else uses it, or choose another --slot",
@@ -260,11 +287,11 @@ pub(crate) fn check_slot(row: &SlotRow, s: &Settings) -> Result<(), PipelineErro
             row.plugin.as_deref().unwrap_or("none")
         )));
     }
-    if row.database.as_deref() != Some(s.postgres.server.dbname.as_str()) {
+    if row.database.as_deref() != Some(postgres.server.dbname.as_str()) {
         return Err(PipelineError::definite(ErrorKind::Slot, format!(
             "replication slot \"{slot}\" belongs to database {}, not {}: connect to that database or choose another --slot",
             row.database.as_deref().unwrap_or("?"),
-            s.postgres.server.dbname
+            postgres.server.dbname
         )));
     }
     if row.is_conflicted() {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use replication::{ReplicationClient, TargetSessionAttrs};
 
 use crate::error::{ErrorKind, PipelineError};
-use crate::settings::Settings;
+use crate::settings::PostgresSettings;
 
 /// Whether the server behind `sql` is in recovery (a standby).
 pub(crate) async fn in_recovery(sql: &mut ReplicationClient) -> Result<bool, PipelineError> {
@@ -60,14 +60,17 @@ pub(crate) fn found_no_standby(e: &PipelineError) -> bool {
 /// Whether walpost decodes on a standby now: the settings ask for one and the server
 /// behind `sql` (the one the slot is read on) is in recovery. `prefer-standby` may have
 /// settled on a primary, and a standby may have been promoted since.
-pub(crate) async fn on_a_standby(s: &Settings, sql: &mut ReplicationClient) -> Result<bool, PipelineError> {
-    Ok(s.postgres.standby_decoding() && in_recovery(sql).await?)
+pub(crate) async fn on_a_standby(
+    postgres: &PostgresSettings,
+    sql: &mut ReplicationClient,
+) -> Result<bool, PipelineError> {
+    Ok(postgres.standby_decoding() && in_recovery(sql).await?)
 }
 
 /// A connection to the server walpost writes on (see the module docs).
-pub(crate) async fn connect_writer(s: &Settings) -> Result<ReplicationClient, PipelineError> {
-    let Some(primary) = &s.postgres.primary else {
-        return Ok(ReplicationClient::connect_sql(&s.postgres.server).await?);
+pub(crate) async fn connect_writer(postgres: &PostgresSettings) -> Result<ReplicationClient, PipelineError> {
+    let Some(primary) = &postgres.primary else {
+        return Ok(ReplicationClient::connect_sql(&postgres.server).await?);
     };
     let first = match ReplicationClient::connect_sql(primary).await {
         Ok(mut sql) => match in_recovery(&mut sql).await {
@@ -81,7 +84,7 @@ pub(crate) async fn connect_writer(s: &Settings) -> Result<ReplicationClient, Pi
         Err(e) => PipelineError::from(e).to_string(),
     };
     // The decoding standby may have been promoted: then it is where walpost writes.
-    let mut promoted = s.postgres.server.clone();
+    let mut promoted = postgres.server.clone();
     promoted.target_session_attrs = TargetSessionAttrs::ReadWrite;
     if promoted != *primary {
         if let Ok(mut sql) = ReplicationClient::connect_sql(&promoted).await {
@@ -127,13 +130,13 @@ impl PrimaryNotice {
 /// checkpoint. Without the right to call the function (it is a superuser's by default),
 /// writes a logical message instead (any WAL makes the background writer log one within
 /// 15 s), and says once what the slot waits for.
-pub(crate) async fn nudge_running_xacts(s: Settings) {
+pub(crate) async fn nudge_running_xacts(postgres: PostgresSettings) {
     let mut told = false;
     let mut sql: Option<ReplicationClient> = None;
     let mut can_log = true;
     loop {
         if sql.is_none() {
-            match connect_writer(&s).await {
+            match connect_writer(&postgres).await {
                 Ok(c) => sql = Some(c),
                 Err(e) if !told => {
                     told = true;

@@ -10,7 +10,7 @@ use inbox::settings::{
     BatchLimits, Dedup, HeaderNames, InboxRetention, InboxSettings, OnInvalid, StartFrom, Subscription,
 };
 
-use super::resolve::{resolve_kafka_properties, resolve_metrics_addr, resolve_inbox_postgres};
+use super::resolve::{resolve_inbox_postgres, resolve_kafka_properties, resolve_metrics_addr};
 use super::{ConfigError, FileConfig, InboxFile, Overrides};
 
 /// `walpost inbox`'s settings: `overrides` over `file` over defaults.

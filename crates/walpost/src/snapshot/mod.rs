@@ -45,7 +45,7 @@ use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::{self, DeliveryMemo, Event, Failure, Original, Outgoing, PermanentErrorPolicy, ProduceWindow};
 use crate::postgres::catalog;
 use crate::postgres::sql::ident;
-use crate::settings::{Outbox, ReplayMark, Settings, SnapshotMode};
+use crate::settings::{Outbox, ReplayMark, Settings, SnapshotMode, SnapshotSettings, SourceSettings};
 use crate::telemetry::Metrics;
 use progress::Progress as SnapshotProgress;
 use router::Record;
@@ -123,13 +123,13 @@ pub fn resume_filter(old: Option<&str>, id_field: &str, id: &str) -> String {
 }
 
 /// The values of the cursor query's `$n` parameters (a replay's range and condition).
-fn filter_params(s: &Settings) -> Vec<Option<&str>> {
-    s.snapshot.replay.iter().flat_map(|r| &r.filter_params).map(|v| Some(v.as_str())).collect()
+fn filter_params(snapshot: &SnapshotSettings) -> Vec<Option<&str>> {
+    snapshot.replay.iter().flat_map(|r| &r.filter_params).map(|v| Some(v.as_str())).collect()
 }
 
 /// The query the cursor runs for one outbox table.
-pub(crate) fn cursor_query(s: &Settings, outbox: &Outbox) -> String {
-    let filter = s.snapshot.filter.as_deref().map(|f| format!(" WHERE ({f})")).unwrap_or_default();
+pub(crate) fn cursor_query(snapshot: &SnapshotSettings, outbox: &Outbox) -> String {
+    let filter = snapshot.filter.as_deref().map(|f| format!(" WHERE ({f})")).unwrap_or_default();
     // t.*: the simple query protocol returns every value in its text form, the same
     // bytes pgoutput sends, and the row description names and types the columns just
     // as a Relation message does; ORDER BY sorts by the id column's own type.
@@ -138,16 +138,17 @@ pub(crate) fn cursor_query(s: &Settings, outbox: &Outbox) -> String {
 
 /// Checks `--snapshot-filter` is one valid condition on every outbox table, by having
 /// the server parse the cursor's query (never running it).
-pub async fn validate_filter(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
-    if s.snapshot.filter.is_none() {
-        return Ok(());
-    }
-    for outbox in &s.source.outboxes {
-        sql.parse_only(&cursor_query(s, outbox)).await.map_err(|e| {
+pub async fn validate_filter(
+    sql: &mut ReplicationClient,
+    snapshot: &SnapshotSettings,
+    source: &SourceSettings,
+) -> Result<(), PipelineError> {
+    let Some(filter) = &snapshot.filter else { return Ok(()) };
+    for outbox in &source.outboxes {
+        sql.parse_only(&cursor_query(snapshot, outbox)).await.map_err(|e| {
             PipelineError::definite(ErrorKind::Config, format!(
                 "--snapshot-filter \"{}\" is not a valid condition on {}: {e}; nothing was published (the filter must be one SQL expression, e.g. \"published_at IS NULL\")",
-                s.snapshot.filter.as_deref().unwrap_or_default(),
-                outbox.table
+                filter, outbox.table
             ))
             .caused_by(e)
         })?;
@@ -277,7 +278,7 @@ impl Snapshot<'_> {
         let id = self.unacknowledged.values().next().or(self.halted_on.as_ref())?;
         let id = String::from_utf8_lossy(id).into_owned();
         let outbox = s.source.outboxes.first()?;
-        if !filter_params(s).is_empty() {
+        if !filter_params(&s.snapshot).is_empty() {
             // A replay's filter holds parameters, not text to paste: name the row instead.
             return Some(texts::replay::replay_resume_hint(&id, &resume_filter(None, &outbox.router.id_field, &id)));
         }
@@ -302,7 +303,9 @@ impl Snapshot<'_> {
         for outbox in &s.source.outboxes {
             estimate += match s.snapshot.filter {
                 Some(_) => {
-                    state::estimate_query_rows(sql, &cursor_query(s, outbox), &filter_params(s)).await.unwrap_or(0)
+                    state::estimate_query_rows(sql, &cursor_query(&s.snapshot, outbox), &filter_params(&s.snapshot))
+                        .await
+                        .unwrap_or(0)
                 }
                 None => state::estimate_rows(sql, &outbox.table).await.unwrap_or(0),
             };
@@ -331,8 +334,9 @@ impl Snapshot<'_> {
         let table = &outbox.table;
         let mut router =
             Router::new(outbox.router.clone()).map_err(|e| PipelineError::definite(ErrorKind::Config, e))?;
-        let declare = format!("DECLARE walpost_snapshot NO SCROLL CURSOR FOR {}", cursor_query(self.s, outbox));
-        sql.query(&declare, &filter_params(self.s)).await?;
+        let declare =
+            format!("DECLARE walpost_snapshot NO SCROLL CURSOR FOR {}", cursor_query(&self.s.snapshot, outbox));
+        sql.query(&declare, &filter_params(&self.s.snapshot)).await?;
         tracing::info!(table = %table, filtered = self.s.snapshot.filter.is_some(), "snapshot of table started");
         let fetch = format!("FETCH {FETCH_ROWS} FROM walpost_snapshot");
         let mut resolved = None;

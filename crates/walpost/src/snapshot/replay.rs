@@ -26,7 +26,7 @@ use super::{cursor_query, Outcome};
 use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::DeliveryMemo;
 use crate::postgres::sql::ident;
-use crate::settings::{ReplayMark, Settings, SnapshotMode, SnapshotSettings};
+use crate::settings::{ReplayMark, Settings, SnapshotMode, SnapshotSettings, SourceSettings};
 use crate::telemetry::Metrics;
 use condition::Condition;
 
@@ -93,23 +93,21 @@ impl ReplaySpec {
         ((!parts.is_empty()).then(|| parts.join(" AND ")), params)
     }
 
-    /// `s` turned into the settings of this replay's snapshot.
-    pub(crate) fn settings(&self, s: &Settings) -> Settings {
-        let mut r = s.clone();
+    /// The snapshot section of this replay's snapshot.
+    pub(crate) fn snapshot(&self) -> SnapshotSettings {
         let (filter, filter_params) = self.filter();
-        r.snapshot = SnapshotSettings {
+        SnapshotSettings {
             mode: SnapshotMode::InitialOnly,
             filter,
             replay: Some(ReplayMark { id: self.id.clone(), dry_run: self.dry_run, filter_params }),
-        };
-        r
+        }
     }
 }
 
 /// Checks the range and the condition against the server without publishing anything.
 pub(crate) async fn validate(
     sql: &mut ReplicationClient,
-    s: &Settings,
+    source: &SourceSettings,
     spec: &ReplaySpec,
 ) -> Result<(), PipelineError> {
     for (flag, value) in [("--since", &spec.since), ("--until", &spec.until)] {
@@ -135,9 +133,9 @@ pub(crate) async fn validate(
             ));
         }
     }
-    let r = spec.settings(s);
-    for outbox in &r.source.outboxes {
-        sql.parse_only(&cursor_query(&r, outbox)).await.map_err(|e| {
+    let snapshot = spec.snapshot();
+    for outbox in &source.outboxes {
+        sql.parse_only(&cursor_query(&snapshot, outbox)).await.map_err(|e| {
             PipelineError::definite(ErrorKind::Config, format!(
                 "replay: the range and --where are not a valid condition on {} ({e}); nothing was published (the range applies to column {}: --time-column names another)",
                 outbox.table, spec.time_column
@@ -151,11 +149,12 @@ pub(crate) async fn validate(
 /// Runs a replay to its end: every selected row acknowledged by Kafka (or, dry run,
 /// routed and counted).
 pub(crate) async fn run(s: &Settings, spec: &ReplaySpec, metrics: &Metrics) -> Result<Outcome, PipelineError> {
-    let r = spec.settings(s);
+    // The snapshot machinery, run with this replay's snapshot section.
+    let r = Settings { snapshot: spec.snapshot(), ..s.clone() };
     let mut sql = ReplicationClient::connect_sql(&r.postgres.server).await?;
     let timeout_ms = spec.statement_timeout.as_millis().max(1).to_string();
     sql.query("SELECT pg_catalog.set_config('statement_timeout', $1, false)", &[Some(timeout_ms.as_str())]).await?;
-    validate(&mut sql, s, spec).await?;
+    validate(&mut sql, &s.source, spec).await?;
     tracing::info!(replay = %spec.id, dry_run = spec.dry_run, "replay started");
     let mut memo = DeliveryMemo::default();
     let outcome = super::run(&mut sql, &r, None, metrics, &mut memo, None).await;

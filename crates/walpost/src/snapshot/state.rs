@@ -6,32 +6,36 @@ use replication::ReplicationClient;
 use crate::error::{ErrorKind, PipelineError};
 use crate::postgres::catalog::parsed;
 use crate::postgres::sql::ident;
-use crate::settings::{Settings, TableName};
+use crate::settings::{SourceSettings, TableName};
 
-fn state_table(s: &Settings) -> String {
-    format!("{}.walpost_snapshots", ident(&s.source.table().schema))
+fn state_table(source: &SourceSettings) -> String {
+    format!("{}.walpost_snapshots", ident(&source.table().schema))
 }
 
 /// Whether an earlier snapshot for this slot started and never finished.
-pub(crate) async fn unfinished(sql: &mut ReplicationClient, s: &Settings) -> Result<bool, PipelineError> {
-    let exists =
-        sql.query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(state_table(s).as_str())]).await?;
+pub(crate) async fn unfinished(sql: &mut ReplicationClient, source: &SourceSettings) -> Result<bool, PipelineError> {
+    let exists = sql
+        .query("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS present", &[Some(state_table(source).as_str())])
+        .await?;
     if exists.first("present") != Some("t") {
         return Ok(false);
     }
     let r = sql
         .query(
-            &format!("SELECT pg_catalog.count(*) AS n FROM {} WHERE slot = $1 AND finished_at IS NULL", state_table(s)),
-            &[Some(s.source.slot.as_str())],
+            &format!(
+                "SELECT pg_catalog.count(*) AS n FROM {} WHERE slot = $1 AND finished_at IS NULL",
+                state_table(source)
+            ),
+            &[Some(source.slot.as_str())],
         )
         .await?;
     Ok(r.first("n").is_some_and(|n| n != "0"))
 }
 
 /// Records that a snapshot for this slot is starting (before the slot exists).
-pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> Result<(), PipelineError> {
-    let table = state_table(s);
-    let slot = [Some(s.source.slot.as_str())];
+pub(crate) async fn mark_started(sql: &mut ReplicationClient, source: &SourceSettings) -> Result<(), PipelineError> {
+    let table = state_table(source);
+    let slot = [Some(source.slot.as_str())];
     let statements = [
         (format!(
             "CREATE TABLE IF NOT EXISTS {table} (slot text PRIMARY KEY, started_at timestamptz NOT NULL, finished_at timestamptz, rows bigint)"
@@ -44,7 +48,7 @@ pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> R
         sql.query(&statement, params).await.map_err(|e| {
             PipelineError::definite(ErrorKind::Privilege, format!(
                 "cannot record snapshot progress in {table}: {e}; the snapshot modes need CREATE on schema {} and INSERT/UPDATE on that table (or create it beforehand: see docs/snapshot-and-replay.md)",
-                s.source.table().schema
+                source.table().schema
             ))
             .caused_by(e)
         })?;
@@ -52,11 +56,18 @@ pub(crate) async fn mark_started(sql: &mut ReplicationClient, s: &Settings) -> R
     Ok(())
 }
 
-pub(crate) async fn mark_finished(sql: &mut ReplicationClient, s: &Settings, rows: u64) -> Result<(), PipelineError> {
+pub(crate) async fn mark_finished(
+    sql: &mut ReplicationClient,
+    source: &SourceSettings,
+    rows: u64,
+) -> Result<(), PipelineError> {
     let rows = rows.to_string();
     sql.query(
-        &format!("UPDATE {} SET finished_at = pg_catalog.now(), rows = $1::bigint WHERE slot = $2", state_table(s)),
-        &[Some(rows.as_str()), Some(s.source.slot.as_str())],
+        &format!(
+            "UPDATE {} SET finished_at = pg_catalog.now(), rows = $1::bigint WHERE slot = $2",
+            state_table(source)
+        ),
+        &[Some(rows.as_str()), Some(source.slot.as_str())],
     )
     .await?;
     Ok(())

@@ -103,7 +103,9 @@ pub(crate) async fn run(
                     Culprit::Kafka => ReconnectCause::Kafka,
                 });
                 let every = (culprit == Culprit::Postgres && probe::no_answer(&e)).then_some(probe::PROBE_EVERY);
-                match probe::wait_to_retry(wait, every, || probe::postgres_answers(&s.postgres.server), &mut shutdown).await {
+                match probe::wait_to_retry(wait, every, || probe::postgres_answers(&s.postgres.server), &mut shutdown)
+                    .await
+                {
                     probe::Waited::Shutdown => return Ok(()),
                     probe::Waited::Answered => {
                         tracing::info!("PostgreSQL answers again: reconnecting now");
@@ -138,7 +140,7 @@ async fn session(
     if exactly_once.is_none() {
         memo.forget_confirmed(start);
     }
-    let routing = match route::Routing::new(s, metrics.stream.clone()) {
+    let routing = match route::Routing::new(&s.source, metrics.stream.clone()) {
         Ok(r) => r,
         Err(e) => return (Err(e), Culprit::Postgres),
     };

@@ -21,7 +21,7 @@ use router::{Record, ResolvedRelation, RouteError, Router, SalvageColumns};
 use super::signal::SignalRow;
 use crate::error::{ErrorKind, PipelineError};
 use crate::kafka::Original;
-use crate::settings::{OpInvalid, Settings, TableName};
+use crate::settings::{OpInvalid, SourceSettings, TableName};
 use crate::telemetry::metrics::StreamMetrics;
 
 /// Invalid trace contexts are logged at most this often (each is counted).
@@ -118,9 +118,8 @@ impl std::fmt::Debug for Routing {
 }
 
 impl Routing {
-    pub(crate) fn new(s: &Settings, metrics: StreamMetrics) -> Result<Routing, PipelineError> {
-        let outboxes = s
-            .source
+    pub(crate) fn new(source: &SourceSettings, metrics: StreamMetrics) -> Result<Routing, PipelineError> {
+        let outboxes = source
             .outboxes
             .iter()
             .map(|o| {
@@ -131,7 +130,7 @@ impl Routing {
                 })
             })
             .collect::<Result<_, PipelineError>>()?;
-        let messages = match &s.source.messages {
+        let messages = match &source.messages {
             Some(m) => Some(MessageRoute {
                 prefixes: m.prefixes.clone(),
                 allow_non_transactional: m.allow_non_transactional,
@@ -142,7 +141,7 @@ impl Routing {
         };
         Ok(Routing {
             outboxes,
-            signal_table: s.source.signal_table.clone(),
+            signal_table: source.signal_table.clone(),
             messages,
             relations: HashMap::new(),
             metrics,

@@ -80,9 +80,9 @@ pub(crate) async fn begin(
     };
     let checked = async {
         let mut sql = ReplicationClient::connect_sql(&s.postgres.server).await?;
-        preflight::preflight(&mut sql, s).await?;
+        preflight::preflight(&mut sql, &s.postgres, &s.source).await?;
         if s.snapshot.mode != SnapshotMode::Never {
-            snapshot::validate_filter(&mut sql, s).await?;
+            snapshot::validate_filter(&mut sql, &s.snapshot, &s.source).await?;
         }
         Ok::<_, PipelineError>(sql)
     };
@@ -115,13 +115,13 @@ pub(crate) async fn begin(
         // the server the slot is read from.
         sql.close().await;
         sql = ReplicationClient::connect_sql(&s.postgres.server.pinned_to(repl.connected_host())).await?;
-        preflight::preflight(&mut sql, s).await?;
+        preflight::preflight(&mut sql, &s.postgres, &s.source).await?;
     }
     let mut writes = Writes::open(s, &mut sql).await?;
     let slot_name = &s.source.slot;
     let mut slot = catalog::slot_row(&mut sql, slot_name).await?;
     let snapshots = matches!(s.snapshot.mode, SnapshotMode::Initial | SnapshotMode::WhenNeeded);
-    if snapshots && snapshot::unfinished(&mut sql, s).await? {
+    if snapshots && snapshot::unfinished(&mut sql, &s.source).await? {
         if let Some(row) = &slot {
             if let Some(pid) = row.active_pid {
                 return Err(PipelineError::waiting(ErrorKind::Slot, format!(
@@ -155,25 +155,25 @@ pub(crate) async fn begin(
     };
     let (start, key) = match slot {
         Some(row) => {
-            preflight::check_slot(&row, s)?;
+            preflight::check_slot(&row, &s.postgres, &s.source)?;
             if s.snapshot.mode == SnapshotMode::Initial {
                 tracing::info!(slot = %slot_name, "replication slot already exists: no snapshot will be taken (--snapshot initial snapshots only when it creates the slot; drop the slot to take a new one)");
             }
             if let Some(w) = writes.writer(&mut sql) {
-                lineage.record(w, s, &system, false).await;
+                lineage.record(w, &s.source, &system, false).await;
             }
             (row.confirmed_flush.unwrap_or(Lsn::ZERO), signing_key(writes.writer(&mut sql), s).await)
         }
         None => {
             // A slot walpost streamed from before is re-created only with a snapshot.
             if snapshots {
-                snapshot::mark_started(writes.required(&mut sql, "the snapshot's progress row")?, s).await?;
+                snapshot::mark_started(writes.required(&mut sql, "the snapshot's progress row")?, &s.source).await?;
             }
             let export = if snapshots { SlotSnapshot::Export } else { SlotSnapshot::Nothing };
-            let created = lineage.create_slot(&mut repl, &mut sql, s, &system, export, snapshots).await?;
+            let created = lineage.create_slot(&mut repl, &mut sql, &s.postgres, &s.source, &system, export).await?;
             tracing::info!(slot = %slot_name, consistent_point = %created.consistent_point, on_standby = writes.on_standby(), "created replication slot");
             if let Some(w) = writes.writer(&mut sql) {
-                lineage.record(w, s, &system, true).await;
+                lineage.record(w, &s.source, &system, true).await;
             }
             let key = signing_key(writes.writer(&mut sql), s).await;
             if snapshots {
@@ -197,7 +197,8 @@ pub(crate) async fn begin(
                 let rows = snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction)
                     .await?
                     .rows;
-                snapshot::mark_finished(writes.required(&mut sql, "the snapshot's progress row")?, s, rows).await?;
+                snapshot::mark_finished(writes.required(&mut sql, "the snapshot's progress row")?, &s.source, rows)
+                    .await?;
             }
             (created.consistent_point, key)
         }
@@ -285,10 +286,10 @@ impl Writes {
     /// Asks the decoding server (`sql`) whether it is a standby, and if so connects to
     /// the primary; a primary that cannot be reached is said once here, not fatal.
     async fn open(s: &Settings, sql: &mut ReplicationClient) -> Result<Writes, PipelineError> {
-        if !topology::on_a_standby(s, sql).await? {
+        if !topology::on_a_standby(&s.postgres, sql).await? {
             return Ok(Writes::Here);
         }
-        Ok(match topology::connect_writer(s).await {
+        Ok(match topology::connect_writer(&s.postgres).await {
             Ok(primary) => Writes::Primary(Box::new(primary)),
             Err(e) => {
                 tracing::warn!("{}", texts::standby::without_primary(&e.to_string()));
@@ -344,7 +345,7 @@ async fn signing_key(sql: Option<&mut ReplicationClient>, s: &Settings) -> Optio
         tracing::warn!("{}", texts::exactly_once::progress_unsigned_without_the_primary(&s.source.slot));
         return None;
     };
-    let stored = lineage::progress_key(sql, s, ProgressKey::generate_hex).await?;
+    let stored = lineage::progress_key(sql, &s.source, ProgressKey::generate_hex).await?;
     let key = ProgressKey::from_hex(&stored.hex, stored.made_now);
     if key.is_none() {
         tracing::warn!("{}", texts::exactly_once::progress_key_unreadable(&s.source.slot));

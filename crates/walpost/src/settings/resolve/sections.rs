@@ -193,7 +193,10 @@ pub(super) fn resolve_telemetry(
         }
         other => resolve_metrics_addr(other)?,
     };
-    Ok(TelemetrySettings { metrics_addr, otel: super::super::otel::OtelSettings::from_env(&|k| std::env::var(k).ok())? })
+    Ok(TelemetrySettings {
+        metrics_addr,
+        otel: super::super::otel::OtelSettings::from_env(&|k| std::env::var(k).ok())?,
+    })
 }
 
 /// `[monitor]` over the defaults; warning thresholds at or below the critical ones.

@@ -66,7 +66,10 @@ fn walpost_connects_to_a_primary_whatever_the_host_order() {
             expected
         );
     }
-    assert!(s.postgres.primary.is_none() && !s.postgres.standby_decoding(), "on a primary walpost writes where it reads");
+    assert!(
+        s.postgres.primary.is_none() && !s.postgres.standby_decoding(),
+        "on a primary walpost writes where it reads"
+    );
     assert_eq!(s.postgres.writer(), &s.postgres.server);
     for refused in ["any", "read-only"] {
         let url = format!("host=a,b dbname=d user=u target_session_attrs={refused}");
@@ -326,7 +329,11 @@ fn the_command_line_is_layered_onto_the_file_once() {
     };
     let s = Settings::resolve(&o, file(text)).unwrap();
     assert_eq!(s.source.slot, "from_flag", "flag over file");
-    assert_eq!(s.telemetry.metrics_addr.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9000"), "file where no flag");
+    assert_eq!(
+        s.telemetry.metrics_addr.map(|a| a.to_string()).as_deref(),
+        Some("127.0.0.1:9000"),
+        "file where no flag"
+    );
     assert_eq!(s.source.heartbeat_interval, Some(Duration::from_secs(5)));
     assert!(matches!(s.kafka().unwrap().delivery, Delivery::ExactlyOnce(_)));
     for outbox in &s.source.outboxes {

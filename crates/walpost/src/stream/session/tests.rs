@@ -183,7 +183,7 @@ where
     let (sink, reports) = ModelSink::new();
     let limits = WindowLimits { max_records: 1_000, max_bytes: 1 << 30, delivery_timeout };
     let window = ProduceWindow::new(sink.clone(), reports, limits, metrics.kafka.clone(), health);
-    let routing = Routing::new(s, metrics.stream.clone()).expect("routing");
+    let routing = Routing::new(&s.source, metrics.stream.clone()).expect("routing");
     let parts = Parts {
         stream: source.clone(),
         start,
