@@ -9,8 +9,8 @@
 #
 #   RECORDS=200000 ROUNDS=2 bash bench/inbox-ab.sh BIN [BIN...]
 #
-# A binary without `walpost migrate` (older than it) makes its schema with
-# `walpost inbox --create-schema` alone. BIN_DIR (default target/release) must hold
+# A binary without `walpost migrate` (older than it) gets its schema from the last BIN
+# that has it, then applies its own with `walpost inbox --create-schema`. BIN_DIR (default target/release) must hold
 # walpost-devservers. Raw logs: bench/out/inbox-ab-<date>/.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,6 +32,8 @@ source scripts/devservers.sh
 start_devservers "${BIN_DIR:-target/release}" "$work"
 export KAFKA_BROKERS PG_BINDIR
 base_url="$POSTGRES_URL"
+migrator=""
+for b in "${bins[@]}"; do "$b" migrate --help >/dev/null 2>&1 && migrator="$b"; done
 table="| binary | round | records/s from start | records/s first to last | CPU µs/record | peak RSS MB | COPY floor records/s |"
 rows=()
 for r in $(seq 1 "$rounds"); do
@@ -43,7 +45,11 @@ for r in $(seq 1 "$rounds"); do
         # The base URL may carry parameters after the database name.
         [[ "$base_url" == *\?* ]] && url="${base_url%/*}/$db?${base_url#*\?}"
         no_migrate=""
-        "$bin" migrate --help >/dev/null 2>&1 || no_migrate=1
+        if ! "$bin" migrate --help >/dev/null 2>&1; then
+            [[ -n "$migrator" ]] || { echo "no BIN has walpost migrate: give one that does" >&2; exit 2; }
+            "$migrator" migrate --inbox --postgres "$url" >/dev/null
+            no_migrate=1
+        fi
         log="$out/$i-$r.log"
         POSTGRES_URL="$url" WALPOST="$bin" TOPIC="ab.$i.$r" GROUP="ab-$i-$r" NO_MIGRATE="$no_migrate" \
             RESULTS="$out/$i-$r.md" bench/.venv/bin/python bench/inbox.py >"$log" 2>&1 \
