@@ -17,7 +17,10 @@ use std::collections::BTreeSet;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::settings::{DeliveryMode, Envelope, KeyFormat, OnPermanentError, Overrides, SnapshotMode, ValueFormat};
+use crate::settings::{
+    DeliveryMode, Envelope, InboxDedup, InboxOnInvalid, KeyFormat, OnPermanentError, Overrides, SnapshotMode,
+    UnknownEventType, ValueFormat,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -263,8 +266,8 @@ pub struct InboxArgs {
 
     /// A record that cannot be stored (no event id, too large): halt, or reject (a row
     /// in <schema>.rejected with the reason) ([inbox] on_invalid) [default: halt].
-    #[arg(long, env = "WALPOST_INBOX_ON_INVALID", hide_env_values = true, value_name = "halt|reject")]
-    pub on_invalid: Option<String>,
+    #[arg(long, env = "WALPOST_INBOX_ON_INVALID", hide_env_values = true, value_enum, value_name = "halt|reject")]
+    pub on_invalid: Option<InboxOnInvalid>,
 
     /// The headers holding the event id, tried in order, comma-separated ([inbox]
     /// event_id_header) [default: id,ce_id]; they replace the defaults.
@@ -280,8 +283,8 @@ pub struct InboxArgs {
     /// What makes a record a duplicate: its event id within its topic (topic), or the event
     /// id alone, for ids unique across every producer such as UUIDs (global)
     /// ([inbox] dedup) [default: topic].
-    #[arg(long, env = "WALPOST_INBOX_DEDUP", hide_env_values = true, value_name = "topic|global")]
-    pub dedup: Option<String>,
+    #[arg(long, env = "WALPOST_INBOX_DEDUP", hide_env_values = true, value_enum, value_name = "topic|global")]
+    pub dedup: Option<InboxDedup>,
 
     /// Serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9188.
     #[arg(long, env = "WALPOST_METRICS_ADDR", hide_env_values = true, value_name = "HOST:PORT")]
@@ -308,9 +311,9 @@ impl InboxArgs {
             inbox_group: self.group.clone(),
             inbox_schema: self.schema.clone(),
             inbox_create_schema: self.create_schema,
-            inbox_on_invalid: self.on_invalid.clone(),
+            inbox_on_invalid: self.on_invalid,
             inbox_event_id_header: self.event_id_header.clone(),
-            inbox_dedup: self.dedup.clone(),
+            inbox_dedup: self.dedup,
             ..Overrides::default()
         }
     }
@@ -470,8 +473,8 @@ pub struct ConnectionArgs {
 
     /// An event type without a schema: allow (published unchecked) or refuse (a
     /// permanent error of that event) [default: allow].
-    #[arg(long, env = "WALPOST_CONTRACTS_UNKNOWN", hide_env_values = true, value_name = "allow|refuse")]
-    pub contracts_unknown: Option<String>,
+    #[arg(long, env = "WALPOST_CONTRACTS_UNKNOWN", hide_env_values = true, value_enum, value_name = "allow|refuse")]
+    pub contracts_unknown: Option<UnknownEventType>,
 
     /// Levels of objects and arrays a payload may nest; a deeper one is a contract
     /// breach ([contracts] max_depth, 1 to 128) [default: 32].
@@ -623,7 +626,7 @@ impl ConnectionArgs {
             postgres_password_file: self.postgres_password_file.clone(),
             envelope: self.envelope,
             contracts_dir: self.contracts_dir.clone(),
-            contracts_unknown: self.contracts_unknown.clone(),
+            contracts_unknown: self.contracts_unknown,
             contracts_max_depth: self.contracts_max_depth,
             value_format: self.value_format,
             key_format: self.key_format,

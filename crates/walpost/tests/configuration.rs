@@ -100,6 +100,8 @@ fn a_values_origin_is_claps_value_source_and_a_flag_beats_its_variable() {
         "--delivery",
         "at-least-once",
         "--postgres-primary=postgres://p@h/d",
+        "--contracts-unknown",
+        "refuse",
     ]);
     std::env::set_var("WALPOST_DELIVERY", "twice");
     let bad_env = Cli::try_parse_from(["walpost", "run"]).map(|_| ());
@@ -117,9 +119,14 @@ fn a_values_origin_is_claps_value_source_and_a_flag_beats_its_variable() {
     assert!(from_flags.postgres_on_argv && from_flags.metrics_addr_on_argv && from_flags.postgres_primary_on_argv);
     assert_eq!(from_flags.delivery, Some(DeliveryMode::AtLeastOnce), "the flag wins");
     assert_eq!(from_flags.on_permanent_error, Some(OnPermanentError::DeadLetter), "the variable, no flag");
+    assert_eq!(from_flags.contracts_unknown, Some(walpost::settings::UnknownEventType::Refuse));
 
     let e = bad_env.unwrap_err().to_string();
     assert!(e.contains("twice") && e.contains("at-least-once") && e.contains("exactly-once"), "{e}");
+    // Parsed once the variables are gone (the file's other tests parse no `run`).
+    let e = Cli::try_parse_from(["walpost", "run", "--contracts-unknown", "deny"]).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "a usage error");
+    assert!(e.to_string().contains("allow") && e.to_string().contains("refuse"), "{e}");
 }
 
 /// A value the file spells wrong is refused naming its key and every allowed value.
@@ -131,6 +138,12 @@ fn a_wrong_enumeration_in_the_file_names_the_key_and_the_allowed_values() {
         ("envelope = \"xml\"", "(envelope)", &["none", "cloudevents"]),
         ("on_permanent_error = \"skip\"", "(on_permanent_error)", &["halt", "dead_letter"]),
         ("snapshot = \"always\"", "(snapshot)", &["never", "initial", "initial_only", "when_needed"]),
+        ("[contracts]\nvalue_format = \"protobuf\"", "(value_format)", &["json", "json-schema", "avro"]),
+        ("[contracts]\nkey_format = \"int\"", "(key_format)", &["string", "json-schema", "avro"]),
+        ("[contracts]\nunknown = \"deny\"", "(unknown)", &["allow", "refuse"]),
+        ("[inbox]\non_invalid = \"skip\"", "(on_invalid)", &["halt", "reject"]),
+        ("[inbox]\ndedup = \"id\"", "(dedup)", &["topic", "global"]),
+        ("[inbox]\nstart_from = \"now\"", "(start_from)", &["earliest", "latest"]),
     ] {
         let e = FileConfig::parse(text).unwrap_err();
         assert!(e.contains(key) && allowed.iter().all(|a| e.contains(a)), "{text}: {e}");
@@ -152,4 +165,51 @@ fn kafka_settings_are_absent_for_commands_without_kafka() {
     let with = Overrides { kafka_brokers: Some("k:9092".into()), ..o };
     assert_eq!(Settings::resolve(&with, FileConfig::default()).unwrap().kafka().unwrap().brokers, "k:9092");
     assert!(Settings::resolve_without_kafka(&with, FileConfig::default()).unwrap().kafka.is_none());
+}
+
+/// The inbox's enumerations on a flag or variable: the same spellings as the file's, and a
+/// wrong one is clap's usage error listing the possible values (`--contracts-unknown`: in
+/// the test above, which owns the variables `run` reads).
+#[test]
+fn inbox_and_contracts_flags_take_the_files_spellings() {
+    use clap::Parser;
+    use walpost::cli::{Cli, Command};
+    use walpost::settings::{InboxDedup, InboxOnInvalid};
+
+    let parse = |argv: &[&str]| Cli::try_parse_from(["walpost"].iter().chain(argv));
+    let Command::Inbox(args) = parse(&["inbox", "--on-invalid", "reject", "--dedup", "global"]).unwrap().command else {
+        panic!("not inbox")
+    };
+    let o = args.overrides();
+    assert_eq!((o.inbox_on_invalid, o.inbox_dedup), (Some(InboxOnInvalid::Reject), Some(InboxDedup::Global)));
+    for (argv, allowed) in [
+        (&["inbox", "--on-invalid", "skip"][..], &["halt", "reject"][..]),
+        (&["inbox", "--dedup", "id"], &["topic", "global"]),
+    ] {
+        let e = parse(argv).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "a usage error");
+        let e = e.to_string();
+        assert!(allowed.iter().all(|a| e.contains(a)), "{argv:?}: {e}");
+    }
+}
+
+/// Every section resolves on its own: the connections in `postgres`, the metrics address in
+/// `telemetry`, and a check across sections (a signal table with exactly-once) holds for the
+/// commands without Kafka too.
+#[test]
+fn postgres_and_telemetry_are_sections_and_cross_checks_hold_without_kafka() {
+    use walpost::settings::{FileConfig, Overrides, Settings};
+    let o = Overrides {
+        postgres: Some("postgres://u@h/d?target_session_attrs=standby".into()),
+        metrics_addr: Some("127.0.0.1:9187".into()),
+        ..Overrides::default()
+    };
+    let s = Settings::resolve_without_kafka(&o, FileConfig::default()).unwrap();
+    assert!(s.postgres.standby_decoding());
+    assert_eq!(s.postgres.writer().dbname, "d");
+    assert_eq!(s.telemetry.metrics_addr, Some("127.0.0.1:9187".parse().unwrap()));
+    assert_eq!(s.source.table().to_string(), "events.outbox");
+    let file = FileConfig::parse("signal_table = \"events.signals\"\ndelivery = \"exactly-once\"\n").unwrap();
+    let e = Settings::resolve_without_kafka(&o, file).unwrap_err().to_string();
+    assert!(e.contains("signal_table") && e.contains("exactly-once"), "{e}");
 }

@@ -43,6 +43,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
+use clap::ValueEnum;
 use contracts::registry::{Format, RegistryOptions, SubjectStrategy};
 use contracts::{Contracts, Limits, SchemaText, Unknown};
 use router::ContractRef;
@@ -50,7 +51,7 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::Seconds;
 use super::secrets::read_secret_file;
-use super::{ConfigError, SourceSettings};
+use super::{spelling, ConfigError, KeyFormat, SourceSettings, ValueFormat};
 
 pub use registry::settings::{RegistryAuth, RegistrySettings};
 
@@ -63,20 +64,31 @@ pub struct ContractsFile {
     pub dir: Option<PathBuf>,
     /// `allow` (default) or `refuse` an event whose type has no schema.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub unknown: Option<String>,
+    pub unknown: Option<UnknownEventType>,
     /// Event type -> schema file, beside (or instead of) the directory's files.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub schemas: BTreeMap<String, PathBuf>,
     /// `json` (default), `json-schema` or `avro` (the last two need `[registry]`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub value_format: Option<String>,
+    pub value_format: Option<ValueFormat>,
     /// `string` (default: the aggregate id's bytes), `json-schema` or `avro` (by the
     /// subject `<topic>-key`; need a registry value format).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub key_format: Option<String>,
+    pub key_format: Option<KeyFormat>,
     /// Levels of objects and arrays a payload may nest (default 32); deeper: a breach.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_depth: Option<usize>,
+}
+
+/// `contracts.unknown` (`--contracts-unknown`): an event type without a schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
+pub enum UnknownEventType {
+    /// Published unchecked.
+    Allow,
+    /// A permanent error of that event.
+    Refuse,
 }
 
 impl ContractsFile {
@@ -178,35 +190,21 @@ pub(crate) fn resolve_registry(
     source: &SourceSettings,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<RegistrySettings>, ConfigError> {
-    let format = match contracts.value_format.as_deref() {
-        None | Some("json") => None,
-        Some("json-schema") => Some(Format::JsonSchema),
-        Some("avro") => Some(Format::Avro),
-        Some(other) => {
-            return Err(ConfigError::Invalid {
-                key: "contracts.value_format",
-                value: other.into(),
-                expected: "json, json-schema or avro",
-            })
-        }
+    let format = match contracts.value_format {
+        None | Some(ValueFormat::Json) => None,
+        Some(ValueFormat::JsonSchema) => Some(Format::JsonSchema),
+        Some(ValueFormat::Avro) => Some(Format::Avro),
     };
-    let key_format = match contracts.key_format.as_deref() {
-        None | Some("string") => None,
-        Some("json-schema") => Some(Format::JsonSchema),
-        Some("avro") => Some(Format::Avro),
-        Some(other) => {
-            return Err(ConfigError::Invalid {
-                key: "contracts.key_format",
-                value: other.into(),
-                expected: "string, json-schema or avro",
-            })
-        }
+    let key_format = match contracts.key_format {
+        None | Some(KeyFormat::String) => None,
+        Some(KeyFormat::JsonSchema) => Some(Format::JsonSchema),
+        Some(KeyFormat::Avro) => Some(Format::Avro),
     };
     let Some(format) = format else {
         if key_format.is_some() {
             return Err(ConfigError::Invalid {
                 key: "contracts.key_format",
-                value: contracts.key_format.clone().unwrap_or_default(),
+                value: contracts.key_format.map(spelling).unwrap_or_default(),
                 expected: "string unless contracts.value_format is json-schema or avro (keys are written by the registry that writes the values)",
             });
         }
@@ -221,7 +219,7 @@ pub(crate) fn resolve_registry(
     };
     let refuse = |key: &'static str, expected: &'static str| ConfigError::Invalid {
         key,
-        value: contracts.value_format.clone().unwrap_or_default(),
+        value: contracts.value_format.map(spelling).unwrap_or_default(),
         expected,
     };
     if contracts.dir.is_some() || !contracts.schemas.is_empty() || contracts.unknown.is_some() {
@@ -396,22 +394,15 @@ pub(crate) fn attach(f: &ContractsFile, source: &mut SourceSettings) -> Result<(
 
 /// Reads and builds the contracts; `None` when none are configured.
 pub(crate) fn resolve_contracts(f: &ContractsFile) -> Result<Option<ContractRef>, ConfigError> {
-    let unknown = match f.unknown.as_deref() {
-        None | Some("allow") => Unknown::Allow,
-        Some("refuse") => Unknown::Refuse,
-        Some(other) => {
-            return Err(ConfigError::Invalid {
-                key: "contracts.unknown",
-                value: other.into(),
-                expected: "allow or refuse",
-            })
-        }
+    let unknown = match f.unknown {
+        None | Some(UnknownEventType::Allow) => Unknown::Allow,
+        Some(UnknownEventType::Refuse) => Unknown::Refuse,
     };
     if f.dir.is_none() && f.schemas.is_empty() {
         if f.unknown.is_some() {
             return Err(ConfigError::Invalid {
                 key: "contracts.unknown",
-                value: f.unknown.clone().unwrap_or_default(),
+                value: f.unknown.map(spelling).unwrap_or_default(),
                 expected: "a setting beside contracts.dir or [contracts.schemas], which hold the schemas",
             });
         }

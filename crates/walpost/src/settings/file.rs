@@ -14,7 +14,7 @@ use super::duration::{Millis, Seconds};
 use super::{ConfigError, ContractsFile, DeliveryMode, Envelope, OnPermanentError, RegistryFile, SnapshotMode};
 
 mod inbox;
-pub use inbox::InboxFile;
+pub use inbox::{InboxDedup, InboxFile, InboxOnInvalid, InboxStartFrom};
 
 /// The whole file. A section of [`super::Settings`] reads its table here (`[pipeline]`:
 /// the stream's, `[monitor]`, `[retention]`, `[inbox]`...) or, for the sections users'

@@ -7,8 +7,9 @@
 //! ignored setting. The command line layer turns its arguments into [`Overrides`]; the
 //! only trace of clap here is the `ValueEnum` derive of the enumerations
 //! ([`DeliveryMode`], [`Envelope`], [`OnPermanentError`], [`SnapshotMode`], [`ValueFormat`],
-//! [`KeyFormat`]), so a flag, its variable and its key accept the same spellings, each
-//! listed once.
+//! [`KeyFormat`], [`UnknownEventType`], [`InboxOnInvalid`], [`InboxDedup`],
+//! [`InboxStartFrom`]), so a flag, its variable and its key accept the same spellings,
+//! each listed once.
 //!
 //! Invariants of a [`Settings`] value: every name that reaches SQL (slot, publication,
 //! tables) is a valid identifier, every duration and limit is positive, thresholds are
@@ -32,10 +33,10 @@ use clap::ValueEnum;
 use router::RouterConfig;
 use serde::{Deserialize, Serialize};
 
-pub use contracts::{ContractsFile, RegistryAuth, RegistryFile, RegistrySettings};
+pub use contracts::{ContractsFile, RegistryAuth, RegistryFile, RegistrySettings, UnknownEventType};
 pub use file::{
-    CloudEventsFile, ExactlyOnceFile, FileConfig, InboxFile, KafkaFile, MessagesFile, MonitorFile, OutboxFile,
-    PipelineFile, RetentionFile, RouterFile,
+    CloudEventsFile, ExactlyOnceFile, FileConfig, InboxDedup, InboxFile, InboxOnInvalid, InboxStartFrom, KafkaFile,
+    MessagesFile, MonitorFile, OutboxFile, PipelineFile, RetentionFile, RouterFile,
 };
 pub use resolve::{validate_identifier, Overrides};
 

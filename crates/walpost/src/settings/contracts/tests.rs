@@ -21,7 +21,7 @@ fn a_directory_and_a_mapping_become_one_set_of_contracts() {
     ]);
     let f = ContractsFile {
         dir: Some(dir.clone()),
-        unknown: Some("refuse".into()),
+        unknown: Some(UnknownEventType::Refuse),
         schemas: BTreeMap::from([("order.shipped".to_owned(), PathBuf::from("v2.json"))]),
         value_format: None,
         key_format: None,
@@ -67,10 +67,8 @@ fn every_router_gets_the_contracts_and_each_needs_an_event_type() {
 #[test]
 fn nothing_configured_is_no_contract_and_mistakes_name_the_key_or_file() {
     assert!(resolve_contracts(&ContractsFile::default()).unwrap().is_none());
-    let lonely = ContractsFile { unknown: Some("refuse".into()), ..ContractsFile::default() };
+    let lonely = ContractsFile { unknown: Some(UnknownEventType::Refuse), ..ContractsFile::default() };
     assert!(resolve_contracts(&lonely).unwrap_err().to_string().contains("contracts.unknown"));
-    let typo = ContractsFile { dir: Some("/nonexistent".into()), unknown: Some("deny".into()), ..Default::default() };
-    assert!(resolve_contracts(&typo).unwrap_err().to_string().contains("expected allow or refuse"));
     let missing = ContractsFile { dir: Some("/nonexistent/contracts".into()), ..Default::default() };
     let e = resolve_contracts(&missing).unwrap_err().to_string();
     assert!(e.starts_with("contracts: cannot read /nonexistent/contracts: "), "{e}");
@@ -107,9 +105,7 @@ fn a_registry_format_needs_a_url_and_refuses_what_cannot_be_framed() {
     assert_eq!(keyed.unwrap().registry.unwrap().options.key_format, Some(Format::Avro));
     let refused = [
         ("[contracts]\nkey_format = \"avro\"\n[registry]\nurl = \"http://r\"\n", "string unless contracts.value_format is json-schema or avro"),
-        ("[contracts]\nvalue_format = \"avro\"\nkey_format = \"int\"\n[registry]\nurl = \"http://r\"\n", "expected string, json-schema or avro"),
         ("[contracts]\nvalue_format = \"avro\"\n", "json unless [registry] url"),
-        ("[contracts]\nvalue_format = \"protobuf\"\n", "expected json, json-schema or avro"),
         ("[registry]\nurl = \"http://r\"\n", "a registry only with contracts.value_format"),
         ("[contracts]\nvalue_format = \"avro\"\ndir = \"/x\"\n[registry]\nurl = \"http://r\"\n", "not both"),
         ("envelope = \"cloudevents\"\n[contracts]\nvalue_format = \"avro\"\n[registry]\nurl = \"http://r\"\n", "a registry's record is the payload alone"),

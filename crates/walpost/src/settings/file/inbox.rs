@@ -1,5 +1,6 @@
 //! `[inbox]` as the file gives it (`walpost inbox`'s section).
 
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::super::duration::{Millis, Seconds};
@@ -39,14 +40,14 @@ pub struct InboxFile {
     /// A record that cannot be stored (no event id, too large): `halt` (default) or
     /// `reject` (a row in the inbox's `rejected` table with the reason).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub on_invalid: Option<String>,
+    pub on_invalid: Option<InboxOnInvalid>,
     /// What makes a record a duplicate: `topic` (default: its event id within its topic)
     /// or `global` (the event id alone: ids unique across every producer, such as UUIDs).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub dedup: Option<String>,
+    pub dedup: Option<InboxDedup>,
     /// Where a partition with no stored offset starts: `earliest` (default) or `latest`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub start_from: Option<String>,
+    pub start_from: Option<InboxStartFrom>,
     /// The largest record value stored [default: 1 MiB].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_record_bytes: Option<u64>,
@@ -81,6 +82,32 @@ pub struct InboxFile {
     /// lock_timeout of each partition's create or drop, in milliseconds [default: 1000].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention_lock_timeout_ms: Option<Millis>,
+}
+
+/// `inbox.on_invalid` (`--on-invalid`): a record that cannot be stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum InboxOnInvalid {
+    Halt,
+    Reject,
+}
+
+/// `inbox.dedup` (`--dedup`): what makes a record a duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum InboxDedup {
+    Topic,
+    Global,
+}
+
+/// `inbox.start_from`: where a partition with no stored offset starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InboxStartFrom {
+    Earliest,
+    Latest,
 }
 
 impl InboxFile {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::super::duration::Seconds;
 use super::super::{
-    spelling, DeliveryMode, Envelope, FileConfig, KeyFormat, OnPermanentError, SnapshotMode, ValueFormat,
+    DeliveryMode, Envelope, FileConfig, InboxDedup, InboxOnInvalid, KeyFormat, OnPermanentError, SnapshotMode,
+    UnknownEventType, ValueFormat,
 };
 
 /// What the command line (flags and `WALPOST_*` variables, already merged by it) sets.
@@ -58,8 +59,8 @@ pub struct Overrides {
     pub envelope: Option<Envelope>,
     /// `--contracts-dir`: a directory of `<event type>.json` schemas.
     pub contracts_dir: Option<std::path::PathBuf>,
-    /// `--contracts-unknown`: `allow` or `refuse`.
-    pub contracts_unknown: Option<String>,
+    /// `--contracts-unknown`.
+    pub contracts_unknown: Option<UnknownEventType>,
     /// `--contracts-max-depth`: levels a payload may nest.
     pub contracts_max_depth: Option<usize>,
     /// `--value-format`.
@@ -75,8 +76,8 @@ pub struct Overrides {
     pub inbox_schema: Option<String>,
     /// `--create-schema`.
     pub inbox_create_schema: bool,
-    pub inbox_on_invalid: Option<String>,
-    pub inbox_dedup: Option<String>,
+    pub inbox_on_invalid: Option<InboxOnInvalid>,
+    pub inbox_dedup: Option<InboxDedup>,
     /// `walpost inbox --event-id-header` (comma-separated on the command line).
     pub inbox_event_id_header: Option<Vec<String>>,
 }
@@ -115,9 +116,8 @@ impl Overrides {
         over(&self.contracts_dir, &mut file.contracts.dir);
         over(&self.contracts_unknown, &mut file.contracts.unknown);
         over(&self.contracts_max_depth, &mut file.contracts.max_depth);
-        // `[contracts]` keeps the file's spelling (its section resolves it).
-        over(&self.value_format.map(spelling), &mut file.contracts.value_format);
-        over(&self.key_format.map(spelling), &mut file.contracts.key_format);
+        over(&self.value_format, &mut file.contracts.value_format);
+        over(&self.key_format, &mut file.contracts.key_format);
         over(&self.registry_url, &mut file.registry.url);
         over(&self.retention_keep_days, &mut file.retention.keep_days);
         over(&self.retention_days_ahead, &mut file.retention.days_ahead);
