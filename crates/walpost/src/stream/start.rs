@@ -29,7 +29,9 @@ use crate::kafka::exactly_once::ExactlyOnceState;
 use crate::kafka::{self, DeliveryMemo, ProduceWindow};
 use crate::postgres::lineage::{self, Lineage};
 use crate::postgres::{catalog, preflight, sql, topology};
-use crate::settings::{Delivery, ExactlyOnce, Settings, SnapshotMode};
+use crate::settings::{
+    Delivery, ExactlyOnce, KafkaSettings, PostgresSettings, Settings, SnapshotMode, SourceSettings, StreamSettings,
+};
 use crate::snapshot;
 use crate::snapshot::ProgressRecord;
 use crate::telemetry::Metrics;
@@ -117,7 +119,7 @@ pub(crate) async fn begin(
         sql = ReplicationClient::connect_sql(&s.postgres.server.pinned_to(repl.connected_host())).await?;
         preflight::preflight(&mut sql, &s.postgres, &s.source).await?;
     }
-    let mut writes = Writes::open(s, &mut sql).await?;
+    let mut writes = Writes::open(&s.postgres, &mut sql).await?;
     let slot_name = &s.source.slot;
     let mut slot = catalog::slot_row(&mut sql, slot_name).await?;
     let snapshots = matches!(s.snapshot.mode, SnapshotMode::Initial | SnapshotMode::WhenNeeded);
@@ -162,7 +164,10 @@ pub(crate) async fn begin(
             if let Some(w) = writes.writer(&mut sql) {
                 lineage.record(w, &s.source, &system, false).await;
             }
-            (row.confirmed_flush.unwrap_or(Lsn::ZERO), signing_key(writes.writer(&mut sql), s).await)
+            (
+                row.confirmed_flush.unwrap_or(Lsn::ZERO),
+                signing_key(writes.writer(&mut sql), &s.source, exactly_once.is_some()).await,
+            )
         }
         None => {
             // A slot walpost streamed from before is re-created only with a snapshot.
@@ -175,7 +180,7 @@ pub(crate) async fn begin(
             if let Some(w) = writes.writer(&mut sql) {
                 lineage.record(w, &s.source, &system, true).await;
             }
-            let key = signing_key(writes.writer(&mut sql), s).await;
+            let key = signing_key(writes.writer(&mut sql), &s.source, exactly_once.is_some()).await;
             if snapshots {
                 // With exactly-once the snapshot is one Kafka transaction whose progress
                 // record is the slot's consistent point: the stream goes on from there.
@@ -222,7 +227,8 @@ pub(crate) async fn begin(
     let (window, exactly_once) = match (window, exactly_once) {
         (Some(window), _) => (window, None),
         (None, Some(e)) => {
-            let (window, state) = begin_transactions(s, metrics, memo, e, identity, start, key, wal_end).await?;
+            let (window, state) =
+                begin_transactions(kafka, &s.stream, metrics, memo, e, identity, start, key, wal_end).await?;
             (window, Some(state))
         }
         (None, None) => (kafka::open_window::<Tag>(kafka, &s.stream, metrics, None)?, None),
@@ -236,7 +242,8 @@ pub(crate) async fn begin(
 /// skips up to.
 #[allow(clippy::too_many_arguments)] // what a transactional session starts from
 async fn begin_transactions(
-    s: &Settings,
+    kafka: &KafkaSettings,
+    stream: &StreamSettings,
     metrics: &Metrics,
     memo: &mut DeliveryMemo,
     e: &ExactlyOnce,
@@ -246,8 +253,7 @@ async fn begin_transactions(
     wal_end: Lsn,
 ) -> Result<(ProduceWindow<Tag>, ExactlyOnceState), PipelineError> {
     let transactional = Transactional { id: identity.transactional_id(), timeout: e.transaction_timeout };
-    let kafka = s.kafka()?;
-    let window = kafka::open_window::<Tag>(kafka, &s.stream, metrics, Some(&transactional))?;
+    let window = kafka::open_window::<Tag>(kafka, stream, metrics, Some(&transactional))?;
     let sink =
         window.sink().ok_or_else(|| PipelineError::transient(ErrorKind::Kafka, "the Kafka producer is closed"))?;
     sink.init_transactions(e.transaction_timeout).await.map_err(transaction_error)?;
@@ -268,7 +274,7 @@ async fn begin_transactions(
     }
     memo.set_committed(committed);
     let gate = committed.map_or(start, |p| p.lsn.max(start));
-    Ok((window, ExactlyOnceState::new(identity, e, gate, s.stream.status_interval, key)))
+    Ok((window, ExactlyOnceState::new(identity, e, gate, stream.status_interval, key)))
 }
 
 /// Where a session writes: the server it decodes on, or the primary when that is a
@@ -285,11 +291,11 @@ enum Writes {
 impl Writes {
     /// Asks the decoding server (`sql`) whether it is a standby, and if so connects to
     /// the primary; a primary that cannot be reached is said once here, not fatal.
-    async fn open(s: &Settings, sql: &mut ReplicationClient) -> Result<Writes, PipelineError> {
-        if !topology::on_a_standby(&s.postgres, sql).await? {
+    async fn open(postgres: &PostgresSettings, sql: &mut ReplicationClient) -> Result<Writes, PipelineError> {
+        if !topology::on_a_standby(postgres, sql).await? {
             return Ok(Writes::Here);
         }
-        Ok(match topology::connect_writer(&s.postgres).await {
+        Ok(match topology::connect_writer(postgres).await {
             Ok(primary) => Writes::Primary(Box::new(primary)),
             Err(e) => {
                 tracing::warn!("{}", texts::standby::without_primary(&e.to_string()));
@@ -337,18 +343,22 @@ impl Writes {
 
 /// Exactly-once: the key progress records are signed with, kept in the lineage row.
 /// `None` without a connection to write on (decoding on a standby, primary unreachable).
-async fn signing_key(sql: Option<&mut ReplicationClient>, s: &Settings) -> Option<ProgressKey> {
-    if !matches!(s.kafka.as_ref().map(|k| &k.delivery), Some(Delivery::ExactlyOnce(_))) {
+async fn signing_key(
+    sql: Option<&mut ReplicationClient>,
+    source: &SourceSettings,
+    exactly_once: bool,
+) -> Option<ProgressKey> {
+    if !exactly_once {
         return None;
     }
     let Some(sql) = sql else {
-        tracing::warn!("{}", texts::exactly_once::progress_unsigned_without_the_primary(&s.source.slot));
+        tracing::warn!("{}", texts::exactly_once::progress_unsigned_without_the_primary(&source.slot));
         return None;
     };
-    let stored = lineage::progress_key(sql, &s.source, ProgressKey::generate_hex).await?;
+    let stored = lineage::progress_key(sql, source, ProgressKey::generate_hex).await?;
     let key = ProgressKey::from_hex(&stored.hex, stored.made_now);
     if key.is_none() {
-        tracing::warn!("{}", texts::exactly_once::progress_key_unreadable(&s.source.slot));
+        tracing::warn!("{}", texts::exactly_once::progress_key_unreadable(&source.slot));
     }
     key
 }
