@@ -14,9 +14,19 @@ use crate::consumer::client_config;
 use crate::messages::{inbox_partition_missing, inbox_schema_incomplete};
 use crate::settings::{InboxSettings, Subscription};
 
-/// The functions of the SQL API handlers call.
-const FUNCTIONS: &[&str] =
-    &["register_handler", "claim", "complete", "fail", "retry", "dismiss", "deliver_new_messages"];
+/// The functions of the SQL API handlers call (complete_many and fail_many: from
+/// migrations/inbox/0003_inbox_batches.sql on).
+const FUNCTIONS: &[&str] = &[
+    "register_handler",
+    "claim",
+    "complete",
+    "fail",
+    "complete_many",
+    "fail_many",
+    "retry",
+    "dismiss",
+    "deliver_new_messages",
+];
 /// The tables of the migration.
 const TABLES: &[&str] = &["messages", "offsets", "rejected", "handlers", "deliveries", "receipts"];
 

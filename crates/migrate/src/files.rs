@@ -149,6 +149,12 @@ static INBOX: &[Migration] = &[
             functions: &["aggregate_key", "authorize", "authorize_owner", "grant_handler", "revoke_handler", "extend"],
         },
     },
+    Migration {
+        version: 3,
+        name: "0003_inbox_batches.sql",
+        sql: include_str!("../../../migrations/inbox/0003_inbox_batches.sql"),
+        leaves: Leaves { tables: &[], partitioned: &[], functions: &["check_batch", "complete_many", "fail_many"] },
+    },
 ];
 
 #[cfg(test)]

@@ -160,8 +160,8 @@ mod tests {
     #[test]
     fn an_empty_schema_has_every_migration_pending() {
         let p = plan(Set::Inbox.migrations(), None, &Catalog::default());
-        assert_eq!(states(&p), [&State::Pending, &State::Pending]);
-        assert_eq!(p.pending().count(), 2);
+        assert_eq!(states(&p), [&State::Pending, &State::Pending, &State::Pending]);
+        assert_eq!(p.pending().count(), 3);
         assert!(!p.recorded && !p.is_current());
     }
 
@@ -211,10 +211,11 @@ mod tests {
     fn versions_recorded_without_a_file_are_unknown() {
         let files = Set::Inbox.migrations();
         let mut rows: Vec<Recorded> = files.iter().map(row).collect();
-        rows.push(Recorded { version: 3, name: "0003_next.sql".into(), checksum: "ab".into(), applied_at: "x".into() });
+        let next = u32::try_from(files.len() + 1).unwrap();
+        rows.push(Recorded { version: next, name: format!("{next:04}_next.sql"), checksum: "ab".into(), applied_at: "x".into() });
         let p = plan(files, Some(&rows), &Catalog::default());
         assert!(p.is_current());
-        assert_eq!(p.unknown.iter().map(|r| r.version).collect::<Vec<_>>(), [3]);
+        assert_eq!(p.unknown.iter().map(|r| r.version).collect::<Vec<_>>(), [next]);
     }
 
     /// A database migrated by hand: 0001 and 0003's objects are there, 0002's are not (the

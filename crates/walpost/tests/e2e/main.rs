@@ -18,6 +18,7 @@ mod exactly_once;
 mod failover;
 mod hardening;
 mod inbox;
+mod inbox_batches;
 mod inbox_chaos;
 mod inbox_drills;
 mod inbox_hardening;
