@@ -5,6 +5,9 @@
 //! worker of docs/inbox.md run as written, and a property: over seeded random
 //! interleavings of claims, lease expiry, review decisions and acts, a handler driven by
 //! the batch calls ends exactly where one driven by the single calls does.
+//!
+//! Over 500 lines: the property's generator and its SQL script builder stay beside the
+//! one test they serve.
 
 use crate::support::World;
 
