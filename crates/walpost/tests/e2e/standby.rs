@@ -99,9 +99,13 @@ fn decode_on_a_standby_under_load(major: u32) {
     // An idle primary: the slot's creation asks it for a running-transactions record.
     let started = Instant::now();
     let mut p = Walpost::start(&args, &[]);
-    assert!(sw.wait_for_slot(WAIT), "{}", p.log_text());
+    // The slot shows in pg_replication_slots before CREATE_REPLICATION_SLOT returns (it
+    // waits there for a consistent point), so creation is timed by walpost's own line.
+    let created = testkit::wait_until(WAIT, || p.log_text().contains("created replication slot"));
     let created_in = started.elapsed();
+    assert!(created, "{}", p.log_text());
     assert!(created_in < Duration::from_secs(15), "slot creation on an idle primary took {created_in:?}");
+    assert!(sw.wait_for_slot(WAIT), "{}", p.log_text());
     assert!(p.log_text().contains("on_standby=true"), "{}", p.log_text());
     assert_eq!(w.sql("SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical'"), "0");
     let lineage = w.sql(&format!("SELECT count(*) FROM events.walpost_slots WHERE slot = '{}'", w.slot));
