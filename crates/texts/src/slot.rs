@@ -75,6 +75,15 @@ pub fn in_use(slot: &str, pid: i32) -> String {
     )
 }
 
+/// Logged once per holder by a hot standby (`client`: the holder's address, if the
+/// server shows it). Quoted in docs/kubernetes.md and runbooks/slot-wal-buildup.md.
+pub fn held_by(slot: &str, pid: i32, client: Option<&str>) -> String {
+    let from = client.map(|c| format!(" for a client at {c}")).unwrap_or_default();
+    format!(
+        "replication slot \"{slot}\" is in use by server process {pid}{from} (another walpost instance?): this instance is a hot standby and takes over when the slot is released"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

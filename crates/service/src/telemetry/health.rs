@@ -1,5 +1,5 @@
-//! State shared between tasks that is not a metric: whether walpost streams, the slot
-//! alarm level, how long records have waited for Kafka, whether the pipeline's runtime
+//! State shared between tasks that is not a metric: whether walpost streams or waits as a
+//! hot standby, the slot alarm level, how long records have waited for Kafka, whether the pipeline's runtime
 //! still runs, and a mode's own [`Condition`] (`walpost inbox`: its PostgreSQL answers and
 //! the group gave it partitions). `/readyz` and `/healthz` answer from it; a few gauges are
 //! computed from it at scrape time (they are ages, which only grow while nothing
@@ -9,7 +9,7 @@
 //! means "not set".
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The slot alarm level (see `crate::monitor`).
@@ -63,6 +63,8 @@ pub struct Health {
     halted: OnceLock<String>,
     /// The mode's own readiness condition, if it has one.
     condition: OnceLock<Arc<dyn Condition>>,
+    /// While this instance waits for another process to release the slot: who holds it.
+    standby: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -79,6 +81,7 @@ impl Health {
             dead_after,
             halted: OnceLock::new(),
             condition: OnceLock::new(),
+            standby: Mutex::new(None),
         };
         h.beat();
         h
@@ -150,16 +153,31 @@ impl Health {
         self.halted.get().map(String::as_str)
     }
 
+    /// This instance waits as a hot standby (`Some`: who holds the slot) or no longer does.
+    pub fn set_standby(&self, holder: Option<String>) {
+        *self.standby.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = holder;
+    }
+
+    /// Who holds the slot while this instance waits as a hot standby.
+    pub fn standby(&self) -> Option<String> {
+        self.standby.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
     /// Adds the mode's own readiness condition; a mode has one (a second is refused).
     pub fn add_condition(&self, condition: Arc<dyn Condition>) -> Result<(), Arc<dyn Condition>> {
         self.condition.set(condition)
     }
 
     /// `Ok`: ready to be counted on (`/readyz`); `Err`: why not, the most specific cause
-    /// first (a Kafka outage also raises the slot alarm: the outage is what to fix).
+    /// first (a Kafka outage also raises the slot alarm: the outage is what to fix). A hot
+    /// standby is ready: it is healthy and must not hold up a rolling update
+    /// ([`Health::standby`] says it is one).
     pub fn readiness(&self) -> Result<(), String> {
         if let Some(error) = self.halted() {
             return Err(format!("halted: {error}"));
+        }
+        if self.standby.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some() {
+            return Ok(());
         }
         if !self.is_streaming() {
             return Err("not streaming".into());
@@ -212,6 +230,19 @@ mod tests {
         h.set_waiting_for_acks(None);
         assert_eq!(h.readiness(), Ok(()));
         assert_eq!(h.unacknowledged_for(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_hot_standby_is_ready_until_halted() {
+        let h = Health::new(Duration::from_millis(50), Duration::from_secs(60));
+        h.set_standby(Some("server process 42".into()));
+        assert_eq!(h.readiness(), Ok(()), "not streaming, but a standby");
+        assert_eq!(h.standby().as_deref(), Some("server process 42"));
+        h.set_standby(None);
+        assert_eq!(h.readiness(), Err("not streaming".into()));
+        h.set_standby(Some("server process 42".into()));
+        h.set_halted("stopped".into());
+        assert!(h.readiness().unwrap_err().starts_with("halted"));
     }
 
     /// A producer restart during an outage: the new window's records wait on the old

@@ -228,7 +228,10 @@ fn respond<E: Exporter>(
             Err(why) => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{why}\n")),
         },
         "/readyz" => match metrics.health().readiness() {
-            Ok(()) => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
+            Ok(()) => match metrics.health().standby() {
+                Some(holder) => (StatusCode::OK, "text/plain", format!("ready: a hot standby; {holder}\n")),
+                None => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
+            },
             Err(why) => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{why}\n")),
         },
         _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),

@@ -82,6 +82,35 @@ pub(crate) async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<
     }))
 }
 
+/// The server process streaming from a slot, and where its client connects from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlotHolder {
+    pub pid: i32,
+    /// `client_addr:client_port` (or `local` for a Unix socket); `None` when the
+    /// server does not show it to this role (another role's connection: its client_port
+    /// is NULL, while a Unix socket's is -1).
+    pub client: Option<String>,
+}
+
+/// Who streams from `slot` (`None`: nobody, or no such slot). Reads the server's slots in
+/// shared memory, cheap enough for a hot standby to ask twice a second.
+pub(crate) async fn slot_holder(sql: &mut ReplicationClient, slot: &str) -> Result<Option<SlotHolder>, PipelineError> {
+    let r = sql
+        .query(
+            "SELECT s.active_pid::text AS pid, \
+             CASE WHEN r.client_port IS NULL THEN NULL WHEN r.client_port = -1 THEN 'local' \
+             ELSE pg_catalog.host(r.client_addr) || ':' || r.client_port::text END AS client \
+             FROM pg_catalog.pg_replication_slots s LEFT JOIN pg_catalog.pg_stat_replication r ON r.pid = s.active_pid \
+             WHERE s.slot_name = $1 AND s.active_pid IS NOT NULL",
+            &[Some(slot)],
+        )
+        .await?;
+    let Some(pid) = parsed(r.first("pid"), "pg_replication_slots.active_pid", "a process id")? else {
+        return Ok(None);
+    };
+    Ok(Some(SlotHolder { pid, client: r.first("client").map(str::to_owned) }))
+}
+
 /// Drops an inactive slot.
 pub(crate) async fn drop_slot(sql: &mut ReplicationClient, slot: &str) -> Result<(), PipelineError> {
     sql.query("SELECT pg_catalog.pg_drop_replication_slot($1)", &[Some(slot)]).await?;

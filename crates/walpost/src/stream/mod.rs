@@ -6,7 +6,8 @@
 //! short once PostgreSQL answers again after an outage: [`probe`]) and
 //! starts a new one from the slot's confirmed position, telling it what the last
 //! producer delivered ([`crate::kafka::DeliveryMemo`]) so nothing acknowledged is sent
-//! twice by the same process. A definite error ends [`run`].
+//! twice by the same process. A definite error ends [`run`]. A slot held by another
+//! process makes this instance a hot standby until it is released ([`takeover`]).
 //!
 //! Invariants:
 //! - The flush LSN sent to the server comes only from the [`checkpoint`]: it never
@@ -28,6 +29,7 @@ pub(crate) mod session;
 pub(crate) mod signal;
 pub(crate) mod source;
 pub(crate) mod start;
+pub(crate) mod takeover;
 
 use std::time::{Duration, Instant};
 
@@ -61,7 +63,7 @@ pub(crate) async fn run(
     let mut backoff = Backoff::new(FIRST_RESTART_DELAY, s.stream.max_backoff);
     let mut memo = DeliveryMemo::default();
     let mut lineage = Lineage::default();
-    let mut last_waiting_note: Option<Instant> = None;
+    let mut last_holder: Option<i32> = None;
     let mut no_standby = NoStandby::default();
     loop {
         let started = Instant::now();
@@ -86,18 +88,22 @@ pub(crate) async fn run(
                 if started.elapsed() > Duration::from_secs(30) {
                     backoff.reset();
                 }
-                let wait = backoff.next_delay();
-                if e.is_expected() {
-                    // A hot standby: normal, said at INFO once a minute.
-                    if last_waiting_note.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                        last_waiting_note = Some(Instant::now());
-                        tracing::info!("{e}");
-                    } else {
-                        tracing::debug!("{e}");
+                let e = if e.is_expected() {
+                    // Another process holds the slot: a hot standby, normal.
+                    tracing::debug!("{e}");
+                    match takeover::wait_for_release(s, metrics, &mut last_holder, &mut shutdown).await {
+                        takeover::Waited::Released => {
+                            backoff.reset();
+                            continue;
+                        }
+                        takeover::Waited::Shutdown => return Ok(()),
+                        takeover::Waited::Failed(e) => e,
                     }
                 } else {
-                    tracing::warn!(retry_in_ms = wait.as_millis() as u64, "{e}; reconnecting");
-                }
+                    e
+                };
+                let wait = backoff.next_delay();
+                tracing::warn!(retry_in_ms = wait.as_millis() as u64, "{e}; reconnecting");
                 metrics.stream.reconnect(match culprit {
                     Culprit::Postgres => ReconnectCause::Postgres,
                     Culprit::Kafka => ReconnectCause::Kafka,
@@ -145,6 +151,7 @@ async fn session(
         Err(e) => return (Err(e), Culprit::Postgres),
     };
     metrics.health().set_streaming(true);
+    metrics.stream.active.set(1);
     let parts = session::Parts {
         stream,
         start,

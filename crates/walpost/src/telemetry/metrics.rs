@@ -61,6 +61,7 @@ pub mod names {
     pub const SLOT_UNCONFIRMED: &str = "walpost_slot_unconfirmed_bytes";
     pub const SLOT_SAFE_WAL: &str = "walpost_slot_safe_wal_size_bytes";
     pub const SLOT_ACTIVE: &str = "walpost_slot_active";
+    pub const ACTIVE: &str = "walpost_active";
     pub const SLOT_WAL_STATUS: &str = "walpost_slot_wal_status";
     pub const SLOT_ALARM: &str = "walpost_slot_alarm";
     pub const SLOT_CONFIRM_STALLED: &str = "walpost_slot_confirm_stalled_seconds";
@@ -126,6 +127,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Bytes that can be written before the slot is in danger (-1: unlimited; 0: past the limit).",
     ),
     (SLOT_ACTIVE, "gauge", "1 when some process is streaming from the slot."),
+    (
+        ACTIVE,
+        "gauge",
+        "1 when this instance streams from the slot (and while it reconnects after), 0 while it waits as a hot standby for another process to release it.",
+    ),
     (SLOT_WAL_STATUS, "gauge", "1 for the slot's current wal_status (reserved, extended, unreserved, lost)."),
     (SLOT_ALARM, "gauge", "1 for each alarm level currently raised (warning, critical)."),
     (
@@ -184,6 +190,8 @@ pub struct StreamMetrics {
     lag: Arc<LagClock>,
     /// Rows whose trace context was invalid (dropped from the headers).
     pub trace_context_invalid: IntCounter,
+    /// 1: this instance holds the slot; 0: a hot standby (or not started yet).
+    pub active: IntGauge,
 }
 
 /// Why the stream reconnected.
@@ -349,6 +357,7 @@ impl Metrics {
             skipped: e.counters(SKIPPED, &["reason"])?,
             lag: Arc::new(LagClock::default()),
             trace_context_invalid: e.counter(TRACE_CONTEXT_INVALID)?,
+            active: e.gauge(ACTIVE)?,
         };
         for cause in ["postgres", "kafka"] {
             let _ = stream.reconnects.with_label_values(&[cause]);

@@ -16,6 +16,7 @@ mod drills;
 mod errors;
 mod exactly_once;
 mod failover;
+mod ha;
 mod hardening;
 mod inbox;
 mod inbox_batches;
