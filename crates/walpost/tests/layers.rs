@@ -1,8 +1,8 @@
 //! The dependency rule inside crates/walpost (see its `lib.rs`): a module uses only
 //! modules of lower layers, never a sibling of its own layer nor anything above it. And
 //! no module import circle anywhere in the workspace. Between crates Cargo holds the
-//! rule (the inbox, daypart, kafka-common, service, otlp, registry, http-client and
-//! condition crates cannot use the relay's modules; the texts crate, below them all,
+//! rule (the inbox, daypart, kafka-common, service, otlp, registry, http-client,
+//! condition and slot-alarm crates cannot use the relay's modules; the texts crate, below them all,
 //! cannot use anything), so only the binary's own modules are listed here.
 //!
 //! A module is a top-level module of a crate (`src/stream/session.rs` belongs to

@@ -12,32 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The slot alarm level (see `crate::monitor`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AlarmLevel {
-    Ok = 0,
-    Warning = 1,
-    Critical = 2,
-}
-
-impl AlarmLevel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlarmLevel::Ok => "ok",
-            AlarmLevel::Warning => "warning",
-            AlarmLevel::Critical => "critical",
-        }
-    }
-
-    fn from_u8(v: u8) -> AlarmLevel {
-        match v {
-            0 => AlarmLevel::Ok,
-            1 => AlarmLevel::Warning,
-            _ => AlarmLevel::Critical,
-        }
-    }
-}
+pub use slot_alarm::AlarmLevel;
 
 /// A mode's own condition for `/readyz`, asked after the common ones (not halted, streaming)
 /// and before Kafka's acknowledgements and the slot alarm.

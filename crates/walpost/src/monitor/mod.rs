@@ -4,7 +4,7 @@
 //! active instance still gets noticed) polls `pg_replication_slots` and
 //! `pg_current_wal_lsn()` on an ordinary SQL connection every `[monitor]
 //! interval_secs` ([`status`]), exports the figures as gauges, and raises alarms
-//! ([`evaluate()`], pure):
+//! (`slot_alarm::evaluate`, a pure crate of its own):
 //! - `warning` / `critical` when retained WAL or the walpost's own streaming lag pass
 //!   their thresholds (byte thresholds default to fractions of the server's
 //!   `max_slot_wal_keep_size`), when `wal_status` is `unreserved`, when the slot's
@@ -18,7 +18,6 @@
 //! `/readyz` fails while the level is critical. [`heartbeat`] keeps a quiet database's
 //! slot moving.
 
-pub(crate) mod evaluate;
 pub(crate) mod heartbeat;
 pub(crate) mod outbox_watch;
 pub(crate) mod status;
@@ -33,7 +32,7 @@ use crate::postgres::preflight;
 use crate::settings::{MonitorSettings, PostgresSettings, SourceSettings};
 use crate::telemetry::metrics::lsn_gauge;
 use crate::telemetry::{AlarmLevel, Metrics};
-pub(crate) use evaluate::{evaluate, ConfirmWatch, Observed, Verdict};
+pub(crate) use slot_alarm::{evaluate, ConfirmWatch, Observed, Verdict};
 pub(crate) use status::{query, SlotStatus};
 
 /// Runs until `shutdown`; sends a fatal error (slot lost, outbox changed) on `fatal` and
@@ -133,7 +132,7 @@ pub(crate) async fn run(
         // ordinary interval, so look every second.
         if let (Some(safe), Some(retained)) = (status.safe_wal_size_bytes, status.retained_bytes) {
             let budget = safe.saturating_add(retained);
-            if budget > 0 && (safe as f64) < budget as f64 * evaluate::BUDGET_WARNING_SHARE {
+            if budget > 0 && (safe as f64) < budget as f64 * slot_alarm::BUDGET_WARNING_SHARE {
                 pause = pause.min(FAST_POLL);
             }
         }

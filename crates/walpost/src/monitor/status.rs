@@ -6,81 +6,10 @@
 //! invalidated it. Columns a major lacks read as NULL (`to_jsonb` of the row), so one
 //! query serves every major.
 
-use pgoutput::Lsn;
 use replication::ReplicationClient;
-use serde::Serialize;
+pub(crate) use slot_alarm::{OldestTransaction, SlotStatus};
 
 use crate::error::PipelineError;
-
-/// The oldest open transaction on the server that has written WAL (it has a
-/// transaction id): only such a transaction holds logical decoding back; a read-only one
-/// (a report, walpost's own snapshot) does not.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct OldestTransaction {
-    pub pid: i64,
-    pub application_name: String,
-    /// `local` for a Unix-socket client.
-    pub client_addr: String,
-    pub age_secs: f64,
-}
-
-/// See the module docs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct SlotStatus {
-    pub slot: String,
-    pub exists: bool,
-    pub plugin: Option<String>,
-    pub active: bool,
-    pub active_pid: Option<i64>,
-    pub wal_status: Option<String>,
-    pub current_lsn: String,
-    pub restart_lsn: Option<String>,
-    pub confirmed_flush_lsn: Option<String>,
-    /// current WAL position - restart_lsn: what the slot keeps on disk (`None` when the
-    /// slot lost its restart position, i.e. it was invalidated).
-    pub retained_bytes: Option<u64>,
-    /// current WAL position - confirmed_flush_lsn: written but not yet confirmed.
-    pub unconfirmed_bytes: Option<u64>,
-    /// Bytes that can still be written before the slot is in danger (PG 13+); `None`
-    /// if unlimited; 0 once past the limit (the server reports a negative number).
-    pub safe_wal_size_bytes: Option<u64>,
-    /// `max_slot_wal_keep_size` as the server reports it (e.g. `64MB`, `-1`).
-    pub max_slot_wal_keep_size: String,
-    /// The same in bytes; `None`: unlimited.
-    pub max_slot_wal_keep_size_bytes: Option<u64>,
-    pub oldest_transaction: Option<OldestTransaction>,
-    /// The server is a standby (in recovery).
-    pub in_recovery: bool,
-    /// PostgreSQL 16+: a recovery conflict invalidated the slot (`conflicting`).
-    pub conflicting: bool,
-    /// PostgreSQL 17+: why the slot was invalidated (`wal_removed`, `rows_removed`,
-    /// `wal_level_insufficient`, `idle_timeout`), if it was.
-    pub invalidation_reason: Option<String>,
-}
-
-impl SlotStatus {
-    pub(crate) fn is_lost(&self) -> bool {
-        self.wal_status.as_deref() == Some("lost")
-    }
-
-    /// Invalidated by a recovery conflict on a standby
-    /// (`postgres::catalog::invalidated_by_conflict`).
-    pub(crate) fn is_conflicted(&self) -> bool {
-        crate::postgres::catalog::invalidated_by_conflict(self.conflicting, self.invalidation_reason.as_deref())
-    }
-
-    pub(crate) fn current(&self) -> Option<Lsn> {
-        self.current_lsn.parse().ok()
-    }
-
-    pub(crate) fn confirmed(&self) -> Option<Lsn> {
-        self.confirmed_flush_lsn.as_deref().and_then(|l| l.parse().ok())
-    }
-
-    pub(crate) fn oldest_transaction_age_secs(&self) -> f64 {
-        self.oldest_transaction.as_ref().map_or(0.0, |t| t.age_secs)
-    }
-}
 
 /// Reads the slot's figures. `exists = false` when there is no such slot.
 pub(crate) async fn query(sql: &mut ReplicationClient, slot: &str) -> Result<SlotStatus, PipelineError> {

@@ -11,7 +11,7 @@ use replication::ReplicationClient;
 
 use crate::error::PipelineError;
 use crate::kafka::config::client_config;
-use crate::monitor::evaluate::unreachable_thresholds;
+use slot_alarm::unreachable_thresholds;
 use crate::postgres::catalog::Capacity;
 use crate::postgres::sql::{ident, setting};
 use crate::postgres::{catalog, preflight};

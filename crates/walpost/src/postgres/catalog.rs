@@ -50,12 +50,7 @@ impl SlotRow {
     }
 }
 
-/// Whether a slot's `conflicting` (PostgreSQL 16+) and `invalidation_reason` (17+) say a
-/// recovery conflict on a standby invalidated it: the primary removed catalog rows the slot
-/// needs, or lowered wal_level. Such a slot can never be read again.
-pub(crate) fn invalidated_by_conflict(conflicting: bool, invalidation_reason: Option<&str>) -> bool {
-    conflicting || invalidation_reason.is_some_and(|r| r == "rows_removed" || r == "wal_level_insufficient")
-}
+pub(crate) use slot_alarm::invalidated_by_conflict;
 
 /// Our slot's row in pg_replication_slots, if it exists.
 pub(crate) async fn slot_row(sql: &mut ReplicationClient, slot: &str) -> Result<Option<SlotRow>, PipelineError> {

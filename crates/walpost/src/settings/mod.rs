@@ -326,34 +326,7 @@ pub struct MonitorSettings {
     pub reminder: Duration,
 }
 
-/// Alarm thresholds: bytes of retained WAL, seconds of streaming lag, seconds the
-/// slot's confirmed position stood still while WAL was written.
-///
-/// Byte thresholds left unset follow the server: fractions of
-/// `max_slot_wal_keep_size` when it is finite (so they fire before PostgreSQL
-/// invalidates the slot), fixed sizes when it is unlimited (see `crate::monitor`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Thresholds {
-    pub warning_bytes: Option<u64>,
-    pub critical_bytes: Option<u64>,
-    pub warning_lag_secs: f64,
-    pub critical_lag_secs: f64,
-    pub long_transaction_secs: f64,
-    pub confirm_stalled_secs: f64,
-}
-
-impl Default for Thresholds {
-    fn default() -> Self {
-        Thresholds {
-            warning_bytes: None,
-            critical_bytes: None,
-            warning_lag_secs: 60.0,
-            critical_lag_secs: 600.0,
-            long_transaction_secs: 300.0,
-            confirm_stalled_secs: 120.0,
-        }
-    }
-}
+pub use slot_alarm::Thresholds;
 
 /// Partition retention (see `crate::retention`).
 #[derive(Debug, Clone, PartialEq, Eq)]

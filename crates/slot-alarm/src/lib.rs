@@ -1,5 +1,6 @@
-//! The alarm level for a slot's figures: pure, unit-tested, used by the monitor task
-//! and by `walpost slot status`.
+//! The alarm level for a replication slot's figures: pure, unit-tested, used by `walpost
+//! run`'s monitor task and by `walpost slot status` (which read the figures: this crate
+//! does no I/O).
 //!
 //! Byte thresholds that are not configured follow the server, so an alarm always
 //! fires before PostgreSQL invalidates the slot: with a finite
@@ -19,27 +20,158 @@
 use std::time::{Duration, Instant};
 
 use pgoutput::Lsn;
+use serde::Serialize;
 
-use super::status::SlotStatus;
-use crate::settings::Thresholds;
-use crate::telemetry::AlarmLevel;
+/// The slot alarm level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlarmLevel {
+    Ok = 0,
+    Warning = 1,
+    Critical = 2,
+}
+
+impl AlarmLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlarmLevel::Ok => "ok",
+            AlarmLevel::Warning => "warning",
+            AlarmLevel::Critical => "critical",
+        }
+    }
+
+    pub fn from_u8(v: u8) -> AlarmLevel {
+        match v {
+            0 => AlarmLevel::Ok,
+            1 => AlarmLevel::Warning,
+            _ => AlarmLevel::Critical,
+        }
+    }
+}
+
+/// Alarm thresholds: bytes of retained WAL, seconds of streaming lag, seconds the
+/// slot's confirmed position stood still while WAL was written.
+///
+/// Byte thresholds left unset follow the server: fractions of
+/// `max_slot_wal_keep_size` when it is finite (so they fire before PostgreSQL
+/// invalidates the slot), fixed sizes when it is unlimited ([`ByteLimits`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds {
+    pub warning_bytes: Option<u64>,
+    pub critical_bytes: Option<u64>,
+    pub warning_lag_secs: f64,
+    pub critical_lag_secs: f64,
+    pub long_transaction_secs: f64,
+    pub confirm_stalled_secs: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            warning_bytes: None,
+            critical_bytes: None,
+            warning_lag_secs: 60.0,
+            critical_lag_secs: 600.0,
+            long_transaction_secs: 300.0,
+            confirm_stalled_secs: 120.0,
+        }
+    }
+}
+
+/// The oldest open transaction on the server that has written WAL (it has a
+/// transaction id): only such a transaction holds logical decoding back; a read-only one
+/// (a report, walpost's own snapshot) does not.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OldestTransaction {
+    pub pid: i64,
+    pub application_name: String,
+    /// `local` for a Unix-socket client.
+    pub client_addr: String,
+    pub age_secs: f64,
+}
+
+/// What the server says about the slot, plus server-wide figures (`walpost run`'s
+/// monitor reads them in one query; `walpost slot status` prints them as JSON).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlotStatus {
+    pub slot: String,
+    pub exists: bool,
+    pub plugin: Option<String>,
+    pub active: bool,
+    pub active_pid: Option<i64>,
+    pub wal_status: Option<String>,
+    pub current_lsn: String,
+    pub restart_lsn: Option<String>,
+    pub confirmed_flush_lsn: Option<String>,
+    /// current WAL position - restart_lsn: what the slot keeps on disk (`None` when the
+    /// slot lost its restart position, i.e. it was invalidated).
+    pub retained_bytes: Option<u64>,
+    /// current WAL position - confirmed_flush_lsn: written but not yet confirmed.
+    pub unconfirmed_bytes: Option<u64>,
+    /// Bytes that can still be written before the slot is in danger (PG 13+); `None`
+    /// if unlimited; 0 once past the limit (the server reports a negative number).
+    pub safe_wal_size_bytes: Option<u64>,
+    /// `max_slot_wal_keep_size` as the server reports it (e.g. `64MB`, `-1`).
+    pub max_slot_wal_keep_size: String,
+    /// The same in bytes; `None`: unlimited.
+    pub max_slot_wal_keep_size_bytes: Option<u64>,
+    pub oldest_transaction: Option<OldestTransaction>,
+    /// The server is a standby (in recovery).
+    pub in_recovery: bool,
+    /// PostgreSQL 16+: a recovery conflict invalidated the slot (`conflicting`).
+    pub conflicting: bool,
+    /// PostgreSQL 17+: why the slot was invalidated (`wal_removed`, `rows_removed`,
+    /// `wal_level_insufficient`, `idle_timeout`), if it was.
+    pub invalidation_reason: Option<String>,
+}
+
+impl SlotStatus {
+    pub fn is_lost(&self) -> bool {
+        self.wal_status.as_deref() == Some("lost")
+    }
+
+    /// Invalidated by a recovery conflict on a standby ([`invalidated_by_conflict`]).
+    pub fn is_conflicted(&self) -> bool {
+        invalidated_by_conflict(self.conflicting, self.invalidation_reason.as_deref())
+    }
+
+    pub fn current(&self) -> Option<Lsn> {
+        self.current_lsn.parse().ok()
+    }
+
+    pub fn confirmed(&self) -> Option<Lsn> {
+        self.confirmed_flush_lsn.as_deref().and_then(|l| l.parse().ok())
+    }
+
+    pub fn oldest_transaction_age_secs(&self) -> f64 {
+        self.oldest_transaction.as_ref().map_or(0.0, |t| t.age_secs)
+    }
+}
+
+/// Whether a slot's `conflicting` (PostgreSQL 16+) and `invalidation_reason` (17+) say a
+/// recovery conflict on a standby invalidated it: the primary removed catalog rows the slot
+/// needs, or lowered wal_level. Such a slot can never be read again.
+pub fn invalidated_by_conflict(conflicting: bool, invalidation_reason: Option<&str>) -> bool {
+    conflicting || invalidation_reason.is_some_and(|r| r == "rows_removed" || r == "wal_level_insufficient")
+}
+
 
 /// Retained-WAL thresholds when `max_slot_wal_keep_size` is unlimited and none are set.
-pub(crate) const UNLIMITED_WARNING_BYTES: u64 = 1 << 30;
-pub(crate) const UNLIMITED_CRITICAL_BYTES: u64 = 8 << 30;
+pub const UNLIMITED_WARNING_BYTES: u64 = 1 << 30;
+pub const UNLIMITED_CRITICAL_BYTES: u64 = 8 << 30;
 
 /// Less than this share of the slot's WAL budget left is a warning.
-pub(crate) const BUDGET_WARNING_SHARE: f64 = 0.5;
+pub const BUDGET_WARNING_SHARE: f64 = 0.5;
 /// Less than this share left is critical.
-pub(crate) const BUDGET_CRITICAL_SHARE: f64 = 0.2;
+pub const BUDGET_CRITICAL_SHARE: f64 = 0.2;
 
 /// Kafka silent for this long while records wait is what a stalled confirm is about
 /// (records waiting at all hold the confirm back).
-pub(crate) const KAFKA_SILENT_SECS: f64 = 1.0;
+pub const KAFKA_SILENT_SECS: f64 = 1.0;
 
 /// The byte thresholds in force for a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ByteLimits {
+pub struct ByteLimits {
     pub warning: u64,
     pub critical: u64,
     /// `max_slot_wal_keep_size` in bytes, when finite.
@@ -47,7 +179,7 @@ pub(crate) struct ByteLimits {
 }
 
 impl ByteLimits {
-    pub(crate) fn for_server(t: &Thresholds, max_slot_wal_keep_size: Option<u64>) -> ByteLimits {
+    pub fn for_server(t: &Thresholds, max_slot_wal_keep_size: Option<u64>) -> ByteLimits {
         match max_slot_wal_keep_size {
             Some(keep) => ByteLimits {
                 warning: t.warning_bytes.unwrap_or(keep / 2),
@@ -64,7 +196,7 @@ impl ByteLimits {
 }
 
 /// Configured byte thresholds that can never fire before the slot is invalidated.
-pub(crate) fn unreachable_thresholds(t: &Thresholds, max_slot_wal_keep_size: Option<u64>) -> Vec<String> {
+pub fn unreachable_thresholds(t: &Thresholds, max_slot_wal_keep_size: Option<u64>) -> Vec<String> {
     let Some(keep) = max_slot_wal_keep_size else { return Vec::new() };
     [("warning_bytes", t.warning_bytes), ("critical_bytes", t.critical_bytes)]
         .into_iter()
@@ -75,7 +207,7 @@ pub(crate) fn unreachable_thresholds(t: &Thresholds, max_slot_wal_keep_size: Opt
 
 /// The outcome of one evaluation.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     Level(AlarmLevel, Vec<String>),
     /// The slot is gone for good (wal_status = lost).
     Lost,
@@ -83,7 +215,7 @@ pub(crate) enum Verdict {
 
 /// What the monitor observed besides the slot row.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub(crate) struct Observed {
+pub struct Observed {
     /// Age of the oldest transaction this instance read and has not confirmed.
     pub lag_secs: f64,
     /// How long the slot's confirmed position has stood still while WAL was written.
@@ -100,7 +232,7 @@ pub(crate) struct Observed {
 }
 
 /// The alarm level for a status, what was observed and thresholds, with reasons.
-pub(crate) fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verdict {
+pub fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) -> Verdict {
     if status.is_lost() || status.is_conflicted() {
         return Verdict::Lost;
     }
@@ -176,12 +308,12 @@ pub(crate) fn evaluate(status: &SlotStatus, observed: Observed, t: &Thresholds) 
 /// Measures how long the slot's confirmed position has stood still while the server's
 /// WAL position was past it.
 #[derive(Debug, Default)]
-pub(crate) struct ConfirmWatch {
+pub struct ConfirmWatch {
     last: Option<(Lsn, Instant)>,
 }
 
 impl ConfirmWatch {
-    pub(crate) fn observe(&mut self, confirmed: Option<Lsn>, current: Option<Lsn>, now: Instant) -> Duration {
+    pub fn observe(&mut self, confirmed: Option<Lsn>, current: Option<Lsn>, now: Instant) -> Duration {
         let (Some(confirmed), Some(current)) = (confirmed, current) else {
             self.last = None;
             return Duration::ZERO;
@@ -199,7 +331,6 @@ impl ConfirmWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::monitor::status::OldestTransaction;
 
     fn status(retained: u64, wal_status: &str) -> SlotStatus {
         SlotStatus {
