@@ -304,6 +304,7 @@ async fn drop_day(
         }
     }
     let deliveries = partitions.iter().find(|p| p.display.starts_with(&format!("{schema}.deliveries_"))).cloned();
+    let schema = schema.to_owned();
     let drop = (!partitions.is_empty())
         .then(|| format!("DROP TABLE {}", partitions.iter().map(|p| p.quoted.as_str()).collect::<Vec<_>>().join(", ")));
     let outcome = in_transaction(sql, cfg.lock_timeout, |sql| {
@@ -329,6 +330,9 @@ async fn drop_day(
             if let Some(drop) = &drop {
                 sql.simple_query(drop).await?;
             }
+            if open > 0 {
+                repair_heads(sql, &schema).await?;
+            }
             Ok(Some(Ok(open)))
         })
     })
@@ -339,6 +343,29 @@ async fn drop_day(
         Some(Err(open)) => Dropped::Open(open),
         None => Dropped::Open(0),
     })
+}
+
+/// After a day was dropped with open deliveries: an ordered handler's aggregate whose
+/// head (its earliest open delivery, migrations/inbox/0004_inbox_heads.sql) was in that
+/// day would wait for it forever, so every ordered handler's heads are rebuilt from the
+/// deliveries left, in the drop's transaction (which holds `deliveries` alone). An inbox
+/// migrated before 0004 has no heads: nothing to do.
+async fn repair_heads(sql: &mut ReplicationClient, schema: &str) -> Result<(), replication::Error> {
+    let present = sql
+        .query(
+            "SELECT pg_catalog.count(*)::text AS n FROM pg_catalog.pg_proc p \
+             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = $1 AND p.proname = 'repair_heads'",
+            &[Some(schema)],
+        )
+        .await?;
+    if present.first("n") == Some("0") {
+        return Ok(());
+    }
+    let s = ident(schema);
+    sql.simple_query(&format!("SELECT {s}.repair_heads(h.name) FROM {s}.handlers h WHERE h.ordered ORDER BY h.name"))
+        .await?;
+    Ok(())
 }
 
 /// The error for an inbox whose tables are not partitioned by day.

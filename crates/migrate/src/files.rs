@@ -155,6 +155,16 @@ static INBOX: &[Migration] = &[
         sql: include_str!("../../../migrations/inbox/0003_inbox_batches.sql"),
         leaves: Leaves { tables: &[], partitioned: &[], functions: &["check_batch", "complete_many", "fail_many"] },
     },
+    Migration {
+        version: 4,
+        name: "0004_inbox_heads.sql",
+        sql: include_str!("../../../migrations/inbox/0004_inbox_heads.sql"),
+        leaves: Leaves {
+            tables: &[("deliveries", &["head"]), ("heads", &["handler", "aggregate_id", "seq"])],
+            partitioned: &[],
+            functions: &["advance_heads", "repair_heads"],
+        },
+    },
 ];
 
 #[cfg(test)]

@@ -286,3 +286,155 @@ fn inbox_functions_planted_in_public_never_run_as_the_inbox() {
     let ran = w.sql("SELECT coalesce(string_agg(DISTINCT f, ','), '') FROM public.planted_ran");
     assert_eq!(ran.trim(), "", "planted functions ran as the inbox's caller");
 }
+
+/// Every aggregate of `handler` with an open delivery has exactly one head, its earliest
+/// open delivery, and a heads row with that seq; no other delivery is a head. "" when so,
+/// else the aggregates that are not.
+fn heads_out_of_step(w: &World, handler: &str) -> String {
+    w.sql(&format!(
+        "WITH firsts AS (
+             SELECT aggregate_id, min(seq) AS seq FROM inbox.deliveries
+             WHERE handler = '{handler}' AND state IN ('pending', 'review_required') GROUP BY aggregate_id)
+         SELECT coalesce(string_agg(DISTINCT aggregate_id, ','), '') FROM (
+             SELECT d.aggregate_id FROM inbox.deliveries d JOIN firsts f USING (aggregate_id)
+             WHERE d.handler = '{handler}' AND d.state IN ('pending', 'review_required') AND d.head <> (d.seq = f.seq)
+             UNION ALL
+             SELECT f.aggregate_id FROM firsts f
+             WHERE NOT EXISTS (SELECT FROM inbox.heads x
+                               WHERE x.handler = '{handler}' AND x.aggregate_id = f.aggregate_id AND x.seq = f.seq)
+             UNION ALL
+             SELECT x.aggregate_id FROM inbox.heads x
+             WHERE x.handler = '{handler}' AND NOT EXISTS (SELECT FROM firsts f WHERE f.aggregate_id = x.aggregate_id)
+         ) wrong"
+    ))
+    .trim()
+    .to_owned()
+}
+
+/// Stores messages `m<first>`..`m<last>` of topic `t` in one statement (one batch of the
+/// ingest), message `m<g>` of aggregate `agg<g % aggregates>`.
+fn store_range(w: &World, first: u32, last: u32, aggregates: u32) {
+    w.sql(&format!(
+        "INSERT INTO inbox.messages (event_id, topic, \"partition\", \"offset\", payload, event_type, aggregate_id)
+         SELECT 'm' || g, 't', 0, g, convert_to('{{}}', 'UTF8'), 'T', 'agg' || (g % {aggregates})
+         FROM generate_series({first}, {last}) g"
+    ));
+}
+
+fn ids_of(claimed: &[(String, String, String, u32)]) -> Vec<String> {
+    claimed.iter().map(|c| c.0.clone()).collect()
+}
+
+fn m(range: std::ops::Range<u32>) -> Vec<String> {
+    range.map(|g| format!("m{g}")).collect()
+}
+
+/// With a backlog of many aggregates, an ordered claim is offered each aggregate's earliest
+/// open message and nothing behind it: the heads, one per aggregate, are what its index
+/// holds (so a claim reads the heads, not the backlog; its time is bench/inbox-sql.sh's).
+/// Completing, dismissing and storing more hand each aggregate on to its next message, in
+/// arrival order; a plain handler of the same messages has no heads and gets them all.
+#[test]
+fn inbox_an_ordered_claim_offers_each_aggregates_earliest_open_message_only() {
+    let w = inbox_world("inbox-heads");
+    register(&w, "o", 5, true);
+    register(&w, "p", 5, false);
+    // 200 aggregates, 40 messages each, in two batches of the ingest.
+    store_range(&w, 0, 3_999, 200);
+    store_range(&w, 4_000, 7_999, 200);
+    assert_eq!(heads_out_of_step(&w, "o"), "");
+    let indexed = "SELECT count(*) FROM inbox.deliveries WHERE handler = 'o' AND state = 'pending' AND head";
+    assert_eq!(w.sql(indexed).trim(), "200", "one head per aggregate in deliveries_heads, not 8,000 rows");
+    assert_eq!(w.sql("SELECT count(*) FROM inbox.deliveries WHERE handler = 'p' AND head").trim(), "0");
+
+    // Four claims of 50: the 200 heads, m0..m199, in arrival order; then nothing, with
+    // 7,800 messages behind leased heads.
+    let mut held = Vec::new();
+    for k in 0..4 {
+        let got = claim(&w, "o", 50, "1 hour");
+        assert_eq!(ids_of(&got), m(k * 50..k * 50 + 50), "claim {k}");
+        held.extend(got);
+    }
+    assert!(claim(&w, "o", 50, "1 hour").is_empty(), "every aggregate's head is leased");
+    assert_eq!(claim(&w, "p", 1_000, "1 hour").len(), 1_000, "a plain handler is offered the backlog");
+
+    // The first 50 complete in one batch: their aggregates' second messages come next.
+    let (ids, tokens): (Vec<&str>, Vec<&str>) = held[..50].iter().map(|c| (c.0.as_str(), c.2.as_str())).unzip();
+    let done = w.sql(&format!(
+        "SELECT cardinality(inbox.complete_many('o', ARRAY['{}'], ARRAY['{}']::uuid[]))",
+        ids.join("','"),
+        tokens.join("','")
+    ));
+    assert_eq!(done.trim(), "50");
+    assert_eq!(ids_of(&claim(&w, "o", 100, "1 hour")), m(200..250));
+    // m50 is dismissed while leased (the decision not to handle it): agg50 goes on with m250.
+    assert_eq!(w.sql("SELECT inbox.dismiss('o', 'm50')").trim(), "t");
+    assert_eq!(ids_of(&claim(&w, "o", 100, "1 hour")), ["m250"]);
+    // m51 fails for good (max_attempts 5): it holds agg51 back until it is retried.
+    for attempt in 1..=5 {
+        let token = if attempt == 1 {
+            held[51].2.clone()
+        } else {
+            std::thread::sleep(Duration::from_millis(5));
+            let got = claim(&w, "o", 100, "1 hour");
+            assert_eq!(ids_of(&got), ["m51"], "attempt {attempt}");
+            got[0].2.clone()
+        };
+        w.sql(&format!("SELECT inbox.fail('o', 'm51', '{token}', 'boom')"));
+    }
+    assert_eq!(delivery(&w, "o", "m51"), "review_required|5|boom");
+    assert!(claim(&w, "o", 100, "1 hour").is_empty(), "m251 waits behind m51");
+
+    // Stored later: a new aggregate's first message is its head at once; agg0's new
+    // message waits behind m200 (leased).
+    w.sql(
+        "INSERT INTO inbox.messages (event_id, topic, \"partition\", \"offset\", payload, event_type, aggregate_id)
+         VALUES ('n1', 't', 0, 1, convert_to('{}', 'UTF8'), 'T', 'agg0'),
+                ('n2', 't', 0, 2, convert_to('{}', 'UTF8'), 'T', 'fresh'),
+                ('n3', 't', 0, 3, convert_to('{}', 'UTF8'), 'T', 'fresh')",
+    );
+    assert_eq!(ids_of(&claim(&w, "o", 100, "1 hour")), ["n2"]);
+    assert_eq!(heads_out_of_step(&w, "o"), "");
+
+    // The ordering changed: a plain handler has no heads and is offered everything due; an
+    // ordered one again has them, rebuilt.
+    w.sql("SELECT inbox.register_handler('o', '{}', '{}', 5, '1 millisecond', '1 millisecond', false)");
+    let open_heads = "SELECT count(*) FROM inbox.deliveries WHERE handler = 'o' AND head AND state IN ('pending', 'review_required')";
+    assert_eq!(w.sql(open_heads).trim(), "0");
+    assert_eq!(w.sql("SELECT count(*) FROM inbox.heads WHERE handler = 'o'").trim(), "0");
+    w.sql("SELECT inbox.register_handler('o', '{}', '{}', 5, '1 millisecond', '1 millisecond', true)");
+    assert_eq!(heads_out_of_step(&w, "o"), "");
+    assert_eq!(w.sql("SELECT inbox.retry('o', 'm51')").trim(), "t");
+    assert_eq!(ids_of(&claim(&w, "o", 100, "1 hour")), ["m51"], "the others' heads are still leased");
+}
+
+/// An inbox at 0003 with an ordered handler's backlog, one head leased and one done:
+/// 0004 builds the heads, and the handler goes on in arrival order.
+#[test]
+fn inbox_heads_are_built_for_an_inbox_migrated_before_them() {
+    let w = World::postgres_only("inbox-heads-upgrade");
+    let files = |names: &[&str]| -> String {
+        names
+            .iter()
+            .map(|f| {
+                std::fs::read_to_string(format!("{}/../../migrations/inbox/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    w.sql(&format!(
+        "CREATE SCHEMA inbox; SET search_path = inbox, pg_temp;\n{}\nRESET search_path;",
+        files(&["0001_inbox.sql", "0002_inbox_hardening.sql", "0003_inbox_batches.sql"])
+    ));
+    register(&w, "o", 5, true);
+    store(&w, &[("a1", "t", "a"), ("a2", "t", "a"), ("b1", "t", "b"), ("b2", "t", "b"), ("c1", "t", "c")]);
+    let got = claim(&w, "o", 2, "1 hour");
+    assert_eq!(ids_of(&got), ["a1", "b1"]);
+    assert!(complete(&w, "o", "a1", &got[0].2));
+
+    w.sql(&format!("SET search_path = inbox, pg_temp;\n{}", files(&["0004_inbox_heads.sql"])));
+    assert_eq!(heads_out_of_step(&w, "o"), "");
+    assert_eq!(ids_of(&claim(&w, "o", 10, "1 hour")), ["a2", "c1"], "b2 waits behind b1 (leased)");
+    assert!(complete(&w, "o", "b1", &got[1].2));
+    assert_eq!(ids_of(&claim(&w, "o", 10, "1 hour")), ["b2"]);
+}

@@ -48,6 +48,17 @@ fn complete(w: &World, handler: &str, id: &str) {
     assert_eq!(done.trim(), "t", "{handler} {id}");
 }
 
+/// Claims one message of `handler` and completes it: `<event id>|t`, or "" when none is
+/// offered.
+fn claim_and_complete(w: &World, handler: &str) -> String {
+    w.sql(&format!(
+        "CREATE TEMP TABLE claimed AS SELECT event_id, lease_token FROM inbox.claim('{handler}', 1, '1 minute'); \
+         SELECT event_id || '|' || inbox.complete('{handler}', event_id, lease_token) FROM claimed;"
+    ))
+    .trim()
+    .to_owned()
+}
+
 #[test]
 fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maximum() {
     let w = inbox_db("inbox-retention");
@@ -55,6 +66,8 @@ fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maxim
     create_topic(&topic, 1);
     w.sql(&crate::support::inbox_migrations());
     w.sql("SELECT inbox.register_handler('h', '{}', '{}', 3, '1 second', '1 minute', false)");
+    // An ordered handler: aggregate a's head is d10-a, in the day dropped past the maximum.
+    w.sql("SELECT inbox.register_handler('o', '{}', '{}', 3, '1 second', '1 minute', true)");
     // Ten days ago: open (past the maximum of 9). Eight days ago: one done, one open.
     // Three days ago: done, but inside the dedup window of 7 days.
     old_day(&w, 10, &["d10-a"]);
@@ -82,11 +95,13 @@ fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maxim
     assert!(!exists(&w, &format!("deliveries_p{d10}")) && !exists(&w, &format!("receipts_p{d10}")));
     let log = p.log_text();
     assert!(log.contains("inbox retention: dropped a day with open deliveries"), "{log}");
-    assert!(log.contains("dropped with 1 open deliveries"), "{log}");
+    assert!(log.contains("dropped with 2 open deliveries"), "{log}");
     // Counted apart from a normal expiry (an alert fires on it), with what was open.
     let forced = testkit::wait_until(WAIT, || metric(port, "walpost_inbox_retention_forced_drops_total") == Some(1.0));
     assert!(forced, "{:?}", metric(port, "walpost_inbox_retention_forced_drops_total"));
-    assert_eq!(metric(port, "walpost_inbox_retention_forced_open_deliveries_total"), Some(1.0));
+    assert_eq!(metric(port, "walpost_inbox_retention_forced_open_deliveries_total"), Some(2.0));
+    // o's aggregate a goes on from its earliest message left (its head was in that day).
+    assert_eq!(claim_and_complete(&w, "o"), "d8-a|t", "{}", p.log_text());
     assert_eq!(metric(port, "walpost_inbox_retention_partitions_dropped_total"), Some(0.0));
     // Eight days ago: kept while d8-b is open; three days ago: kept (dedup window).
     assert!(log.contains("open_deliveries"), "{log}");
@@ -113,8 +128,9 @@ fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maxim
     assert_eq!(count(&w, "SELECT count(*) FROM inbox.messages WHERE event_id = 'd3-a'"), 1, "stored once");
     assert_eq!(count(&w, "SELECT count(*) FROM inbox.messages WHERE event_id = 'fresh-0'"), 1);
 
-    // The handler finishes d8-b: the next pass drops that day with its deliveries and receipts.
+    // The handlers finish d8-b: the next pass drops that day with its deliveries and receipts.
     complete(&w, "h", "d8-b");
+    assert_eq!(claim_and_complete(&w, "o"), "d8-b|t");
     let gone = testkit::wait_until(WAIT, || !exists(&w, &format!("messages_p{d8}")));
     assert!(gone, "{}", p.log_text());
     assert!(!exists(&w, &format!("deliveries_p{d8}")) && !exists(&w, &format!("receipts_p{d8}")));

@@ -139,7 +139,7 @@ fn migrate_a_fresh_database_applies_everything_once() {
 /// Old 0001-0005 applied with psql (outbox and inbox in one database, as the old
 /// docker-compose did), with data in them: every migration they hold is recorded, none
 /// runs again (the inbox's functions keep the search_path the old file gave them); the
-/// inbox's 0003, which came after them, is applied.
+/// inbox's 0003 and 0004, which came after them, are applied.
 #[test]
 fn migrate_records_a_database_migrated_by_hand_without_running_anything() {
     let db = Db::new("migrate-by-hand");
@@ -158,8 +158,9 @@ fn migrate_records_a_database_migrated_by_hand_without_running_anything() {
          VALUES ('order', gen_random_uuid(), 'OrderPlaced', '{}');
          SELECT inbox.register_handler('h', '{}', '{}', 3, '1 second', '1 minute', false);",
     );
-    let claim_config = "SELECT array_to_string(proconfig, ';') FROM pg_proc WHERE oid = 'inbox.claim(text,integer,interval)'::regprocedure";
-    assert_eq!(db.sql(claim_config), "search_path=pg_catalog, pg_temp");
+    // inbox.fail: a function the later files (0003, 0004) leave as it is.
+    let fail_config = "SELECT array_to_string(proconfig, ';') FROM pg_proc WHERE oid = 'inbox.fail(text,text,uuid,text)'::regprocedure";
+    assert_eq!(db.sql(fail_config), "search_path=pg_catalog, pg_temp");
 
     let status = db.migrate(&["status"]).ok();
     assert!(status.stdout.contains("no events.walpost_migrations yet"), "{}", status.stdout);
@@ -175,10 +176,11 @@ fn migrate_records_a_database_migrated_by_hand_without_running_anything() {
     assert_eq!(db.recorded("events"), files("outbox"));
 
     let inbox = db.migrate(&["--inbox"]).ok();
-    assert!(inbox.stdout.contains("1 applied, 2 recorded: schema inbox is up to date"), "{}", inbox.stdout);
+    assert!(inbox.stdout.contains("2 applied, 2 recorded: schema inbox is up to date"), "{}", inbox.stdout);
     assert!(inbox.stdout.contains("applied      0003_inbox_batches.sql"), "{}", inbox.stdout);
+    assert!(inbox.stdout.contains("applied      0004_inbox_heads.sql"), "{}", inbox.stdout);
     assert_eq!(db.recorded("inbox"), files("inbox"));
-    assert_eq!(db.sql(claim_config), "search_path=pg_catalog, pg_temp", "0002_inbox_hardening.sql ran again");
+    assert_eq!(db.sql(fail_config), "search_path=pg_catalog, pg_temp", "0002_inbox_hardening.sql ran again");
     assert_eq!(db.sql("SELECT count(*) FROM events.outbox"), "1");
     assert_eq!(db.sql("SELECT name FROM inbox.handlers"), "h");
 
@@ -251,7 +253,7 @@ fn two_migrate_at_once_one_waits_and_each_migration_runs_once() {
     }
     let second = db.migrate(&["--inbox"]).ok();
     let first = Ran::of(first.wait_with_output().unwrap()).ok();
-    assert!(first.stdout.contains("3 applied, 0 recorded"), "{}", first.stdout);
+    assert!(first.stdout.contains("4 applied, 0 recorded"), "{}", first.stdout);
     assert!(second.stderr.contains("waiting for its lock"), "{}", second.stderr);
     assert!(second.stdout.contains("nothing to apply: schema inbox is up to date"), "{}", second.stdout);
     assert_eq!(db.recorded("inbox"), files("inbox"));
@@ -264,7 +266,7 @@ fn two_migrate_at_once_one_waits_and_each_migration_runs_once() {
 fn migrate_puts_the_inbox_in_a_schema_of_another_name() {
     let db = Db::new("migrate-schema");
     let ran = db.migrate(&["--inbox", "--schema", "Billing Inbox"]).ok();
-    assert!(ran.stdout.contains("3 applied, 0 recorded: schema Billing Inbox is up to date"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("4 applied, 0 recorded: schema Billing Inbox is up to date"), "{}", ran.stdout);
     assert_eq!(db.recorded("\"Billing Inbox\""), files("inbox"));
     assert_eq!(db.sql("SELECT to_regnamespace('inbox') IS NULL"), "t");
     assert_eq!(
@@ -299,7 +301,7 @@ fn migrate_dry_run_changes_nothing() {
     let dry = db.migrate(&["--inbox", "--dry-run"]).ok();
     assert!(dry.stdout.contains("would create inbox.walpost_migrations"), "{}", dry.stdout);
     assert!(dry.stdout.contains("would apply  0001_inbox.sql"), "{}", dry.stdout);
-    assert!(dry.stdout.contains("dry run: 3 to apply, 0 to record; nothing changed"), "{}", dry.stdout);
+    assert!(dry.stdout.contains("dry run: 4 to apply, 0 to record; nothing changed"), "{}", dry.stdout);
     assert_eq!(db.sql("SELECT to_regnamespace('inbox') IS NULL"), "t");
 
     apply_by_hand(&db, &["0001_events_outbox.sql"]);
@@ -311,7 +313,7 @@ fn migrate_dry_run_changes_nothing() {
 
     let status = db.migrate(&["status", "--inbox"]).ok();
     assert!(status.stdout.contains("pending  0001_inbox.sql"), "{}", status.stdout);
-    assert!(status.stdout.contains("0 applied, 3 pending, 0 found in place, 0 changed"), "{}", status.stdout);
+    assert!(status.stdout.contains("0 applied, 4 pending, 0 found in place, 0 changed"), "{}", status.stdout);
 
     let refused = db.migrate(&["--schema", "other"]);
     assert_eq!(refused.code, Some(2), "{}", refused.stderr);
