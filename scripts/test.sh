@@ -8,7 +8,8 @@
 # feature (crash seams); release builds have none. With arguments, it is only
 # `cargo test --workspace` with them. Without, four steps:
 #   1. every crate's tests and the end-to-end suite (PostgreSQL 15, one broker);
-#   2. alerting rules, the book (broken links fail) and the supply-chain check;
+#   2. alerting rules, the Helm chart (lint, render, strict decode; no cluster), the book
+#      (broken links fail) and the supply-chain check;
 #   3. failover (standby promotion on PostgreSQL 16, 17, 18; multi-host strings),
 #      decoding on a standby (16, 17, 18; tests/e2e/standby.rs) and the 3-broker Kafka
 #      cluster, on PostgreSQL 17;
@@ -41,13 +42,17 @@ if step suite; then
 fi
 
 # Step 2: alerting rules (promtool check + unit tests, runbook links, metric names) and the
-# PostgreSQL-side slot check; then licences, sources and bans of every dependency
+# PostgreSQL-side slot check; the Helm chart (scripts/check-chart.sh: helm lint and template
+# of the default values and of every option on, each object decoded strictly into its
+# Kubernetes API type, security settings, refused values; Go builds its checker, modules
+# from the Go module proxy); then licences, sources and bans of every dependency
 # (cargo-deny, offline), and RustSec advisories against the newest snapshot found
 # (WALPOST_ADVISORY_DB, ../shared/advisory-db/, /var/cache/walpost/advisory-db/: made by
 # scripts/refresh-advisory-db.sh; the database is on no package registry). With none,
 # advisories are skipped with a warning rather than failing the run.
 if step checks; then
     bash scripts/check-alerts.sh
+    bash scripts/check-chart.sh
     # The book (docs/, an mdBook): built, and a broken link or anchor fails the run.
     bash scripts/book.sh
     WALPOST_SUPPLY_CHAIN_ADVISORIES="${WALPOST_SUPPLY_CHAIN_ADVISORIES:-skip}" bash scripts/supply-chain.sh
