@@ -12,11 +12,15 @@
 --   * Each aggregate's earliest open delivery of an ordered handler is its head
 --     (deliveries.head = true; a message without an aggregate is a head by itself), and
 --     only heads are in the index an ordered claim reads (deliveries_heads: (handler, seq)
---     of pending heads). A claim reads the heads in arrival order and returns the first it
---     can lock: its cost is the rows it returns plus the heads leased to other workers or
+--     of pending heads no worker holds). A claim reads the heads in arrival order and
+--     returns the first it can lock: its cost is the rows it returns plus the heads
 --     waiting for their backoff, never the messages queued behind them. The old check
 --     stays, on the rows returned only (one probe each), so no message is ever leased
 --     while an earlier one of its aggregate is open, whatever a head says.
+--   * A plain handler's claim reads deliveries_ready: its pending deliveries no worker
+--     holds. deliveries_due holds the leased ones too, and each claim read past every
+--     message the other workers held, so sixteen workers completed fewer messages a
+--     second than four.
 --   * inbox.heads holds, per (ordered handler, aggregate with an open delivery), the seq
 --     of its head. Its row is where the two writers of an aggregate meet: the ingest
 --     (deliver_new_messages) upserts it for the aggregates of a batch, and complete,
@@ -80,10 +84,17 @@ BEGIN
         WHERE a.attrelid = pg_catalog.to_regclass('deliveries') AND a.attname = 'head' AND NOT a.attisdropped) THEN
         ALTER TABLE deliveries ADD COLUMN head boolean NOT NULL DEFAULT false;
     END IF;
-    -- What an ordered claim reads: the pending heads, in arrival order (a few rows per
-    -- aggregate at most, whatever its backlog).
+    -- What a claim reads, in arrival order: a plain handler's pending deliveries that no
+    -- worker holds (deliveries_due also holds the leased ones, and every claim read past
+    -- all the messages other workers held: more workers, slower claims); an ordered
+    -- handler's pending heads that no worker holds (one row per aggregate at most,
+    -- whatever its backlog).
+    IF pg_catalog.to_regclass('deliveries_ready') IS NULL THEN
+        CREATE INDEX deliveries_ready ON deliveries (handler, seq) WHERE state = 'pending' AND lease_until IS NULL;
+    END IF;
     IF pg_catalog.to_regclass('deliveries_heads') IS NULL THEN
-        CREATE INDEX deliveries_heads ON deliveries (handler, seq) WHERE state = 'pending' AND head;
+        CREATE INDEX deliveries_heads ON deliveries (handler, seq)
+            WHERE state = 'pending' AND head AND lease_until IS NULL;
     END IF;
 END $$;
 
@@ -103,7 +114,11 @@ CREATE TABLE IF NOT EXISTS heads (
 -- hold the closed rows' locks.
 CREATE OR REPLACE FUNCTION advance_heads(p_handler text, p_aggregates text[]) RETURNS void
 LANGUAGE plpgsql
-SET search_path FROM CURRENT AS $$
+SET search_path FROM CURRENT
+-- One plan for every call: the same index lookups whatever the handler and aggregates
+-- (planning each call cost more than running it: 0.77 ms a complete of an ordered
+-- handler's message against 0.45 ms).
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     -- The rows first, in the order the ingest takes them (no deadlock): a batch being
     -- stored for one of these aggregates commits before the next statement's snapshot,
@@ -303,10 +318,10 @@ END $$;
 
 -- Leases up to p_max_rows due messages to the caller, oldest first; workers share the
 -- work (SKIP LOCKED). First takes back the leases that ran out, as 0002 does. An ordered
--- handler's candidates are its aggregates' heads (deliveries_heads), each checked once
--- more for an earlier open delivery; a plain handler's, its pending deliveries
--- (deliveries_due). Either way a claim reads the rows it returns and the ones other
--- workers hold or that wait for their backoff, not the backlog behind them.
+-- handler's candidates are its aggregates' heads no worker holds (deliveries_heads), each
+-- checked once more for an earlier open delivery; a plain handler's, its pending
+-- deliveries no worker holds (deliveries_ready). Either way a claim reads the rows it
+-- returns and the ones that wait for their backoff, not the backlog behind them.
 CREATE OR REPLACE FUNCTION claim(p_handler text, p_max_rows integer, p_lease interval)
 RETURNS TABLE (event_id text, lease_token uuid, topic text, key bytea, headers jsonb, payload bytea, attempts integer)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -350,7 +365,7 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH plain AS (
-        -- A plain handler's: its pending deliveries in arrival order (deliveries_due).
+        -- A plain handler's: its pending deliveries in arrival order (deliveries_ready).
         SELECT d.handler, d.event_id, d.topic, d.received_at, d.seq, d.isolated
         FROM deliveries d
         WHERE NOT h.ordered
