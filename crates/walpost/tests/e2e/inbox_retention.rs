@@ -48,7 +48,7 @@ fn complete(w: &World, handler: &str, id: &str) {
     assert_eq!(done.trim(), "t", "{handler} {id}");
 }
 
-/// Claims one message of `handler` and completes it: `<event id>|t`, or "" when none is
+/// Claims one message of `handler` and completes it: `<event id>|true`, or "" when none is
 /// offered.
 fn claim_and_complete(w: &World, handler: &str) -> String {
     w.sql(&format!(
@@ -101,7 +101,7 @@ fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maxim
     assert!(forced, "{:?}", metric(port, "walpost_inbox_retention_forced_drops_total"));
     assert_eq!(metric(port, "walpost_inbox_retention_forced_open_deliveries_total"), Some(2.0));
     // o's aggregate a goes on from its earliest message left (its head was in that day).
-    assert_eq!(claim_and_complete(&w, "o"), "d8-a|t", "{}", p.log_text());
+    assert_eq!(claim_and_complete(&w, "o"), "d8-a|true", "{}", p.log_text());
     assert_eq!(metric(port, "walpost_inbox_retention_partitions_dropped_total"), Some(0.0));
     // Eight days ago: kept while d8-b is open; three days ago: kept (dedup window).
     assert!(log.contains("open_deliveries"), "{log}");
@@ -130,7 +130,7 @@ fn inbox_retention_drops_a_day_only_when_every_handler_is_done_or_past_the_maxim
 
     // The handlers finish d8-b: the next pass drops that day with its deliveries and receipts.
     complete(&w, "h", "d8-b");
-    assert_eq!(claim_and_complete(&w, "o"), "d8-b|t");
+    assert_eq!(claim_and_complete(&w, "o"), "d8-b|true");
     let gone = testkit::wait_until(WAIT, || !exists(&w, &format!("messages_p{d8}")));
     assert!(gone, "{}", p.log_text());
     assert!(!exists(&w, &format!("deliveries_p{d8}")) && !exists(&w, &format!("receipts_p{d8}")));
