@@ -12,6 +12,7 @@
 //!
 //! `walpost inbox`'s texts are the inbox crate's (`inbox::messages`).
 
+pub mod admin;
 pub mod alarm;
 pub mod check;
 pub mod exactly_once;

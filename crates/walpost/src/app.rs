@@ -12,7 +12,7 @@ use crate::cli::{CheckArgs, CheckTarget, Cli, Command, ContractsAction, SlotActi
 use crate::error::{ErrorKind, PipelineError};
 use crate::settings::{FileConfig, Settings};
 use crate::telemetry::{http, Health, Metrics};
-use crate::{kafka, monitor, ops, retention, stream};
+use crate::{control, kafka, monitor, ops, retention, stream};
 use inbox::metrics::InboxMetrics;
 use inbox::settings::InboxSettings;
 
@@ -212,10 +212,16 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
     let stop = shutdown.clone();
     spawn_beat(health.clone());
     let (fatal_tx, mut fatal) = watch::channel(None);
-    let side = (settings.clone(), metrics.clone(), shutdown.clone());
+    let (seen_tx, seen) = watch::channel(None);
     // A backfill (--snapshot initial_only) reads no slot and runs beside the service:
-    // the slot monitor, retention and heartbeat are the service's.
+    // the slot monitor, retention, heartbeat and admin API are the service's.
     let backfill = settings.snapshot.mode == crate::settings::SnapshotMode::InitialOnly;
+    // Beside the metrics server; a stop closes it (an exit ends its thread in any case).
+    let _admin = match &settings.admin {
+        Some(admin) if !backfill => Some(control::start(admin, &settings, &metrics, seen, shutdown.clone())?),
+        _ => None,
+    };
+    let side = (settings.clone(), metrics.clone(), shutdown.clone());
     tokio::spawn(async move {
         if backfill {
             return;
@@ -228,6 +234,7 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
             settings.monitor.clone(),
             metrics.clone(),
             fatal_tx,
+            seen_tx,
             shutdown.clone(),
         ));
         let heartbeat_shutdown = shutdown.clone();

@@ -593,6 +593,15 @@ pub struct StreamArgs {
     /// [default: at-least-once].
     #[arg(long, env = "WALPOST_DELIVERY", hide_env_values = true, value_enum, value_name = "MODE")]
     pub delivery: Option<DeliveryMode>,
+
+    /// Serve the admin API on this address, e.g. 127.0.0.1:9188 ([admin] addr; needs
+    /// --admin-tokens-file) [default: not served].
+    #[arg(long, env = "WALPOST_ADMIN_ADDR", hide_env_values = true, value_name = "HOST:PORT")]
+    pub admin_addr: Option<String>,
+
+    /// The admin API's tokens: one line NAME ROLE SHA256 each ([admin] tokens_file).
+    #[arg(long, env = "WALPOST_ADMIN_TOKENS_FILE", hide_env_values = true, value_name = "FILE")]
+    pub admin_tokens_file: Option<PathBuf>,
 }
 
 /// `walpost run`'s flags.
@@ -652,6 +661,8 @@ impl RunArgs {
             signal_table: s.signal_table.clone(),
             slot_failover: s.slot_failover,
             delivery: s.delivery,
+            admin_addr: s.admin_addr.clone(),
+            admin_tokens_file: s.admin_tokens_file.clone(),
             ..self.connection.overrides()
         }
     }

@@ -14,7 +14,7 @@
 //! | 3 | [`snapshot`] | the initial snapshot |
 //! | 4 | [`stream`], [`monitor`], [`retention`] | THE DATA PATH; slot alarms; partition retention |
 //! | 5 | [`ops`] | `check`, `slot`, `import-debezium`, `replay`, `migrate` |
-//! | 6 | [`cli`] | clap types only |
+//! | 6 | [`cli`], [`control`] | clap types only; the admin API's routes (`[admin]`) |
 //! | 7 | [`app`] | the composition root (`main.rs` calls it) |
 //!
 //! The rule, held by `tests/layers.rs` (Cargo holds the layering between crates): a
@@ -46,6 +46,7 @@ pub(crate) mod stream;
 pub mod ops;
 
 pub mod cli;
+pub(crate) mod control;
 
 pub mod app;
 

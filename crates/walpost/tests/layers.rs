@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["snapshot"],
     &["stream", "monitor", "retention"],
     &["ops"],
-    &["cli"],
+    &["cli", "control"],
     &["app"],
 ];
 

@@ -15,8 +15,9 @@
 //!   is fatal too ([`outbox_watch`]): runbooks/outbox-recreated.md.
 //!
 //! Alarms log once per change of level, then a reminder every `reminder_secs`;
-//! `/readyz` fails while the level is critical. [`heartbeat`] keeps a quiet database's
-//! slot moving.
+//! `/readyz` fails while the level is critical. Each poll's figures and verdict are
+//! published as an [`Observation`] (the admin API's status reads the last one).
+//! [`heartbeat`] keeps a quiet database's slot moving.
 
 pub(crate) mod heartbeat;
 pub(crate) mod outbox_watch;
@@ -35,14 +36,23 @@ use crate::telemetry::{AlarmLevel, Metrics};
 pub(crate) use slot_alarm::{evaluate, ConfirmWatch, Observed, Verdict};
 pub(crate) use status::{query, SlotStatus};
 
+/// What the last poll found: the slot's figures, the alarm level and its reasons.
+#[derive(Debug, Clone)]
+pub(crate) struct Observation {
+    pub(crate) status: SlotStatus,
+    pub(crate) level: AlarmLevel,
+    pub(crate) reasons: Vec<String>,
+}
+
 /// Runs until `shutdown`; sends a fatal error (slot lost, outbox changed) on `fatal` and
-/// returns.
+/// returns. Every poll's [`Observation`] goes to `seen`.
 pub(crate) async fn run(
     postgres: PostgresSettings,
     source: SourceSettings,
     config: MonitorSettings,
     metrics: Metrics,
     fatal: watch::Sender<Option<String>>,
+    seen: watch::Sender<Option<Observation>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut level = AlarmLevel::Ok;
@@ -117,6 +127,7 @@ pub(crate) async fn run(
             }
         }
         if !status.exists {
+            seen.send_replace(Some(Observation { status, level: AlarmLevel::Ok, reasons: Vec::new() }));
             continue;
         }
         inactive_since = if status.active { None } else { inactive_since.or(Some(Instant::now())) };
@@ -160,6 +171,7 @@ pub(crate) async fn run(
                 }
                 level = new;
                 last_shapes = shapes;
+                seen.send_replace(Some(Observation { status, level: new, reasons }));
             }
         }
     }

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use super::duration::{Millis, Seconds};
 use super::{ConfigError, ContractsFile, DeliveryMode, Envelope, OnPermanentError, RegistryFile, SnapshotMode};
 
+mod admin;
 mod inbox;
+pub use admin::AdminFile;
 pub use inbox::{InboxDedup, InboxFile, InboxOnInvalid, InboxStartFrom};
 
 /// The whole file. A section of [`super::Settings`] reads its table here (`[pipeline]`:
@@ -102,6 +104,9 @@ pub struct FileConfig {
     /// `walpost inbox`: Kafka into a consuming service's inbox tables.
     #[serde(default, skip_serializing_if = "InboxFile::is_empty")]
     pub inbox: InboxFile,
+    /// The admin API listener (docs/control-plane.md).
+    #[serde(default, skip_serializing_if = "AdminFile::is_empty")]
+    pub admin: AdminFile,
 }
 
 impl FileConfig {

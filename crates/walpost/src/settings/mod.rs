@@ -15,6 +15,7 @@
 //! tables) is a valid identifier, every duration and limit is positive, thresholds are
 //! ordered (warning <= critical), and the router options resolve into routers.
 
+pub mod admin;
 pub mod contracts;
 pub mod duration;
 mod file;
@@ -35,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 pub use contracts::{ContractsFile, RegistryAuth, RegistryFile, RegistrySettings, UnknownEventType};
 pub use file::{
-    CloudEventsFile, ExactlyOnceFile, FileConfig, InboxDedup, InboxFile, InboxOnInvalid, InboxStartFrom, KafkaFile,
+    AdminFile, CloudEventsFile, ExactlyOnceFile, FileConfig, InboxDedup, InboxFile, InboxOnInvalid, InboxStartFrom, KafkaFile,
     MessagesFile, MonitorFile, OutboxFile, PipelineFile, RetentionFile, RouterFile,
 };
 pub use resolve::{validate_identifier, Overrides};
@@ -57,6 +58,8 @@ pub struct Settings {
     /// `[registry]` with `contracts.value_format = json-schema | avro`: `app` gives every
     /// router the registry's contract.
     pub registry: Option<RegistrySettings>,
+    /// `[admin] addr`: the admin API listener; `None`: not served.
+    pub admin: Option<admin::AdminSettings>,
 }
 
 impl Settings {

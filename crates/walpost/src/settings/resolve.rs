@@ -67,6 +67,7 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
         retention: resolve_retention(&file.retention)?,
         telemetry,
         registry,
+        admin: super::admin::resolve(&file.admin)?,
     })
 }
 

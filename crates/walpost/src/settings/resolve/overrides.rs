@@ -80,6 +80,10 @@ pub struct Overrides {
     pub inbox_dedup: Option<InboxDedup>,
     /// `walpost inbox --event-id-header` (comma-separated on the command line).
     pub inbox_event_id_header: Option<Vec<String>>,
+    /// `--admin-addr`.
+    pub admin_addr: Option<String>,
+    /// `--admin-tokens-file`.
+    pub admin_tokens_file: Option<std::path::PathBuf>,
 }
 
 impl Overrides {
@@ -121,6 +125,8 @@ impl Overrides {
         over(&self.registry_url, &mut file.registry.url);
         over(&self.retention_keep_days, &mut file.retention.keep_days);
         over(&self.retention_days_ahead, &mut file.retention.days_ahead);
+        over(&self.admin_addr, &mut file.admin.addr);
+        over(&self.admin_tokens_file, &mut file.admin.tokens_file);
         let inbox = &mut file.inbox;
         if let Some(topics) = &self.inbox_topics {
             inbox.topics.clone_from(topics);
