@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Set {
     /// `migrations/outbox/`: the outbox table (schema `events`), its partitioning by day,
-    /// the slots' lineage table.
+    /// the slots' lineage table, the admin API's audit table.
     Outbox,
     /// `migrations/inbox/`: the inbox's tables and SQL functions, in any schema.
     Inbox,
@@ -110,6 +110,16 @@ static OUTBOX: &[Migration] = &[
         // before, and the file (idempotent) runs to add it.
         leaves: Leaves {
             tables: &[("walpost_slots", &["slot", "system_identifier", "timeline", "created_at", "progress_key"])],
+            partitioned: &[],
+            functions: &[],
+        },
+    },
+    Migration {
+        version: 4,
+        name: "0004_admin_audit.sql",
+        sql: include_str!("../../../migrations/outbox/0004_admin_audit.sql"),
+        leaves: Leaves {
+            tables: &[("walpost_admin_audit", &["at", "token_name", "role", "action", "target", "result"])],
             partitioned: &[],
             functions: &[],
         },

@@ -6,6 +6,7 @@
 // Test crates: helpers outside #[test] functions may fail loudly too.
 #![allow(clippy::unwrap_used)]
 
+mod admin;
 mod bad_inputs;
 mod chaos;
 mod cloudevents;
