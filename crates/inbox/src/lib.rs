@@ -6,6 +6,8 @@
 //! Also here: its settings ([`settings`], resolved from the command line and the file by
 //! the binary), its metrics ([`metrics`], on a registry of its own), its operator texts
 //! ([`messages`]) and its retention of day partitions ([`retention`], on `daypart`).
+//! What an operator does to its handlers ([`control`]: pause, resume, the review queue,
+//! retry and dismiss in bulk) is the SQL API's, called for the admin API.
 //!
 //! Wiring: [`pipeline`] connects the consumer thread ([`consumer`]), the pure ingest
 //! ([`ingest`]), the writer task ([`writer`]) and the store ([`store`]).
@@ -22,6 +24,7 @@
 
 mod budget;
 pub mod check;
+pub mod control;
 pub(crate) mod consumer;
 pub(crate) mod copy;
 pub(crate) mod ingest;

@@ -175,6 +175,19 @@ static INBOX: &[Migration] = &[
             functions: &["advance_heads", "repair_heads"],
         },
     },
+    Migration {
+        version: 5,
+        name: "0005_inbox_control.sql",
+        sql: include_str!("../../../migrations/inbox/0005_inbox_control.sql"),
+        leaves: Leaves {
+            tables: &[
+                ("handlers", &["paused"]),
+                ("admin_audit", &["at", "token_name", "role", "action", "target", "result"]),
+            ],
+            partitioned: &[],
+            functions: &["pause_handler", "resume_handler", "retry_many", "dismiss_many", "review_groups"],
+        },
+    },
 ];
 
 #[cfg(test)]

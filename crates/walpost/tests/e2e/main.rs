@@ -22,6 +22,7 @@ mod hardening;
 mod inbox;
 mod inbox_batches;
 mod inbox_chaos;
+mod inbox_control;
 mod inbox_drills;
 mod inbox_hardening;
 mod inbox_hostile;

@@ -177,9 +177,10 @@ fn migrate_records_a_database_migrated_by_hand_without_running_anything() {
     assert_eq!(db.recorded("events"), files("outbox"));
 
     let inbox = db.migrate(&["--inbox"]).ok();
-    assert!(inbox.stdout.contains("2 applied, 2 recorded: schema inbox is up to date"), "{}", inbox.stdout);
+    assert!(inbox.stdout.contains("3 applied, 2 recorded: schema inbox is up to date"), "{}", inbox.stdout);
     assert!(inbox.stdout.contains("applied      0003_inbox_batches.sql"), "{}", inbox.stdout);
     assert!(inbox.stdout.contains("applied      0004_inbox_heads.sql"), "{}", inbox.stdout);
+    assert!(inbox.stdout.contains("applied      0005_inbox_control.sql"), "{}", inbox.stdout);
     assert_eq!(db.recorded("inbox"), files("inbox"));
     assert_eq!(db.sql(fail_config), "search_path=pg_catalog, pg_temp", "0002_inbox_hardening.sql ran again");
     assert_eq!(db.sql("SELECT count(*) FROM events.outbox"), "1");
@@ -254,7 +255,7 @@ fn two_migrate_at_once_one_waits_and_each_migration_runs_once() {
     }
     let second = db.migrate(&["--inbox"]).ok();
     let first = Ran::of(first.wait_with_output().unwrap()).ok();
-    assert!(first.stdout.contains("4 applied, 0 recorded"), "{}", first.stdout);
+    assert!(first.stdout.contains("5 applied, 0 recorded"), "{}", first.stdout);
     assert!(second.stderr.contains("waiting for its lock"), "{}", second.stderr);
     assert!(second.stdout.contains("nothing to apply: schema inbox is up to date"), "{}", second.stdout);
     assert_eq!(db.recorded("inbox"), files("inbox"));
@@ -267,7 +268,7 @@ fn two_migrate_at_once_one_waits_and_each_migration_runs_once() {
 fn migrate_puts_the_inbox_in_a_schema_of_another_name() {
     let db = Db::new("migrate-schema");
     let ran = db.migrate(&["--inbox", "--schema", "Billing Inbox"]).ok();
-    assert!(ran.stdout.contains("4 applied, 0 recorded: schema Billing Inbox is up to date"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("5 applied, 0 recorded: schema Billing Inbox is up to date"), "{}", ran.stdout);
     assert_eq!(db.recorded("\"Billing Inbox\""), files("inbox"));
     assert_eq!(db.sql("SELECT to_regnamespace('inbox') IS NULL"), "t");
     assert_eq!(
@@ -302,7 +303,7 @@ fn migrate_dry_run_changes_nothing() {
     let dry = db.migrate(&["--inbox", "--dry-run"]).ok();
     assert!(dry.stdout.contains("would create inbox.walpost_migrations"), "{}", dry.stdout);
     assert!(dry.stdout.contains("would apply  0001_inbox.sql"), "{}", dry.stdout);
-    assert!(dry.stdout.contains("dry run: 4 to apply, 0 to record; nothing changed"), "{}", dry.stdout);
+    assert!(dry.stdout.contains("dry run: 5 to apply, 0 to record; nothing changed"), "{}", dry.stdout);
     assert_eq!(db.sql("SELECT to_regnamespace('inbox') IS NULL"), "t");
 
     apply_by_hand(&db, &["0001_events_outbox.sql"]);
@@ -314,7 +315,7 @@ fn migrate_dry_run_changes_nothing() {
 
     let status = db.migrate(&["status", "--inbox"]).ok();
     assert!(status.stdout.contains("pending  0001_inbox.sql"), "{}", status.stdout);
-    assert!(status.stdout.contains("0 applied, 4 pending, 0 found in place, 0 changed"), "{}", status.stdout);
+    assert!(status.stdout.contains("0 applied, 5 pending, 0 found in place, 0 changed"), "{}", status.stdout);
 
     let refused = db.migrate(&["--schema", "other"]);
     assert_eq!(refused.code, Some(2), "{}", refused.stderr);

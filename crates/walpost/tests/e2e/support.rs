@@ -740,10 +740,16 @@ pub(crate) fn strip_ansi(text: &str) -> String {
 /// that runs them with psql does (docs/inbox.md): the schema, then search_path, then the
 /// files; `walpost migrate --inbox` and `--create-schema` apply the same files.
 pub(crate) fn inbox_migrations() -> String {
-    let files = ["0001_inbox.sql", "0002_inbox_hardening.sql", "0003_inbox_batches.sql", "0004_inbox_heads.sql"]
-        .iter()
-        .map(|f| std::fs::read_to_string(format!("{}/../../migrations/inbox/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let files = [
+        "0001_inbox.sql",
+        "0002_inbox_hardening.sql",
+        "0003_inbox_batches.sql",
+        "0004_inbox_heads.sql",
+        "0005_inbox_control.sql",
+    ]
+    .iter()
+    .map(|f| std::fs::read_to_string(format!("{}/../../migrations/inbox/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
+    .collect::<Vec<_>>()
+    .join("\n");
     format!("CREATE SCHEMA IF NOT EXISTS inbox;\nSET search_path = inbox, pg_temp;\n{files}\nRESET search_path;")
 }
