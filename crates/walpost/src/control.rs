@@ -120,11 +120,9 @@ fn status(
     };
     let slot_figures = seen.map(|o| &o.status).filter(|s| s.exists);
     let alarms = match seen {
-        Some(o) if o.level != AlarmLevel::Ok => o
-            .reasons
-            .iter()
-            .map(|r| Alarm { level: o.level, reason: r.clone(), runbook: runbook_of(r) })
-            .collect(),
+        Some(o) if o.level != AlarmLevel::Ok => {
+            o.reasons.iter().map(|r| Alarm { level: o.level, reason: r.clone(), runbook: runbook_of(r) }).collect()
+        }
         _ => Vec::new(),
     };
     Status {
@@ -164,8 +162,8 @@ pub(crate) fn start(
     shutdown: watch::Receiver<bool>,
 ) -> Result<admin::Server, PipelineError> {
     let config = |text: String| PipelineError::definite(ErrorKind::Config, text);
-    let tokens = admin::Tokens::load(&admin.tokens_file)
-        .map_err(|e| config(texts::admin::tokens_unusable(&e.to_string())))?;
+    let tokens =
+        admin::Tokens::load(&admin.tokens_file).map_err(|e| config(texts::admin::tokens_unusable(&e.to_string())))?;
     let tls = match &admin.tls {
         Some((cert, key)) => Some(admin::tls_acceptor(cert, key).map_err(|e| config(e.to_string()))?),
         None => None,
@@ -230,7 +228,10 @@ mod tests {
     fn starting_knows_no_figures() {
         let s = status(&health(), "walpost", "at-least-once", None, 0.0, 0, None);
         assert_eq!(s.state, "starting");
-        assert_eq!((s.confirmed_lsn, s.server_lsn, s.lag_bytes, s.lag_seconds, s.in_flight), (None, None, None, None, None));
+        assert_eq!(
+            (s.confirmed_lsn, s.server_lsn, s.lag_bytes, s.lag_seconds, s.in_flight),
+            (None, None, None, None, None)
+        );
         assert!(s.alarms.is_empty() && s.events_per_second.is_none());
     }
 

@@ -93,9 +93,11 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(tls.tls, Some((PathBuf::from("/c"), PathBuf::from("/k"))));
-        let clear = admin("[admin]\naddr = \"0.0.0.0:9188\"\ntokens_file = \"/t\"\nallow_plaintext = true\nshow_payloads = true")
-            .unwrap()
-            .unwrap();
+        let clear = admin(
+            "[admin]\naddr = \"0.0.0.0:9188\"\ntokens_file = \"/t\"\nallow_plaintext = true\nshow_payloads = true",
+        )
+        .unwrap()
+        .unwrap();
         assert!(clear.tls.is_none() && clear.show_payloads);
     }
 }

@@ -20,7 +20,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `printf %s "$TOKEN" | sha256sum`, as docs/control-plane.md makes a line.
 fn sha256sum(token: &str) -> String {
-    let out = Command::new("sh").args(["-c", "printf %s \"$1\" | sha256sum | cut -d' ' -f1", "sh", token]).output().unwrap();
+    let out =
+        Command::new("sh").args(["-c", "printf %s \"$1\" | sha256sum | cut -d' ' -f1", "sh", token]).output().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
@@ -57,7 +58,10 @@ fn exchange(addr: &str, request: &str) -> (u16, String) {
 
 fn request(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    exchange(addr, &format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\n\r\n{body}", body.len()))
+    exchange(
+        addr,
+        &format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\n\r\n{body}", body.len()),
+    )
 }
 
 fn json(body: &str) -> serde_json::Value {
@@ -91,7 +95,12 @@ fn admin_api_serves_status_to_tokens_only_within_bounds() {
     let dir = scratch("admin-api");
     let addr = format!("127.0.0.1:{}", testkit::free_port());
     let mut args = w.args();
-    args.extend(["--admin-addr".into(), addr.clone(), "--admin-tokens-file".into(), tokens_file(&dir).display().to_string()]);
+    args.extend([
+        "--admin-addr".into(),
+        addr.clone(),
+        "--admin-tokens-file".into(),
+        tokens_file(&dir).display().to_string(),
+    ]);
     let mut p = Walpost::start(&args, &[]);
     assert!(w.wait_for_slot(TIMEOUT), "slot not created:\n{}", p.log_text());
     insert_batches(&w, 0, 1, 5, 5, &["order"]);
@@ -195,7 +204,8 @@ fn admin_refusals_at_start_say_what_to_do() {
     );
     // A token in the file in clear, where its hash belongs: the line, never the text.
     let bad = dir.join("bad-tokens");
-    std::fs::write(&bad, format!("grafana viewer {}\noncall operator {OPERATOR_TOKEN}\n", sha256sum(VIEWER_TOKEN))).unwrap();
+    std::fs::write(&bad, format!("grafana viewer {}\noncall operator {OPERATOR_TOKEN}\n", sha256sum(VIEWER_TOKEN)))
+        .unwrap();
     refused(
         &["--admin-addr", &loopback, "--admin-tokens-file", &bad.display().to_string()],
         None,
@@ -251,7 +261,12 @@ fn admin_api_over_tls_off_loopback() {
         if let Some((body, "200")) = text.rsplit_once('\n') {
             break body.to_owned();
         }
-        assert!(Instant::now() < deadline, "no answer over https: {text} {}\n{}", String::from_utf8_lossy(&out.stderr), p.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "no answer over https: {text} {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            p.log_text()
+        );
         std::thread::sleep(Duration::from_millis(250));
     };
     assert_eq!(json(&body)["slot"], w.slot.as_str(), "{body}");

@@ -109,7 +109,8 @@ fn apply_by_hand(db: &Db, files: &[&str]) {
 fn migrate_a_fresh_database_applies_everything_once() {
     let db = Db::new("migrate-fresh");
     let first = db.migrate(&[]).ok();
-    for f in ["0001_events_outbox.sql", "0002_outbox_partitioned.sql", "0003_walpost_slots.sql", "0004_admin_audit.sql"] {
+    for f in ["0001_events_outbox.sql", "0002_outbox_partitioned.sql", "0003_walpost_slots.sql", "0004_admin_audit.sql"]
+    {
         assert!(first.stdout.contains(&format!("applied      {f}")), "{}", first.stdout);
     }
     assert!(first.stdout.contains("4 applied, 0 recorded: schema events is up to date"), "{}", first.stdout);
