@@ -284,26 +284,51 @@ BEGIN
     END IF;
 END $$;
 
--- The messages of handler p_handler in review_required, those of p_event_ids when
--- p_error_code is NULL, else those whose last error code is p_error_code, go back to
--- pending as inbox.retry sends them. Returns the deliveries changed. For the four calls
--- below (which authorise and check first).
+-- The deliveries of handler p_handler in review_required that a bulk call selected:
+-- those of p_event_ids when p_error_code is NULL, else those whose last error code is
+-- p_error_code; locked, in arrival order (two calls over the same rows queue up instead
+-- of deadlocking). One statement per kind of selection, so each is planned on its own
+-- index: the deliveries' key for ids (the review queue is not read), deliveries_review
+-- for an error code. For retry_selected and dismiss_selected only.
+CREATE OR REPLACE FUNCTION review_selection(p_handler text, p_event_ids text[], p_error_code text)
+RETURNS TABLE (event_id text, topic text, received_at timestamptz)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_error_code IS NULL THEN
+        RETURN QUERY
+        SELECT d.event_id, d.topic, d.received_at
+        FROM deliveries d
+        WHERE d.handler = p_handler AND d.event_id = ANY (p_event_ids) AND d.state = 'review_required'
+        ORDER BY d.seq
+        FOR UPDATE OF d;
+    ELSE
+        RETURN QUERY
+        SELECT d.event_id, d.topic, d.received_at
+        FROM deliveries d
+        WHERE d.handler = p_handler AND d.last_error_code = p_error_code AND d.state = 'review_required'
+        ORDER BY d.seq
+        FOR UPDATE OF d;
+    END IF;
+END $$;
+
+-- The selected messages (review_selection) go back to pending as inbox.retry sends them.
+-- Returns the deliveries changed. For the four calls below (which authorise and check
+-- first).
 CREATE OR REPLACE FUNCTION retry_selected(p_handler text, p_event_ids text[], p_error_code text)
 RETURNS bigint
 LANGUAGE plpgsql
-SET search_path FROM CURRENT AS $$
+SET search_path FROM CURRENT
+-- Each selected row updated through the deliveries' key: a hash join (the function's
+-- rows are not known to the planner) read the handler's whole review queue to retry 3.
+SET enable_hashjoin = off
+SET enable_mergejoin = off AS $$
 DECLARE
     changed bigint;
 BEGIN
-    -- The rows locked in arrival order first: two calls over the same rows queue up.
     WITH selected AS (
-        SELECT d.event_id, d.topic, d.received_at
-        FROM deliveries d
-        WHERE d.handler = p_handler AND d.state = 'review_required'
-          AND (CASE WHEN p_error_code IS NULL THEN d.event_id = ANY (p_event_ids)
-                    ELSE d.last_error_code = p_error_code END)
-        ORDER BY d.seq
-        FOR UPDATE OF d
+        SELECT * FROM review_selection(p_handler, p_event_ids, p_error_code)
     ), retried AS (
         UPDATE deliveries d
         SET state = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(), last_error_code = NULL
@@ -321,19 +346,16 @@ END $$;
 CREATE OR REPLACE FUNCTION dismiss_selected(p_handler text, p_event_ids text[], p_error_code text)
 RETURNS bigint
 LANGUAGE plpgsql
-SET search_path FROM CURRENT AS $$
+SET search_path FROM CURRENT
+-- As in retry_selected: through the deliveries' key, not a join over the review queue.
+SET enable_hashjoin = off
+SET enable_mergejoin = off AS $$
 DECLARE
     closed bigint;
     aggregates text[];
 BEGIN
     WITH selected AS (
-        SELECT d.event_id, d.topic, d.received_at
-        FROM deliveries d
-        WHERE d.handler = p_handler AND d.state = 'review_required'
-          AND (CASE WHEN p_error_code IS NULL THEN d.event_id = ANY (p_event_ids)
-                    ELSE d.last_error_code = p_error_code END)
-        ORDER BY d.seq
-        FOR UPDATE OF d
+        SELECT * FROM review_selection(p_handler, p_event_ids, p_error_code)
     ), dismissed AS (
         UPDATE deliveries d
         SET state = 'dismissed', lease_token = NULL, lease_until = NULL, lease_rows = NULL
@@ -400,7 +422,8 @@ END $$;
 
 -- The review queue of handler p_handler, one row per last error code, largest first:
 -- how many deliveries, the arrival of the oldest and the newest message, and the event
--- ids of the (at most) 10 oldest.
+-- ids of the (at most) 10 oldest (read in order from deliveries_review; a message in
+-- review always has an error code: fail needs one, and claim names why it set one aside).
 CREATE OR REPLACE FUNCTION review_groups(p_handler text)
 RETURNS TABLE (error_code text, count bigint, first_at timestamptz, last_at timestamptz, sample_event_ids text[])
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -412,7 +435,7 @@ BEGIN
     SELECT g.code, g.n, g.first_at, g.last_at,
            ARRAY(SELECT s.event_id FROM deliveries s
                  WHERE s.handler = p_handler AND s.state = 'review_required'
-                   AND s.last_error_code IS NOT DISTINCT FROM g.code
+                   AND s.last_error_code = g.code
                  ORDER BY s.seq LIMIT 10)
     FROM (SELECT d.last_error_code AS code, pg_catalog.count(*) AS n,
                  pg_catalog.min(d.received_at) AS first_at, pg_catalog.max(d.received_at) AS last_at
@@ -481,6 +504,7 @@ CROSS JOIN LATERAL (
 -- table are the owner's until granted.
 REVOKE ALL ON FUNCTION pause_handler(text), resume_handler(text),
     check_event_ids(text, text[]), check_error_code(text, text),
+    review_selection(text, text[], text),
     retry_selected(text, text[], text), dismiss_selected(text, text[], text),
     retry_many(text, text[]), retry_by_error(text, text),
     dismiss_many(text, text[]), dismiss_by_error(text, text),
