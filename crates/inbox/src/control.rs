@@ -199,8 +199,8 @@ pub async fn review_messages(
         "SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
                 'event_id', m.event_id, 'topic', m.topic, 'partition', m.\"partition\", 'offset', m.\"offset\",
                 'event_type', m.event_type, 'attempts', m.attempts, 'last_error_code', m.last_error_code,
-                'received_at', {received_at})), '[]')::text AS rows
-         FROM {s}.review_messages($1, $2::text, $3::integer) m",
+                'received_at', {received_at}) ORDER BY m.ordinality), '[]')::text AS rows
+         FROM {s}.review_messages($1, $2::text, $3::integer) WITH ORDINALITY m",
         received_at = utc("m.received_at"),
     );
     let max_rows = max_rows.to_string();
