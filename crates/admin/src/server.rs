@@ -50,6 +50,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Time open exchanges get to finish at shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Time an audit row may take to be written before the answer goes out without it (the
+/// log line is written first in any case).
+pub const AUDIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A mode's API: its routes and what each answers.
 pub trait Api: Send + Sync + 'static {
@@ -288,7 +291,11 @@ async fn respond<A: Api, U: Audit>(req: Request<Incoming>, shared: &Shared<A, U>
             result: audit::result_of(reply.status),
         };
         audit::log(&record);
-        if let Err(e) = shared.audit.record(&record).await {
+        let written = match tokio::time::timeout(AUDIT_TIMEOUT, shared.audit.record(&record)).await {
+            Ok(written) => written,
+            Err(_) => Err(format!("no answer within {} s", AUDIT_TIMEOUT.as_secs())),
+        };
+        if let Err(e) = written {
             tracing::warn!(target: audit::LOG_TARGET, action = %record.action, "cannot write the audit row: {e}");
         }
     }

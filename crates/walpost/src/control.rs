@@ -20,6 +20,10 @@ use crate::settings::admin::AdminSettings;
 use crate::settings::{Delivery, Settings};
 use crate::telemetry::{AlarmLevel, Health, Metrics};
 
+/// Where `walpost run`'s audit rows go (migrations/outbox/0004_admin_audit.sql).
+const AUDIT_SCHEMA: &str = "events";
+const AUDIT_TABLE: &str = "walpost_admin_audit";
+
 /// `walpost run`'s routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
@@ -181,7 +185,9 @@ pub(crate) fn start(
         delivery,
     };
     tracing::info!(tokens = tokens.len(), tls = tls.is_some(), "admin API: tokens file read");
-    admin::serve(admin.addr, tls, tokens, api, admin::LogOnly, shutdown)
+    // Actions are audited in the database they act on, where the slot's lineage goes too.
+    let audit = admin::TableAudit::new(settings.postgres.writer().clone(), AUDIT_SCHEMA, AUDIT_TABLE);
+    admin::serve(admin.addr, tls, tokens, api, audit, shutdown)
         .map_err(|e| PipelineError::definite(ErrorKind::Host, e.to_string()))
 }
 

@@ -281,3 +281,38 @@ fn admin_api_over_tls_off_loopback() {
     assert_no_secret_in(&log);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The relay's audit writer against migration 0004 and the grant docs/control-plane.md
+/// gives walpost's role (INSERT alone): rows land with bind parameters (a quote in a
+/// target is data), and the role can neither change nor remove them.
+#[test]
+fn audit_rows_land_in_the_table_with_insert_alone() {
+    let w = World::postgres_only("admin-audit");
+    let migration = format!("{}/../../migrations/outbox/0004_admin_audit.sql", env!("CARGO_MANIFEST_DIR"));
+    w.sql(&std::fs::read_to_string(migration).unwrap());
+    w.sql(&format!("GRANT INSERT ON events.walpost_admin_audit TO {};", w.role));
+    let audit = admin::TableAudit::new(replication::Config::parse(&w.url).unwrap(), "events", "walpost_admin_audit");
+    let record = |target: &str, result: &str| admin::AuditRecord {
+        token_name: "oncall".into(),
+        role: admin::Role::Operator,
+        action: "POST /api/v1/pause".into(),
+        target: target.into(),
+        result: result.into(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        use admin::Audit;
+        audit.record(&record("slot it's", "ok")).await.unwrap();
+        audit.record(&record("", "forbidden")).await.unwrap();
+    });
+    assert_eq!(
+        w.sql("SELECT string_agg(concat_ws('|', token_name, role, action, target, result), E'\\n' ORDER BY at, result DESC)
+               FROM events.walpost_admin_audit"),
+        "oncall|operator|POST /api/v1/pause|slot it's|ok\noncall|operator|POST /api/v1/pause||forbidden"
+    );
+    assert_eq!(w.sql("SELECT count(*) FROM events.walpost_admin_audit WHERE at > now() - interval '1 minute'"), "2");
+    for change in ["UPDATE events.walpost_admin_audit SET result = 'ok'", "DELETE FROM events.walpost_admin_audit"] {
+        let refused = w.pg.psql_as(&w.role, &w.db, change).unwrap_err().to_string();
+        assert!(refused.contains("permission denied"), "{change}: {refused}");
+    }
+}
