@@ -47,7 +47,8 @@ fn tokens_file(dir: &Path) -> PathBuf {
 
 /// One HTTP/1.1 exchange over plain TCP: (status, body).
 fn exchange(addr: &str, request: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
+    // Refused while walpost starts: status 0, and the caller waits or fails.
+    let Ok(mut s) = TcpStream::connect(addr) else { return (0, String::new()) };
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(request.as_bytes()).unwrap();
     let mut out = String::new();
@@ -315,4 +316,44 @@ fn audit_rows_land_in_the_table_with_insert_alone() {
         let refused = w.pg.psql_as(&w.role, &w.db, change).unwrap_err().to_string();
         assert!(refused.contains("permission denied"), "{change}: {refused}");
     }
+}
+
+/// A second walpost on the same slot says `waiting` and who holds the slot, with the
+/// slot's confirmed position from the server (not its own: it confirmed nothing), and
+/// `streaming` once it took over.
+#[test]
+fn a_hot_standby_says_waiting_then_streaming() {
+    let w = World::new("admin-standby");
+    let dir = scratch("admin-standby");
+    let mut active = w.streaming_walpost(3, TIMEOUT);
+    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let mut args = w.args();
+    args.extend([
+        "--admin-addr".into(),
+        addr.clone(),
+        "--admin-tokens-file".into(),
+        tokens_file(&dir).display().to_string(),
+    ]);
+    let mut standby = Walpost::start(&args, &[]);
+    let waiting = status_when(&addr, "waiting", &standby);
+    assert!(waiting["slot_holder"].as_str().is_some_and(|h| !h.is_empty()), "{waiting}");
+    assert!(waiting["lag_seconds"].is_null() && waiting["in_flight"].is_null(), "{waiting}");
+    let deadline = Instant::now() + TIMEOUT;
+    let polled = loop {
+        let s = json(&request(&addr, "GET", "/api/v1/status", Some(VIEWER_TOKEN), "").1);
+        if !s["confirmed_lsn"].is_null() || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(polled["confirmed_lsn"].as_str().and_then(parse_lsn), w.confirmed_flush_lsn(), "{polled}");
+
+    assert!(active.terminate(TIMEOUT).is_some_and(|s| s.success()), "{}", active.log_text());
+    let took_over = status_when(&addr, "streaming", &standby);
+    assert!(took_over["slot_holder"].is_null(), "{took_over}");
+    insert_batches(&w, 1, 1, 3, 3, &["order"]);
+    consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 6, TIMEOUT);
+    assert!(standby.terminate(TIMEOUT).is_some_and(|s| s.success()), "{}", standby.log_text());
+    assert_no_secret_in(&standby.log_text());
+    let _ = std::fs::remove_dir_all(&dir);
 }
