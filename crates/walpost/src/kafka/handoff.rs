@@ -340,6 +340,12 @@ impl<C: ProducerContext + 'static> Handoff<C> {
         &self.producer
     }
 
+    /// [`commit_transaction`] on a producer of its own, to run off the runtime.
+    pub(crate) fn committer(&self) -> impl FnOnce(Duration) -> Result<(), KafkaError> + Send + 'static {
+        let producer = self.producer.clone();
+        move |timeout| commit_transaction(&producer, timeout)
+    }
+
     /// Gives the topic handles back, stops the send-now thread (waits for it: at most
     /// [`SEND_NOW_SLICE`]) and returns the producer (to flush and destroy).
     pub(crate) fn into_producer(self) -> ThreadedProducer<C> {
@@ -451,6 +457,24 @@ impl<C: ProducerContext + 'static> Handoff<C> {
         unsafe { rd::rd_kafka_headers_destroy(headers) };
         Err(KafkaError::MessageProduction(code.into()))
     }
+}
+
+/// `commit_transaction` without rust-rdkafka's flush loop, which polls for up to 100 ms a
+/// turn a queue the `ThreadedProducer`'s thread empties: each commit slept ~100 ms. A
+/// flush with the whole timeout only waits (reports are events), `linger.ms` as elapsed;
+/// the commit's own flush then finds nothing left.
+fn commit_transaction<C: ProducerContext + 'static>(
+    producer: &ThreadedProducer<C>,
+    timeout: Duration,
+) -> Result<(), KafkaError> {
+    let deadline = Instant::now() + timeout;
+    let ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+    // SAFETY: `producer` owns a reference to the client; rd_kafka_flush is thread-safe.
+    let left = unsafe { rd::rd_kafka_flush(producer.client().native_ptr(), ms) };
+    if left != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        return Err(KafkaError::Flush(left.into()));
+    }
+    producer.commit_transaction(deadline.saturating_duration_since(Instant::now()))
 }
 
 #[cfg(test)]

@@ -403,10 +403,11 @@ impl KafkaSink {
         self.handoff.producer().begin_transaction()
     }
 
-    /// `commit_transaction`: flushes every record and commits them with the transaction.
+    /// `commit_transaction`: waits for every record's acknowledgement and commits them
+    /// with the transaction.
     pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
-        let producer = self.handoff.producer().clone();
-        blocking(move || producer.commit_transaction(timeout)).await
+        let commit = self.handoff.committer();
+        blocking(move || commit(timeout)).await
     }
 
     /// `abort_transaction`: nothing of the open transaction is ever read.

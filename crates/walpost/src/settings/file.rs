@@ -396,6 +396,7 @@ pub struct ExactlyOnceFile {
     pub max_transaction_records: Option<u64>,
     pub max_transaction_bytes: Option<u64>,
     pub max_transaction_ms: Option<Millis>,
+    pub backlog_transaction_ms: Option<Millis>,
     pub transaction_timeout_ms: Option<Millis>,
 }
 
@@ -405,6 +406,7 @@ impl ExactlyOnceFile {
             && self.max_transaction_records.is_none()
             && self.max_transaction_bytes.is_none()
             && self.max_transaction_ms.is_none()
+            && self.backlog_transaction_ms.is_none()
             && self.transaction_timeout_ms.is_none()
     }
 }

@@ -240,6 +240,11 @@ pub struct ExactlyOnce {
     pub max_transaction_bytes: u64,
     /// ...or has been open this long (at the next PostgreSQL commit).
     pub max_transaction_interval: Duration,
+    /// While the stream reads a backlog, a Kafka transaction is committed after this long
+    /// instead (the record and byte bounds wait too): each commit stops the stream while
+    /// the records in flight are acknowledged, and a backlog has no reader waiting on
+    /// the latency the shorter bounds keep.
+    pub backlog_transaction_interval: Duration,
     /// librdkafka's `transaction.timeout.ms`: the broker aborts a transaction open longer.
     pub transaction_timeout: Duration,
 }
@@ -251,6 +256,7 @@ impl Default for ExactlyOnce {
             max_transaction_records: 10_000,
             max_transaction_bytes: 32 << 20,
             max_transaction_interval: Duration::from_millis(100),
+            backlog_transaction_interval: Duration::from_millis(1_000),
             transaction_timeout: Duration::from_secs(60),
         }
     }

@@ -43,8 +43,7 @@ impl LivePolicy {
         false
     }
 
-    /// Whether the stream reads live now.
-    #[cfg(test)]
+    /// Whether the stream reads live now (the last transaction with records was).
     pub(crate) fn is_live(&self) -> bool {
         self.live
     }

@@ -413,6 +413,11 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
 
     async fn on_keepalive(&mut self, k: PrimaryKeepalive) -> Result<(), PipelineError> {
         self.confirmer.keepalive(k.wal_end, self.decoding.in_transaction());
+        // The walsender pings before it sleeps waiting for WAL: a backlog's end. Its
+        // last Kafka transaction then commits by the live bounds, not a second later.
+        if let (Some(eos), false) = (self.exactly_once.as_mut(), self.decoding.in_transaction()) {
+            eos.caught_up();
+        }
         if k.reply_requested {
             self.confirmer.send(&mut self.stream, true).await?;
         }
@@ -431,7 +436,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
                     self.live.commit(sent_ms.saturating_sub(txn.commit_time_ms));
                 }
                 if let Some(eos) = self.exactly_once.as_mut() {
-                    eos.pg_commit(end_lsn);
+                    eos.pg_commit(end_lsn, !self.live.is_live());
                 }
                 match txn.seq {
                     Some(seq) => self

@@ -43,6 +43,9 @@ pub mod names {
     pub const EVENTS_PUBLISHED: &str = "walpost_events_published_total";
     pub const PUBLISHED_BYTES: &str = "walpost_published_bytes_total";
     pub const TRANSACTIONS: &str = "walpost_transactions_total";
+    pub const KAFKA_TRANSACTIONS: &str = "walpost_kafka_transactions_total";
+    pub const KAFKA_TRANSACTION_RECORDS: &str = "walpost_kafka_transaction_records_total";
+    pub const KAFKA_TRANSACTION_COMMIT: &str = "walpost_kafka_transaction_commit_seconds";
     pub const RECEIVED_LSN: &str = "walpost_received_lsn";
     pub const CONFIRMED_LSN: &str = "walpost_confirmed_lsn";
     pub const IN_FLIGHT: &str = "walpost_kafka_in_flight_records";
@@ -89,6 +92,21 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (EVENTS_PUBLISHED, "counter", "Records acknowledged by Kafka, by topic (at most 256 topics, then \"(other)\")."),
     (PUBLISHED_BYTES, "counter", "Payload bytes acknowledged by Kafka."),
     (TRANSACTIONS, "counter", "Committed transactions read from the slot."),
+    (
+        KAFKA_TRANSACTIONS,
+        "counter",
+        "With --delivery exactly-once: Kafka transactions the stream committed (each with its progress record).",
+    ),
+    (
+        KAFKA_TRANSACTION_RECORDS,
+        "counter",
+        "With --delivery exactly-once: records in the committed Kafka transactions, progress records not counted.",
+    ),
+    (
+        KAFKA_TRANSACTION_COMMIT,
+        "histogram",
+        "With --delivery exactly-once: how long a commit stopped the stream (its last records sent and acknowledged, then the commit itself).",
+    ),
     (RECEIVED_LSN, "gauge", "Last WAL position received from the server."),
     (CONFIRMED_LSN, "gauge", "Last WAL position confirmed (flushed) to the slot."),
     (IN_FLIGHT, "gauge", "Records handed to the producer and not yet acknowledged."),
@@ -247,6 +265,10 @@ pub struct KafkaMetrics {
     produce_errors: IntCounterVec,
     dead_letters: IntCounterVec,
     pub latency: Histogram,
+    /// Exactly-once: committed Kafka transactions, their records, their commits' time.
+    pub transactions: IntCounter,
+    pub transaction_records: IntCounter,
+    pub transaction_commit: Histogram,
 }
 
 impl KafkaMetrics {
@@ -373,6 +395,9 @@ impl Metrics {
             produce_errors: e.counters(PRODUCE_ERRORS, &["class"])?,
             dead_letters: e.counters(DEAD_LETTERS, &["class"])?,
             latency: e.latency_histogram(LATENCY)?,
+            transactions: e.counter(KAFKA_TRANSACTIONS)?,
+            transaction_records: e.counter(KAFKA_TRANSACTION_RECORDS)?,
+            transaction_commit: e.latency_histogram(KAFKA_TRANSACTION_COMMIT)?,
         };
         for class in ["retryable", "rejected", "connection"] {
             let _ = kafka.produce_errors.with_label_values(&[class]);

@@ -52,6 +52,8 @@ pub(crate) struct ExactlyOnceState {
     bounds: Bounds,
     commit_timeout: Duration,
     open: Option<OpenTransaction>,
+    /// The stream reads a backlog (as of the last PostgreSQL commit).
+    backlog: bool,
     committed: Lsn,
     last_idle_commit: Instant,
     idle_every: Duration,
@@ -84,6 +86,7 @@ impl ExactlyOnceState {
             bounds: Bounds::from(e),
             commit_timeout: e.transaction_timeout,
             open: None,
+            backlog: false,
             committed,
             last_idle_commit: Instant::now(),
             idle_every,
@@ -99,13 +102,29 @@ impl ExactlyOnceState {
         self.open.is_some()
     }
 
+    /// The stream has read everything the server had: the live bounds apply again until
+    /// a PostgreSQL transaction read says otherwise.
+    pub(crate) fn caught_up(&mut self) {
+        self.backlog = false;
+        if let Some(t) = self.open.as_mut() {
+            t.backlog = false;
+        }
+    }
+
+    /// Records handed over in the open transaction (0 when none is open).
+    pub(crate) fn open_records(&self) -> u64 {
+        self.open.map_or(0, |t| t.records)
+    }
+
     /// Opens the Kafka transaction if none is: call before handing a record over.
     pub(crate) fn before_record<S: Sink>(&mut self, sink: Option<&S>) -> Result<(), PipelineError> {
         if self.open.is_none() {
             let sink =
                 sink.ok_or_else(|| PipelineError::transient(ErrorKind::Kafka, "the Kafka producer is closed"))?;
             sink.begin_transaction().map_err(transaction_error)?;
-            self.open = Some(OpenTransaction::new(Instant::now()));
+            let mut t = OpenTransaction::new(Instant::now());
+            t.backlog = self.backlog;
+            self.open = Some(t);
         }
         Ok(())
     }
@@ -117,10 +136,13 @@ impl ExactlyOnceState {
         }
     }
 
-    /// A PostgreSQL transaction committed at `end`.
-    pub(crate) fn pg_commit(&mut self, end: Lsn) {
+    /// A PostgreSQL transaction committed at `end`; `backlog`: the stream reads a
+    /// backlog now (the transaction bounds then are one, `backlog_transaction_ms`).
+    pub(crate) fn pg_commit(&mut self, end: Lsn, backlog: bool) {
+        self.backlog = backlog;
         if let Some(t) = self.open.as_mut() {
             t.pg_commit(end);
+            t.backlog = backlog;
         }
     }
 
@@ -216,7 +238,7 @@ mod tests {
         s.open = Some(OpenTransaction::new(Instant::now()));
         s.recorded(1);
         s.recorded(1);
-        s.pg_commit(Lsn(300));
+        s.pg_commit(Lsn(300), false);
         assert_eq!(s.due(None, None, Instant::now()), Due::At(Position { lsn: Lsn(300), partial: None }));
         s.open = Some(OpenTransaction::new(Instant::now()));
         for _ in 0..4 {

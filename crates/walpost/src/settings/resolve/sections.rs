@@ -304,18 +304,28 @@ fn resolve_delivery(mode: Option<DeliveryMode>, f: &ExactlyOnceFile) -> Result<D
                     f.max_transaction_ms.map(|m| m.0),
                     d.max_transaction_interval,
                 )?,
+                backlog_transaction_interval: positive_duration(
+                    "exactly_once.backlog_transaction_ms",
+                    f.backlog_transaction_ms.map(|m| m.0),
+                    d.backlog_transaction_interval,
+                )?,
                 transaction_timeout: positive_duration(
                     "exactly_once.transaction_timeout_ms",
                     f.transaction_timeout_ms.map(|m| m.0),
                     d.transaction_timeout,
                 )?,
             };
-            if e.max_transaction_interval * 4 > e.transaction_timeout {
-                return Err(ConfigError::Invalid {
-                    key: "exactly_once.max_transaction_ms",
-                    value: e.max_transaction_interval.as_millis().to_string(),
-                    expected: "at most a quarter of exactly_once.transaction_timeout_ms",
-                });
+            for (key, interval) in [
+                ("exactly_once.max_transaction_ms", e.max_transaction_interval),
+                ("exactly_once.backlog_transaction_ms", e.backlog_transaction_interval),
+            ] {
+                if interval * 4 > e.transaction_timeout {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        value: interval.as_millis().to_string(),
+                        expected: "at most a quarter of exactly_once.transaction_timeout_ms",
+                    });
+                }
             }
             Ok(Delivery::ExactlyOnce(e))
         }

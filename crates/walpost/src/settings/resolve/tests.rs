@@ -278,11 +278,19 @@ fn readiness_drops_before_the_producer_restarts() {
 
 /// Every duration key takes a string with a unit beside its old number.
 #[test]
+fn a_backlog_transaction_longer_than_a_quarter_of_the_timeout_is_refused() {
+    let text =
+        "delivery = \"exactly-once\"\n[exactly_once]\nbacklog_transaction_ms = 20000\ntransaction_timeout_ms = 60000";
+    let err = Settings::resolve(&base(), file(text)).unwrap_err().to_string();
+    assert!(err.contains("exactly_once.backlog_transaction_ms") && err.contains("a quarter"), "{err}");
+}
+
+#[test]
 fn durations_take_units_and_keep_their_old_numbers() {
     let text = "heartbeat_interval_secs = \"1min\"\ndelivery = \"exactly-once\"\n\
                 [pipeline]\nstatus_interval_secs = \"500ms\"\nhalt_linger_secs = 5\n\
                 [monitor]\nwarning_lag_secs = \"90s\"\ncritical_lag_secs = 600.5\n\
-                [exactly_once]\nmax_transaction_ms = \"2s\"\ntransaction_timeout_ms = 60000\n\
+                [exactly_once]\nmax_transaction_ms = \"2s\"\nbacklog_transaction_ms = \"5s\"\ntransaction_timeout_ms = 60000\n\
                 [retention]\ninterval_secs = \"2h\"\nlock_timeout_ms = \"1500ms\"";
     let s = Settings::resolve(&base(), file(text)).unwrap();
     assert_eq!(s.source.heartbeat_interval, Some(Duration::from_secs(60)));
@@ -292,6 +300,7 @@ fn durations_take_units_and_keep_their_old_numbers() {
     match &s.kafka().unwrap().delivery {
         Delivery::ExactlyOnce(e) => {
             assert_eq!(e.max_transaction_interval, Duration::from_secs(2));
+            assert_eq!(e.backlog_transaction_interval, Duration::from_secs(5));
             assert_eq!(e.transaction_timeout, Duration::from_secs(60));
         }
         other => panic!("{other:?}"),

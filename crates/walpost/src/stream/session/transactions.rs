@@ -37,6 +37,8 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
     async fn commit_kafka_transaction(&mut self, due: Due) -> Result<(), PipelineError> {
         let Due::At(position) = due else { return Ok(()) };
         let Some(eos) = self.exactly_once.as_mut() else { return Ok(()) };
+        let started = Instant::now();
+        let records = eos.open_records();
         eos.before_record(self.window.sink())?;
         // The progress record is no event: no transaction, id or span of the stream's.
         let tag = Tag { txn: None, id: RecordId { txn: Lsn::ZERO, ordinal: 0 }, span: None };
@@ -49,6 +51,10 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
         let Some(eos) = self.exactly_once.as_mut() else { return Ok(()) };
         eos.commit(&self.window, position).await.inspect_err(|_| self.culprit = Culprit::Kafka)?;
         self.confirmer.set_gate(eos.gate());
+        let kafka = &self.all_metrics.kafka;
+        kafka.transaction_commit.observe(started.elapsed().as_secs_f64());
+        kafka.transactions.inc();
+        kafka.transaction_records.inc_by(records);
         Ok(())
     }
 }
