@@ -124,6 +124,16 @@ static OUTBOX: &[Migration] = &[
             functions: &[],
         },
     },
+    Migration {
+        version: 5,
+        name: "0005_pause.sql",
+        sql: include_str!("../../../migrations/outbox/0005_pause.sql"),
+        leaves: Leaves {
+            tables: &[("walpost_pauses", &["slot", "paused_at", "paused_by"])],
+            partitioned: &[],
+            functions: &[],
+        },
+    },
 ];
 
 static INBOX: &[Migration] = &[

@@ -174,7 +174,10 @@ mod tests {
             matches!(p.entries[0].state, State::Applied { ref applied_at } if applied_at.starts_with("2026-12-01"))
         );
         assert!(matches!(p.entries[1].state, State::Applied { .. }));
-        assert_eq!(p.pending().map(|e| e.name).collect::<Vec<_>>(), ["0003_walpost_slots.sql", "0004_admin_audit.sql"]);
+        assert_eq!(
+            p.pending().map(|e| e.name).collect::<Vec<_>>(),
+            ["0003_walpost_slots.sql", "0004_admin_audit.sql", "0005_pause.sql"]
+        );
         let all: Vec<Recorded> = files.iter().map(row).collect();
         assert!(plan(files, Some(&all), &Catalog::default()).is_current());
     }
@@ -212,7 +215,12 @@ mod tests {
         let files = Set::Inbox.migrations();
         let mut rows: Vec<Recorded> = files.iter().map(row).collect();
         let next = u32::try_from(files.len() + 1).unwrap();
-        rows.push(Recorded { version: next, name: format!("{next:04}_next.sql"), checksum: "ab".into(), applied_at: "x".into() });
+        rows.push(Recorded {
+            version: next,
+            name: format!("{next:04}_next.sql"),
+            checksum: "ab".into(),
+            applied_at: "x".into(),
+        });
         let p = plan(files, Some(&rows), &Catalog::default());
         assert!(p.is_current());
         assert_eq!(p.unknown.iter().map(|r| r.version).collect::<Vec<_>>(), [next]);
@@ -230,7 +238,10 @@ mod tests {
             &[],
         );
         let p = plan(Set::Outbox.migrations(), None, &c);
-        assert_eq!(states(&p), [&State::FoundInPlace, &State::Pending, &State::FoundInPlace, &State::Pending]);
+        assert_eq!(
+            states(&p),
+            [&State::FoundInPlace, &State::Pending, &State::FoundInPlace, &State::Pending, &State::Pending]
+        );
         assert_eq!(p.found_in_place().count(), 2);
     }
 
@@ -263,6 +274,6 @@ mod tests {
         let files = Set::Outbox.migrations();
         let rows = [row(&files[0])];
         let p = plan(files, Some(&rows), &c);
-        assert_eq!(states(&p)[1..], [&State::Pending, &State::Pending, &State::Pending]);
+        assert_eq!(states(&p)[1..], [&State::Pending; 4]);
     }
 }
