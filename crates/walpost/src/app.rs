@@ -221,6 +221,13 @@ async fn run(mut settings: Settings) -> Result<(), PipelineError> {
         Some(admin) if !backfill => Some(control::start(admin, &settings, &metrics, seen, shutdown.clone())?),
         _ => None,
     };
+    if !backfill {
+        // A pause taken before this process started (or through another instance) holds
+        // from the first session on; then it is followed every few seconds.
+        let (writer, slot) = (settings.postgres.writer().clone(), settings.source.slot.clone());
+        crate::postgres::pause::read_at_start(&writer, &slot, &health).await;
+        tokio::spawn(crate::postgres::pause::follow(writer, slot, health.clone(), shutdown.clone()));
+    }
     let side = (settings.clone(), metrics.clone(), shutdown.clone());
     tokio::spawn(async move {
         if backfill {

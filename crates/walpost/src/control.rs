@@ -20,6 +20,8 @@ use crate::settings::admin::AdminSettings;
 use crate::settings::{Delivery, Settings};
 use crate::telemetry::{AlarmLevel, Health, Metrics};
 
+mod pause;
+
 /// Where `walpost run`'s audit rows go (migrations/outbox/0004_admin_audit.sql).
 const AUDIT_SCHEMA: &str = "events";
 const AUDIT_TABLE: &str = "walpost_admin_audit";
@@ -28,14 +30,18 @@ const AUDIT_TABLE: &str = "walpost_admin_audit";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
     Status,
+    Pause,
+    Resume,
 }
 
 /// What `GET /api/v1/status` answers.
 #[derive(Debug, Serialize, PartialEq)]
 pub(crate) struct Status {
-    /// `starting`, `streaming`, `waiting` (a hot standby: another process holds the
-    /// slot) or `halted`.
+    /// `starting`, `streaming`, `paused` (an operator paused the stream: see
+    /// `paused_by`), `waiting` (a hot standby: another process holds the slot) or `halted`.
     pub(crate) state: &'static str,
+    /// While paused: by which token and since when.
+    pub(crate) paused_by: Option<String>,
     pub(crate) slot: String,
     pub(crate) confirmed_lsn: Option<String>,
     /// The server's WAL position at the monitor's last poll.
@@ -71,6 +77,7 @@ pub(crate) struct RelayApi {
     seen: watch::Receiver<Option<Observation>>,
     slot: String,
     delivery: &'static str,
+    pause: pause::PauseControl,
 }
 
 impl Api for RelayApi {
@@ -83,6 +90,8 @@ impl Api for RelayApi {
     async fn handle(&self, call: Call<Route>) -> Reply {
         match call.route {
             Route::Status => Reply::ok(&self.status()),
+            Route::Pause => self.pause.pause(&call.identity.name).await,
+            Route::Resume => self.pause.resume().await,
         }
     }
 }
@@ -116,8 +125,11 @@ fn status(
     let halted = health.halted().map(str::to_owned);
     let holder = health.standby();
     let streaming = health.is_streaming();
+    let paused_by = health.paused();
     let state = match (&halted, &holder) {
         (Some(_), _) => "halted",
+        // A standby that takes over stays paused too: the pause is the slot's.
+        (None, _) if paused_by.is_some() => "paused",
         (None, Some(_)) => "waiting",
         (None, None) if streaming => "streaming",
         (None, None) => "starting",
@@ -131,6 +143,7 @@ fn status(
     };
     Status {
         state,
+        paused_by,
         slot: slot.to_owned(),
         // What this process confirmed; else (waiting, or not yet) what the server says.
         confirmed_lsn: confirmed_here.or_else(|| slot_figures.and_then(|s| s.confirmed_flush_lsn.clone())),
@@ -177,12 +190,20 @@ pub(crate) fn start(
         _ => "at-least-once",
     };
     let api = RelayApi {
-        routes: Routes::new().get("/api/v1/status", Route::Status),
+        routes: Routes::new()
+            .get("/api/v1/status", Route::Status)
+            .post("/api/v1/pause", Route::Pause)
+            .post("/api/v1/resume", Route::Resume),
         health: metrics.health().clone(),
         metrics: metrics.clone(),
         seen,
         slot: settings.source.slot.clone(),
         delivery,
+        pause: pause::PauseControl::new(
+            settings.postgres.writer().clone(),
+            settings.source.slot.clone(),
+            metrics.health().clone(),
+        ),
     };
     tracing::info!(tokens = tokens.len(), tls = tls.is_some(), "admin API: tokens file read");
     // Actions are audited in the database they act on, where the slot's lineage goes too.
@@ -271,5 +292,17 @@ mod tests {
         h.set_halted("Kafka rejected event id=1".into());
         let s = status(&h, "walpost", "at-least-once", None, 0.0, 0, None);
         assert_eq!((s.state, s.halted_reason.as_deref()), ("halted", Some("Kafka rejected event id=1")));
+    }
+
+    #[test]
+    fn a_paused_stream_says_by_whom() {
+        let h = health();
+        h.set_streaming(true);
+        h.set_paused(Some("by ops since 2026-12-05 17:00:00+00".into()));
+        let s = status(&h, "walpost", "at-least-once", None, 0.0, 0, None);
+        assert_eq!((s.state, s.paused_by.as_deref()), ("paused", Some("by ops since 2026-12-05 17:00:00+00")));
+        h.set_paused(None);
+        let s = status(&h, "walpost", "at-least-once", None, 0.0, 0, None);
+        assert_eq!((s.state, s.paused_by), ("streaming", None));
     }
 }

@@ -40,6 +40,9 @@ pub struct Health {
     condition: OnceLock<Arc<dyn Condition>>,
     /// While this instance waits for another process to release the slot: who holds it.
     standby: Mutex<Option<String>>,
+    /// While an operator paused the stream: by whom and since when. A channel, so the
+    /// stream wakes at once when it changes.
+    paused: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl Health {
@@ -57,6 +60,7 @@ impl Health {
             halted: OnceLock::new(),
             condition: OnceLock::new(),
             standby: Mutex::new(None),
+            paused: tokio::sync::watch::Sender::new(None),
         };
         h.beat();
         h
@@ -136,6 +140,30 @@ impl Health {
     /// Who holds the slot while this instance waits as a hot standby.
     pub fn standby(&self) -> Option<String> {
         self.standby.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// An operator paused the stream (`Some`: by whom, since when) or resumed it. A paused
+    /// relay stays ready: it is healthy and does what it was told.
+    pub fn set_paused(&self, by: Option<String>) {
+        self.paused.send_if_modified(|now| {
+            let changed = *now != by;
+            *now = by;
+            changed
+        });
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.borrow().is_some()
+    }
+
+    /// Who paused the stream and since when, while it is paused.
+    pub fn paused(&self) -> Option<String> {
+        self.paused.borrow().clone()
+    }
+
+    /// Changes of [`Health::paused`], to wake on.
+    pub fn watch_paused(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.paused.subscribe()
     }
 
     /// Adds the mode's own readiness condition; a mode has one (a second is refused).

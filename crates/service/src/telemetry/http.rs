@@ -161,7 +161,10 @@ async fn accept_loop<E: Exporter>(listener: TcpListener, metrics: Arc<E>, releas
             }
             Err(e) => {
                 let delay = backoff.next_delay();
-                tracing::warn!(retry_in_ms = delay.as_millis() as u64, "metrics server cannot accept a connection: {e}");
+                tracing::warn!(
+                    retry_in_ms = delay.as_millis() as u64,
+                    "metrics server cannot accept a connection: {e}"
+                );
                 tokio::time::sleep(delay).await;
                 continue;
             }
@@ -228,9 +231,10 @@ fn respond<E: Exporter>(
             Err(why) => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{why}\n")),
         },
         "/readyz" => match metrics.health().readiness() {
-            Ok(()) => match metrics.health().standby() {
-                Some(holder) => (StatusCode::OK, "text/plain", format!("ready: a hot standby; {holder}\n")),
-                None => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
+            Ok(()) => match (metrics.health().standby(), metrics.health().paused()) {
+                (Some(holder), _) => (StatusCode::OK, "text/plain", format!("ready: a hot standby; {holder}\n")),
+                (None, Some(by)) => (StatusCode::OK, "text/plain", format!("ready: paused {by}\n")),
+                (None, None) => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
             },
             Err(why) => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{why}\n")),
         },
@@ -294,6 +298,10 @@ mod tests {
         assert!(req("/readyz").starts_with("HTTP/1.1 503"), "not streaming yet");
         metrics.health().set_streaming(true);
         assert!(req("/readyz").starts_with("HTTP/1.1 200"));
+        metrics.health().set_paused(Some("by ops since 2026-12-05 17:00:00+00".into()));
+        let paused = req("/readyz");
+        assert!(paused.starts_with("HTTP/1.1 200") && paused.contains("ready: paused by ops since"), "{paused}");
+        metrics.health().set_paused(None);
         let m = req("/metrics");
         assert!(m.contains("walpost_streaming 1"), "{m}");
         assert!(req("/nope").starts_with("HTTP/1.1 404"));

@@ -8,6 +8,7 @@
 
 pub(crate) mod catalog;
 pub mod lineage;
+pub mod pause;
 pub(crate) mod preflight;
 pub(crate) mod sql;
 pub(crate) mod topology;

@@ -204,6 +204,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         self.last_beat = Instant::now();
         let mut last_trace = Instant::now();
+        let mut pause = self.all_metrics.health().watch_paused();
         loop {
             self.beat()?;
             let handed_over = self.window.handed_over();
@@ -212,6 +213,8 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => return Ok(SessionEnd::Shutdown),
+                // A pause or resume: the next turn reads, or not, at once.
+                Ok(()) = pause.changed() => {}
                 event = self.window.next_event(), if !self.window.is_idle() => {
                     let event = event.map_err(|e| self.kafka_failed(e))?;
                     self.on_event(event)?;
@@ -226,6 +229,11 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
                 _ = tick.tick() => {
                     self.window.check_stalled().map_err(|e| self.kafka_failed(e))?;
                     self.maybe_commit().await?;
+                    if self.paused() {
+                        // What was read before the pause is committed, so the slot's
+                        // confirmed position catches up while nothing more is read.
+                        self.commit_now().await?;
+                    }
                     if last_trace.elapsed() >= Duration::from_secs(5) {
                         last_trace = Instant::now();
                         tracing::debug!(
@@ -241,7 +249,9 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
                     self.confirmer.maybe_send(&mut self.stream).await?;
                 }
                 Some(finished) = self.replays.next() => self.replay_finished(finished)?,
-                message = self.stream.next(), if self.window.has_room() => {
+                // Paused: nothing is read (the server's WAL waits in the slot); delivery
+                // reports, the tick and its status updates keep the connection alive.
+                message = self.stream.next(), if self.window.has_room() && !self.paused() => {
                     self.on_read(message).await?;
                     more_buffered = true;
                     // The rest of a burst the socket delivered at once, in this turn: one
@@ -251,7 +261,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
                         if let Some(event) = self.window.pump() {
                             self.on_event(event)?;
                         }
-                        if !self.window.has_room() {
+                        if !self.window.has_room() || self.paused() {
                             break;
                         }
                         match self.stream.try_next().transpose() {
@@ -277,6 +287,12 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
             }
             self.maybe_commit().await?;
         }
+    }
+
+    /// An operator paused the stream (`POST /api/v1/pause`, or the pause row read from
+    /// the database): read nothing more until resumed.
+    fn paused(&self) -> bool {
+        self.all_metrics.health().is_paused()
     }
 
     /// The producer failed or stalled: the session restarts from the confirmed position.

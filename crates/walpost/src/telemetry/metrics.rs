@@ -65,6 +65,7 @@ pub mod names {
     pub const SLOT_SAFE_WAL: &str = "walpost_slot_safe_wal_size_bytes";
     pub const SLOT_ACTIVE: &str = "walpost_slot_active";
     pub const ACTIVE: &str = "walpost_active";
+    pub const PAUSED: &str = "walpost_paused";
     pub const SLOT_WAL_STATUS: &str = "walpost_slot_wal_status";
     pub const SLOT_ALARM: &str = "walpost_slot_alarm";
     pub const SLOT_CONFIRM_STALLED: &str = "walpost_slot_confirm_stalled_seconds";
@@ -150,6 +151,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "1 when this instance streams from the slot (and while it reconnects after), 0 while it waits as a hot standby for another process to release it.",
     ),
+    (
+        PAUSED,
+        "gauge",
+        "1 while an operator paused the stream (POST /api/v1/pause): walpost reads nothing from the slot until resumed.",
+    ),
     (SLOT_WAL_STATUS, "gauge", "1 for the slot's current wal_status (reserved, extended, unreserved, lost)."),
     (SLOT_ALARM, "gauge", "1 for each alarm level currently raised (warning, critical)."),
     (
@@ -195,6 +201,8 @@ pub struct Metrics {
     pub contracts: ContractMetrics,
     unacknowledged: Gauge,
     lag: Gauge,
+    /// From [`Health::is_paused`] at scrape time.
+    paused: IntGauge,
 }
 
 /// The replication stream's metrics.
@@ -434,7 +442,20 @@ impl Metrics {
         };
         let unacknowledged = e.float_gauge(UNACKNOWLEDGED)?;
         let lag = e.float_gauge(LAG)?;
-        Ok(Metrics { exposition: e, stream, kafka, slot, snapshot, retention, spans, contracts, unacknowledged, lag })
+        let paused = e.gauge(PAUSED)?;
+        Ok(Metrics {
+            exposition: e,
+            stream,
+            kafka,
+            slot,
+            snapshot,
+            retention,
+            spans,
+            contracts,
+            unacknowledged,
+            lag,
+            paused,
+        })
     }
 
     /// The shared state the scrape-time gauges come from.
@@ -446,6 +467,7 @@ impl Metrics {
     pub fn encode(&self) -> String {
         self.unacknowledged.set(self.health().unacknowledged_for().as_secs_f64());
         self.lag.set(self.stream.lag_seconds());
+        self.paused.set(i64::from(self.health().is_paused()));
         self.exposition.encode()
     }
 }

@@ -3,8 +3,7 @@
 //! and a stalled client, the refusals at start, HTTPS with a certificate made by the
 //! `openssl` CLI, and no token or hash in the log.
 //!
-//! Authorization of actions (a viewer's 403) is the admin crate's unit tests': `walpost
-//! run` has no action route yet.
+//! Its actions (pause and resume, a viewer's 403 on them) are in `admin_pause.rs`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -14,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-const VIEWER_TOKEN: &str = "e2e-viewer-7f3a9c01d2";
-const OPERATOR_TOKEN: &str = "e2e-operator-91c2b7e44f";
-const TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const VIEWER_TOKEN: &str = "e2e-viewer-7f3a9c01d2";
+pub(crate) const OPERATOR_TOKEN: &str = "e2e-operator-91c2b7e44f";
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `printf %s "$TOKEN" | sha256sum`, as docs/control-plane.md makes a line.
 fn sha256sum(token: &str) -> String {
@@ -25,13 +24,13 @@ fn sha256sum(token: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(testkit::unique_name(name));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
-fn tokens_file(dir: &Path) -> PathBuf {
+pub(crate) fn tokens_file(dir: &Path) -> PathBuf {
     let path = dir.join("admin-tokens");
     std::fs::write(
         &path,
@@ -57,7 +56,7 @@ fn exchange(addr: &str, request: &str) -> (u16, String) {
     (status, out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
 }
 
-fn request(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+pub(crate) fn request(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     exchange(
         addr,
@@ -65,12 +64,12 @@ fn request(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str
     )
 }
 
-fn json(body: &str) -> serde_json::Value {
+pub(crate) fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"))
 }
 
 /// The status once its `state` is `want`.
-fn status_when(addr: &str, want: &str, p: &Walpost) -> serde_json::Value {
+pub(crate) fn status_when(addr: &str, want: &str, p: &Walpost) -> serde_json::Value {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let (code, body) = request(addr, "GET", "/api/v1/status", Some(VIEWER_TOKEN), "");
@@ -135,7 +134,7 @@ fn admin_api_serves_status_to_tokens_only_within_bounds() {
     let error = json(&body);
     assert!(error["error"].as_str().unwrap().contains("/api/v1/nothing-here"), "{body}");
     assert!(error["hint"].as_str().unwrap().contains("/api/v1/status"), "{body}");
-    // No action route yet: POST on the status is a wrong method, whoever asks.
+    // POST on the status is a wrong method, whoever asks.
     assert_eq!(request(&addr, "POST", "/api/v1/status", Some(VIEWER_TOKEN), "{}").0, 405);
 
     let (code, body) = request(&addr, "GET", "/api/v1/status", Some(VIEWER_TOKEN), &"x".repeat(70 * 1024));
