@@ -54,6 +54,9 @@ pub(crate) struct ExactlyOnceState {
     open: Option<OpenTransaction>,
     /// The stream reads a backlog (as of the last PostgreSQL commit).
     backlog: bool,
+    /// When the last PostgreSQL commit was read: none for the live interval means the
+    /// backlog has ended, even when the server sent no keepalive to say so.
+    last_pg_commit: Instant,
     committed: Lsn,
     last_idle_commit: Instant,
     idle_every: Duration,
@@ -87,6 +90,7 @@ impl ExactlyOnceState {
             commit_timeout: e.transaction_timeout,
             open: None,
             backlog: false,
+            last_pg_commit: Instant::now(),
             committed,
             last_idle_commit: Instant::now(),
             idle_every,
@@ -140,6 +144,7 @@ impl ExactlyOnceState {
     /// backlog now (the transaction bounds then are one, `backlog_transaction_ms`).
     pub(crate) fn pg_commit(&mut self, end: Lsn, backlog: bool) {
         self.backlog = backlog;
+        self.last_pg_commit = Instant::now();
         if let Some(t) = self.open.as_mut() {
             t.pg_commit(end);
             t.backlog = backlog;
@@ -150,16 +155,17 @@ impl ExactlyOnceState {
     /// commit LSN and the records routed so far); `idle_at`: the position confirmable
     /// when nothing is pending (`None` otherwise).
     pub(crate) fn due(&self, reading: Option<(Lsn, u32)>, idle_at: Option<Lsn>, now: Instant) -> Due {
-        match &self.open {
-            Some(t) => match decide(t, &self.bounds, reading.is_some(), now) {
-                Decision::Wait => Due::No,
-                Decision::Commit => {
-                    Due::At(Position { lsn: t.complete_up_to.unwrap_or(self.committed), partial: None })
+        match self.open {
+            Some(mut t) => {
+                if t.backlog
+                    && reading.is_none()
+                    && now.saturating_duration_since(self.last_pg_commit) >= self.bounds.interval
+                {
+                    // Nothing read for the live interval: the backlog is over.
+                    t.backlog = false;
                 }
-                Decision::Split => {
-                    Due::At(Position { lsn: t.complete_up_to.unwrap_or(self.committed), partial: reading })
-                }
-            },
+                self.decide_open(&t, reading, now)
+            }
             None => match idle_at {
                 Some(at)
                     if at > self.committed
@@ -169,6 +175,14 @@ impl ExactlyOnceState {
                 }
                 _ => Due::No,
             },
+        }
+    }
+
+    fn decide_open(&self, t: &OpenTransaction, reading: Option<(Lsn, u32)>, now: Instant) -> Due {
+        match decide(t, &self.bounds, reading.is_some(), now) {
+            Decision::Wait => Due::No,
+            Decision::Commit => Due::At(Position { lsn: t.complete_up_to.unwrap_or(self.committed), partial: None }),
+            Decision::Split => Due::At(Position { lsn: t.complete_up_to.unwrap_or(self.committed), partial: reading }),
         }
     }
 
@@ -249,6 +263,28 @@ mod tests {
             Due::At(Position { lsn: Lsn(100), partial: Some((Lsn(400), 4)) }),
             "a transaction twice the bound is split; nothing complete in it yet"
         );
+    }
+
+    /// A backlog's last Kafka transaction commits by the live bounds once nothing was
+    /// read for the live interval (or a keepalive said the server waits for WAL), not
+    /// after the backlog interval.
+    #[test]
+    fn a_backlog_ends_when_nothing_is_read_for_the_live_interval() {
+        let mut s = state();
+        let t0 = Instant::now();
+        s.open = Some(OpenTransaction::new(t0));
+        for _ in 0..3 {
+            s.recorded(1);
+        }
+        s.pg_commit(Lsn(300), true);
+        let read_at = s.last_pg_commit;
+        let at = Due::At(Position { lsn: Lsn(300), partial: None });
+        assert_eq!(s.due(None, None, read_at + Duration::from_millis(50)), Due::No, "a backlog, still reading");
+        assert_eq!(s.due(Some((Lsn(400), 1)), None, read_at + Duration::from_millis(500)), Due::No, "inside one");
+        assert_eq!(s.due(None, None, read_at + Duration::from_millis(100)), at, "quiet for the live interval");
+        s.pg_commit(Lsn(300), true);
+        s.caught_up();
+        assert_eq!(s.due(None, None, s.last_pg_commit), at, "a keepalive said so");
     }
 
     #[test]

@@ -275,7 +275,11 @@ pub async fn read(
     cfg.set("group.id", format!("walpost-progress-{}", id.transactional_id()))
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true");
+        .set("enable.partition.eof", "true")
+        // The end of the partition is known from a fetch that found nothing more, which
+        // the broker holds for this long waiting for records: 500 ms by default, half of
+        // an exactly-once start.
+        .set("fetch.wait.max.ms", "10");
     let consumer: BaseConsumer<QuietContext> = cfg
         .create_with_context(QuietContext)
         .map_err(|e| PipelineError::definite(ErrorKind::Kafka, format!("cannot create a Kafka consumer: {e}")))?;
@@ -293,9 +297,13 @@ struct QuietContext;
 
 impl rdkafka::ClientContext for QuietContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        match error {
-            rdkafka::error::KafkaError::PartitionEOF(_) => tracing::debug!("progress topic: end of partition"),
-            other => tracing::warn!(error = %other, "Kafka client error while reading the progress topic: {reason}"),
+        // librdkafka reports it as PartitionEOF or as a global error with that code.
+        if matches!(error, rdkafka::error::KafkaError::PartitionEOF(_))
+            || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF)
+        {
+            tracing::debug!("progress topic: end of partition");
+        } else {
+            tracing::warn!(error = %error, "Kafka client error while reading the progress topic: {reason}");
         }
     }
 }
