@@ -239,6 +239,15 @@ impl Exporter for InboxMetrics {
     }
 }
 
+/// One partition's consumer lag, as [`InboxMetrics::consumer_lags`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    /// Records in the partition after the group's position.
+    pub lag: i64,
+}
+
 /// What `inbox.handler_stats` says of one handler.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HandlerStats {
@@ -298,6 +307,46 @@ impl InboxMetrics {
     /// A partition is no longer this instance's: its lag series goes.
     pub fn forget_partition(&self, topic: &str, partition: i32) {
         let _ = self.consumer_lag.remove_label_values(&[topic, &partition.to_string()]);
+    }
+
+    /// Each assigned partition's consumer lag in records, as librdkafka last reported it
+    /// (every `statistics.interval.ms`), by topic and partition: the admin API's status
+    /// reads it here rather than asking Kafka.
+    pub fn consumer_lags(&self) -> Vec<PartitionLag> {
+        use prometheus::core::Collector;
+        let mut lags: Vec<PartitionLag> = Vec::new();
+        for family in self.consumer_lag.collect() {
+            for m in family.get_metric() {
+                let label = |name: &str| m.get_label().iter().find(|l| l.name() == name).map(|l| l.value());
+                let (Some(topic), Some(partition)) = (label("topic"), label("partition").and_then(|p| p.parse().ok()))
+                else {
+                    continue;
+                };
+                lags.push(PartitionLag { topic: topic.to_owned(), partition, lag: m.get_gauge().get_value() as i64 });
+            }
+        }
+        lags.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        lags
+    }
+
+    /// Records read since start that ended as `result` (`stored`, `duplicate`,
+    /// `rejected`), every topic.
+    pub fn records_total(&self, result: &str) -> u64 {
+        use prometheus::core::Collector;
+        let mut total = 0.0;
+        for family in self.records.collect() {
+            for m in family.get_metric() {
+                if m.get_label().iter().any(|l| l.name() == "result" && l.value() == result) {
+                    total += m.get_counter().get_value();
+                }
+            }
+        }
+        total as u64
+    }
+
+    /// Partitions the group assigned to this instance (librdkafka's statistics).
+    pub fn assigned_partitions(&self) -> i64 {
+        self.assigned_partitions.get()
     }
 
     /// The handlers' statistics, just read; handlers no longer registered lose their series.
@@ -458,6 +507,31 @@ mod tests {
         );
         m.set_handler_stats(&[]);
         assert!(!m.encode().contains("handler=\"billing\""), "an unregistered handler's series go");
+    }
+
+    /// The admin API's status reads the lags and totals from the series, no query.
+    #[test]
+    fn lags_and_totals_are_read_back_for_the_admin_status() {
+        let m = metrics();
+        assert!(m.consumer_lags().is_empty() && m.records_total("stored") == 0);
+        m.records("orders", "stored", 3);
+        m.records("refunds", "stored", 2);
+        m.records("orders", "duplicate", 1);
+        m.set_consumer_lag_from_stats(
+            br#"{"cgrp": {"assignment_size": 2}, "topics": {"orders": {"partitions": {"1": {"consumer_lag": 7, "fetch_state": "active"}, "0": {"consumer_lag": 4, "fetch_state": "active"}}}}}"#,
+        );
+        let lags = m.consumer_lags();
+        assert_eq!(
+            lags,
+            [
+                PartitionLag { topic: "orders".into(), partition: 0, lag: 4 },
+                PartitionLag { topic: "orders".into(), partition: 1, lag: 7 }
+            ]
+        );
+        assert_eq!((m.records_total("stored"), m.records_total("duplicate"), m.records_total("rejected")), (5, 1, 0));
+        assert_eq!(m.assigned_partitions(), 2);
+        m.forget_partition("orders", 1);
+        assert_eq!(m.consumer_lags().len(), 1);
     }
 
     fn handler_with(name: &str, leases_lost: Option<i64>) -> HandlerStats {

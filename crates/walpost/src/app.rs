@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::cli::{CheckArgs, CheckTarget, Cli, Command, ContractsAction, SlotAction};
 use crate::error::{ErrorKind, PipelineError};
+use crate::settings::admin::AdminSettings;
 use crate::settings::{FileConfig, Settings};
 use crate::telemetry::{http, Health, Metrics};
 use crate::{control, kafka, monitor, ops, retention, stream};
@@ -126,12 +127,15 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
                 false => ops::migrate::command(&target, args.dry_run).await.map(|()| 0),
             }
         }
-        Command::Inbox(args) => run_inbox(crate::settings::inbox::resolve(&args.overrides(), file)?).await.map(|()| 0),
+        Command::Inbox(args) => {
+            let (settings, admin) = crate::settings::inbox::resolve_with_admin(&args.overrides(), file)?;
+            run_inbox(settings, admin).await.map(|()| 0)
+        }
     }
 }
 
 /// `walpost inbox`: the ingest and its metrics server, until a signal or a definite error.
-async fn run_inbox(settings: InboxSettings) -> Result<(), PipelineError> {
+async fn run_inbox(settings: InboxSettings, admin: Option<AdminSettings>) -> Result<(), PipelineError> {
     let health = Arc::new(Health::new(Duration::from_secs(30), LIVENESS_TIMEOUT));
     let metrics = InboxMetrics::new(health.clone()).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
     serve_metrics(settings.metrics_addr, &metrics)?;
@@ -143,6 +147,11 @@ async fn run_inbox(settings: InboxSettings) -> Result<(), PipelineError> {
         "walpost inbox starting"
     );
     let shutdown = shutdown_signal()?;
+    // Its own thread and connection: requests never wait for the ingest, nor it for them.
+    let _admin = match &admin {
+        Some(admin) => Some(control::inbox::start(admin, &settings, &metrics, shutdown.clone())?),
+        None => None,
+    };
     spawn_beat(health.clone());
     let stopped = shutdown.clone();
     match inbox::run(&settings, &metrics, shutdown).await {

@@ -293,6 +293,15 @@ pub struct InboxArgs {
     /// A librdkafka consumer property, KEY=VALUE; repeatable; overrides [kafka.properties].
     #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
     pub kafka_property: Vec<String>,
+
+    /// Serve the admin API (/api/v1/inbox/...) on this address, e.g. 127.0.0.1:9189
+    /// ([admin] addr; needs --admin-tokens-file) [default: not served].
+    #[arg(long, env = "WALPOST_ADMIN_ADDR", hide_env_values = true, value_name = "HOST:PORT")]
+    pub admin_addr: Option<String>,
+
+    /// The admin API's tokens: one line NAME ROLE SHA256 each ([admin] tokens_file).
+    #[arg(long, env = "WALPOST_ADMIN_TOKENS_FILE", hide_env_values = true, value_name = "FILE")]
+    pub admin_tokens_file: Option<PathBuf>,
 }
 
 impl InboxArgs {
@@ -314,6 +323,8 @@ impl InboxArgs {
             inbox_on_invalid: self.on_invalid,
             inbox_event_id_header: self.event_id_header.clone(),
             inbox_dedup: self.dedup,
+            admin_addr: self.admin_addr.clone(),
+            admin_tokens_file: self.admin_tokens_file.clone(),
             ..Overrides::default()
         }
     }

@@ -6,10 +6,13 @@
 //! the monitor's first poll, the lag while another instance streams. Actions (pause,
 //! dead letters, replays) come as routes of [`Route`], answered in [`RelayApi::handle`];
 //! the listener authenticates, authorizes, bounds and audits them.
+//!
+//! `walpost inbox`'s API, on the same listener and `[admin]` settings, is [`inbox`].
 
 use std::sync::Arc;
 
 use admin::{Api, Call, Reply, Routes};
+use openssl::ssl::SslAcceptor;
 use pgoutput::Lsn;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -20,6 +23,7 @@ use crate::settings::admin::AdminSettings;
 use crate::settings::{Delivery, Settings};
 use crate::telemetry::{AlarmLevel, Health, Metrics};
 
+pub(crate) mod inbox;
 mod pause;
 
 /// Where `walpost run`'s audit rows go (migrations/outbox/0004_admin_audit.sql).
@@ -178,13 +182,7 @@ pub(crate) fn start(
     seen: watch::Receiver<Option<Observation>>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<admin::Server, PipelineError> {
-    let config = |text: String| PipelineError::definite(ErrorKind::Config, text);
-    let tokens =
-        admin::Tokens::load(&admin.tokens_file).map_err(|e| config(texts::admin::tokens_unusable(&e.to_string())))?;
-    let tls = match &admin.tls {
-        Some((cert, key)) => Some(admin::tls_acceptor(cert, key).map_err(|e| config(e.to_string()))?),
-        None => None,
-    };
+    let (tokens, tls) = listener_files(admin)?;
     let delivery = match settings.kafka.as_ref().map(|k| &k.delivery) {
         Some(Delivery::ExactlyOnce(_)) => "exactly-once",
         _ => "at-least-once",
@@ -210,6 +208,19 @@ pub(crate) fn start(
     let audit = admin::TableAudit::new(settings.postgres.writer().clone(), AUDIT_SCHEMA, AUDIT_TABLE);
     admin::serve(admin.addr, tls, tokens, api, audit, shutdown)
         .map_err(|e| PipelineError::definite(ErrorKind::Host, e.to_string()))
+}
+
+/// The tokens file and the TLS pair of `[admin]`, read for either mode's listener: an
+/// error stops walpost at start, naming the line or the file.
+fn listener_files(admin: &AdminSettings) -> Result<(admin::Tokens, Option<SslAcceptor>), PipelineError> {
+    let config = |text: String| PipelineError::definite(ErrorKind::Config, text);
+    let tokens =
+        admin::Tokens::load(&admin.tokens_file).map_err(|e| config(texts::admin::tokens_unusable(&e.to_string())))?;
+    let tls = match &admin.tls {
+        Some((cert, key)) => Some(admin::tls_acceptor(cert, key).map_err(|e| config(e.to_string()))?),
+        None => None,
+    };
+    Ok((tokens, tls))
 }
 
 #[cfg(test)]

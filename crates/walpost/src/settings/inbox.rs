@@ -10,12 +10,28 @@ use inbox::settings::{
     BatchLimits, Dedup, HeaderNames, InboxRetention, InboxSettings, OnInvalid, StartFrom, Subscription,
 };
 
+use super::admin::AdminSettings;
 use super::resolve::{resolve_inbox_postgres, resolve_kafka_properties, resolve_metrics_addr};
 use super::{ConfigError, FileConfig, InboxDedup, InboxFile, InboxOnInvalid, InboxStartFrom, Overrides};
 
 /// `walpost inbox`'s settings: `overrides` over `file` over defaults.
-pub fn resolve(overrides: &Overrides, mut file: FileConfig) -> Result<InboxSettings, ConfigError> {
+pub fn resolve(overrides: &Overrides, file: FileConfig) -> Result<InboxSettings, ConfigError> {
+    resolve_with_admin(overrides, file).map(|(settings, _)| settings)
+}
+
+/// `walpost inbox`'s settings and its admin listener: `[admin]` with the same flags,
+/// variables and refusals as `walpost run`'s.
+pub fn resolve_with_admin(
+    overrides: &Overrides,
+    mut file: FileConfig,
+) -> Result<(InboxSettings, Option<AdminSettings>), ConfigError> {
     overrides.layer_onto(&mut file);
+    let admin = std::mem::take(&mut file.admin);
+    let settings = resolve_layered(overrides, file)?;
+    Ok((settings, super::admin::resolve(&admin)?))
+}
+
+fn resolve_layered(overrides: &Overrides, mut file: FileConfig) -> Result<InboxSettings, ConfigError> {
     let postgres = resolve_inbox_postgres(overrides, &mut file)?;
     let brokers = file.kafka.brokers.take().ok_or(ConfigError::Missing {
         key: "kafka.brokers",
@@ -264,5 +280,26 @@ mod tests {
         let zero = format!("{BASE}[inbox]\ntopics = [\"a\"]\ngroup = \"g\"\nbatch_max_records = 0\n");
         assert!(resolve(&zero, Overrides::default()).unwrap_err().to_string().contains("inbox.batch_max_records"));
         assert!(FileConfig::parse("[inbox]\ntopic = [\"a\"]\n").is_err(), "unknown keys are refused");
+    }
+
+    /// `[admin]` as `walpost run` takes it: the flags over the file, its refusals.
+    #[test]
+    fn the_admin_section_and_flags_as_for_run() {
+        let with = |admin: &str, o: Overrides| {
+            let file = FileConfig::parse(&format!("{BASE}[inbox]\ntopics = [\"a\"]\ngroup = \"g\"\n{admin}")).unwrap();
+            resolve_with_admin(&o, file).map(|(_, a)| a).map_err(|e| e.to_string())
+        };
+        assert_eq!(with("", Overrides::default()).unwrap(), None);
+        let flags = Overrides {
+            admin_addr: Some("127.0.0.1:9189".into()),
+            admin_tokens_file: Some("/t".into()),
+            ..Overrides::default()
+        };
+        let a = with("[admin]\naddr = \"127.0.0.1:1\"\n", flags).unwrap().unwrap();
+        assert_eq!((a.addr.to_string(), a.tokens_file.display().to_string()), ("127.0.0.1:9189".into(), "/t".into()));
+        let e = with("[admin]\naddr = \"127.0.0.1:9189\"\n", Overrides::default()).unwrap_err();
+        assert!(e.contains("needs [admin] tokens_file"), "{e}");
+        let e = with("[admin]\naddr = \"0.0.0.0:9189\"\ntokens_file = \"/t\"\n", Overrides::default()).unwrap_err();
+        assert!(e.contains("not a loopback address"), "{e}");
     }
 }
