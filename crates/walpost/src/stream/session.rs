@@ -289,12 +289,6 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
         }
     }
 
-    /// An operator paused the stream (`POST /api/v1/pause`, or the pause row read from
-    /// the database): read nothing more until resumed.
-    fn paused(&self) -> bool {
-        self.all_metrics.health().is_paused()
-    }
-
     /// The producer failed or stalled: the session restarts from the confirmed position.
     fn kafka_failed(&mut self, e: PipelineError) -> PipelineError {
         self.culprit = Culprit::Kafka;
@@ -429,11 +423,7 @@ impl<'a, R: Source, S: Sink> Session<'a, R, S> {
 
     async fn on_keepalive(&mut self, k: PrimaryKeepalive) -> Result<(), PipelineError> {
         self.confirmer.keepalive(k.wal_end, self.decoding.in_transaction());
-        // The walsender pings before it sleeps waiting for WAL: a backlog's end. Its
-        // last Kafka transaction then commits by the live bounds, not a second later.
-        if let (Some(eos), false) = (self.exactly_once.as_mut(), self.decoding.in_transaction()) {
-            eos.caught_up();
-        }
+        self.server_waits_for_wal();
         if k.reply_requested {
             self.confirmer.send(&mut self.stream, true).await?;
         }

@@ -12,6 +12,12 @@ use crate::snapshot::replay::{self, ReplaySpec};
 use crate::stream::source::Source;
 
 impl<R: Source, S: Sink> Session<'_, R, S> {
+    /// An operator paused the stream (`POST /api/v1/pause`, or the pause row read from
+    /// the database): read nothing more until resumed.
+    pub(super) fn paused(&self) -> bool {
+        self.all_metrics.health().is_paused()
+    }
+
     /// A signal row: a replay holds its transaction unconfirmed until it ends (see
     /// `signal`); anything else is logged and counted.
     pub(super) fn on_signal(&mut self, txn: &mut OpenTxn, row: SignalRow) -> Result<(), PipelineError> {

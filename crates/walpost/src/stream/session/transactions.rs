@@ -57,4 +57,12 @@ impl<R: Source, S: Sink> Session<'_, R, S> {
         kafka.transaction_records.inc_by(records);
         Ok(())
     }
+
+    /// A keepalive: the walsender pings before it sleeps waiting for WAL, a backlog's
+    /// end. The last Kafka transaction then commits by the live bounds, not a second later.
+    pub(super) fn server_waits_for_wal(&mut self) {
+        if let (Some(eos), false) = (self.exactly_once.as_mut(), self.decoding.in_transaction()) {
+            eos.caught_up();
+        }
+    }
 }
