@@ -2,6 +2,10 @@
 //! exports, `walpost_streaming` and `walpost_halted`, are the `service` crate's): the
 //! names in [`names`], listed with their type and help in [`METRICS`] (docs/metrics.md
 //! is checked against that list), and the handles the inbox updates, [`InboxMetrics`].
+//!
+//! Why one file over 600 lines: the names, the `METRICS` table, their registration and the
+//! read-backs the admin API's status takes from the same handles are read together when a
+//! series is added or renamed; split, a rename would touch three files that must agree.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
