@@ -44,6 +44,12 @@ pub(crate) fn tokens_file(dir: &Path) -> PathBuf {
     path
 }
 
+/// `--admin-addr addr --admin-tokens-file <dir>/admin-tokens`: a listener on `addr` with
+/// the tokens of [`tokens_file`] (written into `dir`), for `walpost run` and `walpost inbox`.
+pub(crate) fn admin_flags(addr: &str, dir: &Path) -> Vec<String> {
+    vec!["--admin-addr".into(), addr.into(), "--admin-tokens-file".into(), tokens_file(dir).display().to_string()]
+}
+
 /// One HTTP/1.1 exchange over plain TCP: (status, body).
 fn exchange(addr: &str, request: &str) -> (u16, String) {
     // Refused while walpost starts: status 0, and the caller waits or fails.
@@ -95,12 +101,7 @@ fn admin_api_serves_status_to_tokens_only_within_bounds() {
     let dir = scratch("admin-api");
     let addr = format!("127.0.0.1:{}", testkit::free_port());
     let mut args = w.args();
-    args.extend([
-        "--admin-addr".into(),
-        addr.clone(),
-        "--admin-tokens-file".into(),
-        tokens_file(&dir).display().to_string(),
-    ]);
+    args.extend(admin_flags(&addr, &dir));
     let mut p = Walpost::start(&args, &[]);
     assert!(w.wait_for_slot(TIMEOUT), "slot not created:\n{}", p.log_text());
     insert_batches(&w, 0, 1, 5, 5, &["order"]);
@@ -327,12 +328,7 @@ fn a_hot_standby_says_waiting_then_streaming() {
     let mut active = w.streaming_walpost(3, TIMEOUT);
     let addr = format!("127.0.0.1:{}", testkit::free_port());
     let mut args = w.args();
-    args.extend([
-        "--admin-addr".into(),
-        addr.clone(),
-        "--admin-tokens-file".into(),
-        tokens_file(&dir).display().to_string(),
-    ]);
+    args.extend(admin_flags(&addr, &dir));
     let mut standby = Walpost::start(&args, &[]);
     let waiting = status_when(&addr, "waiting", &standby);
     assert!(waiting["slot_holder"].as_str().is_some_and(|h| !h.is_empty()), "{waiting}");

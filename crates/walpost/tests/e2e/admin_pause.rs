@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::admin::{json, request, scratch, status_when, tokens_file, OPERATOR_TOKEN, TIMEOUT, VIEWER_TOKEN};
+use super::admin::{admin_flags, json, request, scratch, status_when, OPERATOR_TOKEN, TIMEOUT, VIEWER_TOKEN};
 use crate::support::*;
 
 fn migration(name: &str) -> String {
@@ -39,14 +39,8 @@ fn pause_holds_the_slot_across_a_restart_and_resume_delivers_once() {
     let addr = format!("127.0.0.1:{}", testkit::free_port());
     let metrics = format!("127.0.0.1:{}", testkit::free_port());
     let mut args = w.args();
-    args.extend([
-        "--admin-addr".into(),
-        addr.clone(),
-        "--admin-tokens-file".into(),
-        tokens_file(&dir).display().to_string(),
-        "--metrics-addr".into(),
-        metrics.clone(),
-    ]);
+    args.extend(admin_flags(&addr, &dir));
+    args.extend(["--metrics-addr".into(), metrics.clone()]);
     let mut p = Walpost::start(&args, &[]);
     assert!(w.wait_for_slot(TIMEOUT), "slot not created:\n{}", p.log_text());
     insert_batches(&w, 0, 1, 5, 5, &["order"]);

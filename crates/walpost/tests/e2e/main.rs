@@ -21,6 +21,7 @@ mod failover;
 mod ha;
 mod hardening;
 mod inbox;
+mod inbox_admin;
 mod inbox_batches;
 mod inbox_chaos;
 mod inbox_control;
