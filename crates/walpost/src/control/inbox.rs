@@ -58,11 +58,11 @@ fn routes() -> Routes<Route> {
     Routes::new()
         .get("/api/v1/inbox/status", Route::Status)
         .get("/api/v1/inbox/handlers", Route::Handlers)
-        .get("/api/v1/inbox/handlers/{name}/review", Route::Review)
-        .post("/api/v1/inbox/handlers/{name}/retry", Route::Retry)
-        .post("/api/v1/inbox/handlers/{name}/dismiss", Route::Dismiss)
-        .post("/api/v1/inbox/handlers/{name}/pause", Route::Pause)
-        .post("/api/v1/inbox/handlers/{name}/resume", Route::Resume)
+        .get("/api/v1/inbox/handlers/{handler}/review", Route::Review)
+        .post("/api/v1/inbox/handlers/{handler}/retry", Route::Retry)
+        .post("/api/v1/inbox/handlers/{handler}/dismiss", Route::Dismiss)
+        .post("/api/v1/inbox/handlers/{handler}/pause", Route::Pause)
+        .post("/api/v1/inbox/handlers/{handler}/resume", Route::Resume)
 }
 
 /// What `GET /api/v1/inbox/status` answers: the process's own figures, no query.
@@ -123,7 +123,7 @@ impl Api for InboxApi {
     }
 
     async fn handle(&self, call: Call<Route>) -> Reply {
-        let handler = call.param("name").map(percent_decode);
+        let handler = call.param("handler").map(percent_decode);
         match (call.route, handler) {
             (Route::Status, _) => Reply::ok(&self.status()),
             (Route::Handlers, _) => self.handlers().await,
@@ -168,7 +168,10 @@ fn selection(body: SelectionBody) -> Result<SelectionBody, ApiError> {
 /// The audit target's words for a selection.
 fn summary(body: &SelectionBody) -> String {
     match (&body.event_ids, &body.error_code) {
-        (_, Some(code)) => format!("error_code={}", shown(code, 64)),
+        (_, Some(code)) if is_error_code(code) => format!("error_code={code}"),
+        // Not a code inbox.fail could have written (the SQL refuses it): it may be a
+        // message's text, so the audit records only that it was not a code.
+        (_, Some(code)) => format!("error_code=(not a code, {} characters)", code.chars().count()),
         (Some(ids), None) => {
             let first: Vec<String> = ids.iter().take(AUDIT_IDS).map(|id| shown(id, 64)).collect();
             let more = ids.len().saturating_sub(AUDIT_IDS);
@@ -177,6 +180,12 @@ fn summary(body: &SelectionBody) -> String {
         }
         (None, None) => String::new(),
     }
+}
+
+/// The shape `inbox.fail` and the SQL API's `check_error_code` accept:
+/// `^[A-Za-z0-9_.:-]{1,64}$`.
+fn is_error_code(code: &str) -> bool {
+    (1..=64).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
 }
 
 /// A client's text as an audit target or error shows it: control characters out (one
@@ -527,7 +536,7 @@ mod tests {
         for action in ["retry", "dismiss", "pause", "resume"] {
             let found = r.find(&Method::POST, &format!("/api/v1/inbox/handlers/billing/{action}")).unwrap();
             assert_eq!(found.access, admin::Access::Act, "{action}");
-            assert_eq!(found.params, vec![("name", "billing".to_owned())]);
+            assert_eq!(found.params, vec![("handler", "billing".to_owned())]);
         }
         for path in ["/api/v1/inbox/status", "/api/v1/inbox/handlers", "/api/v1/inbox/handlers/b/review"] {
             assert_eq!(r.find(&Method::GET, path).unwrap().access, admin::Access::Read, "{path}");
@@ -561,7 +570,11 @@ mod tests {
         let many = SelectionBody { event_ids: Some(ids), error_code: None };
         assert_eq!(summary(&many), "event_ids=7 (e1,e2,e3,e4,e5 and 2 more)");
         let code = SelectionBody { event_ids: None, error_code: Some("http_503\nforged line".into()) };
-        assert_eq!(summary(&code), "error_code=http_503forged line");
+        assert_eq!(summary(&code), "error_code=(not a code, 20 characters)");
+        let code = SelectionBody { event_ids: None, error_code: Some("validation.bad_sku:v2-x".into()) };
+        assert_eq!(summary(&code), "error_code=validation.bad_sku:v2-x");
+        let long = SelectionBody { event_ids: None, error_code: Some("x".repeat(65)) };
+        assert_eq!(summary(&long), "error_code=(not a code, 65 characters)");
         assert_eq!(shown(&"x".repeat(70), 64).chars().count(), 65);
     }
 
