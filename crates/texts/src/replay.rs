@@ -59,3 +59,19 @@ pub fn snapshot_rejected(event_id: &str, topic: &str, code: &str, error: &str, f
 
 /// The `then` of [`snapshot_rejected`] for a snapshot that streaming follows.
 pub const SNAPSHOT_STARTS_OVER: &str = ", then restart walpost; the snapshot starts over";
+
+/// `POST /api/v1/replays` with a `where` outside the condition grammar (`error`: where
+/// and why); [`API_WHERE_HINT`] says what to do.
+pub fn api_where_refused(error: &impl Display) -> String {
+    format!("where is not a condition walpost runs ({error}); no replay was started")
+}
+
+/// The hint of [`api_where_refused`].
+pub const API_WHERE_HINT: &str = "compare columns with constants (=, <>, <, >, IN, BETWEEN, IS NULL, LIKE, AND, OR, NOT), e.g. {\"where\": \"aggregate_type = 'order'\"}; any SQL expression runs only from a shell, with walpost replay --unsafe-where";
+
+/// `POST /api/v1/replays` with `unsafe_where`.
+pub const API_UNSAFE_WHERE: &str =
+    "unsafe_where is not offered over the admin API: a token must not run SQL as walpost's role";
+
+/// The hint of [`API_UNSAFE_WHERE`].
+pub const API_UNSAFE_WHERE_HINT: &str = "write where in the condition grammar (columns compared with constants), or run walpost replay --unsafe-where from a shell that holds the database's credentials";

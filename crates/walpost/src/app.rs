@@ -108,12 +108,11 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
                 args.id,
                 args.since,
                 args.until,
-                args.condition,
-                args.unsafe_where,
+                ops::replay::cli_condition(args.condition, args.unsafe_where)?,
                 args.time_column,
                 args.dry_run,
                 args.statement_timeout,
-            )?;
+            );
             ops::replay::command(&settings, &spec).await.map(|()| 0)
         }
         Command::Migrate(args) => {

@@ -1,6 +1,7 @@
 //! `walpost run`'s admin API on the `admin` crate's listener (`[admin] addr`,
 //! docs/control-plane.md): today `GET /api/v1/status`, from what the process already
-//! knows (its [`Health`], its metrics, the slot monitor's last [`Observation`]).
+//! knows (its [`Health`], its metrics, the slot monitor's last [`Observation`]); pause
+//! and resume ([`pause`]); replays beside the stream ([`replays`]).
 //!
 //! A field the process does not know is `null`, never a guess: the slot's figures before
 //! the monitor's first poll, the lag while another instance streams. Actions (pause,
@@ -25,6 +26,7 @@ use crate::telemetry::{AlarmLevel, Health, Metrics};
 
 pub(crate) mod inbox;
 mod pause;
+mod replays;
 
 /// Where `walpost run`'s audit rows go (migrations/outbox/0004_admin_audit.sql).
 const AUDIT_SCHEMA: &str = "events";
@@ -36,6 +38,10 @@ pub(crate) enum Route {
     Status,
     Pause,
     Resume,
+    Replays,
+    StartReplay,
+    Replay,
+    StopReplay,
 }
 
 /// What `GET /api/v1/status` answers.
@@ -82,6 +88,7 @@ pub(crate) struct RelayApi {
     slot: String,
     delivery: &'static str,
     pause: pause::PauseControl,
+    replays: replays::Replays,
 }
 
 impl Api for RelayApi {
@@ -96,6 +103,10 @@ impl Api for RelayApi {
             Route::Status => Reply::ok(&self.status()),
             Route::Pause => self.pause.pause(&call.identity.name).await,
             Route::Resume => self.pause.resume().await,
+            Route::Replays => self.replays.list(),
+            Route::StartReplay => self.replays.start(replays::StartBody::read(&call)),
+            Route::Replay => self.replays.get(call.param("id").unwrap_or_default()),
+            Route::StopReplay => self.replays.stop(call.param("id").unwrap_or_default()).await,
         }
     }
 }
@@ -191,7 +202,11 @@ pub(crate) fn start(
         routes: Routes::new()
             .get("/api/v1/status", Route::Status)
             .post("/api/v1/pause", Route::Pause)
-            .post("/api/v1/resume", Route::Resume),
+            .post("/api/v1/resume", Route::Resume)
+            .get("/api/v1/replays", Route::Replays)
+            .post("/api/v1/replays", Route::StartReplay)
+            .get("/api/v1/replays/{id}", Route::Replay)
+            .delete("/api/v1/replays/{id}", Route::StopReplay),
         health: metrics.health().clone(),
         metrics: metrics.clone(),
         seen,
@@ -202,6 +217,7 @@ pub(crate) fn start(
             settings.source.slot.clone(),
             metrics.health().clone(),
         ),
+        replays: replays::Replays::new(settings.clone()),
     };
     tracing::info!(tokens = tokens.len(), tls = tls.is_some(), "admin API: tokens file read");
     // Actions are audited in the database they act on, where the slot's lineage goes too.

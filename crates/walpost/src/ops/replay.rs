@@ -1,39 +1,45 @@
 //! `walpost replay`: flags into a [`ReplaySpec`], a warning when the range reaches into
 //! partitions retention already dropped, the replay, and its summary on stdout.
+//!
+//! The admin API's `POST /api/v1/replays` (`control::replays`) builds its spec with the
+//! same [`spec`] and [`row_condition`] and runs it with the same [`execute`], on a task of
+//! the running `walpost run`.
+
+use std::sync::Arc;
 
 use replication::ReplicationClient;
 
 use crate::error::{ErrorKind, PipelineError};
 use crate::settings::{Settings, SourceSettings};
-use crate::snapshot::replay::{self, ReplaySpec, RowCondition, DEFAULT_TIME_COLUMN};
+use crate::snapshot::replay::{self, ReplaySpec, ReplayWatch, RowCondition, DEFAULT_TIME_COLUMN};
 use crate::snapshot::Outcome;
 use crate::telemetry::{Health, Metrics};
 
-/// The replay the flags describe. `--where` is parsed by the `condition` crate (columns
-/// compared with constants) unless `unsafe_where`: then it runs as written, as any SQL.
+/// `--where`'s text as a row condition: parsed by the `condition` crate (columns compared
+/// with constants) unless `unsafe_where`: then it runs as written, as any SQL.
+pub(crate) fn row_condition(text: String, unsafe_where: bool) -> Result<RowCondition, condition::ConditionError> {
+    if unsafe_where {
+        return Ok(RowCondition::Unchecked(text));
+    }
+    condition::parse(&text).map(RowCondition::Checked)
+}
+
+/// The replay the flags describe (`condition`: see [`row_condition`]).
 #[allow(clippy::too_many_arguments)] // one per flag
 pub(crate) fn spec(
     source: &SourceSettings,
     id: Option<String>,
     since: Option<String>,
     until: Option<String>,
-    condition: Option<String>,
-    unsafe_where: bool,
+    condition: Option<RowCondition>,
     time_column: Option<String>,
     dry_run: bool,
     statement_timeout: Option<std::time::Duration>,
-) -> Result<ReplaySpec, PipelineError> {
+) -> ReplaySpec {
     let time_column = time_column
         .or_else(|| source.outboxes.first().and_then(|o| o.router.timestamp_field.clone()))
         .unwrap_or_else(|| DEFAULT_TIME_COLUMN.to_owned());
-    let condition = match condition {
-        Some(text) if !unsafe_where => Some(RowCondition::Checked(
-            condition::parse(&text)
-                .map_err(|e| PipelineError::definite(ErrorKind::Config, texts::replay::where_refused(&e)))?,
-        )),
-        other => other.map(RowCondition::Unchecked),
-    };
-    Ok(ReplaySpec {
+    ReplaySpec {
         id: id.unwrap_or_else(ReplaySpec::new_id),
         since,
         until,
@@ -41,17 +47,39 @@ pub(crate) fn spec(
         time_column,
         dry_run,
         statement_timeout: statement_timeout.unwrap_or(replay::STATEMENT_TIMEOUT),
-    })
+    }
+}
+
+/// `walpost replay`'s condition: `--where` refused by the grammar stops the command.
+pub(crate) fn cli_condition(text: Option<String>, unsafe_where: bool) -> Result<Option<RowCondition>, PipelineError> {
+    text.map(|t| row_condition(t, unsafe_where))
+        .transpose()
+        .map_err(|e| PipelineError::definite(ErrorKind::Config, texts::replay::where_refused(&e)))
 }
 
 /// Runs the replay and prints its summary.
 pub(crate) async fn command(s: &Settings, spec: &ReplaySpec) -> Result<(), PipelineError> {
+    let outcome = execute(s, spec, None).await?;
+    print!("{}", summary(spec, &outcome));
+    Ok(())
+}
+
+/// Runs a replay on its own PostgreSQL connection and Kafka producer, counting into
+/// metrics of its own (a replay beside `walpost run` must not move the stream's
+/// in-flight gauge or its Kafka clock); first warns when the range reaches into
+/// partitions retention dropped. `watch`: see [`ReplayWatch`].
+pub(crate) async fn execute(
+    s: &Settings,
+    spec: &ReplaySpec,
+    watch: Option<Arc<ReplayWatch>>,
+) -> Result<Outcome, PipelineError> {
     if let Some(since) = &spec.since {
         let mut sql = ReplicationClient::connect_sql(&s.postgres.server).await?;
         for outbox in &s.source.outboxes {
             if let Some(oldest) = oldest_partition_start(&mut sql, &outbox.table.quoted(), since).await {
                 tracing::warn!(
                     table = %outbox.table,
+                    replay = %spec.id,
                     "the range starts at {since}, but the oldest partition of {} starts at {oldest}: rows before it were dropped by retention and cannot be replayed",
                     outbox.table
                 );
@@ -59,11 +87,9 @@ pub(crate) async fn command(s: &Settings, spec: &ReplaySpec) -> Result<(), Pipel
         }
         sql.close().await;
     }
-    let health = std::sync::Arc::new(Health::new(std::time::Duration::MAX, std::time::Duration::MAX));
+    let health = Arc::new(Health::new(std::time::Duration::MAX, std::time::Duration::MAX));
     let metrics = Metrics::new(health).map_err(|e| PipelineError::definite(ErrorKind::Internal, e))?;
-    let outcome = replay::run(s, spec, &metrics).await?;
-    print!("{}", summary(spec, &outcome));
-    Ok(())
+    replay::run(s, spec, &metrics, watch).await
 }
 
 /// For a table partitioned by range, the oldest partition's lower bound when it is after

@@ -30,7 +30,7 @@
 //! it ([`texts::replay::backfill_resume_hint`]), so a replay need not start over from its first row.
 
 mod progress;
-pub(crate) mod replay;
+pub mod replay;
 mod state;
 
 use std::collections::BTreeMap;
@@ -158,7 +158,8 @@ pub async fn validate_filter(
 
 /// Reads every outbox table (in the exported snapshot `snapshot_name`, or in a fresh
 /// REPEATABLE READ snapshot when `None`), publishes every row and waits until Kafka
-/// acknowledged all of them (a replay's dry run only routes and counts).
+/// acknowledged all of them (a replay's dry run only routes and counts); a replay's
+/// `watch` counts along and may stop it at a chunk boundary.
 pub async fn run(
     sql: &mut ReplicationClient,
     s: &Settings,
@@ -166,6 +167,7 @@ pub async fn run(
     metrics: &Metrics,
     memo: &mut DeliveryMemo,
     transaction: Option<Transaction>,
+    watch: Option<Arc<replay::ReplayWatch>>,
 ) -> Result<Outcome, PipelineError> {
     let window = kafka::open_window(s.kafka()?, &s.stream, metrics, transaction.as_ref().map(|t| &t.producer))?;
     if let Some(t) = &transaction {
@@ -179,7 +181,7 @@ pub async fn run(
         window,
         policy: PermanentErrorPolicy::new(s.kafka()?),
         memo,
-        progress: SnapshotProgress::new(metrics.snapshot.clone(), s.snapshot.replay.is_some()),
+        progress: SnapshotProgress::new(metrics.snapshot.clone(), s.snapshot.replay.is_some()).watched(watch),
         trace_context_invalid: metrics.stream.trace_context_invalid.clone(),
         transactional: transaction.is_some(),
         next_seq: 0,
@@ -313,6 +315,9 @@ impl Snapshot<'_> {
         self.progress.start(estimate);
         let mut sent: u64 = 0;
         for (index, outbox) in s.source.outboxes.iter().enumerate() {
+            if self.progress.stops_here() {
+                break;
+            }
             sent += self.publish_table(sql, index, outbox).await?;
         }
         while !self.window.is_idle() {
@@ -343,10 +348,14 @@ impl Snapshot<'_> {
         let mut sent = 0;
         let mut invalid_trace_context = 0u64;
         loop {
+            if self.progress.stops_here() {
+                break;
+            }
             let chunk = sql.simple_query(&fetch).await?;
             if chunk.rows.is_empty() {
                 break;
             }
+            self.progress.read(chunk.rows.len());
             if resolved.is_none() {
                 let columns = chunk
                     .columns

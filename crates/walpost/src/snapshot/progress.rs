@@ -1,9 +1,12 @@
 //! Snapshot progress: rows done, total (estimate), rate and ETA, as log lines every
-//! [`LOG_EVERY`], `walpost_snapshot_*` metrics, and a bar when stderr is a terminal.
+//! [`LOG_EVERY`], `walpost_snapshot_*` metrics, and a bar when stderr is a terminal;
+//! for a replay followed through the admin API, its [`ReplayWatch`] too.
 
 use std::io::{IsTerminal, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::replay::ReplayWatch;
 use crate::telemetry::metrics::SnapshotMetrics;
 
 /// Seconds between progress log lines.
@@ -20,6 +23,7 @@ pub(super) struct Progress {
     metrics: SnapshotMetrics,
     /// "snapshot" or "replay", in the lines printed.
     what: &'static str,
+    watch: Option<Arc<ReplayWatch>>,
 }
 
 impl Progress {
@@ -33,7 +37,26 @@ impl Progress {
             done: 0,
             tty: std::io::stderr().is_terminal(),
             metrics,
+            watch: None,
         }
+    }
+
+    /// Counts into `watch` too, and stops when it asks.
+    pub(super) fn watched(mut self, watch: Option<Arc<ReplayWatch>>) -> Progress {
+        self.watch = watch;
+        self
+    }
+
+    /// `rows` more rows fetched.
+    pub(super) fn read(&self, rows: usize) {
+        if let Some(w) = &self.watch {
+            w.read(rows);
+        }
+    }
+
+    /// At a chunk boundary: whether the replay was asked to stop.
+    pub(super) fn stops_here(&self) -> bool {
+        self.watch.as_ref().is_some_and(|w| w.stops_here())
     }
 
     pub(super) fn start(&mut self, estimate: u64) {
@@ -46,6 +69,9 @@ impl Progress {
     /// One row acknowledged by Kafka.
     pub(super) fn acked(&mut self) {
         self.done += 1;
+        if let Some(w) = &self.watch {
+            w.acked();
+        }
         if self.what == "replay" {
             self.metrics.replay_rows.inc();
         } else {

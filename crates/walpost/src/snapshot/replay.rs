@@ -19,6 +19,12 @@
 //!   replay's id; a dry run routes every row and publishes nothing.
 //! - The replay ends only when Kafka acknowledged every record (or on an error, which
 //!   says where to resume: see [`texts::replay::replay_resume_hint`]).
+//! - A [`ReplayWatch`] (the admin API's replays) sees rows read and records acknowledged
+//!   as they happen, and may ask the replay to stop: it stops before its next FETCH,
+//!   waits for Kafka to acknowledge what it handed over, and ends without an error.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use replication::ReplicationClient;
 
@@ -104,6 +110,59 @@ impl ReplaySpec {
     }
 }
 
+/// A running replay's figures and its stop, shared with whoever follows it.
+#[derive(Debug, Default)]
+pub struct ReplayWatch {
+    rows_read: AtomicU64,
+    published: AtomicU64,
+    stop: AtomicBool,
+    stopped: AtomicBool,
+}
+
+impl ReplayWatch {
+    /// Rows fetched from the outbox tables so far.
+    pub(crate) fn rows_read(&self) -> u64 {
+        self.rows_read.load(Ordering::Relaxed)
+    }
+
+    /// Records Kafka acknowledged so far (a dry run: rows routed).
+    pub(crate) fn published(&self) -> u64 {
+        self.published.load(Ordering::Relaxed)
+    }
+
+    /// Asks the replay to stop before its next FETCH.
+    pub(crate) fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// The replay ended early because it was asked to (not: it had read every row before
+    /// it saw the request).
+    pub(crate) fn stopped_early(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn read(&self, rows: usize) {
+        self.rows_read.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    pub(super) fn acked(&self) {
+        self.published.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// At a chunk boundary: whether to stop here (and remember that it did).
+    pub(super) fn stops_here(&self) -> bool {
+        let stop = self.stop_requested();
+        if stop {
+            self.stopped.store(true, Ordering::Relaxed);
+        }
+        stop
+    }
+}
+
 /// Checks the range and the condition against the server without publishing anything.
 pub(crate) async fn validate(
     sql: &mut ReplicationClient,
@@ -147,8 +206,13 @@ pub(crate) async fn validate(
 }
 
 /// Runs a replay to its end: every selected row acknowledged by Kafka (or, dry run,
-/// routed and counted).
-pub(crate) async fn run(s: &Settings, spec: &ReplaySpec, metrics: &Metrics) -> Result<Outcome, PipelineError> {
+/// routed and counted), or until `watch` asks it to stop.
+pub(crate) async fn run(
+    s: &Settings,
+    spec: &ReplaySpec,
+    metrics: &Metrics,
+    watch: Option<Arc<ReplayWatch>>,
+) -> Result<Outcome, PipelineError> {
     // The snapshot machinery, run with this replay's snapshot section.
     let r = Settings { snapshot: spec.snapshot(), ..s.clone() };
     let mut sql = ReplicationClient::connect_sql(&r.postgres.server).await?;
@@ -157,7 +221,7 @@ pub(crate) async fn run(s: &Settings, spec: &ReplaySpec, metrics: &Metrics) -> R
     validate(&mut sql, &s.source, spec).await?;
     tracing::info!(replay = %spec.id, dry_run = spec.dry_run, "replay started");
     let mut memo = DeliveryMemo::default();
-    let outcome = super::run(&mut sql, &r, None, metrics, &mut memo, None).await;
+    let outcome = super::run(&mut sql, &r, None, metrics, &mut memo, None, watch).await;
     sql.close().await;
     outcome
 }

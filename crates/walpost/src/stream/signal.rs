@@ -169,7 +169,7 @@ impl Replays {
             // FIFO: tokio's semaphore serves waiters in order.
             let Ok(_turn) = turn.acquire_owned().await else { return };
             let result = loop {
-                match replay::run(&s, &spec, &metrics).await {
+                match replay::run(&s, &spec, &metrics, None).await {
                     Err(e) if e.is_transient() => {
                         tracing::warn!(signal = ?signal, "replay: {}; trying again in {} s", printable(&e.to_string()), RETRY_AFTER.as_secs());
                         tokio::time::sleep(RETRY_AFTER).await;

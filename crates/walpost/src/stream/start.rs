@@ -102,7 +102,7 @@ pub(crate) async fn begin(
             },
             progress: None,
         });
-        let rows = snapshot::run(&mut sql, s, None, metrics, memo, transaction).await?.rows;
+        let rows = snapshot::run(&mut sql, s, None, metrics, memo, transaction, None).await?.rows;
         tracing::info!(rows, "--snapshot initial_only: every row is acknowledged by Kafka; exiting");
         sql.close().await;
         return Ok(Begun::BackfillDone);
@@ -199,9 +199,10 @@ pub(crate) async fn begin(
                 if let Some(e) = exactly_once {
                     progress::ensure_topic(&kafka.brokers, &kafka.properties, &e.progress_topic).await?;
                 }
-                let rows = snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction)
-                    .await?
-                    .rows;
+                let rows =
+                    snapshot::run(&mut sql, s, created.snapshot_name.as_deref(), metrics, memo, transaction, None)
+                        .await?
+                        .rows;
                 snapshot::mark_finished(writes.required(&mut sql, "the snapshot's progress row")?, &s.source, rows)
                     .await?;
             }

@@ -8,6 +8,7 @@
 
 mod admin;
 mod admin_pause;
+mod admin_replays;
 mod bad_inputs;
 mod chaos;
 mod cloudevents;
