@@ -60,11 +60,14 @@ struct StartRequest {
     time_column: Option<String>,
     #[serde(default)]
     dry_run: bool,
+    /// Every row of every outbox: said out loud, so that an empty body replays nothing.
+    #[serde(default)]
+    all: bool,
     /// Named so it is refused with its reason rather than as an unknown field.
     unsafe_where: Option<serde_json::Value>,
 }
 
-const EXPECTED: &str = "{\"where\": \"aggregate_type = 'order'\", \"since\": \"2026-11-28T00:00:00Z\", \"until\": \"...\", \"id\": \"fix-42\", \"time_column\": \"occurred_at\", \"dry_run\": false}, each field optional";
+const EXPECTED: &str = "{\"where\": \"aggregate_type = 'order'\", \"since\": \"2026-11-28T00:00:00Z\", \"until\": \"...\", \"id\": \"fix-42\", \"time_column\": \"occurred_at\", \"dry_run\": false}, each field optional, or {\"all\": true}";
 
 /// One replay as the routes answer it.
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -135,6 +138,18 @@ impl Replays {
                 texts::replay::API_UNSAFE_WHERE,
                 texts::replay::API_UNSAFE_WHERE_HINT,
             );
+        }
+        let selects = req.condition.is_some() || req.since.is_some() || req.until.is_some();
+        if selects == req.all {
+            let (error, hint) = if req.all {
+                ("the body has \"all\": true and a selection (where, since or until)", "send one of the two")
+            } else {
+                (
+                    "the body selects no rows: it would replay every row of every outbox",
+                    "send where, since or until; to replay every row, send \"all\": true",
+                )
+            };
+            return refuse(StatusCode::BAD_REQUEST, error, hint);
         }
         if let Some(id) = &req.id {
             if !valid_id(id) {

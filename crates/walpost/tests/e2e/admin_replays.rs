@@ -124,6 +124,13 @@ fn admin_replays_start_follow_and_stop_beside_the_stream() {
     assert!(json(&answer)["error"].as_str().unwrap().contains("unsafe_where is not offered"), "{answer}");
     let (code, answer) = request(&addr, "POST", "/api/v1/replays", Some(OPERATOR_TOKEN), r#"{"wher": "id = 1"}"#);
     assert_eq!(code, 400, "{answer}");
+    // An empty body selects nothing: replaying every row is asked for by name.
+    let (code, answer) = request(&addr, "POST", "/api/v1/replays", Some(OPERATOR_TOKEN), r#"{"id": "oops"}"#);
+    assert_eq!(code, 400, "{answer}");
+    assert!(json(&answer)["hint"].as_str().unwrap().contains(r#""all": true"#), "{answer}");
+    let both = r#"{"all": true, "where": "id = 1"}"#;
+    let (code, answer) = request(&addr, "POST", "/api/v1/replays", Some(OPERATOR_TOKEN), both);
+    assert_eq!(code, 400, "{answer}");
     let (code, answer) = request(&addr, "GET", "/api/v1/replays/nope", Some(VIEWER_TOKEN), "");
     assert_eq!(code, 404, "{answer}");
     assert!(json(&answer)["hint"].as_str().unwrap().contains("GET /api/v1/replays"), "{answer}");
