@@ -1,6 +1,7 @@
 //! `walpost run`'s admin API on the `admin` crate's listener (`[admin] addr`,
 //! docs/control-plane.md): today `GET /api/v1/status`, from what the process already
-//! knows (its [`Health`], its metrics, the slot monitor's last [`Observation`]).
+//! knows (its [`Health`], its metrics, the slot monitor's last [`Observation`]); the
+//! dead letters ([`dead_letters`]) and their redrive ([`redrive`]).
 //!
 //! A field the process does not know is `null`, never a guess: the slot's figures before
 //! the monitor's first poll, the lag while another instance streams. Actions (pause,
@@ -23,8 +24,10 @@ use crate::settings::admin::AdminSettings;
 use crate::settings::{Delivery, Settings};
 use crate::telemetry::{AlarmLevel, Health, Metrics};
 
+mod dead_letters;
 pub(crate) mod inbox;
 mod pause;
+mod redrive;
 
 /// Where `walpost run`'s audit rows go (migrations/outbox/0004_admin_audit.sql).
 const AUDIT_SCHEMA: &str = "events";
@@ -36,6 +39,8 @@ pub(crate) enum Route {
     Status,
     Pause,
     Resume,
+    DeadLetters,
+    Redrive,
 }
 
 /// What `GET /api/v1/status` answers.
@@ -82,6 +87,8 @@ pub(crate) struct RelayApi {
     slot: String,
     delivery: &'static str,
     pause: pause::PauseControl,
+    dead_letters: dead_letters::DeadLetters,
+    redrive: redrive::Redriver,
 }
 
 impl Api for RelayApi {
@@ -96,6 +103,8 @@ impl Api for RelayApi {
             Route::Status => Reply::ok(&self.status()),
             Route::Pause => self.pause.pause(&call.identity.name).await,
             Route::Resume => self.pause.resume().await,
+            Route::DeadLetters => self.dead_letters.list(&call).await,
+            Route::Redrive => self.redrive.redrive(&call).await,
         }
     }
 }
@@ -191,7 +200,9 @@ pub(crate) fn start(
         routes: Routes::new()
             .get("/api/v1/status", Route::Status)
             .post("/api/v1/pause", Route::Pause)
-            .post("/api/v1/resume", Route::Resume),
+            .post("/api/v1/resume", Route::Resume)
+            .get("/api/v1/dead-letters", Route::DeadLetters)
+            .post("/api/v1/dead-letters/redrive", Route::Redrive),
         health: metrics.health().clone(),
         metrics: metrics.clone(),
         seen,
@@ -202,6 +213,12 @@ pub(crate) fn start(
             settings.source.slot.clone(),
             metrics.health().clone(),
         ),
+        dead_letters: dead_letters::DeadLetters::new(
+            settings.kafka.clone(),
+            settings.postgres.writer().clone(),
+            admin.show_payloads,
+        ),
+        redrive: redrive::Redriver::new(settings.clone()),
     };
     tracing::info!(tokens = tokens.len(), tls = tls.is_some(), "admin API: tokens file read");
     // Actions are audited in the database they act on, where the slot's lineage goes too.
