@@ -10,6 +10,8 @@
 //!   and no slot is read or confirmed;
 //! - a refused event stays a dead letter: no new dead letter is written for it, the
 //!   answer says why;
+//! - by reason, a dead letter whose newest redrive is `redriven` is skipped: the topic
+//!   keeps it, and a second redrive would publish the event twice;
 //! - one redrive at a time, at most [`MAX_EVENTS`] events, within [`BUDGET`]: the events
 //!   left when it runs out are answered `not_attempted`;
 //! - every result is a row of `events.walpost_redrives` (by token name, never a payload);
@@ -151,13 +153,19 @@ impl Redriver {
                             .with_target(target);
                         }
                     };
-                let ids = ids_of_reason(&letters, &reason);
+                let mut ids = ids_of_reason(&letters, &reason);
+                // A dead letter redriven already stays in the topic: by reason it is
+                // skipped (by id it is sent again, as asked).
+                let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let states = dead_letters::redrive_states(self.settings.postgres.writer(), &refs).await;
+                let states = states.unwrap_or_default();
+                ids.retain(|id| states.get(id).is_none_or(|s| s.result != "redriven"));
                 if ids.is_empty() {
                     sql.close().await;
                     return Reply::from(ApiError::new(
                         StatusCode::NOT_FOUND,
                         format!(
-                            "no dead letter of reason {} among the newest {MAX_LIMIT} of each partition",
+                            "no dead letter of reason {} that was not redriven already, among the newest {MAX_LIMIT} of each partition",
                             cut(&reason, 64)
                         ),
                         "GET /api/v1/dead-letters lists the reasons; or redrive by event_ids",

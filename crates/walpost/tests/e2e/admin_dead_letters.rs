@@ -146,7 +146,7 @@ fn dead_letters_are_listed_without_payloads_and_redriven_once_after_the_schema_i
         assert!(e["error"].as_str().unwrap().contains(says), "{bad}: {body}");
         assert!(e["hint"].as_str().unwrap().contains("event_ids"), "{bad}: {body}");
     }
-    let by_ids = format!(r#"{{"event_ids": ["{passes_later}", "{stays}", "987654321"]}}"#);
+    let by_ids = format!(r#"{{"event_ids": ["{passes_later}", "{stays}", "987654321", "not-a-number"]}}"#);
     let (code, body) = request(&addr, "POST", route, Some(VIEWER_TOKEN), &by_ids);
     assert_eq!(code, 403, "{body}");
 
@@ -158,7 +158,7 @@ fn dead_letters_are_listed_without_payloads_and_redriven_once_after_the_schema_i
     let answer = json(&body);
     assert_eq!(
         (&answer["redriven"], &answer["still_refused"], &answer["not_found"]),
-        (&serde_json::json!(1), &serde_json::json!(1), &serde_json::json!(1)),
+        (&serde_json::json!(1), &serde_json::json!(1), &serde_json::json!(2)),
         "{body}"
     );
     let results = answer["results"].as_array().unwrap();
@@ -179,6 +179,24 @@ fn dead_letters_are_listed_without_payloads_and_redriven_once_after_the_schema_i
     let missing = &results[2];
     assert_eq!((missing["event_id"].as_str(), missing["result"].as_str()), (Some("987654321"), Some("not_found")));
     assert!(missing["detail"].as_str().unwrap().contains("events.outbox"), "{body}");
+    assert_eq!(
+        (results[3]["event_id"].as_str(), results[3]["result"].as_str()),
+        (Some("not-a-number"), Some("not_found"))
+    );
+
+    // By reason: the one redriven already is skipped, the other still refused.
+    let (code, body) = request(&addr, "POST", route, Some(OPERATOR_TOKEN), r#"{"reason": "contract_broken"}"#);
+    assert_eq!(code, 200, "{body}");
+    let by_reason = json(&body);
+    let attempted: Vec<(&str, &str)> = by_reason["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["event_id"].as_str().unwrap(), r["result"].as_str().unwrap()))
+        .collect();
+    assert_eq!(attempted, [(stays.as_str(), "still_refused")], "{body}");
+    let (code, body) = request(&addr, "POST", route, Some(OPERATOR_TOKEN), r#"{"reason": "no_such_reason"}"#);
+    assert_eq!(code, 404, "{body}");
 
     // Exactly once on its topic, with its id header; no new dead letter.
     let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 4, TIMEOUT);
@@ -222,7 +240,9 @@ fn dead_letters_are_listed_without_payloads_and_redriven_once_after_the_schema_i
          oncall|POST {route}||refused (400)\n\
          oncall|POST {route}||refused (400)\n\
          grafana|POST {route}||forbidden\n\
-         oncall|POST {route}|event_ids=3 ({passes_later},{stays},987654321) redriven=1 still_refused=1 not_found=1 failed=0 not_attempted=0|ok"
+         oncall|POST {route}|event_ids=4 ({passes_later},{stays},987654321,not-a-number) redriven=1 still_refused=1 not_found=2 failed=0 not_attempted=0|ok\n\
+         oncall|POST {route}|reason=contract_broken redriven=0 still_refused=1 not_found=0 failed=0 not_attempted=0|ok\n\
+         oncall|POST {route}|reason=no_such_reason|refused (404)"
     );
     assert_eq!(audit, expected);
     let stored = w.sql("SELECT string_agg(concat_ws('|', event_id, outbox_table, by_token, result, reason), E'\\n' ORDER BY at) FROM events.walpost_redrives");

@@ -127,7 +127,7 @@ fn migrate_a_fresh_database_applies_everything_once() {
 
     let second = db.migrate(&[]).ok();
     assert!(
-        second.stdout.contains("nothing to apply: schema events is up to date (5 migrations)"),
+        second.stdout.contains("nothing to apply: schema events is up to date (6 migrations)"),
         "{}",
         second.stdout
     );
