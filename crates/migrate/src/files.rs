@@ -134,6 +134,19 @@ static OUTBOX: &[Migration] = &[
             functions: &[],
         },
     },
+    Migration {
+        version: 6,
+        name: "0006_redrives.sql",
+        sql: include_str!("../../../migrations/outbox/0006_redrives.sql"),
+        leaves: Leaves {
+            tables: &[(
+                "walpost_redrives",
+                &["event_id", "outbox_table", "at", "by_token", "result", "topic", "partition", "offset", "reason"],
+            )],
+            partitioned: &[],
+            functions: &[],
+        },
+    },
 ];
 
 static INBOX: &[Migration] = &[

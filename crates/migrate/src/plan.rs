@@ -176,7 +176,7 @@ mod tests {
         assert!(matches!(p.entries[1].state, State::Applied { .. }));
         assert_eq!(
             p.pending().map(|e| e.name).collect::<Vec<_>>(),
-            ["0003_walpost_slots.sql", "0004_admin_audit.sql", "0005_pause.sql"]
+            ["0003_walpost_slots.sql", "0004_admin_audit.sql", "0005_pause.sql", "0006_redrives.sql"]
         );
         let all: Vec<Recorded> = files.iter().map(row).collect();
         assert!(plan(files, Some(&all), &Catalog::default()).is_current());
@@ -240,7 +240,14 @@ mod tests {
         let p = plan(Set::Outbox.migrations(), None, &c);
         assert_eq!(
             states(&p),
-            [&State::FoundInPlace, &State::Pending, &State::FoundInPlace, &State::Pending, &State::Pending]
+            [
+                &State::FoundInPlace,
+                &State::Pending,
+                &State::FoundInPlace,
+                &State::Pending,
+                &State::Pending,
+                &State::Pending
+            ]
         );
         assert_eq!(p.found_in_place().count(), 2);
     }
@@ -274,6 +281,6 @@ mod tests {
         let files = Set::Outbox.migrations();
         let rows = [row(&files[0])];
         let p = plan(files, Some(&rows), &c);
-        assert_eq!(states(&p)[1..], [&State::Pending; 4]);
+        assert_eq!(states(&p)[1..], [&State::Pending; 5]);
     }
 }

@@ -1,7 +1,8 @@
 //! `walpost run`'s admin API on the `admin` crate's listener (`[admin] addr`,
 //! docs/control-plane.md): today `GET /api/v1/status`, from what the process already
 //! knows (its [`Health`], its metrics, the slot monitor's last [`Observation`]); pause
-//! and resume ([`pause`]); replays beside the stream ([`replays`]).
+//! and resume ([`pause`]); replays beside the stream ([`replays`]); the dead letters
+//! ([`dead_letters`]) and their redrive ([`redrive`]).
 //!
 //! A field the process does not know is `null`, never a guess: the slot's figures before
 //! the monitor's first poll, the lag while another instance streams. Actions (pause,
@@ -24,9 +25,11 @@ use crate::settings::admin::AdminSettings;
 use crate::settings::{Delivery, Settings};
 use crate::telemetry::{AlarmLevel, Health, Metrics};
 
+mod dead_letters;
 pub(crate) mod inbox;
 mod pause;
 mod replays;
+mod redrive;
 
 /// Where `walpost run`'s audit rows go (migrations/outbox/0004_admin_audit.sql).
 const AUDIT_SCHEMA: &str = "events";
@@ -42,6 +45,8 @@ pub(crate) enum Route {
     StartReplay,
     Replay,
     StopReplay,
+    DeadLetters,
+    Redrive,
 }
 
 /// What `GET /api/v1/status` answers.
@@ -89,6 +94,8 @@ pub(crate) struct RelayApi {
     delivery: &'static str,
     pause: pause::PauseControl,
     replays: replays::Replays,
+    dead_letters: dead_letters::DeadLetters,
+    redrive: redrive::Redriver,
 }
 
 impl Api for RelayApi {
@@ -107,6 +114,8 @@ impl Api for RelayApi {
             Route::StartReplay => self.replays.start(replays::StartBody::read(&call)),
             Route::Replay => self.replays.get(call.param("id").unwrap_or_default()),
             Route::StopReplay => self.replays.stop(call.param("id").unwrap_or_default()).await,
+            Route::DeadLetters => self.dead_letters.list(&call).await,
+            Route::Redrive => self.redrive.redrive(&call).await,
         }
     }
 }
@@ -206,7 +215,9 @@ pub(crate) fn start(
             .get("/api/v1/replays", Route::Replays)
             .post("/api/v1/replays", Route::StartReplay)
             .get("/api/v1/replays/{id}", Route::Replay)
-            .delete("/api/v1/replays/{id}", Route::StopReplay),
+            .delete("/api/v1/replays/{id}", Route::StopReplay)
+            .get("/api/v1/dead-letters", Route::DeadLetters)
+            .post("/api/v1/dead-letters/redrive", Route::Redrive),
         health: metrics.health().clone(),
         metrics: metrics.clone(),
         seen,
@@ -218,6 +229,12 @@ pub(crate) fn start(
             metrics.health().clone(),
         ),
         replays: replays::Replays::new(settings.clone()),
+        dead_letters: dead_letters::DeadLetters::new(
+            settings.kafka.clone(),
+            settings.postgres.writer().clone(),
+            admin.show_payloads,
+        ),
+        redrive: redrive::Redriver::new(settings.clone()),
     };
     tracing::info!(tokens = tokens.len(), tls = tls.is_some(), "admin API: tokens file read");
     // Actions are audited in the database they act on, where the slot's lineage goes too.

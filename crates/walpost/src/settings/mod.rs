@@ -60,6 +60,8 @@ pub struct Settings {
     pub registry: Option<RegistrySettings>,
     /// `[admin] addr`: the admin API listener; `None`: not served.
     pub admin: Option<admin::AdminSettings>,
+    /// `[contracts]` as given: a redrive reads the schema files again from it.
+    pub contracts: ContractsFile,
 }
 
 impl Settings {

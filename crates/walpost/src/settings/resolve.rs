@@ -55,6 +55,7 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
     let registry =
         super::contracts::resolve_registry(&file.contracts, &file.registry, &source, &|k| std::env::var(k).ok())?;
     super::contracts::attach(&file.contracts, &mut source)?;
+    let contracts = file.contracts.clone();
     let snapshot = resolve_snapshot(&mut file)?;
     let telemetry = resolve_telemetry(o, &mut file, snapshot.mode)?;
     Ok(Settings {
@@ -68,6 +69,7 @@ fn resolve(o: &Overrides, mut file: FileConfig, need_kafka: bool) -> Result<Sett
         telemetry,
         registry,
         admin: super::admin::resolve(&file.admin)?,
+        contracts,
     })
 }
 

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod admin;
+mod admin_dead_letters;
 mod admin_pause;
 mod admin_replays;
 mod bad_inputs;

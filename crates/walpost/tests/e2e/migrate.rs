@@ -109,11 +109,17 @@ fn apply_by_hand(db: &Db, files: &[&str]) {
 fn migrate_a_fresh_database_applies_everything_once() {
     let db = Db::new("migrate-fresh");
     let first = db.migrate(&[]).ok();
-    for f in ["0001_events_outbox.sql", "0002_outbox_partitioned.sql", "0003_walpost_slots.sql", "0004_admin_audit.sql", "0005_pause.sql"]
-    {
+    for f in [
+        "0001_events_outbox.sql",
+        "0002_outbox_partitioned.sql",
+        "0003_walpost_slots.sql",
+        "0004_admin_audit.sql",
+        "0005_pause.sql",
+        "0006_redrives.sql",
+    ] {
         assert!(first.stdout.contains(&format!("applied      {f}")), "{}", first.stdout);
     }
-    assert!(first.stdout.contains("5 applied, 0 recorded: schema events is up to date"), "{}", first.stdout);
+    assert!(first.stdout.contains("6 applied, 0 recorded: schema events is up to date"), "{}", first.stdout);
     assert_eq!(db.recorded("events"), files("outbox"));
     assert_eq!(db.sql("SELECT relkind FROM pg_class WHERE oid = 'events.outbox'::regclass"), "p");
     assert_eq!(db.sql("SELECT to_regclass('events.walpost_slots') IS NOT NULL"), "t");
@@ -121,7 +127,7 @@ fn migrate_a_fresh_database_applies_everything_once() {
 
     let second = db.migrate(&[]).ok();
     assert!(
-        second.stdout.contains("nothing to apply: schema events is up to date (5 migrations)"),
+        second.stdout.contains("nothing to apply: schema events is up to date (6 migrations)"),
         "{}",
         second.stdout
     );
@@ -134,7 +140,7 @@ fn migrate_a_fresh_database_applies_everything_once() {
     let status = db.migrate(&["status"]).ok();
     assert!(status.stdout.starts_with("schema events (migrations/outbox), recorded in events.walpost_migrations:"));
     assert!(status.stdout.contains("applied  0002_outbox_partitioned.sql  "), "{}", status.stdout);
-    assert!(status.stdout.contains("5 applied, 0 pending, 0 found in place, 0 changed"), "{}", status.stdout);
+    assert!(status.stdout.contains("6 applied, 0 pending, 0 found in place, 0 changed"), "{}", status.stdout);
 }
 
 /// Old 0001-0005 applied with psql (outbox and inbox in one database, as the old
@@ -165,10 +171,10 @@ fn migrate_records_a_database_migrated_by_hand_without_running_anything() {
 
     let status = db.migrate(&["status"]).ok();
     assert!(status.stdout.contains("no events.walpost_migrations yet"), "{}", status.stdout);
-    assert!(status.stdout.contains("0 applied, 2 pending, 3 found in place, 0 changed"), "{}", status.stdout);
+    assert!(status.stdout.contains("0 applied, 3 pending, 3 found in place, 0 changed"), "{}", status.stdout);
 
     let outbox = db.migrate(&[]).ok();
-    assert!(outbox.stdout.contains("2 applied, 3 recorded"), "{}", outbox.stdout);
+    assert!(outbox.stdout.contains("3 applied, 3 recorded"), "{}", outbox.stdout);
     assert!(outbox.stdout.contains("applied      0004_admin_audit.sql"), "{}", outbox.stdout);
     assert!(
         outbox.stdout.contains("recorded     0002_outbox_partitioned.sql  (its objects are there"),
