@@ -231,19 +231,25 @@ impl Redriver {
         Ok(sql)
     }
 
-    /// A router per outbox table with today's contracts: the files read again (a
-    /// registry's contract fetches what it has not cached).
+    /// A router per outbox table with today's contracts: the files read again, or a
+    /// registry's contract of its own, with an empty cache, so that the version a subject
+    /// has now (or the one `[registry.versions]` pins) is the one checked.
     fn routers(&self) -> Result<Vec<Router>, ApiError> {
-        let fresh = if self.settings.registry.is_none() {
-            crate::settings::contracts::resolve_contracts(&self.settings.contracts).map_err(|e| {
+        let fresh = match &self.settings.registry {
+            None => crate::settings::contracts::resolve_contracts(&self.settings.contracts).map_err(|e| {
                 ApiError::new(
                     StatusCode::CONFLICT,
                     format!("nothing was redriven: the contracts cannot be read again: {e}"),
                     "fix the schema files; the stream goes on with the contracts it read at start",
                 )
-            })?
-        } else {
-            None
+            })?,
+            Some(r) => Some(registry::contract(r, None).map_err(|e| {
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!("nothing was redriven: the registry's contract cannot be made: {e}"),
+                    "check [registry]; the stream goes on with the contract it made at start",
+                )
+            })?),
         };
         let mut routers = Vec::new();
         for outbox in &self.settings.source.outboxes {
