@@ -34,12 +34,13 @@
         el('p', { class: 'state-line' }, 'State: ', el('span', { id: 'f-state', class: 'state', text: shown(s.state) }), el('span', { id: 'f-paused-by', class: 'muted' })),
         el('div', { id: 'stream-fields' }),
         controls),
+      el('section', { 'aria-labelledby': 'h-delivery', class: 'card' },
+        el('h2', { id: 'h-delivery', text: 'Delivery' }), el('div', { id: 'delivery-fields' })),
       el('section', { 'aria-labelledby': 'h-alarms', class: 'card' },
         el('h2', { id: 'h-alarms', text: 'Alarms' }), el('div', { id: 'alarms' })),
       el('section', { 'aria-labelledby': 'h-lag', class: 'card wide' },
         el('h2', { id: 'h-lag', text: 'Lag' }), el('div', { id: 'charts', class: 'charts' })),
-      el('section', { 'aria-labelledby': 'h-delivery', class: 'card' },
-        el('h2', { id: 'h-delivery', text: 'Delivery' }), el('div', { id: 'delivery-fields' })));
+    );
     updateOverview();
   }
 
@@ -62,7 +63,7 @@
     put(document.getElementById('delivery-fields'), fields([
       ['Delivery', 'f-delivery', s.delivery],
       ['In flight', 'f-in-flight', s.in_flight],
-      ['Events per second', 'f-rate', s.events_per_second === null ? 'not measured (see walpost_events_published_total)' : s.events_per_second],
+      ['Events per second', 'f-rate', s.events_per_second === null ? 'not measured' : s.events_per_second],
     ]));
     const alarms = s.alarms || [];
     put(document.getElementById('alarms'), alarms.length
@@ -70,7 +71,7 @@
         el('span', { class: 'badge', text: a.level }), ' ', el('span', { text: a.reason }), ' — runbook: ', c.runbookLink(a.runbook))))
       : el('p', { class: 'muted', text: 'No alarm.' }));
     put(document.getElementById('charts'),
-      c.chart('bytes', 'Lag in bytes', bytes), c.chart('secs', 'Lag in seconds', seconds));
+      c.chart('bytes', 'Lag in bytes', (n) => bytes(n).replace(/ \(\d+ B\)$/, '')), c.chart('secs', 'Lag in seconds', seconds));
     const pause = document.getElementById('pause');
     const resume = document.getElementById('resume');
     if (pause && resume) {
