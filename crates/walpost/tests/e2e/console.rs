@@ -66,9 +66,21 @@ fn sign_in(b: &Browser, addr: &str, token: &str, who: &str) {
     b.execute("sessionStorage.clear();", &[]).unwrap();
     b.navigate(&format!("http://{addr}/")).unwrap();
     let field = b.find("#token", WAIT).unwrap();
-    b.send_keys(&field, token).unwrap();
-    b.click(&b.find("#sign-in", WAIT).unwrap()).unwrap();
+    // Typed, then Enter: the form works from the keyboard.
+    b.send_keys(&field, &format!("{token}{ENTER}")).unwrap();
     b.wait_text("#identity", WAIT, |t| t == who).unwrap();
+}
+
+/// WebDriver's Enter and Escape keys.
+const ENTER: char = '\u{E007}';
+const ESCAPE: char = '\u{E00C}';
+
+/// Waits until no confirmation is open.
+fn wait_no_dialog(b: &Browser) {
+    assert!(
+        testkit::wait_until(WAIT, || b.find_all("dialog[open]").unwrap().is_empty()),
+        "the confirmation stayed open"
+    );
 }
 
 /// Clicks `css`, then the confirmation's button.
@@ -151,6 +163,12 @@ fn console_relay_operator_pauses_and_resumes_a_viewer_sees_no_action_no_inline_s
     b.wait_text("#f-server", TIMEOUT, |t| t.contains('/')).unwrap();
     shot(&b, "console-overview.png");
 
+    // Escape backs out of the confirmation: nothing is paused.
+    b.click(&b.find("#pause", WAIT).unwrap()).unwrap();
+    b.send_keys(&b.find("dialog[open] #cancel", WAIT).unwrap(), &ESCAPE.to_string()).unwrap();
+    wait_no_dialog(&b);
+    assert_eq!(status_when(&addr, "streaming", &p)["paused_by"], serde_json::Value::Null);
+
     click_and_confirm(&b, "#pause");
     b.wait_text("#f-state", WAIT, |t| t == "paused").unwrap();
     let status = status_when(&addr, "paused", &p);
@@ -158,6 +176,7 @@ fn console_relay_operator_pauses_and_resumes_a_viewer_sees_no_action_no_inline_s
     b.wait_text("#f-paused-by", WAIT, |t| t.contains("by oncall since")).unwrap();
     assert!(b.find_all("#pause").unwrap().len() == 1 && b.find_all("#resume").unwrap().len() == 1);
     click_and_confirm(&b, "#resume");
+    wait_no_dialog(&b);
     b.wait_text("#f-state", WAIT, |t| t == "streaming").unwrap();
     status_when(&addr, "streaming", &p);
     assert_eq!(
