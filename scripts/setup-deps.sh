@@ -6,6 +6,8 @@
 #   * openssl (CLI; the test harness uses it to make TLS certificates)
 #   * kcat, curl, iproute2 (ss): the runbooks' commands, which the drills
 #     (crates/walpost/tests/e2e/drills.rs) run as written
+#   * chromium, chromium-driver: the web console's browser tests
+#     (crates/walpost/tests/e2e/console.rs), headless
 #   * an ordinary OS user to run test clusters (initdb refuses to run as root):
 #     `postgres` when it exists, else `walpost-pg` (or $WALPOST_PG_OS_USER)
 #   * the Apache Kafka 4.1.1 jars (scripts/fetch-kafka.sh)
@@ -41,7 +43,7 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 
-packages=(postgresql-15 postgresql-client-15 cmake pkg-config libssl-dev zlib1g-dev libcurl4-openssl-dev build-essential openssl kcat curl iproute2)
+packages=(postgresql-15 postgresql-client-15 cmake pkg-config libssl-dev zlib1g-dev libcurl4-openssl-dev build-essential openssl kcat curl iproute2 chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do
     if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

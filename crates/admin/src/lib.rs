@@ -3,7 +3,8 @@
 //!
 //! Pure parts, unit-tested: the tokens file and what a token is worth ([`tokens`]), the
 //! route table ([`routes`]), answers and their JSON errors ([`reply`]), audit records
-//! ([`audit`]), and audit rows in a PostgreSQL table ([`table`]). The listener ([`server`]) puts them together: every request is
+//! ([`audit`]), audit rows in a PostgreSQL table ([`table`]), and the web console's
+//! files ([`console`]). The listener ([`server`]) puts them together: every request is
 //! authenticated, routed, authorized and bounded (headers, body, time) before a mode's
 //! [`Api`] sees it, and every action is audited through the mode's [`Audit`].
 //!
@@ -11,6 +12,7 @@
 //! [`Api::handle`]; authentication, roles, bounds and audit come with the table.
 
 pub mod audit;
+pub mod console;
 pub mod reply;
 pub mod routes;
 pub mod server;
@@ -20,6 +22,6 @@ pub mod tokens;
 pub use audit::{Audit, AuditRecord, LogOnly};
 pub use reply::{ApiError, Reply};
 pub use routes::{Access, Found, Routes};
-pub use server::{serve, tls_acceptor, Api, Call, ListenerError, Server, MAX_BODY_BYTES};
+pub use server::{serve, tls_acceptor, Api, Call, ListenerError, Server, MAX_BODY_BYTES, WHOAMI};
 pub use table::TableAudit;
 pub use tokens::{sha256_hex, Identity, Role, Tokens, TokensError};

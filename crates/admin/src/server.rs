@@ -9,8 +9,11 @@
 //!   request headers, and [`REQUEST_TIMEOUT`] for the whole exchange;
 //! - at most [`MAX_CONNECTIONS`] are open; a new one beyond that closes the oldest;
 //! - a body over [`MAX_BODY_BYTES`] is refused (413) before a handler sees it;
-//! - every request is authenticated before it is routed (no token: 401 on any path),
-//!   and an action needs an operator (403), audited either way.
+//! - every request is authenticated before it is routed (no token: 401 on any path but
+//!   the console's static files, [`crate::console`]), and an action needs an operator
+//!   (403), audited either way;
+//! - `GET /api/v1/whoami` answers any valid token with its name and role, in both modes:
+//!   the console shows a viewer no action.
 //!
 //! Shutdown: when the shutdown signal is raised the listener closes, open exchanges get
 //! [`SHUTDOWN_GRACE`] to finish, then the thread ends.
@@ -24,7 +27,7 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -36,6 +39,7 @@ use tokio::sync::watch;
 use tokio_openssl::SslStream;
 
 use crate::audit::{self, Audit, AuditRecord};
+use crate::console;
 use crate::reply::{ApiError, Reply};
 use crate::routes::{Access, Routes};
 use crate::tokens::{Identity, Tokens};
@@ -53,6 +57,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Time an audit row may take to be written before the answer goes out without it (the
 /// log line is written first in any case).
 pub const AUDIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The listener's own route: who the token is.
+pub const WHOAMI: &str = "/api/v1/whoami";
 
 /// A mode's API: its routes and what each answers.
 pub trait Api: Send + Sync + 'static {
@@ -168,7 +174,7 @@ pub fn serve<A: Api, U: Audit>(
             })
         })
         .map_err(ListenerError::Thread)?;
-    tracing::info!(addr = %local, "serving the admin API on {scheme}://{local}/api/v1/");
+    tracing::info!(addr = %local, "serving the admin API on {scheme}://{local}/api/v1/ and its console on {scheme}://{local}/");
     Ok(Server { addr: local, thread })
 }
 
@@ -261,10 +267,16 @@ where
 
 /// Authenticates, routes, authorizes, bounds the body, then asks the handler; audits actions.
 async fn respond<A: Api, U: Audit>(req: Request<Incoming>, shared: &Shared<A, U>) -> Response<Full<Bytes>> {
+    if let Some(asset) = console::find(req.method(), req.uri().path()) {
+        return console::response(asset, req.method());
+    }
     let identity = match authenticate(&req, &shared.tokens) {
         Ok(identity) => identity,
         Err(e) => return into_response(e.into()),
     };
+    if req.method() == hyper::Method::GET && req.uri().path() == WHOAMI {
+        return into_response(Reply::ok(&serde_json::json!({"name": identity.name, "role": identity.role.as_str()})));
+    }
     let found = match shared.api.routes().find(req.method(), req.uri().path()) {
         Ok(found) => found,
         Err(e) => return into_response(e.into()),
@@ -338,8 +350,7 @@ fn into_response(reply: Reply) -> Response<Full<Bytes>> {
     *response.status_mut() = reply.status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    console::secure(headers);
     if reply.status == StatusCode::UNAUTHORIZED {
         headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }

@@ -27,6 +27,9 @@
 //!   [`SchemaRegistry::pause`] / [`SchemaRegistry::resume`] make it hang without losing
 //!   schemas, [`SchemaRegistry::restart`] brings it back empty on the same port. [`python`]
 //!   is the Python with Confluent's serializers (`confluent-kafka[avro,json,schemaregistry]`).
+//! * [`Chromedriver`] / [`Browser`] — Debian's `chromedriver` and headless `chromium`
+//!   driven over W3C WebDriver (navigate, find by CSS, click, type, text, scripts,
+//!   screenshots) for tests of the admin listener's web console.
 //! * [`shared_postgres`] / [`shared_kafka`] — one server per test binary, started on first
 //!   use and shared by all tests of that binary. Give every test its own database
 //!   ([`Postgres::create_database`]), replication-slot names, publication names and topic
@@ -182,6 +185,7 @@ mod pg;
 mod proxy;
 mod registry;
 mod util;
+pub mod webdriver;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -196,6 +200,7 @@ pub use pg::{
 pub use proxy::Proxy;
 pub use registry::{apicurio_dir, python, tools_cache_dir, SchemaRegistry, APICURIO_VERSION, DEFAULT_COMPATIBILITY};
 pub use util::{free_port, unique_name};
+pub use webdriver::{Browser, Chromedriver, Element};
 
 /// Error type of the harness: any error, with a readable message (tool output included).
 pub type Error = Box<dyn std::error::Error + Send + Sync>;

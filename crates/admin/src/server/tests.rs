@@ -170,3 +170,30 @@ fn shutdown_closes_the_listener() {
     server.join();
     assert!(std::net::TcpStream::connect(addr).is_err(), "still listening");
 }
+
+/// The console's files load without a token (the sign-in page must), with the policy;
+/// the API beside them does not; whoami names any valid token.
+#[test]
+fn the_console_loads_without_a_token_and_whoami_names_the_token() {
+    let (addr, rows, _stop, _server) = start();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut page = String::new();
+    let _ = s.read_to_string(&mut page);
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let head = page.split_once("\r\n\r\n").unwrap().0.to_ascii_lowercase();
+    assert!(head.contains(&format!("content-security-policy: {}", console::CONTENT_SECURITY_POLICY)), "{head}");
+    assert!(head.contains("content-type: text/html; charset=utf-8") && !head.contains("set-cookie"), "{head}");
+    assert_eq!(request(addr, "GET", "/console/app.js", None, "").0, 200);
+    assert_eq!(request(addr, "GET", "/console/runbooks/kafka-outage.md", None, "").0, 200);
+    assert_eq!(request(addr, "POST", "/", None, "").0, 401, "only reads of the files are open");
+    assert_eq!(request(addr, "GET", "/api/v1/status", None, "").0, 401);
+
+    assert_eq!(request(addr, "GET", WHOAMI, None, "").0, 401);
+    assert_eq!(request(addr, "GET", WHOAMI, Some("nope"), "").0, 401);
+    let (status, body) = request(addr, "GET", WHOAMI, Some(VIEW), "");
+    assert_eq!((status, body.as_str()), (200, r#"{"name":"viewer1","role":"viewer"}"#));
+    let (status, body) = request(addr, "GET", WHOAMI, Some(OP), "");
+    assert_eq!((status, body.as_str()), (200, r#"{"name":"oncall","role":"operator"}"#));
+    assert!(rows.0.lock().unwrap().is_empty(), "reads are not audited");
+}

@@ -14,6 +14,7 @@ mod bad_inputs;
 mod chaos;
 mod cloudevents;
 mod conformance;
+mod console;
 mod contracts;
 mod core;
 mod drills;
