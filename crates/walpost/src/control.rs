@@ -28,8 +28,9 @@ use crate::telemetry::{AlarmLevel, Health, Metrics};
 mod dead_letters;
 pub(crate) mod inbox;
 mod pause;
-mod replays;
 mod redrive;
+mod replays;
+mod throughput;
 
 /// Where `walpost run`'s audit rows go (migrations/outbox/0004_admin_audit.sql).
 const AUDIT_SCHEMA: &str = "events";
@@ -70,7 +71,8 @@ pub(crate) struct Status {
     /// Who holds the slot while this process waits.
     pub(crate) slot_holder: Option<String>,
     pub(crate) in_flight: Option<i64>,
-    /// Not measured by the process yet.
+    /// Records Kafka acknowledged per second over the last minute; `null` in the first
+    /// seconds after start.
     pub(crate) events_per_second: Option<f64>,
     pub(crate) alarms: Vec<Alarm>,
 }
@@ -96,6 +98,7 @@ pub(crate) struct RelayApi {
     replays: replays::Replays,
     dead_letters: dead_letters::DeadLetters,
     redrive: redrive::Redriver,
+    throughput: throughput::Shared,
 }
 
 impl Api for RelayApi {
@@ -124,7 +127,7 @@ impl RelayApi {
     fn status(&self) -> Status {
         let seen = self.seen.borrow().clone();
         let confirmed = self.metrics.stream.confirmed_lsn.get();
-        status(
+        let mut s = status(
             &self.health,
             &self.slot,
             self.delivery,
@@ -132,7 +135,9 @@ impl RelayApi {
             self.metrics.stream.lag_seconds(),
             self.metrics.kafka.in_flight.get(),
             seen.as_ref(),
-        )
+        );
+        s.events_per_second = self.throughput.lock().ok().and_then(|t| t.rate());
+        s
     }
 }
 
@@ -235,6 +240,7 @@ pub(crate) fn start(
             admin.show_payloads,
         ),
         redrive: redrive::Redriver::new(settings.clone()),
+        throughput: throughput::spawn(metrics.clone(), shutdown.clone()),
     };
     tracing::info!(tokens = tokens.len(), tls = tls.is_some(), "admin API: tokens file read");
     // Actions are audited in the database they act on, where the slot's lineage goes too.

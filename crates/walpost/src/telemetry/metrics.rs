@@ -298,6 +298,17 @@ impl KafkaMetrics {
         self.published_bytes.inc_by(bytes);
     }
 
+    /// Records acknowledged on every topic since start (the sum of the `topic` series).
+    pub fn published_total(&self) -> u64 {
+        let Ok(topics) = self.topics.lock() else { return 0 };
+        let named: u64 = topics.values().map(IntCounter::get).sum();
+        // The overflow series exists only once the named ones are full: asking for it
+        // earlier would make it.
+        let other =
+            if topics.len() >= MAX_TOPIC_SERIES { self.published.with_label_values(&[OTHER_TOPICS]).get() } else { 0 };
+        named + other
+    }
+
     /// A Kafka error; `class` is `retryable`, `rejected` or `connection`.
     pub fn produce_error(&self, class: &'static str) {
         self.produce_errors.with_label_values(&[class]).inc();
