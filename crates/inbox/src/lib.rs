@@ -24,8 +24,8 @@
 
 mod budget;
 pub mod check;
-pub mod control;
 pub(crate) mod consumer;
+pub mod control;
 pub(crate) mod copy;
 pub(crate) mod ingest;
 pub mod messages;

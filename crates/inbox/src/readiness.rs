@@ -21,7 +21,11 @@ pub(crate) struct Readiness {
 
 impl Default for Readiness {
     fn default() -> Readiness {
-        Readiness { postgres_error: Mutex::new(None), assigned: AtomicI64::new(-1), group_partitions: AtomicI64::new(-1) }
+        Readiness {
+            postgres_error: Mutex::new(None),
+            assigned: AtomicI64::new(-1),
+            group_partitions: AtomicI64::new(-1),
+        }
     }
 }
 

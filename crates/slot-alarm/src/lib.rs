@@ -155,7 +155,6 @@ pub fn invalidated_by_conflict(conflicting: bool, invalidation_reason: Option<&s
     conflicting || invalidation_reason.is_some_and(|r| r == "rows_removed" || r == "wal_level_insufficient")
 }
 
-
 /// Retained-WAL thresholds when `max_slot_wal_keep_size` is unlimited and none are set.
 pub const UNLIMITED_WARNING_BYTES: u64 = 1 << 30;
 pub const UNLIMITED_CRITICAL_BYTES: u64 = 8 << 30;

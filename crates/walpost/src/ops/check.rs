@@ -11,11 +11,11 @@ use replication::ReplicationClient;
 
 use crate::error::PipelineError;
 use crate::kafka::config::client_config;
-use slot_alarm::unreachable_thresholds;
 use crate::postgres::catalog::Capacity;
 use crate::postgres::sql::{ident, setting};
 use crate::postgres::{catalog, preflight};
 use crate::settings::{KafkaSettings, OnPermanentError, Settings, SourceSettings};
+use slot_alarm::unreachable_thresholds;
 
 /// One line of `walpost check` (and of `walpost check inbox`).
 pub use service::check::{any_failed, Check};

@@ -105,7 +105,8 @@ pub fn apply(health: &Health, slot: &str, paused: Option<&Paused>) {
 /// is an error (a missing grant) is logged with what to do, and the stream is not held by it.
 pub async fn read_at_start(config: &Config, slot: &str, health: &Health) {
     let read = async {
-        let mut sql = ReplicationClient::connect_sql(config).await.map_err(|e| (true, PauseError::Sql(e.to_string())))?;
+        let mut sql =
+            ReplicationClient::connect_sql(config).await.map_err(|e| (true, PauseError::Sql(e.to_string())))?;
         read(&mut sql, slot).await.map_err(|e| (false, e))
     };
     let unreachable = |why: &str| {
@@ -167,7 +168,8 @@ mod tests {
     async fn a_pause_not_read_at_start_holds_the_stream_until_read() {
         let h = Health::new(Duration::from_secs(30), Duration::from_secs(60));
         // Nothing listens on port 1: the read cannot reach a server.
-        let config = Config::from_url("postgres://walpost@127.0.0.1:1/db?connect_timeout=1").expect("a connection string");
+        let config =
+            Config::from_url("postgres://walpost@127.0.0.1:1/db?connect_timeout=1").expect("a connection string");
         read_at_start(&config, "walpost", &h).await;
         assert_eq!(h.paused().as_deref(), Some(NOT_READ_YET));
         // The first answer of follow's reads replaces it: here, no pause stored.

@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 
 pub use contracts::{ContractsFile, RegistryAuth, RegistryFile, RegistrySettings, UnknownEventType};
 pub use file::{
-    AdminFile, CloudEventsFile, ExactlyOnceFile, FileConfig, InboxDedup, InboxFile, InboxOnInvalid, InboxStartFrom, KafkaFile,
-    MessagesFile, MonitorFile, OutboxFile, PipelineFile, RetentionFile, RouterFile,
+    AdminFile, CloudEventsFile, ExactlyOnceFile, FileConfig, InboxDedup, InboxFile, InboxOnInvalid, InboxStartFrom,
+    KafkaFile, MessagesFile, MonitorFile, OutboxFile, PipelineFile, RetentionFile, RouterFile,
 };
 pub use resolve::{validate_identifier, Overrides};
 

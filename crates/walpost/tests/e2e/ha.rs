@@ -81,7 +81,12 @@ fn takeovers(w: &World, args: &[String], how: Stop, rounds: usize) -> Vec<Durati
     assert!(w.wait_for_slot(WAIT), "{}", a.p.log_text());
     assert!(testkit::wait_until(WAIT, || a.active() == Some(1.0)), "{}", a.p.log_text());
     let mut b = Instance::start(args);
-    assert!(testkit::wait_until(WAIT, || b.is_standby()), "not a standby: {:?}\n{}", http_get(b.port, "/readyz"), b.p.log_text());
+    assert!(
+        testkit::wait_until(WAIT, || b.is_standby()),
+        "not a standby: {:?}\n{}",
+        http_get(b.port, "/readyz"),
+        b.p.log_text()
+    );
     let readyz = http_get(b.port, "/readyz").1;
     assert!(readyz.contains("is in use by server process"), "the standby names the holder: {readyz}");
     let load = writer(w);
@@ -151,8 +156,11 @@ fn ha_pair_hands_over_on_sigterm_five_times_in_turn() {
 fn ha_pair_in_exactly_once_takes_over_with_no_duplicate() {
     let w = World::new("ha-eos");
     let path = std::env::temp_dir().join(format!("{}.toml", testkit::unique_name("ha-eos")));
-    std::fs::write(&path, format!("delivery = \"exactly-once\"\n[exactly_once]\nprogress_topic = \"{}-progress\"\n", w.db))
-        .unwrap();
+    std::fs::write(
+        &path,
+        format!("delivery = \"exactly-once\"\n[exactly_once]\nprogress_topic = \"{}-progress\"\n", w.db),
+    )
+    .unwrap();
     let mut args = vec!["--config".to_string(), path.display().to_string()];
     args.extend(w.args());
     let times = takeovers(&w, &args, Stop::Kill9, 3);

@@ -682,9 +682,9 @@ fn inbox_batches_behave_like_the_single_calls_under_any_lease_expiry() {
         let seed = base.wrapping_add(i);
         let case = generate(&mut Rng::new(seed));
         let sql = case_sql(usize::try_from(i).unwrap(), &case);
-        let out = w
-            .try_sql(&sql)
-            .unwrap_or_else(|e| panic!("case {i} failed; replay with INBOX_BATCHES_SEED={seed} INBOX_BATCHES_CASES=1\n{e}\n{sql}"));
+        let out = w.try_sql(&sql).unwrap_or_else(|e| {
+            panic!("case {i} failed; replay with INBOX_BATCHES_SEED={seed} INBOX_BATCHES_CASES=1\n{e}\n{sql}")
+        });
         let (one, many) = out.split_once("\n=====\n").unwrap_or_else(|| panic!("case {i}: no separator in\n{out}"));
         if one != many {
             let diff: Vec<String> = one
