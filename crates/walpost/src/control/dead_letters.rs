@@ -420,10 +420,17 @@ fn letter(m: &impl Message, payload: bool) -> DeadLetter {
     }
 }
 
-/// The JSON pointer of a contract breach's message: `... the value at /amount fails ...`.
+/// The JSON pointer of a contract breach's message: a JSON Schema's `... the value at
+/// /amount fails "type" ...`, an Avro schema's `... the value at /amount is not a long: ...`
+/// (its reasons begin `is`, `fits`, `has` or `does`); `the payload itself` is the root,
+/// the empty pointer.
 pub(crate) fn violation_pointer(message: &str) -> Option<String> {
     let (_, rest) = message.split_once("the value at ")?;
-    let pointer = rest.split(" fails ").next()?;
+    if rest.starts_with("the payload itself ") {
+        return Some(String::new());
+    }
+    let end = [" fails ", " is ", " fits ", " has ", " does "].iter().filter_map(|after| rest.find(after)).min()?;
+    let pointer = &rest[..end];
     (pointer.is_empty() || pointer.starts_with('/')).then(|| pointer.to_owned())
 }
 
@@ -472,6 +479,24 @@ mod tests {
         assert_eq!(outbox_table(m).as_deref(), Some("events.outbox"));
         let root = "event id 1 of \"Shop\".outbox: schema x refuses it: the value at  fails \"required\"";
         assert_eq!(violation_pointer(root).as_deref(), Some(""), "the root's pointer is empty");
+        let itself = "schema x refuses it: the value at the payload itself fails \"required\"";
+        assert_eq!(violation_pointer(itself).as_deref(), Some(""), "the root's pointer is empty");
+        for (avro, pointer) in [
+            (
+                "the value at /amount is not a long: fix the producing service, or the schema if the event is right",
+                "/amount",
+            ),
+            ("the value at /lines/0/sku fits no branch of its union: fix", "/lines/0/sku"),
+            ("the value at /note is missing, and its field has no default: fix", "/note"),
+            ("the value at /extra has a field its record does not declare: fix", "/extra"),
+            ("the value at /code does not have the fixed type's size: fix", "/code"),
+            ("the value at the payload itself is not an object: fix", ""),
+        ] {
+            let m = format!("event id 2 of events.outbox (event type OrderPlaced) breaks its contract: the Avro schema of subject OrderPlaced version 1 (id 7) cannot hold it: {avro}");
+            assert_eq!(violation_pointer(&m).as_deref(), Some(pointer), "{m}");
+        }
+        let key = "the key schema subject t-key version 1 (id 9) refuses the record's key (the aggregate id): the value at the key itself fails \"pattern\"";
+        assert_eq!(violation_pointer(key), None, "not a pointer into the payload");
         assert_eq!(outbox_table(root).as_deref(), Some("\"Shop\".outbox"));
         assert_eq!(violation_pointer("Message size too large: raise it"), None);
         assert_eq!(outbox_table("Message size too large: raise it"), None);

@@ -3,11 +3,16 @@
 //! (payloads hidden, shown only to an operator with `[admin] show_payloads`), the schema
 //! file relaxed so one passes, both redriven by id: the one arrives on its topic once
 //! with its id header, the other stays a dead letter and says why; the redrive state in
-//! the listing, audit rows without payload or token, and bad bodies refused.
+//! the listing, audit rows without payload or token, and bad bodies refused. With a
+//! schema registry (Apicurio, started by testkit), a redrive checks the subject's version
+//! registered after the events were dead-lettered, not the one the stream cached.
 
 use std::path::Path;
 
-use super::admin::{json, request, scratch, status_when, tokens_file, OPERATOR_TOKEN, TIMEOUT, VIEWER_TOKEN};
+use super::admin::{
+    admin_flags, json, request, scratch, status_when, tokens_file, OPERATOR_TOKEN, TIMEOUT, VIEWER_TOKEN,
+};
+use super::registry::{decode, register_avro};
 use crate::support::*;
 
 fn migration(name: &str) -> String {
@@ -265,5 +270,137 @@ fn dead_letters_are_listed_without_payloads_and_redriven_once_after_the_schema_i
     assert_eq!(shown["payload"], r#"{"amount": "SECRET-B"}"#, "{body}");
     assert_eq!(shown["payload_truncated"], false, "{body}");
     assert!(p.terminate(TIMEOUT).is_some_and(|s| s.success()), "{}", p.log_text());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const STRICT_ORDER: &str = r#"{"type": "record", "name": "OrderPlaced", "namespace": "shop",
+  "fields": [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "long"}]}"#;
+/// The amount may be a string too: backward compatible (a union reads a long).
+const RELAXED_ORDER: &str = r#"{"type": "record", "name": "OrderPlaced", "namespace": "shop",
+  "fields": [{"name": "order_id", "type": "string"}, {"name": "amount", "type": ["long", "string"]}]}"#;
+
+/// With `[registry]`, a redrive checks the subject's version registered after the events
+/// were dead-lettered, while the stream's cache (its 5 min default) still holds the one
+/// they broke: the event the new version holds is published framed by the new version's
+/// id, the other stays a dead letter naming the version that refused it, and the stream
+/// goes on framing live events by the version it cached.
+#[test]
+fn dead_letters_redriven_with_a_registry_are_checked_by_the_subjects_new_version() {
+    let registry = testkit::SchemaRegistry::start();
+    let url = registry.url();
+    let w = World::new("admin-dlq-registry");
+    let dir = scratch("admin-dlq-registry");
+    w.sql(&migration("0004_admin_audit.sql"));
+    w.sql(&migration("0006_redrives.sql"));
+    w.sql(&format!(
+        "GRANT INSERT, SELECT ON events.walpost_admin_audit TO {0}; GRANT SELECT, INSERT ON events.walpost_redrives TO {0};",
+        w.role
+    ));
+    let strict_id = register_avro(&url, "OrderPlaced", STRICT_ORDER);
+    let dlq = format!("{}dead", w.topic_prefix);
+    let config = dir.join("walpost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n[contracts]\nvalue_format = \"avro\"\n[registry]\nurl = \"{url}\"\n"
+        ),
+    )
+    .unwrap();
+    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let mut args = vec!["--config".to_string(), config.display().to_string()];
+    args.extend(w.args());
+    args.extend(admin_flags(&addr, &dir));
+    let mut p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(TIMEOUT), "slot not created:\n{}", p.log_text());
+    status_when(&addr, "streaming", &p);
+
+    let passes_later = insert(&w, r#"{"order_id": "o-1", "amount": "42"}"#);
+    let stays = insert(&w, r#"{"order_id": "o-2", "amount": ["SECRET-B"]}"#);
+    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 2, TIMEOUT);
+    assert_eq!(records.iter().filter(|r| r.topic == dlq).count(), 2, "{records:?}");
+    let (code, body) = request(&addr, "GET", "/api/v1/dead-letters", Some(VIEWER_TOKEN), "");
+    assert_eq!(code, 200, "{body}");
+    let listing = json(&body);
+    let letters = listing["dead_letters"].as_array().unwrap();
+    let ids: Vec<&str> = letters.iter().map(|l| l["event_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [stays.as_str(), passes_later.as_str()], "newest first: {body}");
+    for l in letters {
+        assert_eq!((l["reason"].as_str(), l["violation_pointer"].as_str()), (Some("contract_broken"), Some("/amount")));
+    }
+
+    // A relaxed version registered while walpost runs: the redrive checks it at once.
+    let relaxed_id = register_avro(&url, "OrderPlaced", RELAXED_ORDER);
+    assert_ne!(relaxed_id, strict_id);
+    let route = "/api/v1/dead-letters/redrive";
+    let by_ids = format!(r#"{{"event_ids": ["{passes_later}", "{stays}"]}}"#);
+    let (code, body) = request(&addr, "POST", route, Some(OPERATOR_TOKEN), &by_ids);
+    assert_eq!(code, 200, "{body}");
+    assert!(!body.contains("SECRET"), "a payload in the answer: {body}");
+    let answer = json(&body);
+    assert_eq!((answer["redriven"].as_u64(), answer["still_refused"].as_u64()), (Some(1), Some(1)), "{body}");
+    let results = answer["results"].as_array().unwrap();
+    let redriven = &results[0];
+    assert_eq!(
+        (redriven["event_id"].as_str(), redriven["result"].as_str(), redriven["topic"].as_str()),
+        (Some(passes_later.as_str()), Some("redriven"), Some(w.topic("order").as_str())),
+        "{body}"
+    );
+    let refused = &results[1];
+    assert_eq!(
+        (refused["event_id"].as_str(), refused["result"].as_str()),
+        (Some(stays.as_str()), Some("still_refused"))
+    );
+    assert_eq!(refused["reason"], "contract_broken", "{body}");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("subject OrderPlaced version 2 (id {relaxed_id}) cannot hold it: the value at /amount fits no branch of its union")),
+        "{body}"
+    );
+
+    // A live event: the stream goes on, with the version it cached.
+    let live = insert(&w, r#"{"order_id": "o-3", "amount": 3}"#);
+    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 4, TIMEOUT);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let records = if records.len() == 4 { read_all(&w.kafka_bootstrap, &w.topic_prefix) } else { records };
+    assert_eq!(records.len(), 4, "{records:?}");
+    assert_eq!(records.iter().filter(|r| r.topic == dlq).count(), 2, "no new dead letter: {records:?}");
+    let on_topic = |id: &str| -> Vec<&Consumed> {
+        records.iter().filter(|r| r.topic == w.topic("order") && header(r, "id") == Some(id)).collect()
+    };
+    let again = on_topic(&passes_later);
+    assert_eq!(again.len(), 1, "exactly once: {records:?}");
+    assert_eq!(
+        (i64::from(again[0].partition), again[0].offset),
+        (redriven["partition"].as_i64().unwrap(), redriven["offset"].as_i64().unwrap())
+    );
+    let framing = |r: &Consumed| {
+        let value = r.value.as_deref().unwrap();
+        assert_eq!(value[0], 0, "magic byte");
+        u32::from_be_bytes(value[1..5].try_into().unwrap())
+    };
+    assert_eq!(framing(again[0]), relaxed_id, "framed by the relaxed version's id");
+    let streamed = on_topic(&live);
+    assert_eq!(streamed.len(), 1, "{records:?}");
+    assert_eq!(framing(streamed[0]), strict_id, "the stream keeps its cached version");
+    let mut decoded = decode(&w, &w.topic("order"), &url, "avro");
+    decoded.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        decoded,
+        [
+            (passes_later.clone(), relaxed_id, serde_json::json!({"order_id": "o-1", "amount": "42"})),
+            (live.clone(), strict_id, serde_json::json!({"order_id": "o-3", "amount": 3})),
+        ]
+    );
+
+    let (_, body) = request(&addr, "GET", "/api/v1/dead-letters", Some(VIEWER_TOKEN), "");
+    let listing = json(&body);
+    let state = |id: &str| {
+        listing["dead_letters"].as_array().unwrap().iter().find(|l| l["event_id"] == id).unwrap()["redrive"]["result"]
+            .clone()
+    };
+    assert_eq!((state(&passes_later), state(&stays)), ("redriven".into(), "still_refused".into()), "{body}");
+    assert!(p.terminate(TIMEOUT).is_some_and(|s| s.success()), "{}", p.log_text());
+    let log = p.log_text();
+    assert!(!log.contains("SECRET") && !log.contains(OPERATOR_TOKEN), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }

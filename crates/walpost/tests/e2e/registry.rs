@@ -17,7 +17,7 @@ const WAIT: Duration = Duration::from_secs(120);
 
 /// Every record of `topic` as Confluent's deserializers decode it: (id header, schema
 /// id, value).
-fn decode(w: &World, topic: &str, registry: &str, kind: &str) -> Vec<(String, u32, serde_json::Value)> {
+pub(crate) fn decode(w: &World, topic: &str, registry: &str, kind: &str) -> Vec<(String, u32, serde_json::Value)> {
     let python = testkit::python();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/sr_consume.py");
     let out = Command::new(&python).args([script, &w.kafka_bootstrap, topic, registry, kind]).output().unwrap();
@@ -297,7 +297,7 @@ fn registry_refusing_walposts_credentials_stops_it_naming_the_registry_not_the_s
 
 /// Registers `schema` (Avro) under `subject` through the registry's REST API, as any
 /// tool would; returns its id.
-fn register_avro(registry: &str, subject: &str, schema: &str) -> u32 {
+pub(crate) fn register_avro(registry: &str, subject: &str, schema: &str) -> u32 {
     let body = serde_json::json!({ "schema": schema }).to_string();
     let out = Command::new("curl")
         .args(["-sS", "-f", "-X", "POST", "-H", "Content-Type: application/vnd.schemaregistry.v1+json", "--data"])
