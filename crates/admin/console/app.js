@@ -11,7 +11,6 @@
 
 (function () {
   const TOKEN_KEY = 'walpost.console.token';
-  const REPLAYS_KEY = 'walpost.console.replays';
   const SAMPLE_MS = 10 * 1000;
   const WINDOW_MS = 60 * 60 * 1000;
   const RING_SIZE = WINDOW_MS / SAMPLE_MS;
@@ -80,13 +79,6 @@
     if (s < 120) return s.toFixed(1) + ' s';
     if (s < 7200) return (s / 60).toFixed(1) + ' min';
     return (s / 3600).toFixed(1) + ' h';
-  }
-
-  // The first field of `names` a record has (the dead letters' and replays' shapes may name
-  // a field one of a few ways).
-  function pick(record, ...names) {
-    for (const n of names) if (record && record[n] !== undefined) return record[n];
-    return null;
   }
 
   // ---- The API ----
@@ -257,6 +249,8 @@
       if (hash === '#/overview') return () => pages.overview();
       if (hash === '#/dead-letters') return () => pages.deadLetters();
       if (hash === '#/replays') return () => pages.replays();
+      const r = /^#\/replays\/([^/]+)$/.exec(hash);
+      if (r) return () => pages.replay(decodeURIComponent(r[1]));
     } else if (app.mode === 'inbox') {
       if (hash === '#/handlers') return () => pages.handlers();
       const m = /^#\/handlers\/([^/]+)$/.exec(hash);
@@ -342,20 +336,10 @@
     return el('a', { href: '/console/runbooks/' + m[1], target: '_blank', rel: 'noopener noreferrer', text: runbook });
   }
 
-  function rememberReplay(id) {
-    const ids = JSON.parse(sessionStorage.getItem(REPLAYS_KEY) || '[]').filter((x) => x !== id);
-    ids.unshift(id);
-    sessionStorage.setItem(REPLAYS_KEY, JSON.stringify(ids.slice(0, 20)));
-  }
-
-  function rememberedReplays() {
-    try { return JSON.parse(sessionStorage.getItem(REPLAYS_KEY) || '[]'); } catch (e) { return []; }
-  }
-
   // What the pages (pages.js) use.
   window.walpostConsole = {
-    app, el, put, svg, shown, bytes, seconds, pick, api, ApiFailure, showProblem, clearProblem, notice,
-    confirmThen, chart, table, fields, runbookLink, canAct, main, rememberReplay, rememberedReplays, sample,
+    app, el, put, svg, shown, bytes, seconds, api, ApiFailure, showProblem, clearProblem, notice,
+    confirmThen, chart, table, fields, runbookLink, canAct, main, sample,
   };
 
   window.addEventListener('hashchange', route);

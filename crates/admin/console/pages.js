@@ -4,7 +4,7 @@
 
 (function () {
   const c = window.walpostConsole;
-  const { el, put, shown, bytes, seconds, pick, api, table, fields, canAct, main } = c;
+  const { el, put, shown, bytes, seconds, api, table, fields, canAct, main } = c;
 
   // Runs an action, showing the API's error and hint when it is refused.
   async function act(doing, run) {
@@ -96,71 +96,97 @@
   }
 
   // ---- Relay: dead letters ----
+  // Shapes: GET /api/v1/dead-letters and POST /api/v1/dead-letters/redrive of
+  // docs/control-plane.md (crates/walpost/src/control/dead_letters.rs, redrive.rs).
 
-  function deadLetterRows(data) {
-    if (Array.isArray(data)) return data;
-    return (data && (data.dead_letters || data.records || data.items)) || [];
+  const REDRIVE_RESULTS = ['redriven', 'still_refused', 'not_found', 'failed', 'not_attempted'];
+
+  // Where a record went: `topic` partition/offset, or nothing known.
+  function placeOf(r) {
+    if (!r.topic) return null;
+    return r.topic + (r.partition === null || r.partition === undefined ? '' : ' [' + r.partition + '] @' + r.offset);
+  }
+
+  // The newest redrive of a dead letter: its result, who and when (null: never redriven).
+  function redriveCell(state) {
+    if (!state) return el('span', { class: 'muted', 'data-redrive': '', text: 'not redriven' });
+    const tail = ' by ' + state.by + ' at ' + state.at + (state.result === 'redriven' && state.topic ? ' to ' + placeOf(state) : '')
+      + (state.reason ? ' (' + state.reason + ')' : '');
+    return el('span', { 'data-redrive': state.result }, el('strong', { class: 'result-' + state.result, text: state.result }), tail);
   }
 
   async function deadLetters() {
-    const limit = el('input', { id: 'dl-limit', type: 'number', min: 1, max: 10000, value: 100 });
+    const limit = el('input', { id: 'dl-limit', type: 'number', min: 1, max: 500, value: 50 });
     const reason = el('select', { id: 'dl-reason' }, el('option', { value: '', text: 'every reason' }));
+    const about = el('p', { id: 'dl-about', class: 'muted' });
     const list = el('div', { id: 'dl-list' });
     const result = el('div', { id: 'dl-result' });
     const form = el('form', { class: 'filters' },
       el('label', { for: 'dl-reason', text: 'Reason' }), reason,
-      el('label', { for: 'dl-limit', text: 'Newest' }), limit,
-      el('button', { type: 'submit', text: 'Refresh' }));
-    put(main(), el('h1', { text: 'Dead letters' }), form, list, result);
+      el('label', { for: 'dl-limit', text: 'Newest per partition (1-500)' }), limit,
+      el('button', { type: 'submit', id: 'dl-refresh', text: 'Refresh' }));
+    put(main(), el('h1', { text: 'Dead letters' }), about, form, result, list);
     let rows = [];
     const draw = () => {
       const want = reason.value;
-      const shownRows = rows.filter((r) => !want || pick(r, 'reason') === want);
+      const shownRows = rows.filter((r) => !want || r.reason === want);
       const checks = [];
       const columns = [
-        ['Event id', (r) => pick(r, 'event_id', 'id')],
-        ['Event type', (r) => pick(r, 'event_type', 'type')],
-        ['Original topic', (r) => pick(r, 'original_topic', 'topic')],
-        ['Reason', (r) => pick(r, 'reason')],
-        ['Violation', (r) => pick(r, 'violation', 'violation_pointer', 'pointer')],
-        ['Time', (r) => pick(r, 'at', 'time', 'timestamp')],
-        ['Redrive', (r) => pick(r, 'redrive', 'redrive_state', 'redriven')],
+        ['Event id', (r) => r.event_id],
+        ['Event type', (r) => r.event_type],
+        ['Original topic', (r) => r.original_topic],
+        ['Reason', (r) => r.reason],
+        ['Violation', (r) => r.violation_pointer === null ? null : el('code', { text: r.violation_pointer })],
+        ['Time', (r) => r.time],
+        ['Redrive', (r) => redriveCell(r.redrive)],
       ];
       if (canAct()) {
+        // A dead letter without an event id cannot be named in a redrive.
         columns.unshift(['Select', (r) => {
-          const id = String(pick(r, 'event_id', 'id'));
-          const box = el('input', { type: 'checkbox', 'aria-label': 'Select ' + id, 'data-event-id': id });
+          if (r.event_id === null) return '';
+          const box = el('input', { type: 'checkbox', 'aria-label': 'Select event ' + r.event_id, 'data-event-id': r.event_id });
           checks.push(box);
           return box;
         }]);
       }
-      const parts = [table('dead-letters', columns, shownRows, shownRows.length + ' of ' + rows.length + ' dead letters read')];
-      if (canAct()) {
-        parts.push(el('div', { class: 'row' },
+      const parts = [shownRows.length
+        ? table('dead-letters', columns, shownRows, shownRows.length + ' of ' + rows.length + ' dead letters read, newest first')
+        : el('p', { class: 'muted', id: 'dl-empty', text: rows.length ? 'No dead letter of this reason.' : 'No dead letter.' })];
+      if (canAct() && shownRows.length) {
+        parts.unshift(el('div', { class: 'row' },
           el('button', { type: 'button', id: 'redrive-selected', text: 'Redrive selected', onclick: () => {
-            const ids = checks.filter((b) => b.checked).map((b) => b.dataset.eventId);
+            const ids = [...new Set(checks.filter((b) => b.checked).map((b) => b.dataset.eventId))];
             if (!ids.length) { c.notice(result, 'Select the dead letters to redrive first.'); return; }
-            c.confirmThen('Redrive ' + ids.length + ' event(s) through the current router and contracts?', 'Redrive', () => redrive({ event_ids: ids }));
+            c.confirmThen('Redrive ' + ids.length + ' event(s) (' + ids.join(', ') + ')? Each row is read again from its outbox table, routed through the current router and contracts, and what passes is published to its topic.',
+              'Redrive', () => redrive({ event_ids: ids }));
           } }),
-          want ? el('button', { type: 'button', id: 'redrive-reason', text: 'Redrive all of reason "' + want + '"', onclick: () =>
-            c.confirmThen('Redrive every dead letter of reason "' + want + '"?', 'Redrive', () => redrive({ reason: want })) }) : null));
+          want ? el('button', { type: 'button', id: 'redrive-reason', text: 'Redrive all of reason ' + want, onclick: () =>
+            c.confirmThen('Redrive every dead letter of reason ' + want + ' not redriven yet (at most 100 events)?', 'Redrive', () => redrive({ reason: want })) }) : null));
       }
       put(list, ...parts);
     };
     const redrive = (body) => act('cannot redrive', async () => {
       const data = await api('POST', '/api/v1/dead-letters/redrive', body);
-      const results = Array.isArray(data) ? data : (data && data.results) || [];
-      put(result, el('h2', { text: 'Redrive results' }), table('redrive-results', [
-        ['Event id', (r) => pick(r, 'event_id', 'id')],
-        ['Result', (r) => pick(r, 'result', 'outcome', 'state')],
-        ['Why', (r) => pick(r, 'reason', 'detail', 'error')],
-      ], results));
+      const counts = REDRIVE_RESULTS.map((k) => k + ' ' + data[k]).join(', ');
+      put(result, el('h2', { text: 'Redrive results' }),
+        el('p', { id: 'redrive-counts', role: 'status', text: counts }),
+        table('redrive-results', [
+          ['Event id', (r) => r.event_id],
+          ['Result', (r) => el('strong', { class: 'result-' + r.result, 'data-result': r.result, text: r.result })],
+          ['Outbox table', (r) => r.outbox_table],
+          ['Published to', (r) => placeOf(r)],
+          ['Reason', (r) => r.reason],
+          ['Detail', (r) => r.detail],
+        ], data.results));
       await load();
     });
     const load = () => act('cannot read the dead letters', async () => {
-      rows = deadLetterRows(await api('GET', '/api/v1/dead-letters?limit=' + encodeURIComponent(limit.value)));
+      const data = await api('GET', '/api/v1/dead-letters?limit=' + encodeURIComponent(limit.value));
+      rows = data.dead_letters;
+      about.textContent = 'The newest records of ' + data.topic + '; payloads ' + data.payloads + '.'
+        + (data.redrive_state_unavailable ? ' Redrive states unknown: ' + data.redrive_state_unavailable : '');
       const had = reason.value;
-      const reasons = [...new Set(rows.map((r) => pick(r, 'reason')).filter(Boolean))].sort();
+      const reasons = [...new Set(rows.map((r) => r.reason).filter((r) => r !== null))].sort();
       put(reason, el('option', { value: '', text: 'every reason' }), reasons.map((r) => el('option', { value: r, text: r })));
       if (reasons.includes(had)) reason.value = had;
       draw();
@@ -171,83 +197,133 @@
   }
 
   // ---- Relay: replays ----
+  // Shapes: POST/GET /api/v1/replays and GET/DELETE /api/v1/replays/{id} of
+  // docs/control-plane.md (crates/walpost/src/control/replays.rs). A replay's `id` is its
+  // name (the walpost.replay header).
 
-  const FINISHED = ['done', 'finished', 'stopped', 'failed', 'cancelled'];
+  const FOLLOW_MS = 1000;
 
-  async function replays() {
+  function selectionOf(p) {
+    const parts = [];
+    if (p.where !== null) parts.push('where ' + p.where);
+    if (p.since !== null) parts.push('since ' + p.since);
+    if (p.until !== null) parts.push('until ' + p.until);
+    if (!parts.length) parts.push('every row');
+    return parts.join('; ') + (p.dry_run ? ' (dry run)' : '');
+  }
+
+  // Polls `load` while `hash` is the page and `running()` says so.
+  function follow(hash, load, running) {
+    const tick = async () => {
+      if (location.hash !== hash || !c.app.who) return;
+      await load();
+      if (running()) setTimeout(tick, FOLLOW_MS);
+    };
+    if (running()) setTimeout(tick, FOLLOW_MS);
+  }
+
+  function stopButton(p, after) {
+    return el('button', { type: 'button', class: 'danger', 'data-stop': p.id, text: 'Stop', 'aria-label': 'Stop replay ' + p.id, onclick: () =>
+      c.confirmThen('Stop replay ' + p.id + '? It ends before its next fetch; what it published stays published.', 'Stop',
+        () => act('cannot stop the replay', async () => {
+          await api('DELETE', '/api/v1/replays/' + encodeURIComponent(p.id));
+          await after();
+        })) });
+  }
+
+  function startForm() {
     const inputs = {
-      where: el('input', { id: 'r-where', type: 'text', placeholder: "aggregate_type = 'order'", size: 40 }),
-      event_ids: el('input', { id: 'r-ids', type: 'text', placeholder: 'id-1, id-2', size: 40 }),
+      where: el('input', { id: 'r-where', type: 'text', placeholder: "aggregate_type = 'order'", size: 48 }),
       since: el('input', { id: 'r-since', type: 'text', placeholder: '2026-11-28T00:00:00Z' }),
       until: el('input', { id: 'r-until', type: 'text', placeholder: '2026-11-29T00:00:00Z' }),
+      all: el('input', { id: 'r-all', type: 'checkbox' }),
+      id: el('input', { id: 'r-id', type: 'text', placeholder: 'fix-42', size: 24, maxlength: 64 }),
+      dry_run: el('input', { id: 'r-dry-run', type: 'checkbox' }),
     };
-    const list = el('div', { id: 'replay-list' });
-    const form = el('form', { class: 'stack', id: 'replay-form' },
+    const note = el('div', { id: 'r-note' });
+    const form = el('form', { class: 'stack card', id: 'replay-form' },
       el('h2', { text: 'Start a replay' }),
-      el('p', { class: 'muted', text: 'The same rules as walpost replay: a condition of columns compared with constants, event ids, or a time range; any together.' }),
+      el('p', { class: 'muted', text: 'The rules of walpost replay: select rows by a condition (columns compared with constants), a time range [since, until), or both; or every row of every outbox, asked for by name.' }),
       el('label', { for: 'r-where', text: 'Condition (where)' }), inputs.where,
-      el('label', { for: 'r-ids', text: 'Event ids (comma-separated)' }), inputs.event_ids,
       el('div', { class: 'row' },
         el('span', {}, el('label', { for: 'r-since', text: 'Since' }), ' ', inputs.since),
         el('span', {}, el('label', { for: 'r-until', text: 'Until' }), ' ', inputs.until)),
+      el('span', {}, inputs.all, ' ', el('label', { for: 'r-all', text: 'Every row of every outbox (no condition, no range)' })),
+      el('label', { for: 'r-id', text: 'Name (optional; 1-64 letters, digits, - _ .; the walpost.replay header)' }), inputs.id,
+      el('span', {}, inputs.dry_run, ' ', el('label', { for: 'r-dry-run', text: 'Dry run: route and count, publish nothing' })),
+      note,
       el('button', { type: 'submit', id: 'start-replay', text: 'Start the replay' }));
-    put(main(), el('h1', { text: 'Replays' }), canAct() ? form : null, list);
     form.addEventListener('submit', (ev) => {
       ev.preventDefault();
       const body = {};
-      if (inputs.where.value.trim()) body.where = inputs.where.value.trim();
-      const ids = inputs.event_ids.value.split(',').map((s) => s.trim()).filter(Boolean);
-      if (ids.length) body.event_ids = ids;
-      if (inputs.since.value.trim()) body.since = inputs.since.value.trim();
-      if (inputs.until.value.trim()) body.until = inputs.until.value.trim();
-      c.confirmThen('Start a replay of ' + (Object.keys(body).length ? JSON.stringify(body) : 'every row') + '?', 'Start', () =>
-        act('cannot start the replay', async () => {
+      for (const k of ['where', 'since', 'until', 'id']) if (inputs[k].value.trim()) body[k] = inputs[k].value.trim();
+      if (inputs.dry_run.checked) body.dry_run = true;
+      const selects = body.where !== undefined || body.since !== undefined || body.until !== undefined;
+      if (inputs.all.checked && selects) { c.notice(note, 'Every row, or a condition and range: not both.'); return; }
+      if (!inputs.all.checked && !selects) { c.notice(note, 'Give a condition or a time range, or tick every row.'); return; }
+      if (inputs.all.checked) body.all = true;
+      const what = body.all ? 'EVERY row of every outbox table' : 'the rows ' + selectionOf({ where: body.where ?? null, since: body.since ?? null, until: body.until ?? null });
+      c.confirmThen('Replay ' + what + (body.dry_run ? ' as a dry run (nothing published)' : ' to Kafka again') + (body.id ? ' as ' + body.id : '') + '?', 'Start',
+        () => act('cannot start the replay', async () => {
           const started = await api('POST', '/api/v1/replays', body);
-          const id = pick(started, 'id', 'replay_id');
-          if (id !== null) c.rememberReplay(String(id));
-          await load();
+          location.hash = '#/replays/' + encodeURIComponent(started.id);
         }));
     });
+    return form;
+  }
+
+  async function replays() {
+    const list = el('section', { id: 'replay-list', 'aria-labelledby': 'h-replays' });
+    put(main(), el('h1', { text: 'Replays' }), canAct() ? startForm() : null, list);
+    let running = 0;
     const load = () => act('cannot read the replays', async () => {
-      let ids = c.rememberedReplays();
-      let known = null;
-      try {
-        const data = await api('GET', '/api/v1/replays');
-        known = Array.isArray(data) ? data : (data && data.replays) || null;
-      } catch (f) {
-        if (f.status !== 404 && f.status !== 405) throw f;
-      }
-      const progress = [];
-      if (known) progress.push(...known);
-      else for (const id of ids) progress.push(await api('GET', '/api/v1/replays/' + encodeURIComponent(id)).catch((f) => ({ id, state: f.message })));
-      ids = progress.map((p) => String(pick(p, 'id', 'replay_id')));
+      const data = await api('GET', '/api/v1/replays');
+      running = data.running;
       const columns = [
-        ['Id', (p) => pick(p, 'id', 'replay_id')],
-        ['State', (p) => pick(p, 'state', 'status')],
-        ['Progress', (p) => {
-          const done = pick(p, 'published', 'rows_published', 'done');
-          const total = pick(p, 'total', 'rows', 'rows_total');
-          if (typeof done === 'number' && typeof total === 'number' && total > 0) {
-            return el('span', {}, el('progress', { max: total, value: done }), ' ' + done + ' / ' + total);
-          }
-          return done;
-        }],
-        ['Started', (p) => pick(p, 'started_at', 'started')],
-        ['Selection', (p) => pick(p, 'where', 'selection', 'condition')],
+        ['Name', (p) => el('a', { href: '#/replays/' + encodeURIComponent(p.id), text: p.id })],
+        ['State', (p) => el('span', { class: 'state', 'data-state': p.state, text: p.state })],
+        ['Selection', (p) => selectionOf(p)],
+        ['Rows read', (p) => p.rows_read],
+        ['Events published', (p) => p.events_published],
+        ['Started', (p) => p.started_at],
+        ['Finished', (p) => p.finished_at],
+        ['Error', (p) => p.error],
       ];
-      if (canAct()) {
-        columns.push(['', (p) => FINISHED.includes(pick(p, 'state', 'status')) ? '' : el('button', { type: 'button', class: 'danger', text: 'Stop', 'aria-label': 'Stop replay ' + pick(p, 'id', 'replay_id'), onclick: () =>
-          c.confirmThen('Stop replay ' + pick(p, 'id', 'replay_id') + '?', 'Stop', () => act('cannot stop the replay', async () => {
-            await api('DELETE', '/api/v1/replays/' + encodeURIComponent(pick(p, 'id', 'replay_id')));
-            await load();
-          })) })]);
-      }
-      put(list, el('h2', { text: 'Replays' }), progress.length
-        ? table('replays', columns, progress)
-        : el('p', { class: 'muted', text: 'No replay started from this tab.' }),
-      el('button', { type: 'button', text: 'Refresh', onclick: load }));
+      if (canAct()) columns.push(['', (p) => p.state === 'running' ? stopButton(p, load) : '']);
+      put(list, el('h2', { id: 'h-replays', text: 'Replays (' + data.running + ' of at most ' + data.max_running + ' running)' }),
+        data.replays.length
+          ? table('replays', columns, data.replays, 'Running and the last ended, newest first; a restart forgets them')
+          : el('p', { class: 'muted', id: 'replays-empty', text: 'No replay since walpost started.' }),
+        el('button', { type: 'button', id: 'replays-refresh', text: 'Refresh', onclick: load }));
     });
     await load();
+    follow(location.hash, load, () => running > 0);
+  }
+
+  async function replay(id) {
+    const box = el('section', { class: 'card wide', id: 'replay', 'aria-labelledby': 'h-replay' });
+    put(main(), el('p', {}, el('a', { href: '#/replays', text: '← Replays' })), el('h1', {}, 'Replay ', el('code', { text: id })), box);
+    let p = null;
+    const load = () => act('cannot read replay ' + id, async () => {
+      p = await api('GET', '/api/v1/replays/' + encodeURIComponent(id));
+      const progress = p.state === 'running' && p.rows_read > 0
+        ? el('progress', { max: p.rows_read, value: p.events_published, 'aria-label': 'Published of read' }) : null;
+      put(box, el('h2', { id: 'h-replay', text: p.state === 'running' ? 'Running (refreshed every second)' : 'Ended' }),
+        el('p', { class: 'state-line' }, 'State: ', el('span', { id: 'f-replay-state', class: 'state', 'data-state': p.state, text: p.state })),
+        fields([
+          ['Selection', 'f-selection', selectionOf(p)],
+          ['Time column', 'f-time-column', p.time_column],
+          ['Rows read', 'f-rows-read', p.rows_read],
+          ['Events published', 'f-events-published', p.events_published],
+          ['Started', 'f-started', p.started_at],
+          ['Finished', 'f-finished', p.finished_at],
+          ['Stop requested', 'f-stop-requested', p.stop_requested],
+          ['Error', 'f-error', p.error],
+        ]), progress,
+        canAct() && p.state === 'running' ? stopButton(p, load) : null);
+    });
+    await load();
+    follow(location.hash, load, () => p !== null && p.state === 'running');
   }
 
   // ---- Inbox: handlers ----
@@ -348,5 +424,5 @@
     await load();
   }
 
-  window.walpostPages = { overview, updateOverview, deadLetters, replays, handlers, review };
+  window.walpostPages = { overview, updateOverview, deadLetters, replays, replay, handlers, review };
 })();

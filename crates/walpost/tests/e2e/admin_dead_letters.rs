@@ -19,7 +19,7 @@ fn migration(name: &str) -> String {
     std::fs::read_to_string(format!("{}/../../migrations/outbox/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
-fn schema(dir: &Path, amount: &str) {
+pub(super) fn schema(dir: &Path, amount: &str) {
     std::fs::write(
         dir.join("OrderPlaced.json"),
         format!(
@@ -30,7 +30,7 @@ fn schema(dir: &Path, amount: &str) {
     .unwrap();
 }
 
-fn insert(w: &World, payload: &str) -> String {
+pub(super) fn insert(w: &World, payload: &str) -> String {
     w.sql(&format!(
         "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('order', '00000000-0000-4000-8000-000000000001', 'OrderPlaced', '{payload}') RETURNING id"
@@ -43,7 +43,7 @@ fn header<'a>(r: &'a Consumed, name: &str) -> Option<&'a str> {
     r.header(name).map(|v| std::str::from_utf8(v).unwrap())
 }
 
-fn config(w: &World, dlq: &str, contracts: &Path, show_payloads: bool) -> String {
+pub(super) fn config(w: &World, dlq: &str, contracts: &Path, show_payloads: bool) -> String {
     let path = std::env::temp_dir().join(format!("{}-{show_payloads}.toml", w.db));
     std::fs::write(
         &path,

@@ -4,7 +4,10 @@
 //! the files load without a token and carry the policy, the API does not; an operator
 //! signs in, sees the slot and its state, pauses and resumes; a viewer sees no action;
 //! the policy blocks inline script; an operator retries a review-required group of a
-//! handler, and the rows change in SQL.
+//! handler, and the rows change in SQL; a contract breach's dead letter is listed, redriven
+//! from the page once the schema file is relaxed and arrives on its topic once; a replay
+//! started from the page by a condition is followed to `done` with its counts; a viewer
+//! sees neither redrive nor start.
 //!
 //! Without the browser or the driver these tests fail, saying what to install.
 //! `WALPOST_CONSOLE_SCREENSHOTS=<dir>` writes the pages as PNGs there (docs/images/).
@@ -271,7 +274,7 @@ fn console_inbox_operator_retries_a_review_required_group() {
     assert!(groups.contains("bad_sku"), "{groups}");
     assert_eq!(
         w.sql("SELECT string_agg(token_name || '|' || action || '|' || coalesce(target, '-') || '|' || result, ',') FROM inbox.admin_audit"),
-        "oncall|POST /api/v1/inbox/handlers/{name}/retry|handler=billing error_code=http_503|ok"
+        "oncall|POST /api/v1/inbox/handlers/{handler}/retry|handler=billing error_code=http_503|ok"
     );
 
     // A viewer sees the queue, and neither retry nor dismiss nor pause.
@@ -281,6 +284,135 @@ fn console_inbox_operator_retries_a_review_required_group() {
     b.click(&b.find("a[href='#/handlers/billing']", WAIT).unwrap()).unwrap();
     b.wait_text("#review-groups", WAIT, |t| t.contains("bad_sku")).unwrap();
     assert!(b.find_all("button[data-action]").unwrap().is_empty(), "a viewer sees an action");
+    assert!(p.terminate(TIMEOUT).is_some_and(|s| s.success()), "{}", p.log_text());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn console_relay_operator_redrives_a_dead_letter_and_follows_a_replay_a_viewer_sees_no_action() {
+    use super::admin_dead_letters::{config, insert, schema};
+
+    let driver = driver();
+    let w = World::new("console-dlq");
+    let dir = scratch("console-dlq");
+    w.sql(&migration("0004_admin_audit.sql"));
+    w.sql(&migration("0006_redrives.sql"));
+    w.sql(&format!(
+        "GRANT INSERT, SELECT ON events.walpost_admin_audit TO {0}; GRANT SELECT, INSERT ON events.walpost_redrives TO {0};",
+        w.role
+    ));
+    let contracts = dir.join("contracts");
+    std::fs::create_dir_all(&contracts).unwrap();
+    schema(&contracts, r#"{"type": "integer"}"#);
+    let dlq = format!("{}dead", w.topic_prefix);
+    let order = w.topic("order");
+    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let mut args = vec!["--config".to_string(), config(&w, &dlq, &contracts, false)];
+    args.extend(w.args());
+    args.extend([
+        "--admin-addr".into(),
+        addr.clone(),
+        "--admin-tokens-file".into(),
+        tokens_file(&dir).display().to_string(),
+    ]);
+    let mut p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(TIMEOUT), "slot not created:\n{}", p.log_text());
+    status_when(&addr, "streaming", &p);
+    let valid: Vec<String> = (1..=3).map(|n| insert(&w, &format!(r#"{{"amount": {n}}}"#))).collect();
+    let breach = insert(&w, r#"{"amount": "42"}"#);
+    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 4, TIMEOUT);
+    assert_eq!(records.iter().filter(|r| r.topic == dlq).count(), 1, "{records:?}");
+    let with_id = |records: &[Consumed], topic: &str, id: &str| {
+        records.iter().filter(|r| r.topic == topic && r.header("id") == Some(id.as_bytes())).count()
+    };
+
+    // The dead letter on the page, as the listing has it.
+    let b = driver.browser(1366, 860).unwrap();
+    sign_in(&b, &addr, OPERATOR_TOKEN, "oncall (operator)");
+    b.click(&b.find("a[href='#/dead-letters']", WAIT).unwrap()).unwrap();
+    let row = b.wait_text("#dead-letters tbody tr", WAIT, |t| t.contains(&breach)).unwrap();
+    for part in ["OrderPlaced", order.as_str(), "contract_broken", "/amount", "not redriven"] {
+        assert!(row.contains(part), "{part} missing in the row: {row}");
+    }
+    b.wait_text("#dl-about", WAIT, |t| t.contains(&dlq) && t.contains("payloads hidden")).unwrap();
+    let reasons = b.execute("return [...document.querySelectorAll('#dl-reason option')].map((o) => o.value);", &[]);
+    assert_eq!(reasons.unwrap(), serde_json::json!(["", "contract_broken"]));
+
+    // The schema relaxed; the operator selects the dead letter and redrives it.
+    schema(&contracts, r#"{"type": ["integer", "string"], "pattern": "^[0-9]+$"}"#);
+    b.click(&b.find(&format!("#dead-letters input[data-event-id='{breach}']"), WAIT).unwrap()).unwrap();
+    click_and_confirm(&b, "#redrive-selected");
+    wait_no_dialog(&b);
+    b.wait_text("#redrive-counts", WAIT, |t| {
+        t == "redriven 1, still_refused 0, not_found 0, failed 0, not_attempted 0"
+    })
+    .unwrap();
+    let result = b.wait_text("#redrive-results tbody tr", WAIT, |t| t.contains(&breach)).unwrap();
+    assert!(result.contains("redriven") && result.contains(&order) && result.contains("events.outbox"), "{result}");
+    b.wait_text("#dead-letters [data-redrive]", WAIT, |t| t.starts_with("redriven by oncall")).unwrap();
+    shot(&b, "console-dead-letters.png");
+    // All of a reason: the one dead letter of it is redriven already, so none is left.
+    b.execute(
+        "const s = document.getElementById('dl-reason'); s.value = 'contract_broken'; s.dispatchEvent(new Event('change'));",
+        &[],
+    )
+    .unwrap();
+    click_and_confirm(&b, "#redrive-reason");
+    let problem = b.wait_text("#problem", WAIT, |t| t.contains("404")).unwrap();
+    assert!(
+        problem.starts_with("cannot redrive: no dead letter of reason contract_broken that was not redriven already")
+            && problem.contains("What to do: GET /api/v1/dead-letters lists the reasons"),
+        "{problem}"
+    );
+
+    // On its topic once; no new dead letter.
+    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 5, TIMEOUT);
+    std::thread::sleep(Duration::from_secs(2));
+    let records = if records.len() == 5 { read_all(&w.kafka_bootstrap, &w.topic_prefix) } else { records };
+    assert_eq!(records.len(), 5, "{records:?}");
+    assert_eq!(with_id(&records, &order, &breach), 1, "{records:?}");
+    assert_eq!(records.iter().filter(|r| r.topic == dlq).count(), 1, "no new dead letter: {records:?}");
+
+    // A replay of the valid rows by a condition, started from the page and followed to its end.
+    b.click(&b.find("a[href='#/replays']", WAIT).unwrap()).unwrap();
+    b.wait_text("#replays-empty", WAIT, |t| t == "No replay since walpost started.").unwrap();
+    let condition = format!("id < {breach}");
+    b.send_keys(&b.find("#r-where", WAIT).unwrap(), &condition).unwrap();
+    b.send_keys(&b.find("#r-id", WAIT).unwrap(), "from-console").unwrap();
+    b.click(&b.find("#start-replay", WAIT).unwrap()).unwrap();
+    let question = b.wait_text("dialog[open] #confirm-question", WAIT, |t| !t.is_empty()).unwrap();
+    assert!(question.contains(&condition) && question.contains("from-console"), "{question}");
+    b.click(&b.find("dialog[open] #confirm", WAIT).unwrap()).unwrap();
+    b.wait_text("#f-replay-state", WAIT, |t| t == "done").unwrap();
+    b.wait_text("#f-rows-read", WAIT, |t| t == "3").unwrap();
+    b.wait_text("#f-events-published", WAIT, |t| t == "3").unwrap();
+    b.wait_text("#f-selection", WAIT, |t| t == format!("where {condition}")).unwrap();
+    b.click(&b.find("a[href='#/replays']", WAIT).unwrap()).unwrap();
+    let listed = b.wait_text("#replays tbody tr", WAIT, |t| t.starts_with("from-console")).unwrap();
+    assert!(listed.contains("done"), "{listed}");
+    let records = consume_at_least(&w.kafka_bootstrap, &w.topic_prefix, 8, TIMEOUT);
+    let mut replayed: Vec<String> = records
+        .iter()
+        .filter(|r| r.header("walpost.replay") == Some(b"from-console".as_slice()))
+        .map(|r| r.event_id().to_string())
+        .collect();
+    replayed.sort_by_key(|id| id.parse::<i64>().unwrap());
+    assert_eq!(replayed, valid, "each selected row once");
+
+    // A viewer: the dead letter, its redrive state and the replay; no action.
+    sign_in(&b, &addr, VIEWER_TOKEN, "grafana (viewer)");
+    b.click(&b.find("a[href='#/dead-letters']", WAIT).unwrap()).unwrap();
+    b.wait_text("#dead-letters [data-redrive]", WAIT, |t| t.starts_with("redriven by oncall")).unwrap();
+    assert!(
+        b.find_all("#redrive-selected, #redrive-reason, #dead-letters input, button.danger").unwrap().is_empty(),
+        "a viewer sees an action"
+    );
+    b.click(&b.find("a[href='#/replays']", WAIT).unwrap()).unwrap();
+    b.wait_text("#replays tbody tr", WAIT, |t| t.starts_with("from-console")).unwrap();
+    assert!(
+        b.find_all("#replay-form, #start-replay, [data-stop], button.danger").unwrap().is_empty(),
+        "a viewer sees an action"
+    );
     assert!(p.terminate(TIMEOUT).is_some_and(|s| s.success()), "{}", p.log_text());
     let _ = std::fs::remove_dir_all(&dir);
 }
