@@ -196,7 +196,7 @@
     sessionStorage.setItem(TOKEN_KEY, token);
     chrome();
     if (app.mode === 'relay') {
-      app.samples = [];
+      await seedSamples();
       sample();
       app.timers.push(setInterval(sample, SAMPLE_MS));
     }
@@ -274,6 +274,18 @@
     page();
   }
 
+  // The last hour as walpost kept it (GET /api/v1/status/history), so that a reloaded tab
+  // has its chart; a walpost without the route leaves it to this tab's own samples.
+  async function seedSamples() {
+    app.samples = [];
+    try {
+      const h = await api('GET', '/api/v1/status/history');
+      app.samples = (h.points || []).map((p) => ({ t: p.at, bytes: p.lag_bytes, secs: p.lag_seconds }));
+    } catch (f) {
+      if (f.status !== 404) showProblem(f, 'cannot read the status history');
+    }
+  }
+
   // One status sample into the ring; the overview redraws from it.
   async function sample() {
     try {
@@ -312,7 +324,7 @@
       const last = points[points.length - 1];
       g.append(svg('circle', { class: 'series-dot', cx: x(last.t).toFixed(1), cy: y(last[key]).toFixed(1), r: 3 }));
     }
-    return el('figure', { class: 'chart-box' }, el('figcaption', { text: title + ' (last hour, a sample every 10 s while this tab is open)' }), g);
+    return el('figure', { class: 'chart-box' }, el('figcaption', { text: title + ' (last hour, a sample every 10 s)' }), g);
   }
 
   // A table from rows: columns are [header, (row) => text or Node].

@@ -26,11 +26,11 @@ use crate::settings::{Delivery, Settings};
 use crate::telemetry::{AlarmLevel, Health, Metrics};
 
 mod dead_letters;
+mod history;
 pub(crate) mod inbox;
 mod pause;
 mod redrive;
 mod replays;
-mod throughput;
 
 /// Where `walpost run`'s audit rows go (migrations/outbox/0004_admin_audit.sql).
 const AUDIT_SCHEMA: &str = "events";
@@ -40,6 +40,7 @@ const AUDIT_TABLE: &str = "walpost_admin_audit";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
     Status,
+    History,
     Pause,
     Resume,
     Replays,
@@ -98,7 +99,7 @@ pub(crate) struct RelayApi {
     replays: replays::Replays,
     dead_letters: dead_letters::DeadLetters,
     redrive: redrive::Redriver,
-    throughput: throughput::Shared,
+    history: history::Shared,
 }
 
 impl Api for RelayApi {
@@ -111,6 +112,7 @@ impl Api for RelayApi {
     async fn handle(&self, call: Call<Route>) -> Reply {
         match call.route {
             Route::Status => Reply::ok(&self.status()),
+            Route::History => Reply::ok(&history::history(&self.history)),
             Route::Pause => self.pause.pause(&call.identity.name).await,
             Route::Resume => self.pause.resume().await,
             Route::Replays => self.replays.list(),
@@ -136,7 +138,7 @@ impl RelayApi {
             self.metrics.kafka.in_flight.get(),
             seen.as_ref(),
         );
-        s.events_per_second = self.throughput.lock().ok().and_then(|t| t.rate());
+        s.events_per_second = self.history.lock().ok().and_then(|m| m.samples.rate());
         s
     }
 }
@@ -212,9 +214,11 @@ pub(crate) fn start(
         Some(Delivery::ExactlyOnce(_)) => "exactly-once",
         _ => "at-least-once",
     };
+    let history = history::spawn(metrics.clone(), seen.clone(), shutdown.clone());
     let api = RelayApi {
         routes: Routes::new()
             .get("/api/v1/status", Route::Status)
+            .get("/api/v1/status/history", Route::History)
             .post("/api/v1/pause", Route::Pause)
             .post("/api/v1/resume", Route::Resume)
             .get("/api/v1/replays", Route::Replays)
@@ -240,7 +244,7 @@ pub(crate) fn start(
             admin.show_payloads,
         ),
         redrive: redrive::Redriver::new(settings.clone()),
-        throughput: throughput::spawn(metrics.clone(), shutdown.clone()),
+        history,
     };
     tracing::info!(tokens = tokens.len(), tls = tls.is_some(), "admin API: tokens file read");
     // Actions are audited in the database they act on, where the slot's lineage goes too.

@@ -124,6 +124,17 @@ fn admin_api_serves_status_to_tokens_only_within_bounds() {
         }
     };
     assert!(rate <= 5.0, "5 events over at least a second: {rate}");
+    // The last hour for the console's chart: a point every 10 s from the start, for any token.
+    let (code, body) = request(&addr, "GET", "/api/v1/status/history", Some(VIEWER_TOKEN), "");
+    assert_eq!(code, 200, "{body}");
+    let history = json(&body);
+    assert_eq!(history["every_seconds"], 10, "{history}");
+    let points = history["points"].as_array().expect("points");
+    assert!(!points.is_empty() && points.len() <= 360, "{history}");
+    let first = &points[0];
+    assert!(first["at"].as_u64().is_some_and(|at| at > 1_700_000_000_000), "{history}");
+    assert!(first.get("lag_bytes").is_some() && first.get("events_per_second").is_some(), "{history}");
+    assert_eq!(request(&addr, "GET", "/api/v1/status/history", None, "").0, 401);
     // The monitor's first poll comes a second after start, then every interval.
     let deadline = Instant::now() + TIMEOUT;
     let polled = loop {
