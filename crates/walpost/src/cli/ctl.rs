@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 
-use crate::ops::ctl::{Action, Options, Redrive, ReplayRows, Selection, TOKEN_ENV};
+use crate::ops::ctl::{Action, Options, Redrive, ReplayStart, Selection, TOKEN_ENV};
 
 /// `walpost ctl`: see [`crate::cli::Command::Ctl`].
 #[derive(Debug, Args)]
@@ -80,35 +80,51 @@ pub struct RedriveArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ReplayCommand {
-    /// Start one; prints its id (POST /api/v1/replays).
+    /// Start one beside the stream, as `walpost replay` with these flags would run;
+    /// prints it with its id (POST /api/v1/replays).
     Start(ReplayStartArgs),
+    /// The running replays and the last ones that ended (GET /api/v1/replays).
+    List,
     /// A replay's progress (GET /api/v1/replays/ID).
     Show {
         /// The id `replay start` printed.
         id: String,
     },
-    /// Stop a replay (DELETE /api/v1/replays/ID).
+    /// Stop a replay before its next fetch (DELETE /api/v1/replays/ID).
     Stop {
         /// The id `replay start` printed.
         id: String,
     },
 }
 
+/// At least one of --where, --since, --until, or --all: a start that selects nothing is
+/// refused rather than taken for every row.
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("rows").required(true).args(["condition", "id", "since"])))]
+#[command(group(ArgGroup::new("rows").required(true).multiple(true).args(["condition", "since", "until", "all"])))]
 pub struct ReplayStartArgs {
-    /// A condition on the outbox rows, as `walpost replay --where` takes it.
+    /// A condition on the outbox rows, e.g. "aggregate_type = 'order'": columns compared
+    /// with constants, as `walpost replay --where` takes it (--unsafe-where is not offered).
     #[arg(long = "where", value_name = "CONDITION")]
     pub condition: Option<String>,
-    /// One outbox row's id.
-    #[arg(long, value_name = "ID")]
-    pub id: Option<String>,
-    /// Rows at or after this time (e.g. 2026-12-01T00:00:00Z).
+    /// Rows whose time column is at or after this time (e.g. 2026-12-01T00:00:00Z).
     #[arg(long, value_name = "TIME")]
     pub since: Option<String>,
-    /// Rows before this time (with --since).
-    #[arg(long, requires = "since", value_name = "TIME")]
+    /// Rows whose time column is before this time.
+    #[arg(long, value_name = "TIME")]
     pub until: Option<String>,
+    /// Every row of every outbox.
+    #[arg(long, conflicts_with_all = ["condition", "since", "until"])]
+    pub all: bool,
+    /// The replay's id (the walpost.replay header) [default: replay-<UTC time>].
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+    /// The column --since and --until apply to [default: the router's
+    /// table.field.event.timestamp, else occurred_at].
+    #[arg(long, value_name = "COLUMN")]
+    pub time_column: Option<String>,
+    /// Count the rows per topic; publish nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,13 +220,16 @@ impl CtlArgs {
                 None => Redrive::EventIds(r.event_id.clone()),
             }),
             CtlCommand::Replay { action } => match action {
-                ReplayCommand::Start(s) => Action::ReplayStart(match (&s.condition, &s.id, &s.since) {
-                    (Some(c), _, _) => ReplayRows::Where(c.clone()),
-                    (None, Some(id), _) => ReplayRows::Id(id.clone()),
-                    (None, None, since) => {
-                        ReplayRows::Range { since: since.clone().unwrap_or_default(), until: s.until.clone() }
-                    }
+                ReplayCommand::Start(s) => Action::ReplayStart(ReplayStart {
+                    condition: s.condition.clone(),
+                    since: s.since.clone(),
+                    until: s.until.clone(),
+                    id: s.id.clone(),
+                    time_column: s.time_column.clone(),
+                    dry_run: s.dry_run,
+                    all: s.all,
                 }),
+                ReplayCommand::List => Action::ReplayList,
                 ReplayCommand::Show { id } => Action::ReplayShow(id.clone()),
                 ReplayCommand::Stop { id } => Action::ReplayStop(id.clone()),
             },
@@ -262,8 +281,16 @@ mod tests {
         let a = parsed(&["--timeout", "5s", "redrive", "--event-id", "1", "--event-id", "2"]).unwrap();
         assert_eq!(a.timeout, Duration::from_secs(5));
         assert_eq!(a.action(), Action::Redrive(Redrive::EventIds(vec!["1".into(), "2".into()])));
-        let a = parsed(&["replay", "start", "--since", "a", "--until", "b"]).unwrap();
-        assert_eq!(a.action(), Action::ReplayStart(ReplayRows::Range { since: "a".into(), until: Some("b".into()) }));
+        let a = parsed(&["replay", "start", "--until", "b", "--where", "x = 1", "--id", "fix-1"]).unwrap();
+        let want = ReplayStart {
+            until: Some("b".into()),
+            condition: Some("x = 1".into()),
+            id: Some("fix-1".into()),
+            ..ReplayStart::default()
+        };
+        assert_eq!(a.action(), Action::ReplayStart(want));
+        let a = parsed(&["replay", "start", "--all", "--dry-run"]).unwrap();
+        assert_eq!(a.action(), Action::ReplayStart(ReplayStart { all: true, dry_run: true, ..ReplayStart::default() }));
         let a = parsed(&["inbox", "review", "h", "--group-by", "error_code"]).unwrap();
         assert_eq!(
             a.action(),
@@ -278,8 +305,8 @@ mod tests {
             &["--token", "s3cret", "status"][..],
             &["redrive"],
             &["redrive", "--event-id", "1", "--reason", "r"],
-            &["replay", "start", "--until", "b"],
-            &["replay", "start", "--where", "x", "--id", "1"],
+            &["replay", "start", "--id", "fix-1"],
+            &["replay", "start", "--all", "--where", "x"],
             &["inbox", "dismiss", "h"],
             &["inbox", "review", "h", "--group-by", "error_code", "--error-code", "c"],
             &["inbox", "review", "h", "--group-by", "topic"],

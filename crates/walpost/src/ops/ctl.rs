@@ -1,5 +1,5 @@
 //! `walpost ctl`: the admin API (docs/control-plane.md) from a terminal. An [`Action`]
-//! becomes one [`Request`] (pure), which goes to the admin listener with the operator's
+//! becomes one [`Request`] (pure, [`request`]), which goes to the admin listener with the operator's
 //! [`Token`] over one connection (http:// or https://, `http_client`), bounded in time
 //! and size; the answer becomes an [`Outcome`] (pure): its JSON on stdout, or the API's
 //! `error` and `hint` on stderr.
@@ -21,8 +21,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use http_client::{BodyError, ConnectError, Endpoint, Tls};
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use serde_json::{json, Value};
+use serde_json::Value;
+
+mod request;
+pub(crate) use request::{Action, Redrive, ReplayStart, Request, Selection};
 
 /// Exit codes of `walpost ctl`.
 pub(crate) mod exit {
@@ -37,60 +39,6 @@ pub(crate) const MAX_ANSWER_BYTES: usize = 32 << 20;
 const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 /// The variable the token may come from.
 pub(crate) const TOKEN_ENV: &str = "WALPOST_ADMIN_TOKEN";
-
-/// A path segment: everything but RFC 3986's unreserved characters escaped.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-
-/// Which inbox messages a retry or dismiss is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Selection {
-    EventIds(Vec<String>),
-    ErrorCode(String),
-}
-
-/// Which dead letters a redrive is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Redrive {
-    EventIds(Vec<String>),
-    Reason(String),
-}
-
-/// What a replay publishes again (the rules of `walpost replay`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ReplayRows {
-    Where(String),
-    Id(String),
-    Range { since: String, until: Option<String> },
-}
-
-/// One command of `walpost ctl`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Action {
-    Status,
-    Pause,
-    Resume,
-    DeadLetters { limit: Option<u32>, payload: bool },
-    Redrive(Redrive),
-    ReplayStart(ReplayRows),
-    ReplayShow(String),
-    ReplayStop(String),
-    InboxStatus,
-    InboxHandlers,
-    InboxReview { handler: String, grouped: bool, error_code: Option<String>, limit: Option<u32> },
-    InboxRetry { handler: String, selection: Selection },
-    InboxDismiss { handler: String, selection: Selection },
-    InboxPause(String),
-    InboxResume(String),
-}
-
-/// What goes to the listener (the token aside).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Request {
-    pub(crate) method: &'static str,
-    /// Under the URL's path: `/api/v1/...`, with its query.
-    pub(crate) path: String,
-    pub(crate) body: Option<Value>,
-}
 
 /// Why walpost ctl could not ask (exit 2). Never holds the token.
 #[derive(Debug, thiserror::Error)]
@@ -152,95 +100,6 @@ pub(crate) enum Outcome {
     Done(String),
     /// An error answer: its status, `error` and `hint` (exit 1).
     Refused { status: u16, error: String, hint: Option<String> },
-}
-
-impl Action {
-    /// The request this action is (pure).
-    pub(crate) fn request(&self) -> Result<Request, CtlError> {
-        let get = |path: String| Ok(Request { method: "GET", path, body: None });
-        let post = |path: String, body: Option<Value>| Ok(Request { method: "POST", path, body });
-        match self {
-            Action::Status => get("/api/v1/status".into()),
-            Action::Pause => post("/api/v1/pause".into(), None),
-            Action::Resume => post("/api/v1/resume".into(), None),
-            Action::DeadLetters { limit, payload } => {
-                let mut query = Vec::new();
-                if let Some(n) = limit {
-                    query.push(format!("limit={n}"));
-                }
-                if *payload {
-                    query.push("payload=true".into());
-                }
-                get(with_query("/api/v1/dead-letters", &query))
-            }
-            Action::Redrive(Redrive::EventIds(ids)) => {
-                post("/api/v1/dead-letters/redrive".into(), Some(json!({ "event_ids": ids })))
-            }
-            Action::Redrive(Redrive::Reason(reason)) => {
-                post("/api/v1/dead-letters/redrive".into(), Some(json!({ "reason": reason })))
-            }
-            Action::ReplayStart(rows) => {
-                let body = match rows {
-                    ReplayRows::Where(condition) => json!({ "where": condition }),
-                    ReplayRows::Id(id) => json!({ "id": id }),
-                    ReplayRows::Range { since, until: None } => json!({ "since": since }),
-                    ReplayRows::Range { since, until: Some(until) } => json!({ "since": since, "until": until }),
-                };
-                post("/api/v1/replays".into(), Some(body))
-            }
-            Action::ReplayShow(id) => get(format!("/api/v1/replays/{}", segment(id)?)),
-            Action::ReplayStop(id) => {
-                Ok(Request { method: "DELETE", path: format!("/api/v1/replays/{}", segment(id)?), body: None })
-            }
-            Action::InboxStatus => get("/api/v1/inbox/status".into()),
-            Action::InboxHandlers => get("/api/v1/inbox/handlers".into()),
-            Action::InboxReview { handler, grouped, error_code, limit } => {
-                let mut query = Vec::new();
-                if *grouped {
-                    query.push("group_by=error_code".to_owned());
-                }
-                if let Some(code) = error_code {
-                    query.push(format!("error_code={}", utf8_percent_encode(code, SEGMENT)));
-                }
-                if let Some(n) = limit {
-                    query.push(format!("limit={n}"));
-                }
-                get(with_query(&format!("/api/v1/inbox/handlers/{}/review", segment(handler)?), &query))
-            }
-            Action::InboxRetry { handler, selection } => {
-                post(format!("/api/v1/inbox/handlers/{}/retry", segment(handler)?), Some(selection_body(selection)))
-            }
-            Action::InboxDismiss { handler, selection } => {
-                post(format!("/api/v1/inbox/handlers/{}/dismiss", segment(handler)?), Some(selection_body(selection)))
-            }
-            Action::InboxPause(handler) => post(format!("/api/v1/inbox/handlers/{}/pause", segment(handler)?), None),
-            Action::InboxResume(handler) => post(format!("/api/v1/inbox/handlers/{}/resume", segment(handler)?), None),
-        }
-    }
-}
-
-fn with_query(path: &str, query: &[String]) -> String {
-    if query.is_empty() {
-        path.to_owned()
-    } else {
-        format!("{path}?{}", query.join("&"))
-    }
-}
-
-fn selection_body(selection: &Selection) -> Value {
-    match selection {
-        Selection::EventIds(ids) => json!({ "event_ids": ids }),
-        Selection::ErrorCode(code) => json!({ "error_code": code }),
-    }
-}
-
-/// `name` as one path segment; `.` and `..` are refused (a server may resolve them as
-/// dot-segments even escaped).
-fn segment(name: &str) -> Result<String, CtlError> {
-    if name == "." || name == ".." {
-        return Err(CtlError::DotName(name.to_owned()));
-    }
-    Ok(utf8_percent_encode(name, SEGMENT).to_string())
 }
 
 /// The token from `WALPOST_ADMIN_TOKEN` (`from_env`) or a file (`file`), exactly one.
@@ -414,101 +273,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    fn request(action: Action) -> (String, String, Option<String>) {
-        let r = action.request().unwrap();
-        (r.method.to_owned(), r.path, r.body.map(|b| b.to_string()))
-    }
-
-    #[test]
-    fn every_action_is_its_route_and_body() {
-        let ids = || vec!["e1".to_owned(), "e 2".to_owned()];
-        let cases = [
-            (Action::Status, "GET", "/api/v1/status", None),
-            (Action::Pause, "POST", "/api/v1/pause", None),
-            (Action::Resume, "POST", "/api/v1/resume", None),
-            (Action::DeadLetters { limit: None, payload: false }, "GET", "/api/v1/dead-letters", None),
-            (
-                Action::DeadLetters { limit: Some(5), payload: true },
-                "GET",
-                "/api/v1/dead-letters?limit=5&payload=true",
-                None,
-            ),
-            (
-                Action::Redrive(Redrive::EventIds(ids())),
-                "POST",
-                "/api/v1/dead-letters/redrive",
-                Some(r#"{"event_ids":["e1","e 2"]}"#),
-            ),
-            (
-                Action::Redrive(Redrive::Reason("schema".into())),
-                "POST",
-                "/api/v1/dead-letters/redrive",
-                Some(r#"{"reason":"schema"}"#),
-            ),
-            (
-                Action::ReplayStart(ReplayRows::Where("aggregate_type = 'order'".into())),
-                "POST",
-                "/api/v1/replays",
-                Some(r#"{"where":"aggregate_type = 'order'"}"#),
-            ),
-            (Action::ReplayStart(ReplayRows::Id("42".into())), "POST", "/api/v1/replays", Some(r#"{"id":"42"}"#)),
-            (
-                Action::ReplayStart(ReplayRows::Range { since: "2026-12-01T00:00:00Z".into(), until: None }),
-                "POST",
-                "/api/v1/replays",
-                Some(r#"{"since":"2026-12-01T00:00:00Z"}"#),
-            ),
-            (
-                Action::ReplayStart(ReplayRows::Range { since: "a".into(), until: Some("b".into()) }),
-                "POST",
-                "/api/v1/replays",
-                Some(r#"{"since":"a","until":"b"}"#),
-            ),
-            (Action::ReplayShow("replay-1".into()), "GET", "/api/v1/replays/replay-1", None),
-            (Action::ReplayStop("r/1".into()), "DELETE", "/api/v1/replays/r%2F1", None),
-            (Action::InboxStatus, "GET", "/api/v1/inbox/status", None),
-            (Action::InboxHandlers, "GET", "/api/v1/inbox/handlers", None),
-            (
-                Action::InboxReview { handler: "billing".into(), grouped: true, error_code: None, limit: None },
-                "GET",
-                "/api/v1/inbox/handlers/billing/review?group_by=error_code",
-                None,
-            ),
-            (
-                Action::InboxReview {
-                    handler: "bill ing/é".into(),
-                    grouped: false,
-                    error_code: Some("http 503&x".into()),
-                    limit: Some(10),
-                },
-                "GET",
-                "/api/v1/inbox/handlers/bill%20ing%2F%C3%A9/review?error_code=http%20503%26x&limit=10",
-                None,
-            ),
-            (
-                Action::InboxRetry { handler: "h".into(), selection: Selection::ErrorCode("http_503".into()) },
-                "POST",
-                "/api/v1/inbox/handlers/h/retry",
-                Some(r#"{"error_code":"http_503"}"#),
-            ),
-            (
-                Action::InboxDismiss { handler: "h".into(), selection: Selection::EventIds(ids()) },
-                "POST",
-                "/api/v1/inbox/handlers/h/dismiss",
-                Some(r#"{"event_ids":["e1","e 2"]}"#),
-            ),
-            (Action::InboxPause("a.b".into()), "POST", "/api/v1/inbox/handlers/a.b/pause", None),
-            (Action::InboxResume("a?b".into()), "POST", "/api/v1/inbox/handlers/a%3Fb/resume", None),
-        ];
-        for (action, method, path, body) in cases {
-            let want = (method.to_owned(), path.to_owned(), body.map(str::to_owned));
-            assert_eq!(request(action.clone()), want, "{action:?}");
-        }
-        for dot in [".", ".."] {
-            assert!(matches!(Action::InboxPause(dot.into()).request(), Err(CtlError::DotName(_))));
-        }
-    }
 
     #[test]
     fn a_token_comes_from_one_place_and_is_never_shown() {

@@ -1,7 +1,7 @@
 //! `walpost ctl` (docs/control-plane.md, "walpost ctl") as an operator runs it: the
 //! binary against `walpost run`'s and `walpost inbox`'s admin listeners on a real
 //! PostgreSQL and Kafka. Status, pause and resume of the relay (the pause holds events
-//! out of Kafka, the resume delivers them); a viewer's refusal with the API's hint
+//! out of Kafka, the resume delivers them); a replay started, followed, listed and stopped; a viewer's refusal with the API's hint
 //! (exit 1); no token, an unreachable listener (exit 2); the token from the environment
 //! or a file. The inbox's handlers, a handler paused and resumed, its review queue
 //! grouped, retried by error code and dismissed by id, checked in SQL: by the commands
@@ -139,10 +139,44 @@ fn ctl_reads_status_pauses_and_resumes_the_relay_with_clear_refusals() {
     let a = audit(&w, &records);
     assert!(a.duplicates == 0 && a.phantoms.is_empty() && records.len() == 10, "{a:?}");
     assert_eq!(ctl_ok(&["--admin", &url, "status"], &viewer)["state"], "streaming");
+
+    // A replay of the orders beside the stream: started, followed to its end, stopped
+    // (it has ended: nothing changes), listed; each record once more, with its header.
+    let ran = ctl(&["--admin", &url, "replay", "start", "--where", "aggregate_type = 'order'"], &viewer);
+    assert!(ran.code == 1 && ran.stderr.contains("HTTP 403"), "{}", ran.stderr);
+    let started = ctl_ok(
+        &["--admin", &url, "replay", "start", "--where", "aggregate_type = 'order'", "--id", "ctl-r1"],
+        &operator,
+    );
+    assert_eq!((started["id"].as_str(), started["state"].as_str()), (Some("ctl-r1"), Some("running")), "{started}");
+    let deadline = Instant::now() + TIMEOUT;
+    let done = loop {
+        let r = ctl_ok(&["--admin", &url, "replay", "show", "ctl-r1"], &viewer);
+        if r["state"] != "running" {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the replay never ended: {r}\n{}", p.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!((done["state"].as_str(), done["events_published"].as_u64()), (Some("done"), Some(10)), "{done}");
+    let replayed = read_all(&w.kafka_bootstrap, &w.topic_prefix)
+        .iter()
+        .filter(|r| r.header("walpost.replay") == Some(b"ctl-r1".as_slice()))
+        .count();
+    assert_eq!(replayed, 10);
+    let listed = ctl_ok(&["--admin", &url, "replay", "list"], &viewer);
+    assert!(listed["replays"].as_array().is_some_and(|l| l.iter().any(|r| r["id"] == "ctl-r1")), "{listed}");
+    assert_eq!(ctl_ok(&["--admin", &url, "replay", "stop", "ctl-r1"], &operator)["state"], "done");
+    // A condition outside the grammar: the API's 400 and hint, nothing started.
+    let ran = ctl(&["--admin", &url, "replay", "start", "--where", "pg_sleep(1) IS NULL"], &operator);
+    assert!(ran.code == 1 && ran.stderr.contains("HTTP 400") && ran.stderr.contains("hint: "), "{}", ran.stderr);
+    let ran = ctl(&["--admin", &url, "replay", "show", "no-such-replay"], &viewer);
+    assert!(ran.code == 1 && ran.stderr.contains("HTTP 404"), "{}", ran.stderr);
+
     assert_eq!(
         w.sql(
             "SELECT string_agg(concat_ws('|', token_name, action, result), E'\\n' ORDER BY at)
-             FROM events.walpost_admin_audit"
+             FROM events.walpost_admin_audit WHERE action LIKE '%/pause' OR action LIKE '%/resume'"
         ),
         "grafana|POST /api/v1/pause|forbidden\noncall|POST /api/v1/pause|ok\noncall|POST /api/v1/resume|ok"
     );
