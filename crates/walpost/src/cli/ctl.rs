@@ -37,6 +37,8 @@ pub struct CtlArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum CtlCommand {
+    /// The token's name and role, to check a token (GET /api/v1/whoami).
+    Whoami,
     /// `walpost run`'s state, slot, lag and alarms (GET /api/v1/status).
     Status,
     /// Stop reading from the slot, keeping it and the connection (POST /api/v1/pause).
@@ -211,6 +213,7 @@ impl CtlArgs {
     /// What to ask.
     pub(crate) fn action(&self) -> Action {
         match &self.command {
+            CtlCommand::Whoami => Action::Whoami,
             CtlCommand::Status => Action::Status,
             CtlCommand::Pause => Action::Pause,
             CtlCommand::Resume => Action::Resume,

@@ -1,12 +1,13 @@
 //! `walpost ctl` (docs/control-plane.md, "walpost ctl") as an operator runs it: the
 //! binary against `walpost run`'s and `walpost inbox`'s admin listeners on a real
 //! PostgreSQL and Kafka. Status, pause and resume of the relay (the pause holds events
-//! out of Kafka, the resume delivers them); a replay started, followed, listed and stopped; a viewer's refusal with the API's hint
-//! (exit 1); no token, an unreachable listener (exit 2); the token from the environment
-//! or a file. The inbox's handlers, a handler paused and resumed, its review queue
-//! grouped, retried by error code and dismissed by id, checked in SQL: by the commands
-//! of the inbox runbooks as written (their `drill=ctl-...` blocks). No output ever holds
-//! a token.
+//! out of Kafka, the resume delivers them); a replay started, followed, listed and
+//! stopped; a viewer's refusal with the API's hint (exit 1); no token, an unreachable
+//! listener (exit 2); the token from the environment or a file; HTTPS with a private CA.
+//! Dead letters listed and redriven by id and by reason after the contract is relaxed.
+//! The inbox's handlers, a handler paused and resumed, its review queue grouped, retried
+//! by error code and dismissed by id, checked in SQL: by the commands of the inbox
+//! runbooks as written (their `drill=ctl-...` blocks). No output ever holds a token.
 
 use std::path::Path;
 use std::process::Command;
@@ -180,6 +181,108 @@ fn ctl_reads_status_pauses_and_resumes_the_relay_with_clear_refusals() {
         ),
         "grafana|POST /api/v1/pause|forbidden\noncall|POST /api/v1/pause|ok\noncall|POST /api/v1/resume|ok"
     );
+    let log = p.log_text();
+    assert!(!log.contains(OPERATOR_TOKEN) && !log.contains(VIEWER_TOKEN), "a token in the log");
+}
+
+/// `OrderPlaced.json` in `dir`, its `amount` as given.
+fn order_schema(dir: &Path, amount: &str) {
+    std::fs::write(
+        dir.join("OrderPlaced.json"),
+        format!(
+            r#"{{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+                "required": ["amount"], "properties": {{"amount": {amount}}}}}"#
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn ctl_lists_dead_letters_and_redrives_them_by_id_and_by_reason() {
+    let w = World::new("ctl-dlq");
+    let dir = scratch("ctl-dlq");
+    w.sql(&migration("0004_admin_audit.sql"));
+    w.sql(&migration("0006_redrives.sql"));
+    w.sql(&format!(
+        "GRANT INSERT, SELECT ON events.walpost_admin_audit TO {0}; GRANT SELECT, INSERT ON events.walpost_redrives TO {0};",
+        w.role
+    ));
+    let contracts = dir.join("contracts");
+    std::fs::create_dir_all(&contracts).unwrap();
+    order_schema(&contracts, r#"{"type": "integer"}"#);
+    let dlq = format!("{}dead", w.topic_prefix);
+    let config = dir.join("walpost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "on_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n[contracts]\ndir = \"{}\"\n",
+            contracts.display()
+        ),
+    )
+    .unwrap();
+    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let mut args = vec!["--config".to_owned(), config.display().to_string()];
+    args.extend(w.args());
+    args.extend([
+        "--admin-addr".into(),
+        addr.clone(),
+        "--admin-tokens-file".into(),
+        tokens_file(&dir).display().to_string(),
+    ]);
+    let p = Walpost::start(&args, &[]);
+    assert!(w.wait_for_slot(TIMEOUT), "slot not created:\n{}", p.log_text());
+    status_when(&addr, "streaming", &p);
+
+    let insert = |payload: &str| {
+        w.sql(&format!(
+            "INSERT INTO events.outbox (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ('order', '00000000-0000-4000-8000-000000000001', 'OrderPlaced', '{payload}') RETURNING id"
+        ))
+        .trim()
+        .to_owned()
+    };
+    let passes_later = insert(r#"{"amount": "42", "note": "SECRET-A"}"#);
+    let stays = insert(r#"{"amount": "SECRET-B"}"#);
+    consume_at_least(&w.kafka_bootstrap, &dlq, 2, TIMEOUT);
+
+    let url = format!("http://{addr}");
+    let file = token_file(&dir, OPERATOR_TOKEN);
+    let viewer = [("WALPOST_ADMIN_URL", url.as_str()), ("WALPOST_ADMIN_TOKEN", VIEWER_TOKEN)];
+    let operator = [("WALPOST_ADMIN_URL", url.as_str()), ("WALPOST_ADMIN_TOKEN_FILE", file.as_str())];
+    assert_eq!(ctl_ok(&["whoami"], &operator)["role"], "operator");
+
+    // Listed newest first, never with a payload; a viewer's --payload is the API's 403.
+    let ran = ctl(&["dead-letters", "--limit", "10"], &viewer);
+    assert!(ran.code == 0 && !ran.stdout.contains("SECRET"), "{}{}", ran.stdout, ran.stderr);
+    let listing = json(&ran.stdout);
+    let ids: Vec<&str> =
+        listing["dead_letters"].as_array().unwrap().iter().filter_map(|l| l["event_id"].as_str()).collect();
+    assert_eq!(ids, [stays.as_str(), passes_later.as_str()], "{listing}");
+    assert_eq!(ctl_ok(&["dead-letters", "--limit", "1"], &viewer)["dead_letters"].as_array().map(Vec::len), Some(1));
+    let ran = ctl(&["dead-letters", "--payload"], &viewer);
+    assert!(ran.code == 1 && ran.stderr.contains("HTTP 403") && !ran.stderr.contains("SECRET"), "{}", ran.stderr);
+    let ran = ctl(&["redrive", "--event-id", &stays], &viewer);
+    assert!(ran.code == 1 && ran.stderr.contains("HTTP 403"), "{}", ran.stderr);
+
+    // The schema relaxed: digits in a string pass. Redriven by id: one arrives, one stays.
+    order_schema(&contracts, r#"{"type": ["integer", "string"], "pattern": "^[0-9]+$"}"#);
+    let answer = ctl_ok(&["redrive", "--event-id", &passes_later, "--event-id", &stays], &operator);
+    assert_eq!((answer["redriven"].as_u64(), answer["still_refused"].as_u64()), (Some(1), Some(1)), "{answer}");
+    let arrived = consume_at_least(&w.kafka_bootstrap, &w.topic("order"), 1, TIMEOUT);
+    let ids: Vec<&[u8]> = arrived.iter().filter_map(|r| r.header("id")).collect();
+    assert_eq!(ids, [passes_later.as_bytes()], "the redriven event once, with its id");
+    // By reason: what was redriven is skipped, the one still refused is tried again.
+    let answer = ctl_ok(&["redrive", "--reason", "contract_broken"], &operator);
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{answer}");
+    assert_eq!(
+        (results[0]["event_id"].as_str(), results[0]["result"].as_str()),
+        (Some(stays.as_str()), Some("still_refused"))
+    );
+    let listing = ctl_ok(&["dead-letters"], &viewer);
+    let redriven =
+        listing["dead_letters"].as_array().unwrap().iter().find(|l| l["event_id"] == passes_later.as_str()).cloned();
+    assert_eq!(redriven.map(|l| l["redrive"]["result"].clone()), Some(serde_json::json!("redriven")), "{listing}");
     let log = p.log_text();
     assert!(!log.contains(OPERATOR_TOKEN) && !log.contains(VIEWER_TOKEN), "a token in the log");
 }

@@ -40,6 +40,7 @@ pub(crate) struct ReplayStart {
 /// One command of `walpost ctl`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Action {
+    Whoami,
     Status,
     Pause,
     Resume,
@@ -73,6 +74,7 @@ impl Action {
         let get = |path: String| Ok(Request { method: "GET", path, body: None });
         let post = |path: String, body: Option<Value>| Ok(Request { method: "POST", path, body });
         match self {
+            Action::Whoami => get("/api/v1/whoami".into()),
             Action::Status => get("/api/v1/status".into()),
             Action::Pause => post("/api/v1/pause".into(), None),
             Action::Resume => post("/api/v1/resume".into(), None),
@@ -188,6 +190,7 @@ mod tests {
     fn every_action_is_its_route_and_body() {
         let ids = || vec!["e1".to_owned(), "e 2".to_owned()];
         let cases = [
+            (Action::Whoami, "GET", "/api/v1/whoami", None),
             (Action::Status, "GET", "/api/v1/status", None),
             (Action::Pause, "POST", "/api/v1/pause", None),
             (Action::Resume, "POST", "/api/v1/resume", None),
