@@ -32,6 +32,11 @@ pub type ExitCode = u8;
 
 /// Runs the command. `Err`: a definite error (exit 1), already explained by its text.
 pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
+    // A client of a running walpost: no configuration file of its own, and its errors are
+    // its exit codes (ops::ctl::exit), not a PipelineError.
+    if let Command::Ctl(args) = &cli.command {
+        return Ok(ops::ctl::command(args.options(), &args.action()).await);
+    }
     let file = match &cli.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
@@ -126,6 +131,8 @@ pub async fn main(cli: Cli) -> Result<ExitCode, PipelineError> {
                 false => ops::migrate::command(&target, args.dry_run).await.map(|()| 0),
             }
         }
+        // Answered above, before the configuration file is read.
+        Command::Ctl(_) => Ok(ops::ctl::exit::USAGE),
         Command::Inbox(args) => {
             let (settings, admin) = crate::settings::inbox::resolve_with_admin(&args.overrides(), file)?;
             run_inbox(settings, admin).await.map(|()| 0)

@@ -5,7 +5,8 @@
 //!
 //! Why one file over 600 lines: it is the whole command line as clap types and their
 //! `--help` text, read as one reference; splitting it by command would scatter the
-//! flags that `run`, `check`, `slot` and `replay` share.
+//! flags that `run`, `check`, `slot` and `replay` share. `walpost ctl`, which shares none
+//! (it is a client of a running walpost), is in [`ctl`].
 // The `///` comments below are `--help` text, printed verbatim by clap: `[retention]`
 // names a TOML table and `<table>` a placeholder, not a rustdoc link or an HTML tag.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
@@ -16,6 +17,8 @@ use std::collections::BTreeSet;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
+
+pub mod ctl;
 
 use crate::settings::{
     DeliveryMode, Envelope, InboxDedup, InboxOnInvalid, KeyFormat, OnPermanentError, Overrides, SnapshotMode,
@@ -134,6 +137,15 @@ pub enum Command {
         #[command(subcommand)]
         action: ContractsAction,
     },
+
+    /// The admin API from a terminal: status, pause and resume, dead letters, replays, the
+    /// inbox's handlers (docs/control-plane.md, "walpost ctl").
+    ///
+    /// Prints the API's JSON answer on stdout (pipe it to jq); an error answer's error and
+    /// hint on stderr. The token comes from WALPOST_ADMIN_TOKEN or --token-file, never from
+    /// the command line. Exit codes: 0 done; 1 the API answered an error (4xx, 5xx);
+    /// 2 walpost ctl could not ask (usage, no URL or token, unreachable, TLS, timeout).
+    Ctl(ctl::CtlArgs),
 }
 
 /// `walpost migrate`: apply, or `walpost migrate status`.

@@ -13,7 +13,7 @@
 //! | 2 | [`postgres`], [`kafka`] | catalog queries and checks; producer, produce window, permanent-error policy, exactly-once |
 //! | 3 | [`snapshot`] | the initial snapshot |
 //! | 4 | [`stream`], [`monitor`], [`retention`] | THE DATA PATH; slot alarms; partition retention |
-//! | 5 | [`ops`] | `check`, `slot`, `import-debezium`, `replay`, `migrate` |
+//! | 5 | [`ops`] | `check`, `slot`, `import-debezium`, `replay`, `migrate`, `ctl` |
 //! | 6 | [`cli`], [`control`] | clap types only; the admin API's routes (`[admin]`) |
 //! | 7 | [`app`] | the composition root (`main.rs` calls it) |
 //!

@@ -17,6 +17,7 @@ mod conformance;
 mod console;
 mod contracts;
 mod core;
+mod ctl;
 mod drills;
 mod errors;
 mod exactly_once;
