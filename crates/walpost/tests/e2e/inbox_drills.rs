@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::drills::{http_get, metric, sh_ok, Runbook};
 use crate::inbox_ingest::{
-    count, create_topic, inbox_args, inbox_db, json_records, messages, produce, start_inbox, wait_for_messages, WAIT,
+    count, create_topic, inbox_args, inbox_db, inbox_schema_complete, json_records, messages, produce, start_inbox,
+    wait_for_messages, WAIT,
 };
 use crate::ops::{foreign_metrics, missing_metrics};
 use crate::support::World;
@@ -64,7 +65,7 @@ fn drill_inbox_backlog_a_stuck_worker_and_a_lease_storm_then_a_drain() {
     create_topic(&topic, 2);
     let port = testkit::free_port();
     let p = inbox_with_metrics(&w, &topic, "svc", port);
-    assert!(testkit::wait_until(WAIT, || w.try_sql("SELECT 1 FROM inbox.handlers").is_ok()), "{}", p.log_text());
+    assert!(testkit::wait_until(WAIT, || inbox_schema_complete(&w)), "{}", p.log_text());
     register(&w, "billing", 5, "1 second");
     w.sql("CREATE TABLE effects (handler text, event_id text, UNIQUE (handler, event_id))");
     produce(&w.kafka_bootstrap, &topic, &json_records("b", 0, 50, 7));
@@ -176,7 +177,7 @@ fn drill_inbox_review_required_inspect_fix_and_retry() {
     create_topic(&topic, 1);
     let port = testkit::free_port();
     let p = inbox_with_metrics(&w, &topic, "svc", port);
-    assert!(testkit::wait_until(WAIT, || w.try_sql("SELECT 1 FROM inbox.handlers").is_ok()), "{}", p.log_text());
+    assert!(testkit::wait_until(WAIT, || inbox_schema_complete(&w)), "{}", p.log_text());
     register(&w, "mailer", 2, "10 milliseconds");
     w.sql("CREATE TABLE effects (handler text, event_id text, UNIQUE (handler, event_id))");
     produce(&w.kafka_bootstrap, &topic, &json_records("m", 0, 5, 5));
@@ -330,7 +331,7 @@ fn drill_inbox_backlog_one_message_crashes_the_handler() {
     create_topic(&topic, 1);
     let port = testkit::free_port();
     let p = inbox_with_metrics(&w, &topic, "svc", port);
-    assert!(testkit::wait_until(WAIT, || w.try_sql("SELECT 1 FROM inbox.handlers").is_ok()), "{}", p.log_text());
+    assert!(testkit::wait_until(WAIT, || inbox_schema_complete(&w)), "{}", p.log_text());
     w.sql("SELECT inbox.register_handler('mailer', '{}', '{}', 3, '10 milliseconds', '10 milliseconds', false)");
     w.sql("CREATE TABLE effects (handler text, event_id text, UNIQUE (handler, event_id))");
     produce(&w.kafka_bootstrap, &topic, &json_records("c", 0, 8, 8));

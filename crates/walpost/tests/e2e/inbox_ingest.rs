@@ -17,6 +17,18 @@ use crate::support::{high_watermarks, insert_batches, strip_ansi, Walpost, World
 pub(crate) const WAIT: Duration = Duration::from_secs(120);
 
 /// The consuming service's database: a world of its own (its outbox tables unused).
+/// Whether `walpost inbox --create-schema` applied every inbox migration: each is a
+/// transaction of its own, so `inbox.handlers` (the first's) exists while later ones
+/// still change the functions a test calls; a call then may deadlock with the migration.
+pub(crate) fn inbox_schema_complete(w: &World) -> bool {
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/inbox"))
+        .expect("migrations/inbox")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".sql"))
+        .count();
+    w.try_sql("SELECT count(*) FROM inbox.walpost_migrations").is_ok_and(|n| n.trim() == files.to_string())
+}
+
 pub(crate) fn inbox_db(name: &str) -> World {
     World::new(name)
 }
