@@ -1,5 +1,6 @@
 //! What the process remembers of its last hour for the admin API: `events_per_second` of
-//! `GET /api/v1/status` (the records Kafka acknowledged over the last minute) and the
+//! `GET /api/v1/status` (the records Kafka acknowledged over the last minute; for
+//! `walpost inbox`, `records_per_second`: the records stored) and the
 //! points of `GET /api/v1/status/history` (lag and rate every [`POINT_EVERY`], the last
 //! hour), the console's lag chart. One task samples every [`SAMPLE_EVERY`], so that a
 //! request costs no wait and the stream no work, and a reloaded console keeps its chart.
@@ -88,6 +89,27 @@ pub(crate) struct History {
 pub(crate) fn history(shared: &Shared) -> History {
     let points = shared.lock().map(|m| m.points.iter().copied().collect()).unwrap_or_default();
     History { every_seconds: POINT_EVERY.as_secs(), points }
+}
+
+/// The rate of one counter alone: `walpost inbox`'s records stored.
+pub(crate) type Rate = Arc<Mutex<Samples>>;
+
+/// Samples `read` every [`SAMPLE_EVERY`] until `shutdown`.
+pub(crate) fn spawn_rate(read: impl Fn() -> u64 + Send + 'static, mut shutdown: watch::Receiver<bool>) -> Rate {
+    let rate: Rate = Arc::default();
+    let samples = rate.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SAMPLE_EVERY);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tick.tick() => {}
+            }
+            let Ok(mut s) = samples.lock() else { return };
+            s.push(Instant::now(), read());
+        }
+    });
+    rate
 }
 
 /// Samples until `shutdown`: the counter every [`SAMPLE_EVERY`], a point every [`POINT_EVERY`].

@@ -81,7 +81,8 @@ pub(crate) struct Status {
     pub(crate) records_stored: u64,
     pub(crate) duplicates: u64,
     pub(crate) rejected: u64,
-    /// Not measured by the process (`rate(walpost_inbox_records_total[1m])` is).
+    /// Records stored per second over the last minute (`null` in the first 5 s), as
+    /// `rate(walpost_inbox_records_total{result="stored"}[1m])`.
     pub(crate) records_per_second: Option<f64>,
 }
 
@@ -113,6 +114,7 @@ pub(crate) struct InboxApi {
     metrics: InboxMetrics,
     /// The API's connection, out of its slot while a request uses it.
     sql: Mutex<Option<ReplicationClient>>,
+    stored_rate: super::history::Rate,
 }
 
 impl Api for InboxApi {
@@ -345,7 +347,7 @@ impl InboxApi {
             records_stored: self.metrics.records_total("stored"),
             duplicates: self.metrics.records_total("duplicate"),
             rejected: self.metrics.records_total("rejected"),
-            records_per_second: None,
+            records_per_second: self.stored_rate.lock().ok().and_then(|r| r.rate()),
         }
     }
 
@@ -517,6 +519,10 @@ pub(crate) fn start(
         group: settings.group.clone(),
         metrics: metrics.clone(),
         sql: Mutex::new(None),
+        stored_rate: {
+            let metrics = metrics.clone();
+            super::history::spawn_rate(move || metrics.records_total("stored"), shutdown.clone())
+        },
     };
     tracing::info!(tokens = tokens.len(), tls = tls.is_some(), "admin API: tokens file read");
     let audit = admin::TableAudit::new(settings.postgres.clone(), &settings.schema, "admin_audit");
@@ -608,6 +614,7 @@ mod tests {
             group: "svc".into(),
             metrics,
             sql: Mutex::new(None),
+            stored_rate: std::sync::Arc::default(),
         };
         let s = api.status();
         assert_eq!((s.state, s.records_stored, s.duplicates, s.rejected), ("starting", 4, 2, 0));
@@ -615,5 +622,11 @@ mod tests {
         let json = serde_json::to_value(api.status()).unwrap();
         assert_eq!(json["state"], "consuming");
         assert!(json["records_per_second"].is_null() && json["consumer_lag"].as_array().unwrap().is_empty());
+        let t = std::time::Instant::now();
+        if let Ok(mut r) = api.stored_rate.lock() {
+            r.push(t, 4);
+            r.push(t + Duration::from_secs(5), 54);
+        }
+        assert_eq!(api.status().records_per_second, Some(10.0));
     }
 }

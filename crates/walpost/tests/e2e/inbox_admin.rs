@@ -370,7 +370,19 @@ fn inbox_admin_reviews_retries_dismisses_and_pauses_handlers_audited() {
     assert_eq!((status["assigned_partitions"].as_i64(), status["records_stored"].as_u64()), (Some(1), Some(10)));
     let lag = &status["consumer_lag"][0];
     assert!(lag["topic"] == inbox.topic.as_str() && lag["partition"] == 0 && lag["lag"] == 0, "{status}");
-    assert!(status["records_per_second"].is_null() && status["halted_reason"].is_null(), "{status}");
+    assert!(status["halted_reason"].is_null(), "{status}");
+    // Sampled every 5 s from the start: the 10 records stored in the first minute make
+    // the rate positive once a second sample is taken, and at most 10 a second.
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    let rate = loop {
+        let s = read(&inbox.addr, "/api/v1/inbox/status");
+        match s["records_per_second"].as_f64() {
+            Some(r) if r > 0.0 => break r,
+            _ if Instant::now() > deadline => panic!("no records_per_second above 0 in 20 s: {s}"),
+            _ => std::thread::sleep(std::time::Duration::from_millis(500)),
+        }
+    };
+    assert!(rate <= 10.0, "10 records over at least a second: {rate}");
 
     tokens_and_roles(&inbox);
     handlers_and_review(&inbox.addr);
