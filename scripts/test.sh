@@ -8,7 +8,7 @@
 # feature (crash seams); release builds have none. With arguments, it is only
 # `cargo test --workspace` with them. Without, four steps:
 #   1. every crate's tests and the end-to-end suite (PostgreSQL 15, one broker);
-#   2. alerting rules, the Helm chart (lint, render, strict decode; no cluster), the book
+#   2. formatting, alerting rules, the Helm chart (lint, render, strict decode; no cluster), the book
 #      (broken links fail) and the supply-chain check;
 #   3. failover (standby promotion on PostgreSQL 16, 17, 18; multi-host strings),
 #      decoding on a standby (16, 17, 18; tests/e2e/standby.rs) and the 3-broker Kafka
@@ -41,7 +41,7 @@ if step suite; then
     cargo test --workspace --locked --features walpost/failpoints -- --skip failover_ --skip kafka_cluster::
 fi
 
-# Step 2: alerting rules (promtool check + unit tests, runbook links, metric names) and the
+# Step 2: formatting (rustfmt), alerting rules (promtool check + unit tests, runbook links, metric names) and the
 # PostgreSQL-side slot check; the Helm chart (scripts/check-chart.sh: helm lint and template
 # of the default values and of every option on, each object decoded strictly into its
 # Kubernetes API type, security settings, refused values; Go builds its checker, modules
@@ -51,6 +51,7 @@ fi
 # scripts/refresh-advisory-db.sh; the database is on no package registry). With none,
 # advisories are skipped with a warning rather than failing the run.
 if step checks; then
+    cargo fmt --all --check
     bash scripts/check-alerts.sh
     bash scripts/check-chart.sh
     # The book (docs/, an mdBook): built, and a broken link or anchor fails the run.
@@ -73,10 +74,12 @@ fi
 # pair (`ha::`). Nor the modules that
 # test the Kafka or collector side over plain SQL that every major runs alike: OTLP,
 # CloudEvents, the Debezium conformance cases, the schema registry, the inbox's ingest
-# and retention (the inbox's SQL API, `inbox::`, does run on each major).
+# and retention (the inbox's SQL API, `inbox::`, does run on each major), the web
+# console in a browser, `walpost ctl`, and the dead letters' listing and redrive.
 majors="${WALPOST_TEST_MAJORS-14 18}"
 if step majors && [[ -n "$majors" ]]; then
     # shellcheck disable=SC2086 # a list of majors
     WALPOST_MATRIX_SKIP_SETUP=1 bash scripts/test-matrix.sh $majors -- --skip chaos --skip drills:: --skip failover_ --skip kafka_cluster:: --skip ha:: \
-        --skip otel:: --skip cloudevents:: --skip conformance:: --skip inbox_ingest:: --skip inbox_refusals:: --skip inbox_retention:: --skip registry::
+        --skip otel:: --skip cloudevents:: --skip conformance:: --skip inbox_ingest:: --skip inbox_refusals:: --skip inbox_retention:: --skip registry:: \
+        --skip console:: --skip ctl:: --skip admin_dead_letters::
 fi
