@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use testkit::{PgOptions, Postgres, StopMode};
 
-use crate::inbox_ingest::{count, inbox_args, start_inbox};
+use crate::inbox_ingest::{count, inbox_args, inbox_schema_complete, start_inbox};
 use crate::support::{own_kafka, Walpost, World};
 
 const WAIT: Duration = Duration::from_secs(240);
@@ -147,20 +147,6 @@ fn kill9_mid_batch(inbox: &World, pg: &Postgres, w: &mut Worker) -> Result<Strin
     Err(format!("never mid-batch in 8 s ({committed_first} kills after a COMMIT)"))
 }
 
-/// The inbox's migration files: `--create-schema` applies each in a transaction of its
-/// own, so the schema is whole once all are recorded. A handler registered before that
-/// can deadlock with a later file's DDL (seen in this test: "deadlock detected" in
-/// register_handler).
-fn inbox_migration_files() -> i64 {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/inbox");
-    let files = std::fs::read_dir(dir).expect("read migrations/inbox").flatten();
-    files.filter(|f| f.path().extension().is_some_and(|e| e == "sql")).count() as i64
-}
-
-fn migrations_applied(inbox: &World) -> Option<i64> {
-    inbox.try_sql("SELECT count(*) FROM inbox.walpost_migrations").ok()?.trim().parse().ok()
-}
-
 struct Rng(u64);
 
 impl Rng {
@@ -193,11 +179,7 @@ fn end_to_end_under_faults(name: &str, exactly_once: bool, seed: u64) {
     let mut run = Walpost::start(&run_args, &[]);
     assert!(outbox.wait_for_slot(WAIT), "{}", run.log_text());
     let mut ingest = start_inbox(&inbox_args, &[]);
-    assert!(
-        testkit::wait_until(WAIT, || migrations_applied(&inbox) == Some(inbox_migration_files())),
-        "{}",
-        ingest.log_text()
-    );
+    assert!(testkit::wait_until(WAIT, || inbox_schema_complete(&inbox)), "{}", ingest.log_text());
     for (handler, ordered, _) in HANDLERS {
         inbox.sql(&format!(
             "SELECT inbox.register_handler('{handler}', '{{}}', '{{}}', 1000, '100 milliseconds', '1 second', {ordered})"
