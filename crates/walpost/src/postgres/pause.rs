@@ -99,33 +99,26 @@ pub fn apply(health: &Health, slot: &str, paused: Option<&Paused>) {
     }
 }
 
-/// Reads the pause once, before the stream starts. A server that does not answer leaves
-/// the stream held ("not read yet") until [`follow`] reads the row: a stored pause must
-/// hold across a restart, so an unknown one is not taken for "not paused". An answer that
-/// is an error (a missing grant) is logged with what to do, and the stream is not held by it.
+/// Reads the pause once, before the stream starts (bounded). A stored pause holds from the
+/// first session on; a read that fails does not hold the stream: the pause lives on the
+/// writer, which may be down while the stream can go on (decoding on a promoted standby
+/// whose primary is gone), and [`follow`] reads it again every [`FOLLOW_EVERY`].
 pub async fn read_at_start(config: &Config, slot: &str, health: &Health) {
     let read = async {
-        let mut sql =
-            ReplicationClient::connect_sql(config).await.map_err(|e| (true, PauseError::Sql(e.to_string())))?;
-        read(&mut sql, slot).await.map_err(|e| (false, e))
-    };
-    let unreachable = |why: &str| {
-        tracing::warn!("cannot read the stream's pause at start ({why}); nothing is read from the slot until it is read, every {} s", FOLLOW_EVERY.as_secs());
-        health.set_paused(Some(NOT_READ_YET.to_owned()));
+        let mut sql = ReplicationClient::connect_sql(config).await.map_err(|e| PauseError::Sql(e.to_string()))?;
+        read(&mut sql, slot).await
     };
     match tokio::time::timeout(Duration::from_secs(10), read).await {
         Ok(Ok(paused)) => apply(health, slot, paused.as_ref()),
-        Ok(Err((_, PauseError::NoTable))) => tracing::debug!("{TABLE} does not exist: the stream cannot be paused"),
-        Ok(Err((true, e))) => unreachable(&e.to_string()),
-        Ok(Err((false, e))) => tracing::warn!(
-            "cannot read the stream's pause at start ({e}); the stream starts unpaused: GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO walpost's role (docs/least-privilege.md)"
+        Ok(Err(PauseError::NoTable)) => tracing::debug!("{TABLE} does not exist: the stream cannot be paused"),
+        Ok(Err(e)) => tracing::warn!(
+            "cannot read the stream's pause at start ({e}); the stream starts and the pause is read again in a few seconds (if the server refused it: GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO walpost's role, docs/least-privilege.md)"
         ),
-        Err(_) => unreachable("no answer in 10 s"),
+        Err(_) => {
+            tracing::warn!("cannot read the stream's pause at start (no answer in 10 s); read again in a few seconds")
+        }
     }
 }
-
-/// What the process's pause says while the row was not read yet.
-pub const NOT_READ_YET: &str = "unknown: the pause row was not read yet";
 
 /// Re-reads the pause every [`FOLLOW_EVERY`] until shutdown, so a pause or resume taken
 /// through another instance's API (or by hand in the table) takes effect here. A read
@@ -163,19 +156,6 @@ pub async fn follow(config: Config, slot: String, health: std::sync::Arc<Health>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn a_pause_not_read_at_start_holds_the_stream_until_read() {
-        let h = Health::new(Duration::from_secs(30), Duration::from_secs(60));
-        // Nothing listens on port 1: the read cannot reach a server.
-        let config =
-            Config::from_url("postgres://walpost@127.0.0.1:1/db?connect_timeout=1").expect("a connection string");
-        read_at_start(&config, "walpost", &h).await;
-        assert_eq!(h.paused().as_deref(), Some(NOT_READ_YET));
-        // The first answer of follow's reads replaces it: here, no pause stored.
-        apply(&h, "walpost", None);
-        assert!(!h.is_paused());
-    }
 
     #[test]
     fn a_change_of_pause_reaches_health() {
