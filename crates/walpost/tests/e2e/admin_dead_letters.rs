@@ -19,6 +19,17 @@ fn migration(name: &str) -> String {
     std::fs::read_to_string(format!("{}/../../migrations/outbox/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
+/// The audit and redrive tables (outbox migrations 0004, 0006) with the grants
+/// docs/control-plane.md gives walpost's role.
+pub(super) fn redrive_tables(w: &World) {
+    w.sql(&migration("0004_admin_audit.sql"));
+    w.sql(&migration("0006_redrives.sql"));
+    w.sql(&format!(
+        "GRANT INSERT, SELECT ON events.walpost_admin_audit TO {0}; GRANT SELECT, INSERT ON events.walpost_redrives TO {0};",
+        w.role
+    ));
+}
+
 pub(super) fn schema(dir: &Path, amount: &str) {
     std::fs::write(
         dir.join("OrderPlaced.json"),
@@ -60,12 +71,7 @@ pub(super) fn config(w: &World, dlq: &str, contracts: &Path, show_payloads: bool
 fn dead_letters_are_listed_without_payloads_and_redriven_once_after_the_schema_is_relaxed() {
     let w = World::new("admin-dlq");
     let dir = scratch("admin-dlq");
-    w.sql(&migration("0004_admin_audit.sql"));
-    w.sql(&migration("0006_redrives.sql"));
-    w.sql(&format!(
-        "GRANT INSERT, SELECT ON events.walpost_admin_audit TO {0}; GRANT SELECT, INSERT ON events.walpost_redrives TO {0};",
-        w.role
-    ));
+    redrive_tables(&w);
     let contracts = dir.join("contracts");
     std::fs::create_dir_all(&contracts).unwrap();
     schema(&contracts, r#"{"type": "integer"}"#);
@@ -290,12 +296,7 @@ fn dead_letters_redriven_with_a_registry_are_checked_by_the_subjects_new_version
     let url = registry.url();
     let w = World::new("admin-dlq-registry");
     let dir = scratch("admin-dlq-registry");
-    w.sql(&migration("0004_admin_audit.sql"));
-    w.sql(&migration("0006_redrives.sql"));
-    w.sql(&format!(
-        "GRANT INSERT, SELECT ON events.walpost_admin_audit TO {0}; GRANT SELECT, INSERT ON events.walpost_redrives TO {0};",
-        w.role
-    ));
+    redrive_tables(&w);
     let strict_id = register_avro(&url, "OrderPlaced", STRICT_ORDER);
     let dlq = format!("{}dead", w.topic_prefix);
     let config = dir.join("walpost.toml");

@@ -295,12 +295,7 @@ fn console_relay_operator_redrives_a_dead_letter_and_follows_a_replay_a_viewer_s
     let driver = driver();
     let w = World::new("console-dlq");
     let dir = scratch("console-dlq");
-    w.sql(&migration("0004_admin_audit.sql"));
-    w.sql(&migration("0006_redrives.sql"));
-    w.sql(&format!(
-        "GRANT INSERT, SELECT ON events.walpost_admin_audit TO {0}; GRANT SELECT, INSERT ON events.walpost_redrives TO {0};",
-        w.role
-    ));
+    super::admin_dead_letters::redrive_tables(&w);
     let contracts = dir.join("contracts");
     std::fs::create_dir_all(&contracts).unwrap();
     schema(&contracts, r#"{"type": "integer"}"#);

@@ -201,12 +201,7 @@ fn order_schema(dir: &Path, amount: &str) {
 fn ctl_lists_dead_letters_and_redrives_them_by_id_and_by_reason() {
     let w = World::new("ctl-dlq");
     let dir = scratch("ctl-dlq");
-    w.sql(&migration("0004_admin_audit.sql"));
-    w.sql(&migration("0006_redrives.sql"));
-    w.sql(&format!(
-        "GRANT INSERT, SELECT ON events.walpost_admin_audit TO {0}; GRANT SELECT, INSERT ON events.walpost_redrives TO {0};",
-        w.role
-    ));
+    super::admin_dead_letters::redrive_tables(&w);
     let contracts = dir.join("contracts");
     std::fs::create_dir_all(&contracts).unwrap();
     order_schema(&contracts, r#"{"type": "integer"}"#);
